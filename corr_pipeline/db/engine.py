@@ -233,6 +233,22 @@ def start_embedded_server(pgdata: Path | None = None) -> EmbeddedServer:
         return server
 
 
+def release_embedded_server(pgdata: Path | None = None) -> None:
+    """Give up this process's handle on the embedded server in ``pgdata`` (default home/pgdata).
+
+    Cached engines are disposed first. The server stops if no other live process holds a handle
+    (the same thing happens automatically at interpreter exit).
+    """
+    pgdata = (pgdata or settings.pgdata_dir()).expanduser().resolve()
+    with _lock:
+        server = _embedded.pop(pgdata, None)
+    if server is None:
+        return
+    dispose_engines()
+    _prune_dead_handle_pids(_import_pgserver(), pgdata)
+    server.handle.cleanup()
+
+
 def embedded_server() -> EmbeddedServer | None:
     """The embedded server this process has started/attached to for the current home, if any."""
     return _embedded.get(settings.pgdata_dir().expanduser().resolve())

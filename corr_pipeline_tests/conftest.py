@@ -1,0 +1,102 @@
+"""Shared test fixtures: an isolated home directory and a real PostgreSQL.
+
+- Every test session gets its own ``CORR_PIPELINE_HOME`` and ``DAGSTER_HOME`` in a temporary
+  directory, and ``CORR_PIPELINE_DATABASE_URL`` from the caller's shell is removed, so tests never
+  touch the user's ``./.corr_pipeline`` or their real database.
+- ``database_url`` (session): ``$CORR_PIPELINE_TEST_DATABASE_URL`` if set, otherwise an embedded
+  PostgreSQL started in a temporary directory (stopped and deleted at session end). With
+  pytest-xdist every worker gets its own database (its own embedded server, or a database named
+  ``<db>_<worker>`` created on the test server), so ``clean_db`` in one worker never empties
+  tables another worker is using. The URL is exported as ``CORR_PIPELINE_DATABASE_URL`` so
+  subprocesses (the CLI, Dagster's multiprocess executor) reach the same database.
+- ``engine`` (session): SQLAlchemy engine with the schema initialised.
+- ``clean_db`` (function): ``engine`` after truncating every table.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from corr_pipeline import settings
+from corr_pipeline.db import engine as db_engine
+from corr_pipeline.db.schema import init_schema, truncate_all
+
+
+def _xdist_worker() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh CORR_PIPELINE_HOME / DAGSTER_HOME for the whole session (autouse)."""
+    home = tmp_path_factory.mktemp("corr_pipeline_home")
+    dagster_home = settings.ensure_dir(home / "dagster_home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(settings.ENV_HOME, str(home))
+        mp.setenv("DAGSTER_HOME", str(dagster_home))
+        mp.delenv(settings.ENV_DATABASE_URL, raising=False)
+        mp.delenv(settings.ENV_STORE_DIR, raising=False)
+        yield home
+
+
+def _per_worker_database(url: str, worker: str) -> str:
+    """Create (if missing) and return ``<db>_<worker>`` on the server of ``url``."""
+    parsed = make_url(db_engine.normalize_url(url))
+    name = f"{parsed.database or 'postgres'}_{worker}"
+    admin = sa.create_engine(parsed, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            exists = conn.execute(
+                sa.text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": name}
+            ).first()
+            if not exists:
+                conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    finally:
+        admin.dispose()
+    return parsed.set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def database_url(isolated_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of the test database (see module docstring); exported to subprocesses."""
+    external = os.environ.get(settings.ENV_TEST_DATABASE_URL, "").strip()
+    pgdata: Path | None = None
+    if external:
+        url = db_engine.normalize_url(external)
+        worker = _xdist_worker()
+        if worker:
+            url = _per_worker_database(url, worker)
+    else:
+        pgdata = tmp_path_factory.mktemp("pg") / "pgdata"
+        url = db_engine.start_embedded_server(pgdata).url()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(settings.ENV_DATABASE_URL, url)
+        try:
+            yield url
+        finally:
+            db_engine.dispose_engines()
+            if pgdata is not None:
+                db_engine.release_embedded_server(pgdata)
+                shutil.rmtree(pgdata, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def engine(database_url: str) -> sa.Engine:
+    """Engine on the test database, schema initialised."""
+    eng = db_engine.get_engine(database_url)
+    init_schema(eng)
+    return eng
+
+
+@pytest.fixture
+def clean_db(engine: sa.Engine) -> sa.Engine:
+    """``engine`` with every table of the schema emptied before the test."""
+    truncate_all(engine)
+    return engine
