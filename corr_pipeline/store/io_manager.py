@@ -1,0 +1,212 @@
+"""Dagster IO manager and resource over the matrix store (SPEC §8).
+
+Hand-off contract between assets
+--------------------------------
+An asset that uses :class:`MatrixStoreIOManager` returns a
+:class:`~corr_pipeline.store.matrix_store.MatrixBundle` (directly, or as the value of
+``dg.Output(...)`` / ``dg.MaterializeResult(value=...)``); its downstream assets receive a
+``MatrixBundle`` whose arrays are :class:`StoredArray` objects wrapping **read-only
+memmaps** (``bundle["corr"]`` is the ``np.memmap``; ``bundle.labels`` the shared labels).
+
+Files: ``<base_dir>/<asset name>/<partition key>/<array>.npy`` + ``<array>.json`` and one
+``bundle.manifest.json``, where *asset name* is the **last element** of the asset key
+(key prefixes are not part of the path, so two assets may not share a last element) and
+*partition key* is the asset partition (``"_unpartitioned"`` for unpartitioned assets).
+Multi-assets work per output: each output goes to its own asset's directory.
+
+Zero-copy for large arrays: the asset allocates its outputs *inside the store* at exactly
+the location the IO manager will use, fills them, commits, and puts the returned
+:class:`StoredArray` in the bundle. ``handle_output`` sees that the array is already the
+committed current version at that location and only writes the manifest — no byte is
+copied. ::
+
+    @dg.asset(partitions_def=..., io_manager_key="matrix_io_manager")
+    def correlation_matrix(context, matrix_store: MatrixStoreResource, returns_matrix: MatrixBundle):
+        R = returns_matrix["returns"]                              # read-only memmap
+        n = R.shape[1]
+        with matrix_store.allocate_for(context, "corr", (n, n), np.float32) as corr, \\
+             matrix_store.allocate_for(context, "overlap", (n, n), np.int16) as overlap:
+            pairwise_correlation(R, min_overlap=..., out_corr=corr.array, out_overlap=overlap.array)
+            stored_corr, stored_overlap = corr.commit(), overlap.commit()
+        return MatrixBundle({"corr": stored_corr, "overlap": stored_overlap},
+                            labels={"symbols": returns_matrix.labels["symbols"]})
+
+Small arrays can simply be returned as plain ``np.ndarray`` values (copied once into the
+store); a :class:`StoredArray` from *another* location (e.g. an upstream input passed
+through) is hard-linked, also without copying.
+
+Process model: the IO manager and the resource are configured only by ``base_dir`` and keep
+no in-memory state, so they work identically with the in-process and the multiprocess
+executor (each step subprocess rebuilds them from config). Configure both with the same
+``base_dir``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dagster as dg
+import numpy as np
+from pydantic import Field
+
+from corr_pipeline.store.matrix_store import (
+    MatrixBundle,
+    MatrixStore,
+    PendingArray,
+    _validate_asset,
+)
+
+__all__ = [
+    "UNPARTITIONED",
+    "MatrixStoreIOManager",
+    "MatrixStoreResource",
+    "asset_store_name",
+    "store_location",
+]
+
+UNPARTITIONED = "_unpartitioned"
+"""Partition directory used for assets without a partitions definition."""
+
+
+def asset_store_name(asset_key: dg.AssetKey) -> str:
+    """Directory name of an asset in the store: the last element of its key (validated)."""
+    name = asset_key.path[-1]
+    _validate_asset(name)
+    return name
+
+
+def _single_partition(keys: Sequence[str], what: str) -> str:
+    if len(keys) != 1:
+        raise dg.DagsterInvariantViolationError(
+            f"{what} spans {len(keys)} partitions ({keys[0]} .. {keys[-1]}); the matrix store "
+            "holds one bundle per partition: run one partition per run "
+            "(BackfillPolicy.multi_run(1))"
+        )
+    return keys[0]
+
+
+def store_location(context: Any, asset_key: dg.AssetKey | None = None) -> tuple[str, str]:
+    """``(asset name, partition key)`` an asset's output lives at, from its execution context.
+
+    ``context`` is an ``AssetExecutionContext`` (or ``OpExecutionContext``) of a running asset;
+    pass ``asset_key`` for a multi-asset. This is the location :class:`MatrixStoreIOManager`
+    uses in ``handle_output``, so arrays allocated there are handed over without a copy.
+    """
+    key = asset_key if asset_key is not None else context.asset_key
+    if context.has_partition_key:
+        partition = context.partition_key
+    elif context.has_partition_key_range:
+        partition = _single_partition(list(context.partition_keys), f"asset {key}")
+    else:
+        partition = UNPARTITIONED
+    return asset_store_name(key), partition
+
+
+class MatrixStoreResource(dg.ConfigurableResource):
+    """Gives assets direct access to the matrix store at ``base_dir``.
+
+    Use the same ``base_dir`` as :class:`MatrixStoreIOManager`. ``.store`` is a
+    :class:`MatrixStore`; :meth:`allocate_for` allocates an output array exactly where the
+    IO manager will look for it (the zero-copy hand-off, see module docstring).
+    """
+
+    base_dir: str = Field(description="Root directory of the matrix store (created if missing).")
+
+    @property
+    def store(self) -> MatrixStore:
+        return MatrixStore(self.base_dir)
+
+    def allocate_for(
+        self,
+        context: Any,
+        name: str,
+        shape: int | Sequence[int],
+        dtype: Any,
+        *,
+        asset_key: dg.AssetKey | None = None,
+        labels: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> PendingArray:
+        """``store.allocate`` at :func:`store_location` ``(context, asset_key)``."""
+        asset, partition = store_location(context, asset_key)
+        return self.store.allocate(
+            asset, partition, name, shape, np.dtype(dtype), labels=labels, params=params
+        )
+
+
+class MatrixStoreIOManager(dg.ConfigurableIOManager):
+    """Stores each output :class:`MatrixBundle` under ``<base_dir>/<asset>/<partition>/``.
+
+    * ``handle_output``: the value must be a :class:`MatrixBundle`; see
+      :meth:`MatrixStore.save_bundle` for how each array is stored (reused / linked /
+      copied). Adds output metadata: ``path``, ``arrays`` (name, dtype, shape),
+      ``bytes``, ``copied_bytes``, ``zero_copy_arrays``.
+    * ``load_input``: returns the upstream partition's :class:`MatrixBundle` of read-only
+      memmaps; when the input spans several partitions, a ``dict`` partition key → bundle.
+    """
+
+    base_dir: str = Field(description="Root directory of the matrix store (created if missing).")
+
+    @property
+    def store(self) -> MatrixStore:
+        return MatrixStore(self.base_dir)
+
+    def _output_location(self, context: dg.OutputContext) -> tuple[str, str]:
+        if not context.has_asset_key:
+            raise dg.DagsterInvariantViolationError(
+                f"MatrixStoreIOManager stores asset outputs only; output {context.name!r} of "
+                f"{context.step_key} is not an asset"
+            )
+        asset = asset_store_name(context.asset_key)
+        if not context.has_asset_partitions:
+            return asset, UNPARTITIONED
+        keys = list(context.asset_partition_keys)
+        return asset, _single_partition(
+            keys, f"output of asset {context.asset_key.to_user_string()}"
+        )
+
+    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+        if not isinstance(obj, MatrixBundle):
+            raise TypeError(
+                f"asset {context.asset_key.to_user_string() if context.has_asset_key else context.name} "
+                f"returned {type(obj).__name__}; MatrixStoreIOManager needs a MatrixBundle "
+                "(corr_pipeline.store.matrix_store.MatrixBundle)"
+            )
+        asset, partition = self._output_location(context)
+        report = self.store.save_bundle(asset, partition, obj)
+        rows = "\n".join(
+            f"| `{name}` | {s.dtype} | {' × '.join(map(str, s.shape)) or 'scalar'} | "
+            f"{'reused' if name in report.reused else 'linked' if name in report.linked else 'copied'} |"
+            for name, s in report.bundle.arrays.items()
+        )
+        context.add_output_metadata(
+            {
+                "path": dg.MetadataValue.path(str(report.directory)),
+                "arrays": dg.MetadataValue.md(
+                    "| array | dtype | shape | stored |\n|---|---|---|---|\n" + rows
+                ),
+                "bytes": dg.MetadataValue.int(report.nbytes),
+                "copied_bytes": dg.MetadataValue.int(report.copied_bytes),
+                "zero_copy_arrays": dg.MetadataValue.int(len(report.reused) + len(report.linked)),
+            }
+        )
+        if report.removed:
+            context.log.info(
+                f"matrix store: removed arrays {report.removed} left in {report.directory} "
+                "by an earlier materialization"
+            )
+
+    def load_input(self, context: dg.InputContext) -> MatrixBundle | dict[str, MatrixBundle]:
+        if not context.has_asset_key:
+            raise dg.DagsterInvariantViolationError(
+                f"MatrixStoreIOManager loads asset inputs only; input {context.name!r} is not an asset"
+            )
+        asset = asset_store_name(context.asset_key)
+        store = self.store
+        if not context.has_asset_partitions:
+            return store.load_bundle(asset, UNPARTITIONED)
+        keys = list(context.asset_partition_keys)
+        if len(keys) == 1:
+            return store.load_bundle(asset, keys[0])
+        return {key: store.load_bundle(asset, key) for key in keys}

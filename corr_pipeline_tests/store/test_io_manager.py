@@ -1,0 +1,136 @@
+"""MatrixStoreIOManager: partitioned (multi-)assets materialized into a temporary store."""
+
+import json
+import os
+
+import dagster as dg
+import numpy as np
+import pytest
+
+from corr_pipeline.store.io_manager import (
+    UNPARTITIONED,
+    MatrixStoreIOManager,
+    MatrixStoreResource,
+)
+from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
+from corr_pipeline_tests.store import io_assets
+from corr_pipeline_tests.store.io_assets import ASSETS, SYMBOLS, multiprocess_job
+
+PK = "2024-01-03"
+
+
+def resources(base_dir) -> dict:
+    return {
+        "io_manager": MatrixStoreIOManager(base_dir=str(base_dir)),
+        "matrix_store": MatrixStoreResource(base_dir=str(base_dir)),
+    }
+
+
+def expected_returns(partition_key: str) -> np.ndarray:
+    return np.arange(12, dtype=np.float32).reshape(4, 3) + io_assets.partition_day(partition_key)
+
+
+def check_store(base_dir, partition_key: str, *, multi_asset: bool = True) -> None:
+    store = MatrixStore(base_dir)
+    part = base_dir / "returns_matrix" / partition_key
+    assert sorted(p.name for p in part.iterdir() if not p.name.startswith(".")) == [
+        "bundle.manifest.json",
+        "returns.json",
+        "returns.npy",
+        "valid.json",
+        "valid.npy",
+    ]
+    np.testing.assert_array_equal(np.load(part / "returns.npy"), expected_returns(partition_key))
+    sidecar = json.loads((part / "returns.json").read_text())
+    assert sidecar["labels"] == {"symbols": SYMBOLS, "partition": partition_key}
+    assert sidecar["shape"] == [4, 3] and sidecar["dtype"] == "<f4"
+
+    corr = store.load_bundle("correlation_matrix", partition_key)
+    ref = np.corrcoef(expected_returns(partition_key).astype(np.float64), rowvar=False)
+    np.testing.assert_allclose(corr["corr"], ref, rtol=1e-6)
+    np.testing.assert_array_equal(corr["returns_sum"], expected_returns(partition_key).sum(axis=0))
+    assert corr.labels["symbols"] == SYMBOLS
+
+    # multi-asset: each output in its own asset directory
+    if multi_asset:
+        assert store.load_bundle("neighbors", partition_key)["index"].shape == (3, 3)
+        assert store.load_bundle("clusters", partition_key)["labels"].dtype == np.int32
+    assert not any(".tmp-" in p.name for p in base_dir.rglob("*"))
+
+
+def test_materialize_partitioned_assets(tmp_path):
+    base = tmp_path / "store"
+    result = dg.materialize(ASSETS, partition_key=PK, resources=resources(base))
+    assert result.success
+    check_store(base, PK)
+
+    mats = {
+        m.asset_key.path[-1]: m
+        for m in result.asset_materializations_for_node("correlation_matrix")
+    }
+    meta = mats["correlation_matrix"].metadata
+    seen = meta["seen"].value
+    assert seen["input_is_memmap"] and seen["input_read_only"]
+    assert seen["input_labels"] == {"symbols": SYMBOLS, "partition": PK}
+    # zero-copy: the allocated "corr" was reused, only the small array was copied
+    assert meta["zero_copy_arrays"].value == 1
+    assert meta["copied_bytes"].value == 3 * 4
+    assert meta["path"].value == str(base.resolve() / "correlation_matrix" / PK)
+
+    # a second partition lands next to the first; re-materializing replaces in place
+    inode_before = os.stat(base / "returns_matrix" / PK / "returns.npy").st_ino
+    assert dg.materialize(ASSETS, partition_key="2024-01-04", resources=resources(base)).success
+    assert dg.materialize(ASSETS, partition_key=PK, resources=resources(base)).success
+    check_store(base, "2024-01-04")
+    check_store(base, PK)
+    assert os.stat(base / "returns_matrix" / PK / "returns.npy").st_ino != inode_before
+    assert MatrixStore(base).partitions("returns_matrix") == ["2024-01-03", "2024-01-04"]
+
+
+def test_handle_output_rejects_non_bundles(tmp_path):
+    @dg.asset
+    def not_a_bundle() -> np.ndarray:
+        return np.zeros(3)
+
+    with pytest.raises(TypeError, match="needs a MatrixBundle"):
+        dg.materialize([not_a_bundle], resources=resources(tmp_path))
+
+
+def test_unpartitioned_asset(tmp_path):
+    @dg.asset
+    def plain() -> MatrixBundle:
+        return MatrixBundle({"x": np.arange(3)})
+
+    @dg.asset
+    def child(plain: MatrixBundle) -> MatrixBundle:
+        return MatrixBundle({"y": np.asarray(plain["x"]) * 2})
+
+    assert dg.materialize([plain, child], resources=resources(tmp_path)).success
+    np.testing.assert_array_equal(
+        MatrixStore(tmp_path).load_bundle("child", UNPARTITIONED)["y"], [0, 2, 4]
+    )
+
+
+def test_multiprocess_executor(tmp_path):
+    """Each step runs in its own subprocess: the IO manager is rebuilt from config only."""
+    base = tmp_path / "store"
+    run_config = {
+        "resources": {
+            "io_manager": {"config": {"base_dir": str(base)}},
+            "matrix_store": {"config": {"base_dir": str(base)}},
+        }
+    }
+    (tmp_path / "dagster_home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
+        result = dg.execute_job(
+            dg.reconstructable(multiprocess_job),
+            instance=instance,
+            run_config=run_config,
+            tags={"dagster/partition": PK},
+        )
+        assert result.success, [
+            e.message for e in result.all_events if e.event_type_value == "STEP_FAILURE"
+        ]
+        pids = {e.pid for e in result.all_events if e.event_type_value == "STEP_START"}
+        assert len(pids) == 2 and os.getpid() not in pids  # really separate processes
+    check_store(base, PK, multi_asset=False)
