@@ -102,7 +102,7 @@ def condensed_distances(
     rows = _chunk_rows(n * corr.dtype.itemsize, working_memory_mb)
     n_bad = 0
     for row0 in range(0, max(n - 1, 0), rows):
-        block = np.ascontiguousarray(corr[row0 : min(row0 + rows, n - 1)])
+        block = np.asarray(corr[row0 : min(row0 + rows, n - 1)])  # a view for ndarray/memmap
         n_bad += _fill_condensed_rows(block, row0, n, out)
     if n_bad:
         raise ValueError(
@@ -117,14 +117,31 @@ def condensed_distances(
 # --------------------------------------------------------------------------------------------
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _row_base(n, i):  # pragma: no cover - compiled
+    """``_row_base(n, i) + j`` is scipy's condensed index of the pair ``i < j``."""
+    return n * i - ((i * (i + 1)) >> 1) - i - 1
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _update(d_xi, d_yi, nx, ny, method):  # pragma: no cover - compiled
+    """scipy's distance update (``_hierarchy_distance_update.pxi``), same operation order."""
+    if method == 1:  # complete: max(d_xi, d_yi)
+        return d_yi if d_yi > d_xi else d_xi
+    elif method == 2:  # average
+        return (nx * d_xi + ny * d_yi) / (nx + ny)
+    else:  # weighted
+        return 0.5 * (d_xi + d_yi)
+
+
 @numba.njit(cache=True, nogil=True)
 def _nn_chain_inplace(D, n, method, Z):  # pragma: no cover - compiled
     """scipy's ``nn_chain`` (average/complete/weighted) working on ``D`` in place.
 
-    Identical arithmetic and comparison order to scipy; the only change is that the scans
-    over "clusters still alive" walk a linked list of live indices (ascending, exactly the
-    indices scipy's ``for i in range(n): if size[i] == 0: continue`` visits) and use the
-    contiguous layout of row ``x`` for ``i > x``.
+    Identical arithmetic and comparison order to scipy; the only changes are that the scans
+    over "clusters still alive" walk a linked list of live indices (ascending: exactly the
+    indices scipy's ``for i in range(n): if size[i] == 0: continue`` visits) and that each scan
+    is split at ``x`` / ``y`` so the condensed index needs no branch (contiguous for ``i > x``).
     """
     size = np.ones(n, dtype=np.int64)
     succ = np.arange(1, n + 1, dtype=np.int64)  # next live index (n = end)
@@ -141,22 +158,23 @@ def _nn_chain_inplace(D, n, method, Z):  # pragma: no cover - compiled
             x = chain[chain_length - 1]
             if chain_length > 1:
                 y = chain[chain_length - 2]
-                a = min(x, y)
-                b = max(x, y)
-                current_min = D[n * a - (a * (a + 1)) // 2 + (b - a - 1)]
+                if x < y:
+                    current_min = D[_row_base(n, x) + y]
+                else:
+                    current_min = D[_row_base(n, y) + x]
             else:
                 current_min = np.inf
             i = start
             while i < x:
-                dist = D[n * i - (i * (i + 1)) // 2 + (x - i - 1)]
+                dist = D[_row_base(n, i) + x]
                 if dist < current_min:
                     current_min = dist
                     y = i
                 i = succ[i]
-            base = n * x - (x * (x + 1)) // 2 - x - 1  # D[base + i] = d(x, i) for i > x
+            base_x = _row_base(n, x)
             i = succ[x]
             while i < n:
-                dist = D[base + i]
+                dist = D[base_x + i]
                 if dist < current_min:
                     current_min = dist
                     y = i
@@ -175,9 +193,8 @@ def _nn_chain_inplace(D, n, method, Z):  # pragma: no cover - compiled
         Z[k, 1] = y
         Z[k, 2] = current_min
         Z[k, 3] = nx + ny
-        size[x] = 0
+        size[x] = 0  # cluster x is dropped, y becomes the merged cluster
         size[y] = nx + ny
-        # unlink x
         if pred[x] >= 0:
             succ[pred[x]] = succ[x]
         else:
@@ -185,26 +202,20 @@ def _nn_chain_inplace(D, n, method, Z):  # pragma: no cover - compiled
         if succ[x] < n:
             pred[succ[x]] = pred[x]
 
-        # D[(i, y)] = new_dist(D[(i, x)], D[(i, y)]) for every live i != y
+        # D[(i, y)] = update(D[(i, x)], D[(i, y)]) for every live i != y (x < y)
+        base_x = _row_base(n, x)
+        base_y = _row_base(n, y)
         i = start
+        while i < x:
+            base_i = _row_base(n, i)
+            D[base_i + y] = _update(D[base_i + x], D[base_i + y], nx, ny, method)
+            i = succ[i]
+        while i < y:
+            D[_row_base(n, i) + y] = _update(D[base_x + i], D[_row_base(n, i) + y], nx, ny, method)
+            i = succ[i]
+        i = succ[y]
         while i < n:
-            if i != y:
-                if i < x:
-                    ix = n * i - (i * (i + 1)) // 2 + (x - i - 1)
-                else:
-                    ix = n * x - (x * (x + 1)) // 2 + (i - x - 1)
-                if i < y:
-                    iy = n * i - (i * (i + 1)) // 2 + (y - i - 1)
-                else:
-                    iy = n * y - (y * (y + 1)) // 2 + (i - y - 1)
-                d_xi = D[ix]
-                d_yi = D[iy]
-                if method == 1:  # complete
-                    D[iy] = d_yi if d_yi > d_xi else d_xi
-                elif method == 2:  # average
-                    D[iy] = (nx * d_xi + ny * d_yi) / (nx + ny)
-                else:  # weighted
-                    D[iy] = 0.5 * (d_xi + d_yi)
+            D[base_y + i] = _update(D[base_x + i], D[base_y + i], nx, ny, method)
             i = succ[i]
 
 
@@ -229,9 +240,9 @@ def _mst_single(D, n, Z):  # pragma: no cover - compiled
         i = start
         while i < n:
             if i < x:
-                dist = D[n * i - (i * (i + 1)) // 2 + (x - i - 1)]
+                dist = D[_row_base(n, i) + x]
             else:
-                dist = D[n * x - (x * (x + 1)) // 2 + (i - x - 1)]
+                dist = D[_row_base(n, x) + i]
             if dmin[i] > dist:
                 dmin[i] = dist
             if dmin[i] < current_min:
@@ -325,7 +336,9 @@ def _check_square(corr, name: str):
     if corr.ndim != 2 or corr.shape[0] != corr.shape[1]:
         raise ValueError(f"{name} must be a square 2-D array (N × N); got shape {corr.shape}")
     if not np.issubdtype(corr.dtype, np.floating):
-        raise ValueError(f"{name} must have a floating dtype (float32 per SPEC §3); got {corr.dtype}")
+        raise ValueError(
+            f"{name} must have a floating dtype (float32 per SPEC §3); got {corr.dtype}"
+        )
     return corr
 
 
@@ -378,7 +391,9 @@ def hierarchical_clusters(
         raise ValueError("give exactly one of distance_threshold and n_clusters")
     if distance_threshold is not None:
         if isinstance(distance_threshold, bool) or not np.isfinite(float(distance_threshold)):
-            raise ValueError(f"distance_threshold must be a finite number; got {distance_threshold!r}")
+            raise ValueError(
+                f"distance_threshold must be a finite number; got {distance_threshold!r}"
+            )
         t, criterion = float(distance_threshold), "distance"
     else:
         if isinstance(n_clusters, bool) or int(n_clusters) != n_clusters or n_clusters < 1:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from corr_pipeline.compute import kernels
-from corr_pipeline.compute.standardize import Side, make_side, standardize
+from corr_pipeline.compute.standardize import Side, Standardized, make_side, standardize
 from corr_pipeline.compute.tiling import (
     DEFAULT_WORKING_MEMORY_MB,
     GEMM_TILE,
@@ -53,130 +53,99 @@ class CorrelationResult:
     overlap: np.ndarray
 
 
-@dataclass(frozen=True)
-class TileProducts:
-    """The matrix products of one tile: rows ``[row0, row0 + m)`` × columns ``[col0, N)``."""
+class PairCorrelator:
+    """Correlates columns of side A against columns of side B of one standardized window.
 
-    row0: int
-    col0: int
-    sxy: np.ndarray
-    x_sum: np.ndarray
-    x_sq: np.ndarray
-    x_count: np.ndarray
-    b_dense_local: np.ndarray
-    y_sum: np.ndarray
-    y_sq: np.ndarray
-    a_dense_local: np.ndarray
-
-
-def tile_products(a: Side, b: Side, row0: int, row1: int, col0: int) -> TileProducts:
-    """Products for A columns ``[row0, row1)`` against B columns ``[col0, N)``.
-
-    ``Sxy = Z_A[:, I]ᵀ Z_B[:, J]``; for dense-gap B columns ``[Z_A; Z_A²; M_A][:, I]ᵀ M_B``;
-    for dense-gap A columns in ``I``, ``M_A[:, I_d]ᵀ [Z_B, Z_B²][:, J]``. Shapes depend
-    only on the tile, which keeps results independent of the block size.
+    Products are issued per aligned tile of ``GEMM_TILE`` A columns against the
+    B columns from ``col0`` on (``col0`` = the tile start in the symmetric case,
+    0 otherwise), so every value comes from the same product call whatever the
+    block size.
     """
-    za = a.z_t[row0:row1]
-    zb = b.z[:, col0:]
-    sxy = za @ zb
 
-    dense_start = int(np.searchsorted(b.dense_cols, col0))
-    dense_b = b.dense_pos[col0:]
-    b_dense_local = np.where(dense_b >= 0, dense_b - dense_start, -1)
-    if dense_start < b.dense_cols.size:
-        m = row1 - row0
-        stacked = np.concatenate(
-            [za, np.square(za), a.present_t[row0:row1].astype(np.float32)], axis=0
+    def __init__(self, window: Standardized, a: Side, b: Side) -> None:
+        self.window = window
+        self.a = a
+        self.b = b
+
+    def tile_product(self, tile_start: int, tile_stop: int, col0: int) -> np.ndarray:
+        """``Sxy = Z[a0:a0+T', tile]ᵀ Z[b0:b0+T', col0:]`` in float32."""
+        a, b, w = self.a, self.b, self.window
+        left = w.z_t[tile_start:tile_stop, a.row0 : a.row0 + a.n_rows]
+        right = w.z[b.row0 : b.row0 + b.n_rows, col0:]
+        return left @ right
+
+    def run(
+        self,
+        rows: tuple[int, int],
+        *,
+        mode: int,
+        symmetric: bool,
+        min_overlap: int,
+        out_origin: tuple[int, int] = (0, 0),
+        out_corr: np.ndarray = _EMPTY_F32,
+        out_overlap: np.ndarray = _EMPTY_I32,
+        lag: int = 0,
+        best: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        """Correlate A columns ``rows`` against B (all columns, or ``j >= i`` if symmetric)."""
+        best_abs, best_corr, best_lag, best_overlap = best or (
+            _EMPTY_F32,
+            _EMPTY_F32,
+            _EMPTY_I8,
+            _EMPTY_I32,
         )
-        x_all = stacked @ b.dense_present[:, dense_start:]
-        x_sum, x_sq, x_count = x_all[:m], x_all[m : 2 * m], x_all[2 * m :]
-    else:
-        x_sum = x_sq = x_count = _EMPTY_F32
-
-    dense_a = a.dense_pos[row0:row1]
-    is_dense_row = dense_a >= 0
-    if is_dense_row.any():
-        mask_rows = a.dense_present_t[dense_a[is_dense_row]]
-        y_sum = mask_rows @ zb
-        y_sq = mask_rows @ b.z_sq[:, col0:]
-        a_dense_local = np.where(is_dense_row, np.cumsum(is_dense_row) - 1, -1)
-    else:
-        y_sum = y_sq = _EMPTY_F32
-        a_dense_local = np.full(row1 - row0, -1, dtype=np.int64)
-    return TileProducts(
-        row0, col0, sxy, x_sum, x_sq, x_count, b_dense_local, y_sum, y_sq, a_dense_local
-    )
-
-
-def run_tile(
-    products: TileProducts,
-    a: Side,
-    b: Side,
-    *,
-    mode: int,
-    symmetric: bool,
-    rows: tuple[int, int],
-    min_overlap: int,
-    out_origin: tuple[int, int] = (0, 0),
-    out_corr: np.ndarray = _EMPTY_F32,
-    out_overlap: np.ndarray = _EMPTY_I32,
-    lag: int = 0,
-    best: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
-) -> None:
-    """Run the fused kernel on rows ``rows`` of one tile (see ``kernels.correlate_tile``)."""
-    best_abs, best_corr, best_lag, best_overlap = best or (
-        _EMPTY_F32,
-        _EMPTY_F32,
-        _EMPTY_I8,
-        _EMPTY_I32,
-    )
-    kernels.correlate_tile(
-        mode,
-        symmetric,
-        products.row0,
-        rows[0],
-        rows[1],
-        products.col0,
-        min_overlap,
-        kernels.FALLBACK_TAU,
-        products.sxy,
-        products.x_sum,
-        products.x_sq,
-        products.x_count,
-        products.b_dense_local,
-        products.y_sum,
-        products.y_sq,
-        products.a_dense_local,
-        a.z_t,
-        a.present_t,
-        a.raw_t,
-        a.col_sum,
-        a.col_sq_sum,
-        a.count,
-        a.gap_ptr,
-        a.gap_rows,
-        b.z,
-        b.z_sq,
-        b.raw_t,
-        b.col_sum,
-        b.col_sq_sum,
-        b.gap_ptr,
-        b.gap_rows,
-        out_origin[0],
-        out_origin[1],
-        out_corr,
-        out_overlap,
-        lag,
-        best_abs,
-        best_corr,
-        best_lag,
-        best_overlap,
-    )
+        a, b, w = self.a, self.b, self.window
+        n_cols = w.n_cols
+        for tile_start, tile_stop in tiles_covering(rows[0], rows[1]):
+            tile_stop = min(tile_stop, n_cols)
+            col0 = tile_start if symmetric else 0
+            sxy = self.tile_product(tile_start, tile_stop, col0)
+            kernels.correlate_tile(
+                mode,
+                symmetric,
+                min_overlap,
+                kernels.FALLBACK_TAU,
+                sxy,
+                tile_start,
+                col0,
+                max(rows[0], tile_start),
+                min(rows[1], tile_stop),
+                w.z,
+                w.z_t,
+                w.present_t,
+                w.raw_t,
+                w.prefix,
+                w.prefix_sq,
+                w.prefix_t,
+                w.prefix_sq_t,
+                w.prefix_count_t,
+                a.row0,
+                a.lo,
+                a.hi,
+                a.gap_ptr,
+                a.gap_rows,
+                b.row0,
+                b.lo,
+                b.hi,
+                b.gap_ptr,
+                b.gap_rows,
+                b.gap_cols,
+                a.n_rows,
+                out_origin[0],
+                out_origin[1],
+                out_corr,
+                out_overlap,
+                lag,
+                best_abs,
+                best_corr,
+                best_lag,
+                best_overlap,
+            )
 
 
 def block_row_bytes(n_cols: int, overlap_itemsize: int) -> int:
-    """Bytes one block row keeps alive: slab (corr + overlap) plus its share of tile products."""
-    return n_cols * (4 + overlap_itemsize) + n_cols * 4 * 2
+    """Bytes one block row keeps alive: the transposed copy made while mirroring it."""
+    return n_cols * max(4, overlap_itemsize)
 
 
 def pairwise_correlation(
@@ -210,46 +179,39 @@ def pairwise_correlation(
     rows_per_block = resolve_block_rows(
         block_rows, block_row_bytes(n_cols, ov_dtype.itemsize), working_memory_mb, n_cols
     )
-    side = make_side(standardize(R), 0, n_rows)
+    window = standardize(R)
+    side = make_side(window, 0, n_rows)
+    correlator = PairCorrelator(window, side, side)
     blocks = row_blocks(n_cols, rows_per_block)
     for done, (start, stop) in enumerate(blocks, start=1):
-        _correlate_block(side, start, stop, min_overlap, corr, overlap)
+        _correlate_block(correlator, start, stop, min_overlap, corr, overlap)
         if progress is not None:
             progress(done, len(blocks))
     return CorrelationResult(corr=corr, overlap=overlap)
 
 
 def _correlate_block(
-    side: Side, start: int, stop: int, min_overlap: int, corr: np.ndarray, overlap: np.ndarray
+    correlator: PairCorrelator,
+    start: int,
+    stop: int,
+    min_overlap: int,
+    corr: np.ndarray,
+    overlap: np.ndarray,
 ) -> None:
-    """Upper-triangle slab of rows ``[start, stop)``, mirrored into the columns below."""
-    n_cols = corr.shape[0]
-    height = stop - start
-    slab_corr = np.empty((height, n_cols - start), dtype=np.float32)
-    slab_overlap = np.empty((height, n_cols - start), dtype=overlap.dtype)
-    for tile_start, tile_stop in tiles_covering(start, stop):
-        tile_stop = min(tile_stop, n_cols)
-        products = tile_products(side, side, tile_start, tile_stop, tile_start)
-        run_tile(
-            products,
-            side,
-            side,
-            mode=kernels.MODE_WRITE,
-            symmetric=True,
-            rows=(max(start, tile_start), min(stop, tile_stop)),
-            min_overlap=min_overlap,
-            out_origin=(start, start),
-            out_corr=slab_corr,
-            out_overlap=slab_overlap,
-        )
-    lower = np.tril_indices(height, -1)
-    for slab in (slab_corr, slab_overlap):
-        square = slab[:, :height]
-        square[lower] = square.T[lower]
-    corr[start:stop, start:] = slab_corr
-    overlap[start:stop, start:] = slab_overlap
-    corr[stop:, start:stop] = slab_corr[:, height:].T
-    overlap[stop:, start:stop] = slab_overlap[:, height:].T
+    """Upper triangle of rows ``[start, stop)`` written in place, then mirrored below."""
+    correlator.run(
+        (start, stop),
+        mode=kernels.MODE_WRITE,
+        symmetric=True,
+        min_overlap=min_overlap,
+        out_origin=(start, start),
+        out_corr=np.asarray(corr[start:stop, start:]),
+        out_overlap=np.asarray(overlap[start:stop, start:]),
+    )
+    for matrix in (corr, overlap):
+        for row in range(start + 1, stop):
+            matrix[row, start:row] = matrix[start:row, row]
+        matrix[stop:, start:stop] = matrix[start:stop, stop:].T
 
 
 __all__ = ["CorrelationResult", "GEMM_TILE", "pairwise_correlation"]

@@ -1,33 +1,34 @@
 """Fused per-pair kernels (numba): the elementwise half of the correlation.
 
-For rows ``i`` of side A and columns ``j`` of side B (see ``standardize.Side``)
-with standardized, zero-filled ``Z_A``, ``Z_B`` and presence masks ``M_A``,
-``M_B``, the pairwise-complete Pearson correlation over the overlap
-``O_ij = {t : M_A[t, i] = M_B[t, j] = 1}`` is
+For column ``i`` of side A and column ``j`` of side B (see ``standardize``),
+aligned row by row (local row ``t`` is window row ``a0 + t`` in A and
+``b0 + t`` in B), the pairwise-complete Pearson correlation over the overlap
+``O_ij = {t : both finite}`` is
 
     n   = |O_ij|
-    Sx  = Σ_O Z_A[t, i]      Sxx = Σ_O Z_A[t, i]²
-    Sy  = Σ_O Z_B[t, j]      Syy = Σ_O Z_B[t, j]²      Sxy = Σ_t Z_A[t, i] Z_B[t, j]
+    Sx  = Σ_O Z[a0+t, i]     Sxx = Σ_O Z[a0+t, i]²
+    Sy  = Σ_O Z[b0+t, j]     Syy = Σ_O Z[b0+t, j]²      Sxy = Σ_t Z[a0+t, i] Z[b0+t, j]
     corr = (Sxy − Sx·Sy/n) / sqrt((Sxx − Sx²/n) · (Syy − Sy²/n))
 
-``Sxy`` needs no mask (zeros outside the overlap contribute nothing): it is the
-one big matrix product. The overlap-restricted sums come
+``Sxy`` needs no mask (zeros outside the overlap add nothing): it is the one
+matrix product per tile. Because ``Z`` is zero wherever ``i`` is missing, the
+overlap sums of ``i`` only have to leave out the rows where ``j`` is missing,
+which are the rows outside ``j``'s presence interval ``[lo_j, hi_j)`` and its
+few interior gaps ``g_j``:
 
-* for a dense-gap column ``j`` (listing/delisting) from products with its
-  mask: ``Sx = (Z_Aᵀ M_B)_ij``, ``Sxx = (Z_A²ᵀ M_B)_ij``, ``n = (M_Aᵀ M_B)_ij``;
-* for any other ``j`` by removing its few gap rows from the column totals:
-  ``Sx = s_i − Σ_{t ∈ gaps_j} Z_A[t, i]`` (likewise ``Sxx`` from ``q_i`` and
-  ``n`` from ``n_i``),
+    Sx  = PZ[a0+hi_j, i] − PZ[a0+lo_j, i] − Σ_{t ∈ g_j} Z[a0+t, i]
+    Sxx = (same with PZ2 and Z²)          n = (same with PM and the presence of i)
 
-and symmetrically for ``Sy``, ``Syy`` with the roles of ``i`` and ``j`` swapped.
+and ``Sy``, ``Syy`` likewise with the roles of ``i`` and ``j`` swapped. Listings
+and delistings therefore cost O(1) per pair; a halt costs one subtraction.
 
 Exactness guard: when a variance ``Sxx − Sx²/n`` is at most ``tau`` times the
-sum it was taken from, float32 cancellation could cost digits (and a truly
+interval sum it came from, float cancellation could cost digits (and a truly
 constant overlap would not come out as exactly 0), so that pair is
 recomputed exactly from the raw returns in float64 (two-pass, with zero
 variance decided by equality of all values, as pandas' Welford recurrence
-does). Such pairs are rare (near-constant overlaps); the guard makes the fast
-formula exact to float32 rounding everywhere else.
+does). Such pairs are rare (near-constant overlaps); the guard keeps the fast
+formula within float32 rounding everywhere else.
 """
 
 from __future__ import annotations
@@ -94,35 +95,34 @@ def exact_pair_correlation(x, y, min_overlap):  # pragma: no cover - compiled
 def correlate_tile(  # pragma: no cover - compiled
     mode,
     symmetric,
-    tile_row0,
-    row_lo,
-    row_hi,
-    col0,
     min_overlap,
     tau,
     sxy,
-    x_sum,
-    x_sq,
-    x_count,
-    b_dense_local,
-    y_sum,
-    y_sq,
-    a_dense_local,
-    a_z_t,
-    a_present_t,
-    a_raw_t,
-    a_sum,
-    a_sq_sum,
-    a_count,
+    tile_row0,
+    col0,
+    row_lo,
+    row_hi,
+    z,
+    z_t,
+    present_t,
+    raw_t,
+    prefix,
+    prefix_sq,
+    prefix_t,
+    prefix_sq_t,
+    prefix_count_t,
+    a0,
+    a_lo,
+    a_hi,
     a_gap_ptr,
     a_gap_rows,
-    b_z,
-    b_z_sq,
-    b_raw_t,
-    b_sum,
-    b_sq_sum,
+    b0,
+    b_lo,
+    b_hi,
     b_gap_ptr,
     b_gap_rows,
+    b_gap_cols,
+    n_rows,
     out_row0,
     out_col0,
     out_corr,
@@ -133,81 +133,102 @@ def correlate_tile(  # pragma: no cover - compiled
     best_lag,
     best_overlap,
 ):
-    """Finish the correlation of rows ``[row_lo, row_hi)`` (global A columns) of one tile.
+    """Finish the correlation of rows ``[row_lo, row_hi)`` (A columns) of one tile.
 
-    Products for the tile (rows from ``tile_row0``, columns from ``col0``):
-    ``sxy``, the dense-column sums ``x_*`` (indexed by ``b_dense_local``) and the
-    dense-row sums ``y_*`` (indexed by ``a_dense_local``). ``symmetric`` keeps
-    only ``j >= i``.
+    ``sxy`` holds the tile product: rows from ``tile_row0``, B columns from ``col0``.
+    ``b_gap_cols`` lists, ascending, the B columns that have interior gaps.
+    ``symmetric`` keeps only ``j >= i`` (and sets the diagonal).
 
     MODE_WRITE: ``out_corr[i − out_row0, j − out_col0]`` and ``out_overlap``.
     MODE_BEST_LAG: for ``j != i`` keep, in ``best_*[i − out_row0, j]``, the lag
     with the largest finite |corr| (strictly larger, so ties keep the smaller lag).
     """
     width = sxy.shape[1]
+    first_gap_col = np.searchsorted(b_gap_cols, col0)
     for r in prange(row_hi - row_lo):
         i = row_lo + r
         ti = i - tile_row0
         c_start = i - col0 if symmetric else 0
+        lo_i = b0 + a_lo[i]
+        hi_i = b0 + a_hi[i]
         sum_y = np.empty(width)
         sq_y = np.empty(width)
-        y_pos = a_dense_local[ti]
-        if y_pos >= 0:
-            for c in range(c_start, width):
-                sum_y[c] = y_sum[y_pos, c]
-                sq_y[c] = y_sq[y_pos, c]
-        else:
-            for c in range(c_start, width):
-                sum_y[c] = b_sum[col0 + c]
-                sq_y[c] = b_sq_sum[col0 + c]
-            for k in range(a_gap_ptr[i], a_gap_ptr[i + 1]):
-                t = a_gap_rows[k]
-                for c in range(c_start, width):
-                    sum_y[c] -= b_z[t, col0 + c]
-                    sq_y[c] -= b_z_sq[t, col0 + c]
+        base_y = np.empty(width)
+        sum_x = np.empty(width)
+        sq_x = np.empty(width)
+        base_x = np.empty(width)
+        count = np.empty(width, dtype=np.int64)
+        values = np.empty(width)
+        # Overlap sums of column j: its values on i's interval, less i's interior gaps.
         for c in range(c_start, width):
             j = col0 + c
-            if mode == MODE_BEST_LAG and j == i:
+            sum_y[c] = prefix[hi_i, j] - prefix[lo_i, j]
+            base_y[c] = prefix_sq[hi_i, j] - prefix_sq[lo_i, j]
+            sq_y[c] = base_y[c]
+        for k in range(a_gap_ptr[i], a_gap_ptr[i + 1]):
+            t = b0 + a_gap_rows[k]
+            for c in range(c_start, width):
+                v = np.float64(z[t, col0 + c])
+                sum_y[c] -= v
+                sq_y[c] -= v * v
+        # Overlap sums of column i: its values on j's interval, less j's interior gaps.
+        for c in range(c_start, width):
+            j = col0 + c
+            lo = a0 + b_lo[j]
+            hi = a0 + b_hi[j]
+            sum_x[c] = prefix_t[i, hi] - prefix_t[i, lo]
+            base_x[c] = prefix_sq_t[i, hi] - prefix_sq_t[i, lo]
+            sq_x[c] = base_x[c]
+            count[c] = prefix_count_t[i, hi] - prefix_count_t[i, lo]
+        for g in range(first_gap_col, b_gap_cols.shape[0]):
+            j = b_gap_cols[g]
+            c = j - col0
+            if c < c_start:
                 continue
-            x_pos = b_dense_local[c]
-            if x_pos >= 0:
-                sx = np.float64(x_sum[ti, x_pos])
-                sxx = np.float64(x_sq[ti, x_pos])
-                count = np.int64(x_count[ti, x_pos])
-                base_x = sxx
-            else:
-                sx = a_sum[i]
-                sxx = a_sq_sum[i]
-                count = a_count[i]
-                base_x = a_sq_sum[i]
-                for k in range(b_gap_ptr[j], b_gap_ptr[j + 1]):
-                    t = b_gap_rows[k]
-                    v = np.float64(a_z_t[i, t])
-                    sx -= v
-                    sxx -= v * v
-                    count -= a_present_t[i, t]
-            base_y = sq_y[c] if y_pos >= 0 else b_sq_sum[j]
-            if symmetric and j == i:
-                value = 1.0 if (count >= min_overlap and a_sq_sum[i] > 0.0) else np.nan
-            elif count < min_overlap:
+            for k in range(b_gap_ptr[j], b_gap_ptr[j + 1]):
+                t = a0 + b_gap_rows[k]
+                v = np.float64(z_t[i, t])
+                sum_x[c] -= v
+                sq_x[c] -= v * v
+                count[c] -= present_t[i, t]
+        # Pearson from the sums; flag ill-conditioned pairs with -2 for the exact path.
+        for c in range(c_start, width):
+            n = count[c]
+            inv_n = 1.0 / max(n, 1)
+            sx = sum_x[c]
+            sy = sum_y[c]
+            var_x = sq_x[c] - sx * sx * inv_n
+            var_y = sq_y[c] - sy * sy * inv_n
+            value = (np.float64(sxy[ti, c]) - sx * sy * inv_n) / math.sqrt(
+                max(var_x * var_y, 1e-300)
+            )
+            value = min(1.0, max(-1.0, value))
+            if var_x <= tau * base_x[c] or var_y <= tau * base_y[c]:
+                value = -2.0
+            if n < min_overlap:
                 value = np.nan
-            else:
-                sy = sum_y[c]
-                var_x = sxx - sx * sx / count
-                var_y = sq_y[c] - sy * sy / count
-                if var_x <= tau * base_x or var_y <= tau * base_y:
-                    value = exact_pair_correlation(a_raw_t[i], b_raw_t[j], min_overlap)
-                else:
-                    value = (np.float64(sxy[ti, c]) - sx * sy / count) / math.sqrt(var_x * var_y)
-                    value = min(1.0, max(-1.0, value))
-            if mode == MODE_WRITE:
-                out_corr[i - out_row0, j - out_col0] = value
-                out_overlap[i - out_row0, j - out_col0] = count
-            else:
-                magnitude = abs(np.float32(value))
-                row = i - out_row0
-                if magnitude > best_abs[row, j]:
+            values[c] = value
+        for c in range(c_start, width):
+            if values[c] == -2.0:
+                j = col0 + c
+                values[c] = exact_pair_correlation(
+                    raw_t[i, a0 : a0 + n_rows], raw_t[j, b0 : b0 + n_rows], min_overlap
+                )
+        if symmetric and c_start < width:
+            sq_i = prefix_sq_t[i, a0 + a_hi[i]] - prefix_sq_t[i, a0 + a_lo[i]]
+            values[c_start] = 1.0 if (count[c_start] >= min_overlap and sq_i > 0.0) else np.nan
+        if mode == MODE_WRITE:
+            row = i - out_row0
+            for c in range(c_start, width):
+                out_corr[row, col0 + c - out_col0] = values[c]
+                out_overlap[row, col0 + c - out_col0] = count[c]
+        else:
+            row = i - out_row0
+            for c in range(c_start, width):
+                j = col0 + c
+                magnitude = abs(np.float32(values[c]))
+                if j != i and magnitude > best_abs[row, j]:
                     best_abs[row, j] = magnitude
-                    best_corr[row, j] = value
+                    best_corr[row, j] = values[c]
                     best_lag[row, j] = lag
-                    best_overlap[row, j] = count
+                    best_overlap[row, j] = count[c]

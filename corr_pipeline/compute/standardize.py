@@ -1,4 +1,4 @@
-"""Standardized, zero-filled returns and their gap structure: the kernels' input.
+"""Standardized, zero-filled returns, their prefix sums and gap structure: the kernels' input.
 
 For a T × N float32 returns matrix ``R`` with NaN gaps, column ``j`` is
 standardized over its own finite rows (float64 two-pass, then float32):
@@ -9,18 +9,20 @@ standardized over its own finite rows (float64 two-pass, then float32):
 Pearson correlation is invariant under a positive affine map of each column,
 so correlating ``Z`` equals correlating ``R`` on every overlap, while all
 values are O(1): no overflow of squares at 1e15, no underflow at 1e-15, and
-float32 sums keep their digits (the columns are centred before any sum).
+float32 products keep their digits (columns are centred before any sum).
 
-A :class:`Side` is a contiguous row range of the window seen as one operand of
-a correlation: ``rows [0, T)`` for the synchronous matrix; ``[0, T − ℓ)``
-(leaders) and ``[ℓ, T)`` (laggers) for lag ℓ. Per side it keeps the column
-sums ``s_j = Σ_t Z[t, j]``, ``q_j = Σ_t Z[t, j]²``, counts ``n_j``, and the gaps:
+Prefix sums over time (float64, from the float32 values) give any
+contiguous range's sums in O(1):
 
-* *dense-gap* columns (more than ``T' / DENSE_GAP_DIVISOR`` gaps: listings,
-  delistings) are corrected with matrix products against their 0/1
-  presence mask;
-* the other columns' few gaps (halts, bad prints) are kept as a CSR list of
-  gap rows and corrected by subtraction inside the fused kernel.
+    PZ[t, j]  = Σ_{u < t} Z[u, j]        PZ2[t, j] = Σ_{u < t} Z[u, j]²
+    PM[t, j]  = #{u < t : R[u, j] finite}
+
+A :class:`Side` is a contiguous row range ``[row0, row0 + T')`` of the window
+seen as one operand of a correlation: ``[0, T)`` for the synchronous matrix;
+``[0, T − ℓ)`` (leaders) and ``[ℓ, T)`` (laggers) for lag ℓ. Within a side each
+column's presence is an *interval* ``[lo_j, hi_j)`` (first to last finite row:
+listings and delistings cost nothing) plus a CSR list of *interior gaps*
+(halts, bad prints) inside it.
 """
 
 from __future__ import annotations
@@ -29,19 +31,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DENSE_GAP_DIVISOR = 16
-"""A column with more than T'/16 gaps is handled by dense products (a cost choice only)."""
-
 
 @dataclass(frozen=True)
 class Standardized:
     """The whole window, standardized once (see module docstring)."""
 
-    z: np.ndarray  # T × N float32, C order
-    z_sq: np.ndarray  # T × N float32, Z²
-    z_t: np.ndarray  # N × T float32, C order (Z transposed)
+    z: np.ndarray  # T × N float32
+    z_t: np.ndarray  # N × T float32 (Z transposed, C order)
     present_t: np.ndarray  # N × T uint8, 1 where R is finite
     raw_t: np.ndarray  # N × T float32, R transposed (for the exact fallback)
+    prefix: np.ndarray  # (T + 1) × N float64, PZ
+    prefix_sq: np.ndarray  # (T + 1) × N float64, PZ2
+    prefix_t: np.ndarray  # N × (T + 1) float64, PZ transposed
+    prefix_sq_t: np.ndarray  # N × (T + 1) float64, PZ2 transposed
+    prefix_count_t: np.ndarray  # N × (T + 1) int32, PM transposed
 
     @property
     def n_rows(self) -> int:
@@ -52,90 +55,83 @@ class Standardized:
         return int(self.z.shape[1])
 
 
-def standardize(returns: np.ndarray, column_chunk: int = 4096) -> Standardized:
-    """Standardize ``returns`` column by column (chunks keep float64 temporaries small)."""
+def standardize(returns: np.ndarray, column_chunk: int = 2048) -> Standardized:
+    """Standardize ``returns`` and build the prefix sums, a chunk of columns at a time."""
     n_rows, n_cols = returns.shape
     z = np.zeros((n_rows, n_cols), dtype=np.float32)
     present = np.isfinite(returns)
+    prefix = np.zeros((n_rows + 1, n_cols), dtype=np.float64)
+    prefix_sq = np.zeros((n_rows + 1, n_cols), dtype=np.float64)
     for start in range(0, n_cols, column_chunk):
-        stop = min(start + column_chunk, n_cols)
-        chunk = returns[:, start:stop].astype(np.float64)
-        mask = present[:, start:stop]
+        cols = slice(start, min(start + column_chunk, n_cols))
+        chunk = returns[:, cols].astype(np.float64)
+        mask = present[:, cols]
         count = mask.sum(axis=0)
-        filled = np.where(mask, chunk, 0.0)
-        mean = filled.sum(axis=0) / np.maximum(count, 1)
+        mean = np.where(mask, chunk, 0.0).sum(axis=0) / np.maximum(count, 1)
         deviation = np.where(mask, chunk - mean, 0.0)
         std = np.sqrt((deviation**2).sum(axis=0) / np.maximum(count, 1))
         highest = np.where(mask, chunk, -np.inf).max(axis=0, initial=-np.inf)
         lowest = np.where(mask, chunk, np.inf).min(axis=0, initial=np.inf)
         varies = (highest > lowest) & (std > 0) & np.isfinite(std)
         scale = np.where(varies, 1.0 / np.where(varies, std, 1.0), 0.0)
-        z[:, start:stop] = deviation * scale
+        z[:, cols] = deviation * scale
+        z64 = z[:, cols].astype(np.float64)
+        np.cumsum(z64, axis=0, out=prefix[1:, cols])
+        np.cumsum(z64 * z64, axis=0, out=prefix_sq[1:, cols])
+    prefix_count_t = np.zeros((n_cols, n_rows + 1), dtype=np.int32)
+    np.cumsum(present.T, axis=1, out=prefix_count_t[:, 1:])
     return Standardized(
         z=z,
-        z_sq=np.square(z),
         z_t=np.ascontiguousarray(z.T),
         present_t=np.ascontiguousarray(present.T).view(np.uint8),
         raw_t=np.ascontiguousarray(returns.T),
+        prefix=prefix,
+        prefix_sq=prefix_sq,
+        prefix_t=np.ascontiguousarray(prefix.T),
+        prefix_sq_t=np.ascontiguousarray(prefix_sq.T),
+        prefix_count_t=prefix_count_t,
     )
 
 
 @dataclass(frozen=True)
 class Side:
-    """Rows ``[row_start, row_start + n_rows)`` of a :class:`Standardized` window."""
+    """Rows ``[row0, row0 + n_rows)`` of a window: presence intervals and interior gaps.
 
-    z: np.ndarray  # T' × N float32 view
-    z_sq: np.ndarray  # T' × N float32 view
-    z_t: np.ndarray  # N × T' float32 view
-    present_t: np.ndarray  # N × T' uint8 view
-    raw_t: np.ndarray  # N × T' float32 view
-    col_sum: np.ndarray  # (N,) float64  s_j
-    col_sq_sum: np.ndarray  # (N,) float64  q_j
-    count: np.ndarray  # (N,) int64  n_j
-    dense_cols: np.ndarray  # (d,) int64 ascending, the dense-gap columns
-    dense_pos: np.ndarray  # (N,) int64, position in dense_cols or -1
-    dense_present: np.ndarray  # T' × d float32 presence of dense columns
-    dense_present_t: np.ndarray  # d × T' float32
-    gap_ptr: np.ndarray  # (N + 1,) int64 CSR pointers (empty for dense columns)
-    gap_rows: np.ndarray  # gap row indices (local to the side)
+    ``lo[j], hi[j]`` bound column j's finite rows in local coordinates (``lo == hi``
+    when it has none); ``gap_rows[gap_ptr[j]:gap_ptr[j + 1]]`` are its local rows
+    inside ``[lo, hi)`` that are not finite, ascending.
+    """
+
+    row0: int
+    n_rows: int
+    lo: np.ndarray  # (N,) int64
+    hi: np.ndarray  # (N,) int64
+    gap_ptr: np.ndarray  # (N + 1,) int64
+    gap_rows: np.ndarray  # int64
 
     @property
-    def n_rows(self) -> int:
-        return int(self.z.shape[0])
+    def gap_cols(self) -> np.ndarray:
+        """Columns with at least one interior gap, ascending."""
+        return np.flatnonzero(np.diff(self.gap_ptr))
 
 
-def make_side(window: Standardized, row_start: int, row_stop: int) -> Side:
-    """The operand for rows ``[row_start, row_stop)``: views plus O(N) statistics and gaps."""
-    rows = slice(row_start, row_stop)
-    z = window.z[rows]
-    present_t = window.present_t[:, rows]
-    n_rows = row_stop - row_start
-    count = present_t.sum(axis=1, dtype=np.int64)
-    gaps = n_rows - count
-    is_dense = gaps * DENSE_GAP_DIVISOR > n_rows
-    dense_cols = np.flatnonzero(is_dense)
-    dense_pos = np.full(window.n_cols, -1, dtype=np.int64)
-    dense_pos[dense_cols] = np.arange(dense_cols.size)
-    dense_present_t = present_t[dense_cols].astype(np.float32)
-
-    sparse_gap_counts = np.where(is_dense, 0, gaps)
+def make_side(window: Standardized, row0: int, row1: int) -> Side:
+    """The side for rows ``[row0, row1)``: O(N + gaps) work, no copy of the data."""
+    present = window.present_t[:, row0:row1].astype(bool)
+    n_rows = row1 - row0
+    has_any = present.any(axis=1)
+    lo = np.where(has_any, present.argmax(axis=1), 0)
+    hi = np.where(has_any, n_rows - present[:, ::-1].argmax(axis=1), 0)
+    local = np.arange(n_rows)
+    interior_gap = ~present & (local >= lo[:, None]) & (local < hi[:, None])
     gap_ptr = np.zeros(window.n_cols + 1, dtype=np.int64)
-    np.cumsum(sparse_gap_counts, out=gap_ptr[1:])
-    gap_cols, gap_rows = np.nonzero((present_t == 0) & ~is_dense[:, None])
-    del gap_cols  # row-major order already groups the gap rows by column, ascending
+    np.cumsum(interior_gap.sum(axis=1), out=gap_ptr[1:])
+    _, gap_rows = np.nonzero(interior_gap)  # row-major: grouped by column, rows ascending
     return Side(
-        z=z,
-        z_sq=window.z_sq[rows],
-        z_t=window.z_t[:, rows],
-        present_t=present_t,
-        raw_t=window.raw_t[:, rows],
-        col_sum=z.sum(axis=0, dtype=np.float64),
-        col_sq_sum=window.z_sq[rows].sum(axis=0, dtype=np.float64),
-        count=count,
-        dense_cols=dense_cols,
-        dense_pos=dense_pos,
-        dense_present=np.ascontiguousarray(dense_present_t.T),
-        dense_present_t=dense_present_t,
+        row0=row0,
+        n_rows=n_rows,
+        lo=lo.astype(np.int64),
+        hi=hi.astype(np.int64),
         gap_ptr=gap_ptr,
         gap_rows=gap_rows.astype(np.int64),
     )
