@@ -134,26 +134,41 @@ def _update(d_xi, d_yi, nx, ny, method):  # pragma: no cover - compiled
         return 0.5 * (d_xi + d_yi)
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _live_position(live, m, x):  # pragma: no cover - compiled
+    """Index of ``x`` in the sorted prefix ``live[:m]`` (binary search; ``x`` is present)."""
+    lo = 0
+    hi = m
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if live[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 @numba.njit(cache=True, nogil=True)
 def _nn_chain_inplace(D, n, method, Z):  # pragma: no cover - compiled
     """scipy's ``nn_chain`` (average/complete/weighted) working on ``D`` in place.
 
-    Identical arithmetic and comparison order to scipy; the only changes are that the scans
-    over "clusters still alive" walk a linked list of live indices (ascending: exactly the
-    indices scipy's ``for i in range(n): if size[i] == 0: continue`` visits) and that each scan
-    is split at ``x`` / ``y`` so the condensed index needs no branch (contiguous for ``i > x``).
+    Identical arithmetic and comparison order to scipy. The only changes are in how the loops
+    over "clusters still alive" are run: over a sorted array ``live[:m]`` of the live indices
+    (exactly the indices, in the same ascending order, that scipy's
+    ``for i in range(n): if size[i] == 0: continue`` visits), split at ``x`` / ``y`` so the
+    condensed index needs no branch. A dense array rather than a linked list keeps the loads of
+    ``D`` independent of each other, so the CPU can overlap their cache misses.
     """
     size = np.ones(n, dtype=np.int64)
-    succ = np.arange(1, n + 1, dtype=np.int64)  # next live index (n = end)
-    pred = np.arange(-1, n - 1, dtype=np.int64)  # previous live index (-1 = none)
-    start = 0
+    live = np.arange(n).astype(np.int32)
+    m = n
     chain = np.empty(n, dtype=np.int64)
     chain_length = 0
     y = 0
     for k in range(n - 1):
         if chain_length == 0:
             chain_length = 1
-            chain[0] = start
+            chain[0] = live[0]
         while True:
             x = chain[chain_length - 1]
             if chain_length > 1:
@@ -164,21 +179,20 @@ def _nn_chain_inplace(D, n, method, Z):  # pragma: no cover - compiled
                     current_min = D[_row_base(n, y) + x]
             else:
                 current_min = np.inf
-            i = start
-            while i < x:
+            px = _live_position(live, m, x)
+            for t in range(px):
+                i = np.int64(live[t])
                 dist = D[_row_base(n, i) + x]
                 if dist < current_min:
                     current_min = dist
                     y = i
-                i = succ[i]
             base_x = _row_base(n, x)
-            i = succ[x]
-            while i < n:
+            for t in range(px + 1, m):
+                i = np.int64(live[t])
                 dist = D[base_x + i]
                 if dist < current_min:
                     current_min = dist
                     y = i
-                i = succ[i]
             if chain_length > 1 and y == chain[chain_length - 2]:
                 break
             chain[chain_length] = y
@@ -195,28 +209,29 @@ def _nn_chain_inplace(D, n, method, Z):  # pragma: no cover - compiled
         Z[k, 3] = nx + ny
         size[x] = 0  # cluster x is dropped, y becomes the merged cluster
         size[y] = nx + ny
-        if pred[x] >= 0:
-            succ[pred[x]] = succ[x]
-        else:
-            start = succ[x]
-        if succ[x] < n:
-            pred[succ[x]] = pred[x]
+        px = _live_position(live, m, x)
+        for t in range(px, m - 1):
+            live[t] = live[t + 1]
+        m -= 1
+        py = _live_position(live, m, y)
 
         # D[(i, y)] = update(D[(i, x)], D[(i, y)]) for every live i != y (x < y)
         base_x = _row_base(n, x)
         base_y = _row_base(n, y)
-        i = start
-        while i < x:
+        t = 0
+        while t < px:  # i < x
+            i = np.int64(live[t])
             base_i = _row_base(n, i)
             D[base_i + y] = _update(D[base_i + x], D[base_i + y], nx, ny, method)
-            i = succ[i]
-        while i < y:
-            D[_row_base(n, i) + y] = _update(D[base_x + i], D[_row_base(n, i) + y], nx, ny, method)
-            i = succ[i]
-        i = succ[y]
-        while i < n:
+            t += 1
+        while t < py:  # x < i < y
+            i = np.int64(live[t])
+            base_i = _row_base(n, i)
+            D[base_i + y] = _update(D[base_x + i], D[base_i + y], nx, ny, method)
+            t += 1
+        for t in range(py + 1, m):  # i > y
+            i = np.int64(live[t])
             D[base_y + i] = _update(D[base_x + i], D[base_y + i], nx, ny, method)
-            i = succ[i]
 
 
 @numba.njit(cache=True, nogil=True)

@@ -144,8 +144,8 @@ class PairCorrelator:
 
 
 def block_row_bytes(n_cols: int, overlap_itemsize: int) -> int:
-    """Bytes one block row keeps alive: the transposed copy made while mirroring it."""
-    return n_cols * max(4, overlap_itemsize)
+    """Bytes of the outputs one block row touches (the slab written, then mirrored)."""
+    return n_cols * (4 + overlap_itemsize)
 
 
 def pairwise_correlation(
@@ -208,10 +208,8 @@ def _correlate_block(
         out_corr=np.asarray(corr[start:stop, start:]),
         out_overlap=np.asarray(overlap[start:stop, start:]),
     )
-    for matrix in (corr, overlap):
-        for row in range(start + 1, stop):
-            matrix[row, start:row] = matrix[start:row, row]
-        matrix[stop:, start:stop] = matrix[start:stop, stop:].T
+    kernels.mirror_upper_to_lower(np.asarray(corr), start, stop)
+    kernels.mirror_upper_to_lower(np.asarray(overlap), start, stop)
 
 
 __all__ = ["CorrelationResult", "GEMM_TILE", "pairwise_correlation"]

@@ -41,6 +41,9 @@ from numba import njit, prange
 FALLBACK_TAU = 1.0 / 16.0
 """Recompute a pair exactly when a variance is below tau × its source sum (see module docstring)."""
 
+CHUNK = 512
+"""Columns per inner pass: the per-row buffers stay in L1 cache."""
+
 MODE_WRITE = 0
 MODE_BEST_LAG = 1
 
@@ -144,91 +147,109 @@ def correlate_tile(  # pragma: no cover - compiled
     with the largest finite |corr| (strictly larger, so ties keep the smaller lag).
     """
     width = sxy.shape[1]
-    first_gap_col = np.searchsorted(b_gap_cols, col0)
     for r in prange(row_hi - row_lo):
         i = row_lo + r
         ti = i - tile_row0
-        c_start = i - col0 if symmetric else 0
+        c_first = i - col0 if symmetric else 0
         lo_i = b0 + a_lo[i]
         hi_i = b0 + a_hi[i]
-        sum_y = np.empty(width)
-        sq_y = np.empty(width)
-        base_y = np.empty(width)
-        sum_x = np.empty(width)
-        sq_x = np.empty(width)
-        base_x = np.empty(width)
-        count = np.empty(width, dtype=np.int64)
-        values = np.empty(width)
-        # Overlap sums of column j: its values on i's interval, less i's interior gaps.
-        for c in range(c_start, width):
-            j = col0 + c
-            sum_y[c] = prefix[hi_i, j] - prefix[lo_i, j]
-            base_y[c] = prefix_sq[hi_i, j] - prefix_sq[lo_i, j]
-            sq_y[c] = base_y[c]
-        for k in range(a_gap_ptr[i], a_gap_ptr[i + 1]):
-            t = b0 + a_gap_rows[k]
-            for c in range(c_start, width):
-                v = np.float64(z[t, col0 + c])
-                sum_y[c] -= v
-                sq_y[c] -= v * v
-        # Overlap sums of column i: its values on j's interval, less j's interior gaps.
-        for c in range(c_start, width):
-            j = col0 + c
-            lo = a0 + b_lo[j]
-            hi = a0 + b_hi[j]
-            sum_x[c] = prefix_t[i, hi] - prefix_t[i, lo]
-            base_x[c] = prefix_sq_t[i, hi] - prefix_sq_t[i, lo]
-            sq_x[c] = base_x[c]
-            count[c] = prefix_count_t[i, hi] - prefix_count_t[i, lo]
-        for g in range(first_gap_col, b_gap_cols.shape[0]):
-            j = b_gap_cols[g]
-            c = j - col0
-            if c < c_start:
-                continue
-            for k in range(b_gap_ptr[j], b_gap_ptr[j + 1]):
-                t = a0 + b_gap_rows[k]
-                v = np.float64(z_t[i, t])
-                sum_x[c] -= v
-                sq_x[c] -= v * v
-                count[c] -= present_t[i, t]
-        # Pearson from the sums; flag ill-conditioned pairs with -2 for the exact path.
-        for c in range(c_start, width):
-            n = count[c]
-            inv_n = 1.0 / max(n, 1)
-            sx = sum_x[c]
-            sy = sum_y[c]
-            var_x = sq_x[c] - sx * sx * inv_n
-            var_y = sq_y[c] - sy * sy * inv_n
-            value = (np.float64(sxy[ti, c]) - sx * sy * inv_n) / math.sqrt(
-                max(var_x * var_y, 1e-300)
-            )
-            value = min(1.0, max(-1.0, value))
-            if var_x <= tau * base_x[c] or var_y <= tau * base_y[c]:
-                value = -2.0
-            if n < min_overlap:
-                value = np.nan
-            values[c] = value
-        for c in range(c_start, width):
-            if values[c] == -2.0:
-                j = col0 + c
-                values[c] = exact_pair_correlation(
-                    raw_t[i, a0 : a0 + n_rows], raw_t[j, b0 : b0 + n_rows], min_overlap
+        sq_i = prefix_sq_t[i, a0 + a_hi[i]] - prefix_sq_t[i, a0 + a_lo[i]]
+        row = i - out_row0
+        sum_y = np.empty(CHUNK)
+        sq_y = np.empty(CHUNK)
+        base_y = np.empty(CHUNK)
+        sum_x = np.empty(CHUNK)
+        sq_x = np.empty(CHUNK)
+        base_x = np.empty(CHUNK)
+        count = np.empty(CHUNK, dtype=np.int64)
+        values = np.empty(CHUNK)
+        for c_start in range(c_first, width, CHUNK):
+            c_stop = min(c_start + CHUNK, width)
+            j0 = col0 + c_start
+            m = c_stop - c_start
+            # Overlap sums of column j: its values on i's interval, less i's interior gaps.
+            for c in range(m):
+                sum_y[c] = prefix[hi_i, j0 + c] - prefix[lo_i, j0 + c]
+                base_y[c] = prefix_sq[hi_i, j0 + c] - prefix_sq[lo_i, j0 + c]
+                sq_y[c] = base_y[c]
+            for k in range(a_gap_ptr[i], a_gap_ptr[i + 1]):
+                t = b0 + a_gap_rows[k]
+                for c in range(m):
+                    v = np.float64(z[t, j0 + c])
+                    sum_y[c] -= v
+                    sq_y[c] -= v * v
+            # Overlap sums of column i: its values on j's interval, less j's interior gaps.
+            for c in range(m):
+                lo = a0 + b_lo[j0 + c]
+                hi = a0 + b_hi[j0 + c]
+                sum_x[c] = prefix_t[i, hi] - prefix_t[i, lo]
+                base_x[c] = prefix_sq_t[i, hi] - prefix_sq_t[i, lo]
+                sq_x[c] = base_x[c]
+                count[c] = prefix_count_t[i, hi] - prefix_count_t[i, lo]
+            g = np.searchsorted(b_gap_cols, j0)
+            while g < b_gap_cols.shape[0] and b_gap_cols[g] < j0 + m:
+                j = b_gap_cols[g]
+                c = j - j0
+                for k in range(b_gap_ptr[j], b_gap_ptr[j + 1]):
+                    t = a0 + b_gap_rows[k]
+                    v = np.float64(z_t[i, t])
+                    sum_x[c] -= v
+                    sq_x[c] -= v * v
+                    count[c] -= present_t[i, t]
+                g += 1
+            # Pearson from the sums; -2 flags an ill-conditioned pair for the exact path.
+            for c in range(m):
+                n = count[c]
+                inv_n = 1.0 / max(n, 1)
+                sx = sum_x[c]
+                sy = sum_y[c]
+                var_x = sq_x[c] - sx * sx * inv_n
+                var_y = sq_y[c] - sy * sy * inv_n
+                value = (np.float64(sxy[ti, c_start + c]) - sx * sy * inv_n) / math.sqrt(
+                    max(var_x * var_y, 1e-300)
                 )
-        if symmetric and c_start < width:
-            sq_i = prefix_sq_t[i, a0 + a_hi[i]] - prefix_sq_t[i, a0 + a_lo[i]]
-            values[c_start] = 1.0 if (count[c_start] >= min_overlap and sq_i > 0.0) else np.nan
-        if mode == MODE_WRITE:
-            row = i - out_row0
-            for c in range(c_start, width):
-                out_corr[row, col0 + c - out_col0] = values[c]
-                out_overlap[row, col0 + c - out_col0] = count[c]
-        else:
-            row = i - out_row0
-            for c in range(c_start, width):
-                j = col0 + c
-                magnitude = abs(np.float32(values[c]))
-                if j != i and magnitude > best_abs[row, j]:
-                    best_abs[row, j] = magnitude
-                    best_corr[row, j] = values[c]
-                    best_lag[row, j] = lag
-                    best_overlap[row, j] = count[c]
+                value = min(1.0, max(-1.0, value))
+                if var_x <= tau * base_x[c] or var_y <= tau * base_y[c]:
+                    value = -2.0
+                if n < min_overlap:
+                    value = np.nan
+                values[c] = value
+            for c in range(m):
+                if values[c] == -2.0:
+                    values[c] = exact_pair_correlation(
+                        raw_t[i, a0 : a0 + n_rows], raw_t[j0 + c, b0 : b0 + n_rows], min_overlap
+                    )
+            if symmetric and c_start == c_first:
+                values[0] = 1.0 if (count[0] >= min_overlap and sq_i > 0.0) else np.nan
+            if mode == MODE_WRITE:
+                for c in range(m):
+                    out_corr[row, j0 + c - out_col0] = values[c]
+                    out_overlap[row, j0 + c - out_col0] = count[c]
+            else:
+                for c in range(m):
+                    j = j0 + c
+                    magnitude = abs(np.float32(values[c]))
+                    if j != i and magnitude > best_abs[row, j]:
+                        best_abs[row, j] = magnitude
+                        best_corr[row, j] = values[c]
+                        best_lag[row, j] = lag
+                        best_overlap[row, j] = count[c]
+
+
+@njit(parallel=True, cache=True)
+def mirror_upper_to_lower(matrix, start, stop):  # pragma: no cover - compiled
+    """``matrix[r, c] = matrix[c, r]`` for ``c in [start, stop)``, ``r > c``.
+
+    Columns ``[start, stop)`` below the diagonal take the transpose of rows
+    ``[start, stop)`` above it, copied in 64 × 64 tiles so both sides stay in cache.
+    """
+    n = matrix.shape[0]
+    tile = 64
+    for rt in prange((n - start + tile - 1) // tile):
+        r0 = start + rt * tile
+        r1 = min(r0 + tile, n)
+        for c0 in range(start, min(stop, r1), tile):
+            c1 = min(c0 + tile, stop)
+            for r in range(r0, r1):
+                for c in range(c0, min(c1, r)):
+                    matrix[r, c] = matrix[c, r]
