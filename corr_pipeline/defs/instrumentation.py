@@ -1,4 +1,4 @@
-"""Stage timing, peak memory and progress logging for the assets.
+"""Stage timing and peak memory for the assets (progress logging: :mod:`corr_pipeline.progress`).
 
 Peak memory comes from ``/proc/self/status`` (Linux):
 
@@ -16,7 +16,7 @@ Where ``/proc`` is unavailable the figures are simply omitted (never invented).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,28 +86,3 @@ def measure_stage() -> Iterator[StageStats]:
             stats.peak_rss_mib = status["VmHWM"] / 1024.0
         if "RssAnon" in status:
             stats.rss_anon_mib = status["RssAnon"] / 1024.0
-
-
-def progress_logger(
-    log: Callable[[str], None], label: str, every_percent: float = 10.0
-) -> Callable[[int, int], None]:
-    """A ``progress(done, total)`` callback for the compute kernels that logs ``label`` about
-    every ``every_percent`` percent (and at completion), with elapsed seconds and a rough ETA."""
-    start = time.perf_counter()
-    state = {"next": every_percent}
-
-    def progress(done: int, total: int) -> None:
-        if total <= 0:
-            return
-        percent = 100.0 * done / total
-        if percent + 1e-9 < state["next"] and done < total:
-            return
-        while state["next"] <= percent + 1e-9:
-            state["next"] += every_percent
-        elapsed = time.perf_counter() - start
-        eta = elapsed * (total - done) / done if done else float("nan")
-        log(
-            f"{label}: {done}/{total} blocks ({percent:.0f}%), {elapsed:.1f}s elapsed, ~{eta:.1f}s left"
-        )
-
-    return progress

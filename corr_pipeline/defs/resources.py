@@ -112,9 +112,10 @@ class SnapshotParams(dg.ConfigurableResource):
 def snapshot_params_problems(p: dict[str, Any]) -> list[str]:
     """Every rule the parameters break, each message starting with the field it is about.
 
-    Rules: each count >= 1 (lookback_days and min_overlap >= 2, a correlation needs two
-    points); ``min_overlap <= min_history_days <= lookback_days`` (SPEC §2); ``1 <= max_lag <
-    lookback_days`` and ``min_overlap <= lookback_days - max_lag`` (otherwise the largest lag can
+    Rules: each count >= 1 (lookback_days, min_history_days and min_overlap >= 2, a correlation
+    needs two points); ``min_overlap <= min_history_days <= lookback_days`` (SPEC §2);
+    ``1 <= max_lag < min_history_days <= lookback_days`` (the window may be as short as
+    min_history_days returns, and the lag scan needs ``max_lag < T``) and ``min_overlap <= lookback_days - max_lag`` (otherwise the largest lag can
     never reach min_overlap common returns, SPEC §6); a known linkage method; exactly one of
     ``distance_threshold`` (finite, > 0) and ``n_clusters`` (>= 1); a finite min_improvement.
     """
@@ -128,7 +129,7 @@ def snapshot_params_problems(p: dict[str, Any]) -> list[str]:
         return True
 
     ok_lookback = at_least("lookback_days", 2)
-    ok_history = at_least("min_history_days", 1)
+    ok_history = at_least("min_history_days", 2)
     ok_overlap = at_least("min_overlap", 2)
     for name in ("k_neighbors", "k_leaders", "k_laggers"):
         at_least(name, 1)
@@ -149,6 +150,11 @@ def snapshot_params_problems(p: dict[str, Any]) -> list[str]:
         if p["max_lag"] >= p["lookback_days"]:
             problems.append(
                 f"max_lag ({p['max_lag']}) must be < lookback_days ({p['lookback_days']})"
+            )
+        elif ok_history and p["max_lag"] >= p["min_history_days"]:
+            problems.append(
+                f"max_lag ({p['max_lag']}) must be < min_history_days "
+                f"({p['min_history_days']}): a window may hold only min_history_days returns"
             )
         elif ok_overlap and p["min_overlap"] > p["lookback_days"] - p["max_lag"]:
             problems.append(

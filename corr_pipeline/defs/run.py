@@ -1,0 +1,218 @@
+"""Materialize the snapshot graph from Python (the ``corr-pipeline demo`` command, scripts, tests).
+
+:func:`materialize_snapshot` runs ``snapshot_job`` for one partition through
+``dagster.execute_job`` on a *persistent* Dagster instance, with the multiprocess executor by
+default (each step in its own process, exactly as the daemon would run it). The run is recorded
+in that instance, so ``dagster dev`` started with the same ``DAGSTER_HOME`` shows it (assets,
+checks, metadata plots) afterwards.
+
+Instance resolution: the ``instance`` argument, else ``$DAGSTER_HOME`` if set, else
+``$CORR_PIPELINE_HOME/dagster_home`` (created, with the repository's ``dagster.yaml`` copied in
+when available).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import sqlalchemy as sa
+
+from corr_pipeline import settings
+from corr_pipeline.defs.partitions import (
+    PARTITION_FMT,
+    partition_key_for,
+    snapshot_partitions,
+)
+
+SNAPSHOT_JOB_NAME = "snapshot_job"
+REPO_DAGSTER_YAML = Path(__file__).resolve().parents[2] / "dagster.yaml"
+
+
+def snapshot_job_def() -> dg.JobDefinition:
+    """``snapshot_job`` resolved from the code location (module-level, so it is reconstructable
+    in the step subprocesses of the multiprocess executor)."""
+    from corr_pipeline.definitions import defs
+
+    return defs.resolve_job_def(SNAPSHOT_JOB_NAME)
+
+
+def default_dagster_home() -> Path:
+    """``$DAGSTER_HOME`` if set, else ``$CORR_PIPELINE_HOME/dagster_home``."""
+    env = os.environ.get("DAGSTER_HOME", "").strip()
+    if env:
+        return Path(env).expanduser().resolve()
+    return settings.corr_pipeline_home() / "dagster_home"
+
+
+def open_instance(dagster_home: Path | None = None) -> dg.DagsterInstance:
+    """A persistent instance in ``dagster_home`` (default :func:`default_dagster_home`),
+    created with the repository's ``dagster.yaml`` if the directory has none."""
+    home = settings.ensure_dir(dagster_home or default_dagster_home())
+    config = home / "dagster.yaml"
+    if not config.exists() and REPO_DAGSTER_YAML.is_file():
+        shutil.copyfile(REPO_DAGSTER_YAML, config)
+    return dg.DagsterInstance.from_config(str(home))
+
+
+def latest_partition_key(engine: sa.Engine, today: dt.date | None = None) -> str:
+    """The partition containing the last ``trade_date`` in ``prices`` (a weekend date maps to
+    the Friday before). Raises ValueError when ``prices`` is empty or the date is outside the
+    partitions (before ``$CORR_PIPELINE_PARTITION_START`` or in the future)."""
+    with engine.connect() as conn:
+        last = conn.execute(sa.text("SELECT max(trade_date) FROM prices")).scalar_one()
+    if last is None:
+        raise ValueError(
+            "the prices table is empty: load prices first (corr-pipeline demo seeds it)"
+        )
+    key = partition_key_for(last)
+    check_partition_key(key, today=today)
+    return key
+
+
+def check_partition_key(key: str, today: dt.date | None = None) -> None:
+    """Raise ValueError (saying which partitions exist) unless ``key`` is a snapshot partition."""
+    current = dt.datetime.combine(today, dt.time(12), tzinfo=dt.UTC) if today is not None else None
+    keys = snapshot_partitions.get_partition_keys(current_time=current)
+    if key not in keys:
+        span = f"{keys[0]} .. {keys[-1]}" if keys else "none"
+        raise ValueError(
+            f"{key} is not a snapshot partition (weekdays {span}; the first one is set by "
+            "CORR_PIPELINE_PARTITION_START)"
+        )
+
+
+@dataclass
+class SnapshotRunSummary:
+    """What one snapshot run produced, from its materialization and check events."""
+
+    partition_key: str
+    run_id: str
+    success: bool
+    dagster_home: Path
+    store_dir: Path
+    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
+    checks: dict[str, bool] = field(default_factory=dict)
+    failed_steps: list[str] = field(default_factory=list)
+
+    def value(self, asset: str, key: str, default: Any = None) -> Any:
+        return self.metadata.get(asset, {}).get(key, default)
+
+    @property
+    def failed_checks(self) -> list[str]:
+        return sorted(name for name, passed in self.checks.items() if not passed)
+
+    def __str__(self) -> str:
+        status = "succeeded" if self.success else "FAILED"
+        lines = [
+            f"snapshot {self.partition_key} {status} (run {self.run_id})",
+            f"  as of trade date {self.value('returns_matrix', 'as_of_trade_date', '?')}: "
+            f"{self.value('returns_matrix', 'n_symbols', '?')} symbols kept, "
+            f"{self.value('returns_matrix', 'n_dropped', '?')} dropped, "
+            f"{self.value('returns_matrix', 'bad_prices', '?')} bad prices",
+            f"  mean |corr| {_fmt(self.value('correlation_matrix', 'mean_abs_corr'))}, "
+            f"{self.value('clusters', 'n_clusters', '?')} clusters "
+            f"(largest {self.value('clusters', 'largest_cluster_size', '?')}), "
+            f"{self.value('lead_lag_pairs', 'n_pairs', '?')} lead-lag pairs",
+            f"  published: {self.value('snapshot_publication', 'peer_neighbors_rows', '?')} "
+            f"neighbor rows, {self.value('snapshot_publication', 'symbol_clusters_rows', '?')} "
+            f"cluster rows, {self.value('snapshot_publication', 'lead_lag_pairs_rows', '?')} "
+            "pair rows",
+            f"  checks: {sum(self.checks.values())}/{len(self.checks)} passed"
+            + (f" (failed: {', '.join(self.failed_checks)})" if self.failed_checks else ""),
+            f"  matrix store: {self.store_dir}",
+        ]
+        if self.failed_steps:
+            lines.append(f"  failed steps: {', '.join(self.failed_steps)}")
+        return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value if value is not None else "?")
+
+
+def _plain(value: Any) -> Any:
+    """Metadata value -> plain Python (numbers, text)."""
+    inner = getattr(value, "value", value)
+    return inner if isinstance(inner, int | float | str | bool) else str(inner)
+
+
+def summarize(
+    result: Any, partition_key: str, dagster_home: Path, store_dir: Path
+) -> SnapshotRunSummary:
+    """Collect materialization metadata and check outcomes from an execution result."""
+    summary = SnapshotRunSummary(
+        partition_key=partition_key,
+        run_id=result.run_id,
+        success=result.success,
+        dagster_home=dagster_home,
+        store_dir=store_dir,
+    )
+    for event in result.all_events:
+        kind = event.event_type_value
+        if kind == "ASSET_MATERIALIZATION":
+            materialization = event.event_specific_data.materialization
+            asset = materialization.asset_key.to_user_string()
+            summary.metadata[asset] = {k: _plain(v) for k, v in materialization.metadata.items()}
+        elif kind == "ASSET_CHECK_EVALUATION":
+            evaluation = event.event_specific_data
+            summary.checks[evaluation.check_name] = bool(evaluation.passed)
+        elif kind == "STEP_FAILURE" and event.step_key:
+            summary.failed_steps.append(event.step_key)
+    return summary
+
+
+def materialize_snapshot(
+    partition_key: str,
+    *,
+    instance: dg.DagsterInstance | None = None,
+    params: dict[str, Any] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
+    in_process: bool = False,
+    max_concurrent: int | None = None,
+    raise_on_error: bool = False,
+) -> SnapshotRunSummary:
+    """Run ``snapshot_job`` for ``partition_key`` and summarize it.
+
+    ``params`` overrides fields of :class:`~corr_pipeline.defs.resources.SnapshotParams`
+    (validated at run start); ``store_dir`` overrides the matrix store directory (default
+    :func:`settings.store_dir`); ``in_process`` uses the in-process executor instead of one
+    process per step; ``max_concurrent`` caps parallel step processes (default: CPU count).
+    """
+    check_partition_key(partition_key)
+    dt.datetime.strptime(partition_key, PARTITION_FMT)
+    resources: dict[str, Any] = {}
+    if params:
+        resources["snapshot_params"] = {"config": dict(params)}
+    store = Path(store_dir).expanduser().resolve() if store_dir else settings.store_dir()
+    if store_dir:
+        resources["matrix_io_manager"] = {"config": {"base_dir": str(store)}}
+        resources["matrix_store"] = {"config": {"base_dir": str(store)}}
+    run_config: dict[str, Any] = {}
+    if resources:
+        run_config["resources"] = resources
+    if in_process:
+        run_config["execution"] = {"config": {"in_process": {}}}
+    elif max_concurrent:
+        run_config["execution"] = {"config": {"multiprocess": {"max_concurrent": max_concurrent}}}
+
+    owned = instance is None
+    instance = instance or open_instance()
+    home = Path(instance.root_directory) if instance.is_persistent else default_dagster_home()
+    try:
+        with dg.execute_job(
+            dg.reconstructable(snapshot_job_def),
+            instance=instance,
+            run_config=run_config,
+            tags={"dagster/partition": partition_key},
+            raise_on_error=raise_on_error,
+        ) as result:
+            return summarize(result, partition_key, home, store)
+    finally:
+        if owned:
+            instance.dispose()
