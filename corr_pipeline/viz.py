@@ -28,8 +28,9 @@ temporary (nor any ``N × N`` image) exists:
   at once with ``c = working_memory_mb·2^20 / (10·N)``; plus the ``P × P``
   float64 sums and counts (``P = max_pixels``: 4 MiB at 512). Rows are gathered through the
   ordering *block by block* — never ``corr[order][:, order]``, which would copy N × N twice.
-* histogram: per block of contiguous rows the block (``c·N·4``) and one flattened copy of its
-  upper part; ``np.histogram`` itself works in 65,536-value chunks.
+* histogram: per block of ``c = working_memory_mb·2^20 / (8·N)`` contiguous rows the block
+  (``c·N·4`` bytes) and one flattened copy of its upper part (``<= c·N·4``), then chunks of
+  262,144 values (float64 sums, ``np.histogram``): about ``8·c·N`` bytes + 4 MiB.
 * network: O(top).
 
 Images are rendered with matplotlib's Agg canvas (no pyplot, no display, thread-safe per
@@ -82,6 +83,7 @@ DEFAULT_WORKING_MEMORY_MB = 64.0
 """Budget for the row-block temporaries when reading ``corr`` (see the module docstring)."""
 
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+_HISTOGRAM_CHUNK = 1 << 18  # values per np.histogram call / float64 conversion (2 MiB)
 
 
 # --------------------------------------------------------------------------------------------
@@ -220,8 +222,11 @@ def heatmap_grid(
         bins = position_bin[p0:p1][file_order]
         np.add.at(sums, bins, row_sums)
         np.add.at(counts, bins, row_counts)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        values = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan).astype(np.float32)
+    empty = counts == 0
+    np.divide(sums, counts, out=sums, where=~empty)
+    sums[empty] = np.nan
+    values = sums.astype(np.float32)
+    del sums
     return HeatmapGrid(values=values, counts=counts, edges=edges, order=order_arr)
 
 
@@ -278,8 +283,7 @@ def clustered_heatmap_png(
         pad=0.03,
         label="correlation",
     )
-    pixels_rgba = cmap(np.clip((grid.values + 1.0) / 2.0, 0.0, 1.0), bytes=True)
-    pixels_rgba[~np.isfinite(grid.values)] = (255, 255, 255, 255)
+    pixels_rgba = _colour_pixels(grid.values, cmap)
     if symbols is not None and 0 < n <= 40:
         ticks = np.arange(n) + 0.5
         names = [str(symbols[i]) for i in grid.order]
@@ -303,6 +307,18 @@ def clustered_heatmap_png(
     )
     _set_title(ax, head, sub)
     return _figure_png(fig, max_bytes=max_bytes, paint=_heatmap_painter(ax, pixels_rgba, n, starts))
+
+
+def _colour_pixels(values: np.ndarray, cmap: Any) -> np.ndarray:
+    """RGBA uint8 pixels of ``values`` in [-1, 1] through the colormap's 256-entry table
+    (NaN -> white); O(P²) bytes, no float64 RGBA intermediate."""
+    lut = cmap(np.linspace(0.0, 1.0, 256), bytes=True)  # (256, 4) uint8
+    finite = np.isfinite(values)
+    scaled = np.where(finite, (values + 1.0) * 128.0, 0.0)
+    index = np.clip(scaled, 0, 255).astype(np.uint8)
+    pixels = lut[index]
+    pixels[~finite] = (255, 255, 255, 255)
+    return pixels
 
 
 def _colormap(name: str) -> Any:
@@ -438,17 +454,19 @@ def correlation_histogram(
 
     def add(values: np.ndarray) -> None:
         flat = np.ravel(values)
-        finite = np.isfinite(flat)
-        n_finite = int(np.count_nonzero(finite))
         acc["pairs"] += flat.size
-        acc["nan"] += flat.size - n_finite
-        h, _ = np.histogram(flat, bins=int(bins), range=(-1.0, 1.0))
-        counts[:] += h
-        acc["out"] += n_finite - int(h.sum())
-        if n_finite:
-            vals = flat[finite] if n_finite < flat.size else flat
-            acc["sum"] += float(np.sum(vals, dtype=np.float64))
-            acc["sq"] += float(np.dot(vals.astype(np.float64), vals.astype(np.float64)))
+        for start in range(0, flat.size, _HISTOGRAM_CHUNK):
+            chunk = flat[start : start + _HISTOGRAM_CHUNK]
+            finite = np.isfinite(chunk)
+            n_finite = int(np.count_nonzero(finite))
+            acc["nan"] += chunk.size - n_finite
+            h, _ = np.histogram(chunk, bins=int(bins), range=(-1.0, 1.0))
+            counts[:] += h
+            acc["out"] += n_finite - int(h.sum())
+            if n_finite:
+                vals = (chunk[finite] if n_finite < chunk.size else chunk).astype(np.float64)
+                acc["sum"] += float(vals.sum())
+                acc["sq"] += float(vals @ vals)
 
     total_pairs = n * (n - 1) // 2
     sampled = max_values is not None and total_pairs > int(max_values)
@@ -459,7 +477,7 @@ def correlation_histogram(
             r1 = min(n, r0 + rows_per_block)
             block = np.asarray(corr[r0:r1])
             square = block[:, r0:r1]
-            add(square[np.triu_indices(r1 - r0, k=1)])
+            add(square[np.triu(np.ones(square.shape, dtype=bool), k=1)])
             if r1 < n:
                 add(block[:, r1:])
             del block, square
