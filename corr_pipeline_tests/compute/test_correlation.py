@@ -1,0 +1,338 @@
+"""pairwise_correlation against the pandas reference (SPEC §3), block-size invariance, outputs.
+
+Agreement (SPEC §3): identical NaN pattern, identical overlap, ``|corr − ref| <= 1e-5`` where
+``overlap >= 30`` (``<= 1e-4`` below), ``corr == corr.T`` bit for bit, values in [-1, 1], diagonal
+1 (NaN for a column with < min_overlap finite returns or constant), float32 ``corr`` and the
+smallest signed integer ``overlap`` dtype holding ``T``.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from corr_pipeline.compute import pairwise_correlation
+from corr_pipeline_tests.compute import reference as ref
+from corr_pipeline_tests.compute.universes import (
+    Universe,
+    correlation_universes,
+    random_small_universe,
+    realistic_universe,
+)
+
+UNIVERSES = correlation_universes()
+_REFERENCE_CACHE: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+_HAS_BLOCK_ROWS = "block_rows" in inspect.signature(pairwise_correlation).parameters
+
+
+def reference_for(universe: Universe) -> tuple[np.ndarray, np.ndarray]:
+    if universe.name not in _REFERENCE_CACHE:
+        _REFERENCE_CACHE[universe.name] = ref.reference_correlation(
+            universe.R, universe.min_overlap
+        )
+    return _REFERENCE_CACHE[universe.name]
+
+
+def _pair(names: list[str], i: int, j: int) -> str:
+    return f"({i} {names[i]}, {j} {names[j]})"
+
+
+def assert_matches_reference(
+    corr: np.ndarray,
+    overlap: np.ndarray,
+    ref_corr: np.ndarray,
+    ref_overlap: np.ndarray,
+    T: int,
+    min_overlap: int,
+    names: list[str] | None = None,
+) -> None:
+    """Every SPEC §3 agreement rule, with the offending pair named on failure."""
+    N = ref_corr.shape[0]
+    names = names or [f"c{j}" for j in range(N)]
+    assert corr.shape == (N, N) and overlap.shape == (N, N)
+    assert corr.dtype == np.float32, corr.dtype
+    assert overlap.dtype == ref.expected_overlap_dtype(T), (overlap.dtype, T)
+
+    bad = np.argwhere(overlap != ref_overlap)
+    assert bad.size == 0, "overlap differs at " + ", ".join(
+        f"{_pair(names, i, j)}: {overlap[i, j]} vs {ref_overlap[i, j]}" for i, j in bad[:5]
+    )
+    bad = np.argwhere(np.isnan(corr) != np.isnan(ref_corr))
+    assert bad.size == 0, f"{len(bad)} NaN-pattern differences, e.g. " + ", ".join(
+        f"{_pair(names, i, j)}: got {corr[i, j]!r} ref {ref_corr[i, j]!r} overlap {ref_overlap[i, j]}"
+        for i, j in bad[:5]
+    )
+    assert np.array_equal(corr, corr.T, equal_nan=True), "corr is not exactly symmetric"
+    assert np.array_equal(np.isnan(corr), np.isnan(corr).T)
+    finite = np.isfinite(corr)
+    assert not np.isinf(corr).any()
+    assert np.all(np.abs(corr[finite]) <= 1.0), "corr outside [-1, 1]"
+
+    error = np.where(finite, np.abs(corr.astype(np.float64) - ref_corr), 0.0)
+    tolerance = np.where(ref_overlap >= 30, 1e-5, 1e-4)
+    bad = np.argwhere(error > tolerance)
+    if bad.size:
+        worst = np.unravel_index(np.argmax(error / tolerance), error.shape)
+        raise AssertionError(
+            f"{len(bad)} pairs beyond tolerance; worst {_pair(names, *worst)}: "
+            f"got {corr[worst]!r} ref {ref_corr[worst]!r} error {error[worst]:.3g} "
+            f"overlap {ref_overlap[worst]}"
+        )
+
+    diag = np.diagonal(corr)
+    ref_diag = np.diagonal(ref_corr)
+    assert np.array_equal(np.isnan(diag), np.isnan(ref_diag))
+    assert np.all(diag[np.isfinite(diag)] == 1.0), "diagonal must be exactly 1"
+    # Diagonal NaN iff < min_overlap finite returns or constant (reference module docstring).
+    few = np.diagonal(ref_overlap) < min_overlap
+    assert np.all(np.isnan(diag[few]))
+
+
+@pytest.mark.parametrize("universe", UNIVERSES, ids=lambda u: u.name)
+def test_matches_pandas_reference(universe: Universe) -> None:
+    ref_corr, ref_overlap = reference_for(universe)
+    result = pairwise_correlation(universe.R, min_overlap=universe.min_overlap)
+    assert_matches_reference(
+        result.corr,
+        result.overlap,
+        ref_corr,
+        ref_overlap,
+        universe.T,
+        universe.min_overlap,
+        universe.column_names,
+    )
+
+
+@pytest.mark.parametrize("universe", UNIVERSES, ids=lambda u: u.name)
+def test_reference_self_check(universe: Universe) -> None:
+    """The pandas reference and the independent masked float64 one agree (tests the tests)."""
+    ref_corr, ref_overlap = reference_for(universe)
+    masked, masked_overlap = ref.masked_cross_correlation(
+        universe.R, universe.R, universe.min_overlap
+    )
+    assert np.array_equal(masked_overlap, ref_overlap)
+    off_diagonal = ~np.eye(universe.N, dtype=bool)
+    assert np.array_equal(np.isnan(masked[off_diagonal]), np.isnan(ref_corr[off_diagonal]))
+    assert np.nanmax(np.abs(masked - ref_corr), initial=0.0) < 1e-12
+
+
+def test_adversarial_columns_behave_as_specified() -> None:
+    """Spot checks on named adversarial pairs, so a failure says which rule broke."""
+    universe = next(u for u in UNIVERSES if u.name.startswith("adversarial_s8"))
+    result = pairwise_correlation(universe.R, min_overlap=universe.min_overlap)
+    col = {name: j for j, name in enumerate(universe.column_names)}
+    m = universe.min_overlap
+
+    def c(a: str, b: str) -> float:
+        return float(result.corr[col[a], col[b]])
+
+    def n(a: str, b: str) -> int:
+        return int(result.overlap[col[a], col[b]])
+
+    assert n("no_overlap_a", "no_overlap_b") == 0 and np.isnan(c("no_overlap_a", "no_overlap_b"))
+    assert np.isnan(c("constant_on_part", "partner_only_where_constant")), "zero variance → NaN"
+    assert np.isnan(c("zero_on_part", "partner_only_where_constant")), "zero variance → NaN"
+    assert np.isfinite(c("constant_on_part", "z"))
+    for size in (m - 1, m, m + 1):
+        assert n("overlap_anchor", f"overlap_{size}") == size
+    assert np.isnan(c("overlap_anchor", f"overlap_{m - 1}"))
+    assert np.isfinite(c("overlap_anchor", f"overlap_{m}"))
+    assert np.isfinite(c("overlap_anchor", f"overlap_{m + 1}"))
+    assert np.isnan(c("fewer_than_min_overlap", "fewer_than_min_overlap"))
+    assert np.isnan(c("fully_constant", "fully_constant"))
+    assert np.isnan(c("all_nan", "all_nan")) and n("all_nan", "all_nan") == 0
+    assert np.isnan(result.corr[col["all_nan"]]).all()
+    assert np.isnan(result.corr[col["fully_constant"]]).all()
+    assert c("scale_1e15", "scale_1e15") == 1.0 and c("scale_1e-15", "scale_1e-15") == 1.0
+    assert np.isfinite(c("scale_1e15", "scale_1e-15"))
+    assert c("near_perfect_pos", "near_perfect_neg") <= -0.99999
+    assert c("near_perfect_pos", "near_perfect_neg") >= -1.0
+    assert c("z", "duplicate_of_z") >= 0.99999
+
+
+# --------------------------------------------------------------------------------------------
+# Block-size invariance: results must be bit-identical whatever the blocking.
+# --------------------------------------------------------------------------------------------
+
+
+def _assert_identical(a, b, what: str) -> None:
+    assert np.array_equal(a.corr, b.corr, equal_nan=True), f"corr differs: {what}"
+    assert np.array_equal(a.overlap, b.overlap), f"overlap differs: {what}"
+
+
+@pytest.mark.parametrize(
+    "universe",
+    [u for u in UNIVERSES if u.N > 2] + [realistic_universe(21, 60, 300, 20, name="T60_N300")],
+    ids=lambda u: u.name,
+)
+def test_working_memory_invariance(universe: Universe) -> None:
+    baseline = pairwise_correlation(universe.R, min_overlap=universe.min_overlap)
+    # Budgets giving blocks of a few rows are slow on large N (each block recomputes its tile).
+    budgets = (0.001, 0.01, 0.05, 0.3, 4.0) if universe.N <= 40 else (0.02, 0.05, 0.3, 4.0)
+    for budget in budgets:
+        other = pairwise_correlation(
+            universe.R, min_overlap=universe.min_overlap, working_memory_mb=budget
+        )
+        _assert_identical(baseline, other, f"working_memory_mb={budget}")
+
+
+@pytest.mark.skipif(not _HAS_BLOCK_ROWS, reason="pairwise_correlation has no block_rows=")
+@pytest.mark.parametrize(
+    "universe",
+    [u for u in UNIVERSES if u.N > 2] + [realistic_universe(22, 40, 290, 10, name="T40_N290")],
+    ids=lambda u: u.name,
+)
+def test_block_rows_invariance(universe: Universe) -> None:
+    N = universe.N
+    baseline = pairwise_correlation(universe.R, min_overlap=universe.min_overlap)
+    small = {1, 7} if N <= 40 else {37}
+    for block_rows in sorted(small | {64, 127, 128, 129, 200, N - 1, N, N + 5}):
+        other = pairwise_correlation(
+            universe.R, min_overlap=universe.min_overlap, block_rows=block_rows
+        )
+        _assert_identical(baseline, other, f"block_rows={block_rows}")
+
+
+@st.composite
+def small_universes(draw):
+    T = draw(st.integers(3, 70))
+    N = draw(st.integers(1, 40))
+    min_overlap = draw(st.integers(2, T))
+    nan_fraction = draw(st.sampled_from([0.0, 0.05, 0.3, 0.7]))
+    seed = draw(st.integers(0, 2**31 - 1))
+    return random_small_universe(seed, T, N, min_overlap, nan_fraction)
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    universe=small_universes(),
+    budgets=st.lists(st.sampled_from([0.0005, 0.002, 0.02, 1.0, 256.0]), min_size=1, max_size=3),
+    block_rows=st.lists(st.integers(1, 50), min_size=1, max_size=3),
+)
+def test_random_small_universes(universe: Universe, budgets, block_rows) -> None:
+    ref_corr, ref_overlap = ref.reference_correlation(universe.R, universe.min_overlap)
+    baseline = pairwise_correlation(universe.R, min_overlap=universe.min_overlap)
+    assert_matches_reference(
+        baseline.corr, baseline.overlap, ref_corr, ref_overlap, universe.T, universe.min_overlap
+    )
+    for budget in budgets:
+        other = pairwise_correlation(
+            universe.R, min_overlap=universe.min_overlap, working_memory_mb=budget
+        )
+        _assert_identical(baseline, other, f"{universe}, working_memory_mb={budget}")
+    if _HAS_BLOCK_ROWS:
+        for rows in block_rows:
+            other = pairwise_correlation(
+                universe.R, min_overlap=universe.min_overlap, block_rows=rows
+            )
+            _assert_identical(baseline, other, f"{universe}, block_rows={rows}")
+
+
+# --------------------------------------------------------------------------------------------
+# Layouts, output arrays, progress
+# --------------------------------------------------------------------------------------------
+
+
+def test_memory_layout_does_not_matter() -> None:
+    universe = realistic_universe(31, 90, 70, 20)
+    baseline = pairwise_correlation(universe.R, min_overlap=20)
+    fortran = pairwise_correlation(np.asfortranarray(universe.R), min_overlap=20)
+    _assert_identical(baseline, fortran, "Fortran-ordered R")
+    wide = np.full((90, 140), np.nan, dtype=np.float32)
+    wide[:, ::2] = universe.R
+    strided = pairwise_correlation(wide[:, ::2], min_overlap=20)
+    _assert_identical(baseline, strided, "column-strided view of R")
+
+
+def test_input_not_modified() -> None:
+    universe = realistic_universe(32, 60, 30, 10)
+    before = universe.R.copy()
+    pairwise_correlation(universe.R, min_overlap=10)
+    assert np.array_equal(universe.R, before, equal_nan=True)
+
+
+def test_fills_given_output_arrays() -> None:
+    universe = realistic_universe(33, 120, 45, 30)
+    N = universe.N
+    out_corr = np.full((N, N), 7.0, dtype=np.float32)
+    out_overlap = np.full((N, N), -3, dtype=ref.expected_overlap_dtype(universe.T))
+    result = pairwise_correlation(
+        universe.R, min_overlap=30, out_corr=out_corr, out_overlap=out_overlap
+    )
+    assert np.shares_memory(result.corr, out_corr) and result.corr.shape == (N, N)
+    assert np.shares_memory(result.overlap, out_overlap)
+    ref_corr, ref_overlap = reference_for(universe)
+    assert_matches_reference(out_corr, out_overlap, ref_corr, ref_overlap, universe.T, 30)
+
+
+def test_fills_memory_mapped_outputs(tmp_path) -> None:
+    universe = next(u for u in UNIVERSES if u.name.startswith("adversarial_s9"))
+    N = universe.N
+    corr_path, overlap_path = tmp_path / "corr.npy", tmp_path / "overlap.npy"
+    out_corr = np.lib.format.open_memmap(corr_path, mode="w+", dtype=np.float32, shape=(N, N))
+    out_overlap = np.lib.format.open_memmap(
+        overlap_path, mode="w+", dtype=ref.expected_overlap_dtype(universe.T), shape=(N, N)
+    )
+    result = pairwise_correlation(
+        universe.R,
+        min_overlap=universe.min_overlap,
+        working_memory_mb=0.05,
+        out_corr=out_corr,
+        out_overlap=out_overlap,
+    )
+    assert np.shares_memory(result.corr, out_corr)
+    assert np.shares_memory(result.overlap, out_overlap)
+    out_corr.flush()
+    out_overlap.flush()
+    del result, out_corr, out_overlap
+    ref_corr, ref_overlap = reference_for(universe)
+    assert_matches_reference(
+        np.load(corr_path),
+        np.load(overlap_path),
+        ref_corr,
+        ref_overlap,
+        universe.T,
+        universe.min_overlap,
+        universe.column_names,
+    )
+
+
+@pytest.mark.parametrize(("T", "dtype"), [(40, np.int8), (127, np.int8), (128, np.int16)])
+def test_overlap_dtype_is_smallest_holding_T(T: int, dtype) -> None:
+    universe = realistic_universe(34, T, 5, 2, ragged=False, halts=False, nan_fraction=0.0)
+    result = pairwise_correlation(universe.R, min_overlap=2)
+    assert result.overlap.dtype == np.dtype(dtype)
+    assert result.overlap[0, 0] == T
+
+
+def test_overlap_dtype_int32_for_long_windows() -> None:
+    rng = np.random.default_rng(35)
+    R = rng.standard_normal((32768, 3)).astype(np.float32)
+    result = pairwise_correlation(R, min_overlap=2)
+    assert result.overlap.dtype == np.int32
+    assert result.overlap[0, 1] == 32768
+    ref_corr, ref_overlap = ref.reference_correlation(R, 2)
+    assert_matches_reference(result.corr, result.overlap, ref_corr, ref_overlap, 32768, 2)
+
+
+def test_progress_reports_every_block() -> None:
+    universe = realistic_universe(36, 60, 300, 20)
+    calls: list[tuple[int, int]] = []
+    kwargs = {"block_rows": 128} if _HAS_BLOCK_ROWS else {"working_memory_mb": 0.2}
+    pairwise_correlation(
+        universe.R,
+        min_overlap=20,
+        progress=lambda done, total: calls.append((done, total)),
+        **kwargs,
+    )
+    assert len(calls) >= 2
+    total = calls[-1][1]
+    assert calls == [(done, total) for done in range(1, total + 1)]
