@@ -1,0 +1,455 @@
+"""Query commands (corr_pipeline.query) against snapshots published into the real PostgreSQL.
+
+The snapshot rows are inserted with SQLAlchemy (SPEC §7 tables) from a small factor-model
+universe whose correlation matrix, neighbors and clusters are computed here by brute force;
+the matrices go into a MatrixStore in tmp_path, exactly where the assets put them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from corr_pipeline import query as q
+from corr_pipeline.db import schema
+from corr_pipeline.store import MatrixStore
+
+D1 = dt.date(2024, 3, 27)
+D2 = dt.date(2024, 3, 28)
+MIN_OVERLAP = 20
+K = 4
+
+#: Sorted by code point (SPEC §2), including names that break naive SQL or shell quoting.
+SYMBOLS = sorted(
+    [
+        "AAPL",
+        "BRK.B",
+        "MSFT",
+        "NVDA",
+        "O'REILLY",
+        "SPACE CO",
+        "X'); DROP TABLE snapshots;--",
+        "Ünïcødé",
+        "日本株",
+        'QUOTE"D',
+    ]
+)
+N = len(SYMBOLS)
+
+
+def _universe(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(corr float32 N x N with one NaN pair, overlap int16) of a 2-factor model."""
+    rng = np.random.default_rng(seed)
+    t = 60
+    groups = np.array([i % 2 for i in range(N)])
+    returns = rng.standard_normal((t, 2))[:, groups] + 0.8 * rng.standard_normal((t, N))
+    corr = np.corrcoef(returns.T).astype(np.float32)
+    overlap = np.full((N, N), t, dtype=np.int16)
+    a, b = SYMBOLS.index("NVDA"), SYMBOLS.index("日本株")
+    corr[a, b] = corr[b, a] = np.nan
+    overlap[a, b] = overlap[b, a] = 12  # below MIN_OVERLAP
+    return corr, overlap
+
+
+def _neighbors(corr: np.ndarray, k: int) -> list[tuple[int, int, int, float]]:
+    """(i, rank, j, corr) by brute force (SPEC §4: |corr| desc, ties to smaller j)."""
+    out = []
+    for i in range(corr.shape[0]):
+        cand = [
+            (-abs(float(corr[i, j])), j)
+            for j in range(corr.shape[0])
+            if j != i and np.isfinite(corr[i, j])
+        ]
+        for rank, (_, j) in enumerate(sorted(cand)[:k], start=1):
+            out.append((i, rank, j, float(corr[i, j])))
+    return out
+
+
+def _publish(engine: sa.Engine, day: dt.date, seed: int, store: MatrixStore) -> dict:
+    corr, overlap = _universe(seed)
+    labels = [i % 2 if SYMBOLS[i] != "BRK.B" else 2 for i in range(N)]  # BRK.B alone
+    neighbors = _neighbors(corr, K)
+    pairs = [
+        # leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap
+        ("AAPL", "MSFT", 2, 0.41, 0.05, 0.36, 58),
+        ("O'REILLY", "AAPL", 1, -0.33, float("nan"), 0.33, 59),
+        ("AAPL", "日本株", 3, 0.30, 0.10, 0.20, 57),
+        ("MSFT", "NVDA", 1, 0.25, 0.20, 0.05, 59),
+    ]
+    with engine.begin() as conn:
+        conn.execute(sa.delete(schema.snapshots).where(schema.snapshots.c.snapshot_date == day))
+        conn.execute(
+            sa.insert(schema.snapshots).values(
+                snapshot_date=day,
+                as_of_trade_date=day,
+                n_symbols=N,
+                n_dropped=1,
+                lookback_days=60,
+                params={"min_overlap": MIN_OVERLAP, "min_history_days": 40, "k_neighbors": K},
+            )
+        )
+        conn.execute(
+            sa.insert(schema.peer_neighbors),
+            [
+                {
+                    "snapshot_date": day,
+                    "symbol": SYMBOLS[i],
+                    "rank": rank,
+                    "neighbor": SYMBOLS[j],
+                    "corr": c,
+                    "overlap": int(overlap[i, j]),
+                }
+                for i, rank, j, c in neighbors
+            ],
+        )
+        conn.execute(
+            sa.insert(schema.symbol_clusters),
+            [
+                {"snapshot_date": day, "symbol": s, "cluster_id": labels[i]}
+                for i, s in enumerate(SYMBOLS)
+            ],
+        )
+        conn.execute(
+            sa.insert(schema.lead_lag_pairs),
+            [
+                dict(
+                    zip(
+                        (
+                            "leader",
+                            "lagger",
+                            "lag",
+                            "lagged_corr",
+                            "sync_corr",
+                            "improvement",
+                            "overlap",
+                        ),
+                        p,
+                        strict=True,
+                    ),
+                    snapshot_date=day,
+                )
+                for p in pairs
+            ],
+        )
+    key = day.isoformat()
+    store.save(
+        q.CORR_ASSET,
+        key,
+        q.CORR_ARRAY,
+        corr,
+        labels={"symbols": SYMBOLS},
+        params={"min_overlap": MIN_OVERLAP},
+    )
+    store.save(q.OVERLAP_ASSET, key, q.OVERLAP_ARRAY, overlap, labels={"symbols": SYMBOLS})
+    return {"corr": corr, "overlap": overlap, "neighbors": neighbors, "labels": labels}
+
+
+@pytest.fixture
+def published(clean_db: sa.Engine, tmp_path, monkeypatch):
+    """Two snapshots (D1, D2) in the database, their matrices in a store under tmp_path; a
+    dropped symbol with prices only."""
+    store = MatrixStore(tmp_path / "store")
+    monkeypatch.setenv("CORR_PIPELINE_STORE_DIR", str(store.base_dir))
+    first = _publish(clean_db, D1, seed=1, store=store)
+    second = _publish(clean_db, D2, seed=2, store=store)
+    with clean_db.begin() as conn:
+        conn.execute(sa.insert(schema.prices).values(symbol="DROPPED", trade_date=D2, close=10.0))
+    return {"engine": clean_db, "store": store, D1: first, D2: second}
+
+
+# --------------------------------------------------------------------------------------------
+# peers
+# --------------------------------------------------------------------------------------------
+
+
+def test_peers_latest_snapshot_by_default(published):
+    engine, truth = published["engine"], published[D2]
+    result = q.peers(engine, "AAPL")
+    assert result.snapshot.snapshot_date == D2
+    i = SYMBOLS.index("AAPL")
+    want = [(rank, SYMBOLS[j], c) for (ii, rank, j, c) in truth["neighbors"] if ii == i]
+    got = [(p["rank"], p["neighbor"], p["corr"]) for p in result.peers]
+    assert [g[:2] for g in got] == [w[:2] for w in want]
+    assert [g[2] for g in got] == pytest.approx([w[2] for w in want], abs=1e-7)
+    assert result.cluster_id == truth["labels"][i]
+    text = result.render()
+    assert text.splitlines()[0].startswith("peers of AAPL in snapshot 2024-03-28")
+    assert text.splitlines()[1].split() == [
+        "rank",
+        "neighbor",
+        "corr",
+        "overlap",
+        "same",
+        "cluster",
+    ]
+
+
+def test_peers_for_a_given_date_and_limit(published):
+    engine, truth = published["engine"], published[D1]
+    result = q.peers(engine, "MSFT", "2024-03-27", limit=2)
+    assert result.snapshot.snapshot_date == D1
+    i = SYMBOLS.index("MSFT")
+    want = [SYMBOLS[j] for (ii, rank, j, c) in truth["neighbors"] if ii == i][:2]
+    assert [p["neighbor"] for p in result.peers] == want
+
+
+@pytest.mark.parametrize(
+    "symbol", ["O'REILLY", "X'); DROP TABLE snapshots;--", "SPACE CO", "日本株", 'QUOTE"D']
+)
+def test_odd_symbols_are_bound_parameters_and_come_back_verbatim(published, symbol):
+    engine = published["engine"]
+    result = q.peers(engine, symbol)
+    assert result.symbol == symbol and len(result.peers) == K
+    payload = json.loads(json.dumps(result.to_json(), ensure_ascii=False))
+    assert payload["symbol"] == symbol
+    assert {p["neighbor"] for p in payload["peers"]} <= set(SYMBOLS)
+    # every neighbor name is itself queryable verbatim
+    for p in payload["peers"]:
+        assert q.peers(engine, p["neighbor"]).symbol == p["neighbor"]
+    with engine.connect() as conn:  # the "injection" did nothing
+        assert conn.execute(sa.select(sa.func.count()).select_from(schema.snapshots)).scalar() == 2
+
+
+def test_peers_json_shape(published):
+    data = q.peers(published["engine"], "AAPL").to_json()
+    assert data["query"] == "peers" and data["snapshot_date"] == "2024-03-28"
+    assert set(data["peers"][0]) == {"rank", "neighbor", "corr", "overlap", "neighbor_cluster_id"}
+    # float32 values are printed as their shortest exact decimal
+    c = data["peers"][0]["corr"]
+    assert float(np.float32(c)) == pytest.approx(c, abs=0) or len(repr(c)) <= 12
+
+
+# --------------------------------------------------------------------------------------------
+# errors: unknown symbols, dates without a snapshot
+# --------------------------------------------------------------------------------------------
+
+
+def test_unknown_symbol_suggests_close_matches(published):
+    engine = published["engine"]
+    with pytest.raises(q.UnknownSymbolError) as info:
+        q.peers(engine, "APPL")
+    err = info.value
+    assert err.exit_code == 2 and "AAPL" in err.suggestions and not err.has_prices
+    assert 'unknown symbol "APPL": not in the snapshot of 2024-03-28' in str(err)
+    assert 'did you mean "AAPL"' in str(err)
+    with pytest.raises(q.UnknownSymbolError) as info:
+        q.lead_lag(engine, "aapl")
+    assert info.value.suggestions[0] == "AAPL"
+    with pytest.raises(q.UnknownSymbolError) as info:
+        q.cluster(engine, "ZZZZZZZZ")
+    assert info.value.suggestions == []
+
+
+def test_dropped_symbol_is_told_apart(published):
+    with pytest.raises(q.UnknownSymbolError) as info:
+        q.peers(published["engine"], "DROPPED")
+    assert info.value.has_prices
+    assert "has prices but was dropped" in str(info.value)
+    assert "min_history_days=40" in str(info.value)
+
+
+def test_date_without_snapshot_lists_the_latest(published):
+    with pytest.raises(q.SnapshotNotFoundError) as info:
+        q.peers(published["engine"], "AAPL", "2024-03-30")
+    err = info.value
+    assert err.latest == [D2, D1] and err.nearest_earlier == D2 and err.total == 2
+    assert str(err) == "no snapshot for 2024-03-30; latest snapshots: 2024-03-28, 2024-03-27"
+    with pytest.raises(q.SnapshotNotFoundError) as info:
+        q.cluster(published["engine"], "AAPL", "2020-01-01")
+    assert "none is earlier than 2020-01-01" in str(info.value)
+    assert info.value.to_json()["latest"] == ["2024-03-28", "2024-03-27"]
+
+
+def test_bad_date_and_nothing_published(clean_db):
+    with pytest.raises(q.QueryError, match="expected a date YYYY-MM-DD"):
+        q.peers(clean_db, "AAPL", "28/03/2024")
+    with pytest.raises(q.NoSnapshotError, match="no snapshot has been published yet"):
+        q.peers(clean_db, "AAPL")
+    assert q.snapshots(clean_db).render() == "no snapshot has been published yet"
+
+
+# --------------------------------------------------------------------------------------------
+# cluster, lead-lag, snapshots
+# --------------------------------------------------------------------------------------------
+
+
+def test_cluster(published):
+    truth = published[D2]
+    result = q.cluster(published["engine"], "AAPL", members=3)
+    label = truth["labels"][SYMBOLS.index("AAPL")]
+    members = sorted(s for i, s in enumerate(SYMBOLS) if truth["labels"][i] == label)
+    assert result.cluster_id == label and result.size == len(members)
+    assert result.n_clusters == 3
+    assert result.members == members[:3]
+    data = result.to_json()
+    assert data["members_truncated"] is True
+    same = [p["neighbor"] for p in result.peers_in_cluster]
+    assert all(truth["labels"][SYMBOLS.index(s)] == label for s in same)
+    assert "cluster id" in result.render()
+    alone = q.cluster(published["engine"], "BRK.B", members=None)
+    assert (alone.size, alone.members) == (1, ["BRK.B"])
+
+
+def test_lead_lag_both_roles_ordered_by_improvement(published):
+    result = q.lead_lag(published["engine"], "AAPL")
+    got = [(p["leader"], p["lagger"], p["lag"]) for p in result.pairs]
+    assert got == [("AAPL", "MSFT", 2), ("O'REILLY", "AAPL", 1), ("AAPL", "日本株", 3)]
+    assert (result.n_leads, result.n_lags) == (2, 1)
+    data = result.to_json()
+    assert [p["role"] for p in data["pairs"]] == ["leads", "lags", "leads"]
+    assert data["pairs"][1]["sync_corr"] is None  # NaN published, null in JSON
+    assert data["pairs"][0]["lagged_corr"] == 0.41
+    assert "NaN" in result.render()
+    none = q.lead_lag(published["engine"], "SPACE CO")
+    assert none.pairs == [] and "no lead-lag pair" in none.render()
+
+
+def test_snapshots_listing(published):
+    result = q.snapshots(published["engine"])
+    assert [s.snapshot_date for s in result.snapshots] == [D2, D1] and result.total == 2
+    assert result.render().splitlines()[0] == "2 snapshot(s) published"
+
+
+# --------------------------------------------------------------------------------------------
+# corr from the memory-mapped matrix
+# --------------------------------------------------------------------------------------------
+
+
+def test_corr_reads_one_element_of_the_stored_matrix(published):
+    truth = published[D1]
+    a, b = "AAPL", "O'REILLY"
+    result = q.corr(published["engine"], a, b, "2024-03-27", store=published["store"])
+    ia, ib = SYMBOLS.index(a), SYMBOLS.index(b)
+    assert result.corr == float(truth["corr"][ia, ib])
+    assert result.overlap == int(truth["overlap"][ia, ib]) and result.published
+    assert (result.index_a, result.index_b) == (ia, ib)
+    assert result.to_json()["corr"] == float(str(truth["corr"][ia, ib]))
+    # default store from $CORR_PIPELINE_STORE_DIR and latest date
+    latest = q.corr(published["engine"], b, a)
+    assert latest.snapshot_date == D2
+    assert latest.corr == float(published[D2]["corr"][ib, ia])
+
+
+def test_corr_nan_is_explained(published):
+    result = q.corr(published["engine"], "NVDA", "日本株")
+    assert np.isnan(result.corr) and result.overlap == 12
+    assert result.reason == f"only 12 common returns, fewer than min_overlap={MIN_OVERLAP}"
+    data = result.to_json()
+    assert data["corr"] is None and data["undefined_reason"].startswith("only 12")
+
+
+def test_corr_errors(published, tmp_path):
+    engine = published["engine"]
+    with pytest.raises(q.UnknownSymbolError) as info:
+        q.corr(engine, "AAPL", "MSTF")
+    assert "MSFT" in info.value.suggestions
+    with pytest.raises(q.SnapshotNotFoundError):
+        q.corr(engine, "AAPL", "MSFT", "2024-01-02")
+    empty = MatrixStore(tmp_path / "other_store")
+    with pytest.raises(q.MatrixUnavailableError, match="not in the matrix store"):
+        q.corr(engine, "AAPL", "MSFT", store=empty)
+
+
+def test_corr_from_the_store_alone_and_unpublished_dates(published):
+    engine, store = published["engine"], published["store"]
+    result = q.corr(store, "AAPL", "MSFT")
+    assert result.snapshot_date == D2 and not result.published
+    corr, overlap = _universe(3)
+    store.save(q.CORR_ASSET, "2024-03-29", q.CORR_ARRAY, corr, labels={"symbols": SYMBOLS})
+    unpublished = q.corr(engine, "AAPL", "MSFT", "2024-03-29")
+    assert not unpublished.published and "not published" in unpublished.render()
+    assert unpublished.overlap is None  # no overlap matrix stored for that date
+    with pytest.raises(q.SnapshotNotFoundError):
+        q.corr(store, "AAPL", "MSFT", "2024-04-01")
+
+
+# --------------------------------------------------------------------------------------------
+# command line
+# --------------------------------------------------------------------------------------------
+
+
+def _parser(engine: sa.Engine) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="corr-pipeline")
+    q.add_query_commands(
+        parser.add_subparsers(dest="command", required=True), engine_factory=lambda: engine
+    )
+    return parser
+
+
+def _run(engine: sa.Engine, argv: list[str], capsys) -> tuple[int, str, str]:
+    args = _parser(engine).parse_args(argv)
+    code = args.func(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_tables_and_json(published, capsys):
+    engine = published["engine"]
+    code, out, err = _run(engine, ["query", "peers", "O'REILLY"], capsys)
+    assert code == 0 and err == ""
+    assert out.splitlines()[0].startswith("peers of O'REILLY in snapshot 2024-03-28")
+    code, out, _ = _run(
+        engine, ["query", "peers", "O'REILLY", "--json", "--date", "2024-03-27"], capsys
+    )
+    data = json.loads(out)
+    assert code == 0 and data["symbol"] == "O'REILLY" and data["snapshot_date"] == "2024-03-27"
+    for argv in (
+        ["query", "cluster", "日本株", "--json"],
+        ["query", "lead-lag", "AAPL", "--json"],
+        ["query", "corr", "AAPL", "MSFT", "--json"],
+        ["query", "snapshots", "--json"],
+    ):
+        code, out, _ = _run(engine, argv, capsys)
+        assert code == 0 and json.loads(out)["query"] == argv[1]
+
+
+def test_cli_errors_exit_2_with_message_and_json(published, capsys):
+    engine = published["engine"]
+    code, out, err = _run(engine, ["query", "peers", "APPL"], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith('corr-pipeline query: unknown symbol "APPL"') and "AAPL" in err
+    code, out, err = _run(
+        engine, ["query", "lead-lag", "AAPL", "--date", "2024-03-30", "--json"], capsys
+    )
+    assert code == 2
+    error = json.loads(out)["error"]
+    assert error["type"] == "snapshot_not_found" and error["latest"] == ["2024-03-28", "2024-03-27"]
+    assert "no snapshot for 2024-03-30" in err
+
+
+def test_format_table_aligns_wide_characters():
+    table = q.format_table(["name", "x"], [["日本株", 1], ["AB", 22], ["a\nb", 3]], "lr")
+    lines = table.splitlines()
+    assert lines == ["name     x", "日本株   1", "AB      22", "a\\nb     3"]
+
+
+def test_installed_command_end_to_end(published):
+    """The real ``corr-pipeline`` entry point in a subprocess (same database and store)."""
+    from corr_pipeline import cli
+
+    if "query" not in cli.build_parser()._subparsers._group_actions[0].choices:  # noqa: SLF001
+        pytest.skip("corr-pipeline has no query command registered yet")
+    env = dict(os.environ)
+    cmd = [sys.executable, "-m", "corr_pipeline.cli", "query"]
+    ok = subprocess.run(
+        [*cmd, "peers", "X'); DROP TABLE snapshots;--", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["symbol"] == "X'); DROP TABLE snapshots;--"
+    bad = subprocess.run(
+        [*cmd, "cluster", "MSFTT"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert 'unknown symbol "MSFTT"' in bad.stderr and '"MSFT"' in bad.stderr
