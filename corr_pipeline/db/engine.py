@@ -185,6 +185,32 @@ def _ensure_database(server_url_postgres_db: str, database: str) -> None:
             pass  # another process created it between our check and our CREATE
 
 
+#: Settings for the embedded server (a local, single-user database holding millions of price
+#: rows): more memory than PostgreSQL's conservative defaults, and fewer checkpoints during bulk
+#: loads. Appended once to ``pgdata/postgresql.conf`` before the first start (an existing server
+#: picks them up at its next start).
+EMBEDDED_SERVER_SETTINGS: dict[str, str] = {
+    "shared_buffers": "512MB",
+    "work_mem": "64MB",
+    "maintenance_work_mem": "512MB",
+    "max_wal_size": "8GB",
+    "checkpoint_timeout": "15min",
+}
+_CONFIG_MARKER = "# --- corr_pipeline embedded server settings ---"
+
+
+def _write_embedded_config(pgdata: Path) -> None:
+    conf = pgdata / "postgresql.conf"
+    if not conf.exists():
+        return
+    text = conf.read_text()
+    if _CONFIG_MARKER in text:
+        return
+    lines = [_CONFIG_MARKER] + [f"{k} = '{v}'" for k, v in EMBEDDED_SERVER_SETTINGS.items()]
+    with conf.open("a") as handle:
+        handle.write("\n" + "\n".join(lines) + "\n")
+
+
 def start_embedded_server(pgdata: Path | None = None) -> EmbeddedServer:
     """Start (or attach to) the embedded PostgreSQL in ``pgdata`` (default ``home/pgdata``).
 
@@ -200,7 +226,11 @@ def start_embedded_server(pgdata: Path | None = None) -> EmbeddedServer:
         if (pgdata / ".handle_pids.json").exists():
             _prune_dead_handle_pids(pgserver, pgdata)
         try:
-            handle = pgserver.get_server(pgdata, cleanup_mode="stop")
+            handle = pgserver.get_server(pgdata, cleanup_mode="stop", start=False)
+            with pgserver.PostgresServer._lock:
+                handle.ensure_pgdata_inited()
+                _write_embedded_config(pgdata)
+            handle.start()  # attaches if another process already runs the server
         except Exception as exc:
             log_file = pgdata / "log"
             raise DatabaseUnavailableError(

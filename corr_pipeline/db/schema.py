@@ -17,6 +17,7 @@ The three per-snapshot child tables reference ``snapshots`` with ``ON DELETE CAS
 snapshot is ``DELETE FROM snapshots WHERE snapshot_date = :d`` + inserts, in one transaction
 (SPEC §7: never duplicated, never half-written).
 
+Symbol columns use ``COLLATE "C"`` (code-point order, see ``SYMBOL``).
 Correlations are float32 in the pipeline (SPEC §3), so they are stored as ``real``: exact, and half
 the size of ``double precision``.
 """
@@ -28,10 +29,15 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 metadata = sa.MetaData()
 
+#: Symbols are text compared byte-wise (``COLLATE "C"``): for UTF-8 that is code-point order, the
+#: order SPEC §2 uses for matrix columns, whatever the server's default locale; it is also the
+#: cheapest comparison for the primary-key B-trees.
+SYMBOL = sa.Text(collation="C")
+
 prices = sa.Table(
     "prices",
     metadata,
-    sa.Column("symbol", sa.Text, primary_key=True),
+    sa.Column("symbol", SYMBOL, primary_key=True),
     sa.Column("trade_date", sa.Date, primary_key=True),
     sa.Column("close", sa.Double, nullable=False),
     sa.Index("ix_prices_trade_date", "trade_date"),
@@ -60,9 +66,9 @@ peer_neighbors = sa.Table(
     "peer_neighbors",
     metadata,
     sa.Column("snapshot_date", sa.Date, _snapshot_fk(), primary_key=True),
-    sa.Column("symbol", sa.Text, primary_key=True),
+    sa.Column("symbol", SYMBOL, primary_key=True),
     sa.Column("rank", sa.SmallInteger, primary_key=True),
-    sa.Column("neighbor", sa.Text, nullable=False),
+    sa.Column("neighbor", SYMBOL, nullable=False),
     sa.Column("corr", sa.REAL, nullable=False),
     sa.Column("overlap", sa.Integer, nullable=False),
     sa.CheckConstraint("rank >= 1", name="ck_peer_neighbors_rank_positive"),
@@ -72,7 +78,7 @@ symbol_clusters = sa.Table(
     "symbol_clusters",
     metadata,
     sa.Column("snapshot_date", sa.Date, _snapshot_fk(), primary_key=True),
-    sa.Column("symbol", sa.Text, primary_key=True),
+    sa.Column("symbol", SYMBOL, primary_key=True),
     sa.Column("cluster_id", sa.Integer, nullable=False),
 )
 
@@ -80,8 +86,8 @@ lead_lag_pairs = sa.Table(
     "lead_lag_pairs",
     metadata,
     sa.Column("snapshot_date", sa.Date, _snapshot_fk(), primary_key=True),
-    sa.Column("leader", sa.Text, primary_key=True),
-    sa.Column("lagger", sa.Text, primary_key=True),
+    sa.Column("leader", SYMBOL, primary_key=True),
+    sa.Column("lagger", SYMBOL, primary_key=True),
     sa.Column("lag", sa.SmallInteger, nullable=False),
     sa.Column("lagged_corr", sa.REAL, nullable=False),
     sa.Column("sync_corr", sa.REAL, nullable=True),
@@ -92,8 +98,8 @@ lead_lag_pairs = sa.Table(
 synthetic_lead_lag_truth = sa.Table(
     "synthetic_lead_lag_truth",
     metadata,
-    sa.Column("leader", sa.Text, primary_key=True),
-    sa.Column("lagger", sa.Text, primary_key=True),
+    sa.Column("leader", SYMBOL, primary_key=True),
+    sa.Column("lagger", SYMBOL, primary_key=True),
     sa.Column("lag", sa.SmallInteger, nullable=False),
     sa.Column("seed", sa.Integer, nullable=False),
 )

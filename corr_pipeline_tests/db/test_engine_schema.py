@@ -313,3 +313,18 @@ def test_embedded_server_is_shared_by_concurrent_processes(tmp_path: Path) -> No
     while (home / "pgdata" / "postmaster.pid").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not (home / "pgdata" / "postmaster.pid").exists()
+
+
+def test_symbols_sort_in_code_point_order(clean_db: sa.Engine) -> None:
+    """Symbol columns are COLLATE "C": ORDER BY symbol is code-point order (SPEC §2)."""
+    symbols = ["b", "B", "a", "Z", "\u00e9", "_x", "BRK.B", "BRK-A", "10X"]
+    with clean_db.begin() as conn:
+        conn.execute(
+            schema.prices.insert(),
+            [{"symbol": s, "trade_date": dt.date(2024, 1, 2), "close": 1.0} for s in symbols],
+        )
+    with clean_db.connect() as conn:
+        ordered = conn.execute(
+            sa.select(schema.prices.c.symbol).order_by(schema.prices.c.symbol)
+        ).scalars()
+        assert list(ordered) == sorted(symbols)

@@ -1,0 +1,340 @@
+"""Import daily prices from a CSV file into ``prices`` (SPEC §1).
+
+File format: a header line naming exactly the columns ``symbol``, ``trade_date`` and ``close`` (in
+any order), then one row per (symbol, trade_date), RFC 4180 quoting allowed, UTF-8:
+
+    symbol,trade_date,close
+    AAPL,2024-01-02,185.64
+
+- ``trade_date`` must be ISO ``YYYY-MM-DD`` and a real calendar date.
+- ``close`` must parse as a double precision number; ``NaN``, ``Infinity``/``inf`` and
+  non-positive values are *accepted* and counted (SPEC §1: they make the returns that touch them
+  NaN downstream; the import reports how many there were).
+- ``symbol`` must be non-empty without leading/trailing whitespace.
+- A (symbol, trade_date) may appear only once in the file.
+
+Any violation rejects the whole file, naming the file and the line of the first offending row
+(``prices.csv line 17: unparsable trade_date '2024-13-01'``); nothing is loaded (one transaction).
+Rows whose key already exists in ``prices`` overwrite its close.
+
+How (no per-row Python; measured ~6 M rows in well under a minute on an idle 2-core machine,
+see the foundation report):
+
+1. the raw bytes after the header are streamed with ``COPY ... (FORMAT csv)`` into a TEMP staging
+   table of text columns whose identity column ``line`` numbers the rows in file order (structural
+   CSV errors -- missing or extra fields, bad quoting, invalid UTF-8 -- come from COPY itself,
+   whose error context carries the line number);
+2. one ``INSERT ... SELECT`` checks, casts and loads every row (:func:`load_prices_from_staging`
+   with ``strict_text``), as a plain INSERT when the file's date range does not overlap what
+   ``prices`` already holds (the common "append new days" case) and as an
+   ``ON CONFLICT DO UPDATE`` upsert otherwise; a bad value or a repeated key makes it fail;
+3. only then (error path) a validation scan and a duplicate search find the first offending line
+   to report, and the transaction is rolled back.
+
+Line numbers count physical lines, header = line 1 (a quoted field spanning several lines would
+shift them; such files are not valid price files).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import psycopg
+import sqlalchemy as sa
+
+from corr_pipeline.db.bulk import (
+    PRICE_COLUMNS,
+    LoadCounts,
+    copy_text,
+    create_prices_staging,
+    driver_connection,
+    load_prices_from_staging,
+)
+
+_CHUNK_BYTES = 1 << 20
+_STAGING = "prices_import_staging"
+_COPY_LINE_RE = re.compile(r"\bline (\d+)")
+
+
+class PricesImportError(ValueError):
+    """The file was rejected; nothing was loaded. ``line`` is the 1-based file line (or None)."""
+
+    def __init__(self, path: Path | str, line: int | None, problem: str) -> None:
+        self.path = str(path)
+        self.line = line
+        self.problem = problem
+        where = f"{self.path} line {line}" if line is not None else self.path
+        super().__init__(f"{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """Outcome of a successful import.
+
+    rows: data rows in the file; inserted: new (symbol, trade_date) keys; updated: keys that
+    already existed (close overwritten); bad_closes: rows whose close is non-positive, NaN or
+    infinite (loaded, but they yield NaN returns, SPEC §1).
+    """
+
+    path: str
+    rows: int
+    inserted: int
+    updated: int
+    bad_closes: int
+    seconds: float
+
+    def summary(self) -> str:
+        text = (
+            f"imported {self.path}: {self.rows:,} rows "
+            f"({self.inserted:,} inserted, {self.updated:,} updated) in {self.seconds:.1f} s"
+        )
+        if self.bad_closes:
+            text += (
+                f"; {self.bad_closes:,} non-positive/NaN/infinite closes loaded "
+                "(their returns will be NaN)"
+            )
+        return text
+
+
+# ---------------------------------------------------------------------------------------------
+# Header
+# ---------------------------------------------------------------------------------------------
+
+
+def _read_header(path: Path, stream: IO[bytes]) -> list[str]:
+    raw = stream.readline()
+    if not raw:
+        raise PricesImportError(path, None, "the file is empty (expected a header line)")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PricesImportError(path, 1, "header line is not valid UTF-8") from None
+    fields = next(csv.reader(io.StringIO(text)), [])
+    names = [field.strip() for field in fields]
+    expected = set(PRICE_COLUMNS)
+    if sorted(names) != sorted(PRICE_COLUMNS):
+        missing = sorted(expected - set(names))
+        extra = sorted({n for n in names if n not in expected})
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        parts = []
+        if missing:
+            parts.append(f"missing column(s) {', '.join(missing)}")
+        if extra:
+            parts.append(f"unexpected column(s) {', '.join(repr(e) for e in extra)}")
+        if duplicated:
+            parts.append(f"repeated column(s) {', '.join(duplicated)}")
+        raise PricesImportError(
+            path,
+            1,
+            f"bad header {names!r}: {'; '.join(parts)} "
+            f"(expected exactly: {', '.join(PRICE_COLUMNS)}, in any order)",
+        )
+    return names
+
+
+def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
+    while True:
+        chunk = stream.read(_CHUNK_BYTES)
+        if not chunk:
+            return
+        yield chunk
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation SQL
+# ---------------------------------------------------------------------------------------------
+
+
+def _validity_functions(conn: sa.Connection) -> tuple[str, str]:
+    """SQL templates testing "text is a valid date" / "... a valid float8".
+
+    PostgreSQL >= 16 has ``pg_input_is_valid``; older servers get equivalent pg_temp functions.
+    """
+    version = conn.exec_driver_sql("SHOW server_version_num").scalar_one()
+    if int(version) >= 160000:
+        return "pg_input_is_valid({}, 'date')", "pg_input_is_valid({}, 'double precision')"
+    for name, sql_type in (("corr_valid_date", "date"), ("corr_valid_float8", "double precision")):
+        conn.exec_driver_sql(
+            f"CREATE OR REPLACE FUNCTION pg_temp.{name}(value text) RETURNS boolean "
+            f"LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN PERFORM value::{sql_type}; RETURN true; "
+            f"EXCEPTION WHEN others THEN RETURN false; END $$"
+        )
+    return "pg_temp.corr_valid_date({})", "pg_temp.corr_valid_float8({})"
+
+
+def _problem_cases(date_ok: str, number_ok: str) -> list[tuple[str, str]]:
+    """(condition, message SQL expression) pairs, checked in this order for the first bad row."""
+    return [
+        ("symbol IS NULL OR symbol = ''", "'empty symbol'"),
+        (
+            "symbol <> btrim(symbol, E' \\t')",
+            "'symbol ' || quote_literal(symbol) || ' has leading or trailing whitespace'",
+        ),
+        ("trade_date IS NULL OR trade_date = ''", "'empty trade_date'"),
+        (
+            f"trade_date !~ '^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}$' OR NOT {date_ok.format('trade_date')}",
+            "'unparsable trade_date ' || quote_literal(trade_date) || ' (expected YYYY-MM-DD)'",
+        ),
+        ("close IS NULL OR close = ''", "'empty close'"),
+        (f"NOT {number_ok.format('close')}", "'unparsable close ' || quote_literal(close)"),
+    ]
+
+
+def _first_invalid_row(conn: sa.Connection, path: Path) -> PricesImportError | None:
+    """The error for the lowest-line row that breaks a value rule, if any (error path only)."""
+    date_ok, number_ok = _validity_functions(conn)
+    cases = _problem_cases(date_ok, number_ok)
+    any_bad = " OR ".join(f"({cond})" for cond, _ in cases)
+    first_bad = conn.exec_driver_sql(
+        f"SELECT min(line) FILTER (WHERE {any_bad}) FROM {_STAGING}"
+    ).scalar_one()
+    if first_bad is None:
+        return None
+    reason_sql = " ".join(f"WHEN {cond} THEN {msg}" for cond, msg in cases)
+    reason = conn.exec_driver_sql(
+        f"SELECT CASE {reason_sql} END FROM {_STAGING} WHERE line = {int(first_bad)}"
+    ).scalar_one()
+    return PricesImportError(path, int(first_bad) + 1, reason)
+
+
+def _locate_problem(conn: sa.Connection, path: Path) -> PricesImportError | None:
+    """The first offending row (lowest line) among invalid values and repeated keys."""
+    invalid = _first_invalid_row(conn, path)
+    before = invalid.line - 1 if invalid is not None and invalid.line is not None else None
+    duplicate = _first_duplicate(conn, path, before_line=before)
+    return duplicate or invalid
+
+
+def _first_duplicate(
+    conn: sa.Connection, path: Path, before_line: int | None = None
+) -> PricesImportError | None:
+    """The error for the earliest second occurrence of a (symbol, trade_date) in the file."""
+    limit = "" if before_line is None else f"AND line < {int(before_line)}"
+    row = conn.exec_driver_sql(
+        f"""
+        WITH dup_keys AS (
+            SELECT symbol, trade_date FROM {_STAGING}
+            GROUP BY symbol, trade_date HAVING count(*) > 1
+        ),
+        dup_rows AS (
+            SELECT s.line, s.symbol, s.trade_date,
+                   min(s.line) OVER (PARTITION BY s.symbol, s.trade_date) AS first_line
+            FROM {_STAGING} s JOIN dup_keys USING (symbol, trade_date)
+        )
+        SELECT line, symbol, trade_date, first_line FROM dup_rows
+        WHERE line > first_line {limit}
+        ORDER BY line LIMIT 1
+        """
+    ).first()
+    if row is None:
+        return None
+    line, symbol, trade_date, first_line = row
+    return PricesImportError(
+        path,
+        int(line) + 1,
+        f"duplicate (symbol, trade_date) ({symbol!r}, {trade_date!r}), "
+        f"first seen on line {int(first_line) + 1}",
+    )
+
+
+def _copy_error(path: Path, exc: psycopg.Error) -> PricesImportError:
+    diag = exc.diag
+    message = diag.message_primary or str(exc).splitlines()[0]
+    context = diag.context or ""
+    match = _COPY_LINE_RE.search(context)
+    line = int(match.group(1)) + 1 if match else None  # COPY counts from the row after the header
+    if context.rstrip().endswith(': ""'):
+        message = f"empty line ({message})"
+    return PricesImportError(path, line, message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------
+
+
+def import_prices_csv(engine: sa.Engine, path: str | Path) -> ImportReport:
+    """Validate ``path`` and upsert its rows into ``prices`` in one transaction (see module doc).
+
+    Raises PricesImportError (a ValueError) for a malformed file, FileNotFoundError if missing.
+    Requires the schema (``init_schema``).
+    """
+    path = Path(path)
+    started = time.perf_counter()
+    if path.is_dir():
+        raise PricesImportError(path, None, "is a directory, expected a CSV file")
+    with path.open("rb") as stream, engine.begin() as conn:
+        names = _read_header(path, stream)
+        create_prices_staging(conn, _STAGING, typed=False)
+        try:
+            rows = copy_text(conn, _STAGING, names, _chunks(stream), format="csv")
+        except psycopg.DataError as exc:  # BadCopyFileFormat, invalid encoding, ...
+            raise _copy_error(path, exc) from None
+        if rows == 0:
+            raise PricesImportError(path, None, "no data rows after the header")
+        counts = _load_checked(conn, path)
+    if counts.inserted + counts.updated != rows:  # pragma: no cover - would be a bug
+        raise RuntimeError(f"import of {path}: {rows} rows but {counts} loaded")
+    return ImportReport(
+        path=str(path),
+        rows=rows,
+        inserted=counts.inserted,
+        updated=counts.updated,
+        bad_closes=counts.bad_closes,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _dates_overlap_existing(conn: sa.Connection) -> bool:
+    """Whether ``prices`` holds any row inside the file's [min, max] trade_date range.
+
+    The range is taken over the raw text: for valid rows (strict ``YYYY-MM-DD``) text order is
+    date order, so the answer is exact; an invalid value makes the cast here or the load fail,
+    which sends the caller to the error path. The answer only chooses between a plain INSERT and
+    an upsert (speed); should it ever be wrong, the plain INSERT fails on the existing key and
+    the caller retries as an upsert.
+    """
+    dbapi: Any = driver_connection(conn)  # psycopg errors unwrapped, like the load's
+    low, high = dbapi.execute(f"SELECT min(trade_date), max(trade_date) FROM {_STAGING}").fetchone()
+    if low is None:
+        return False
+    overlap = dbapi.execute(
+        "SELECT EXISTS (SELECT 1 FROM prices "
+        "WHERE trade_date BETWEEN CAST(%s AS date) AND CAST(%s AS date))",
+        (low, high),
+    ).fetchone()[0]
+    return bool(overlap)
+
+
+_LOAD_ERRORS = (psycopg.DataError, psycopg.IntegrityError, psycopg.errors.CardinalityViolation)
+
+
+def _load_checked(conn: sa.Connection, path: Path) -> LoadCounts:
+    """Steps 2-3 of the module docstring, inside a savepoint so the error path can still query
+    the staging table."""
+    dbapi: Any = driver_connection(conn)
+    dbapi.execute("SAVEPOINT corr_prices_load")
+    upsert = True
+    try:
+        upsert = _dates_overlap_existing(conn)
+        counts = load_prices_from_staging(conn, _STAGING, upsert=upsert, strict_text=True)
+    except _LOAD_ERRORS as exc:
+        dbapi.execute("ROLLBACK TO SAVEPOINT corr_prices_load")
+        problem = _locate_problem(conn, path)
+        if problem is not None:
+            raise problem from None
+        if upsert or not isinstance(exc, psycopg.errors.UniqueViolation):
+            raise  # pragma: no cover - every load error above has a located cause
+        # Keys already in prices that the date-range test missed: upsert instead.
+        counts = load_prices_from_staging(conn, _STAGING, upsert=True, strict_text=True)
+    dbapi.execute("RELEASE SAVEPOINT corr_prices_load")
+    return counts

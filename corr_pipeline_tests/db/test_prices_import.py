@@ -1,0 +1,270 @@
+"""CSV import (SPEC §1): all-or-nothing, errors name file and line, bad closes counted."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from corr_pipeline.db.bulk import copy_text, create_prices_staging, upsert_prices_from_staging
+from corr_pipeline.db.prices_import import ImportReport, PricesImportError, import_prices_csv
+from corr_pipeline.db.schema import prices
+
+HEADER = "symbol,trade_date,close\n"
+
+
+def _write(tmp_path: Path, text: str | bytes, name: str = "prices.csv") -> Path:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def _rows(engine: sa.Engine) -> dict[tuple[str, dt.date], float]:
+    with engine.connect() as conn:
+        result = conn.execute(sa.select(prices.c.symbol, prices.c.trade_date, prices.c.close))
+        return {(s, d): c for s, d, c in result}
+
+
+def _seed(engine: sa.Engine) -> dict[tuple[str, dt.date], float]:
+    """Pre-existing rows that a failed import must leave untouched."""
+    with engine.begin() as conn:
+        conn.execute(
+            prices.insert(),
+            [
+                {"symbol": "OLD", "trade_date": dt.date(2023, 12, 29), "close": 10.0},
+                {"symbol": "AAA", "trade_date": dt.date(2024, 1, 2), "close": 99.0},
+            ],
+        )
+    return _rows(engine)
+
+
+def test_import_inserts_then_reimport_updates(clean_db: sa.Engine, tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        HEADER + "AAA,2024-01-02,10.5\nAAA,2024-01-03,11.25\nBBB,2024-01-02,20\n",
+    )
+    report = import_prices_csv(clean_db, path)
+    assert isinstance(report, ImportReport)
+    assert (report.rows, report.inserted, report.updated, report.bad_closes) == (3, 3, 0, 0)
+    assert _rows(clean_db) == {
+        ("AAA", dt.date(2024, 1, 2)): 10.5,
+        ("AAA", dt.date(2024, 1, 3)): 11.25,
+        ("BBB", dt.date(2024, 1, 2)): 20.0,
+    }
+
+    # Overlapping file: two existing keys (one with a new close), one new key.
+    path2 = _write(
+        tmp_path,
+        HEADER + "AAA,2024-01-02,10.5\nBBB,2024-01-02,21\nCCC,2024-01-03,30\n",
+        "more.csv",
+    )
+    report2 = import_prices_csv(clean_db, path2)
+    assert (report2.rows, report2.inserted, report2.updated) == (3, 1, 2)
+    rows = _rows(clean_db)
+    assert len(rows) == 4
+    assert rows[("BBB", dt.date(2024, 1, 2))] == 21.0
+    assert rows[("CCC", dt.date(2024, 1, 3))] == 30.0
+    assert "1 inserted, 2 updated" in report2.summary()
+
+
+def test_columns_in_any_order_quotes_crlf_and_bom(clean_db: sa.Engine, tmp_path: Path) -> None:
+    text = '\ufeffclose,symbol,trade_date\r\n1.5,"BRK.B",2024-01-02\r\n2.5e1,"X,Y",2024-01-02\r\n'
+    report = import_prices_csv(clean_db, _write(tmp_path, text.encode("utf-8")))
+    assert (report.rows, report.inserted) == (2, 2)
+    assert _rows(clean_db) == {
+        ("BRK.B", dt.date(2024, 1, 2)): 1.5,
+        ("X,Y", dt.date(2024, 1, 2)): 25.0,
+    }
+
+
+def test_bad_closes_are_loaded_and_counted(clean_db: sa.Engine, tmp_path: Path) -> None:
+    text = HEADER + (
+        "A,2024-01-02,0\nB,2024-01-02,-3.5\nC,2024-01-02,NaN\nD,2024-01-02,Infinity\n"
+        "E,2024-01-02,-inf\nF,2024-01-02,1e-300\nG,2024-01-02,42\n"
+    )
+    report = import_prices_csv(clean_db, _write(tmp_path, text))
+    assert report.rows == 7
+    assert report.bad_closes == 5  # 0, negative, NaN, +inf, -inf; tiny positive is fine
+    assert "5 non-positive/NaN/infinite closes" in report.summary()
+    rows = _rows(clean_db)
+    assert math.isnan(rows[("C", dt.date(2024, 1, 2))])
+    assert rows[("D", dt.date(2024, 1, 2))] == math.inf
+    assert rows[("E", dt.date(2024, 1, 2))] == -math.inf
+    assert rows[("F", dt.date(2024, 1, 2))] == 1e-300
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "fragment"),
+    [
+        pytest.param(
+            "symbol,trade_date\nAAA,2024-01-02\n", 1, "missing column(s) close", id="missing-column"
+        ),
+        pytest.param(
+            "symbol,date,close\nAAA,2024-01-02,1\n", 1, "unexpected column(s) 'date'", id="renamed"
+        ),
+        pytest.param(
+            "symbol,trade_date,close,volume\nAAA,2024-01-02,1,5\n",
+            1,
+            "unexpected column(s) 'volume'",
+            id="extra-column",
+        ),
+        pytest.param(
+            HEADER + "AAA,2024-01-02,1\nAAA,2024-01-03,2\nBBB,2024-13-01,3\nBBB,2024-01-02,x\n",
+            4,
+            "unparsable trade_date '2024-13-01'",
+            id="bad-date",
+        ),
+        pytest.param(
+            HEADER + "AAA,2024-01-02,1\nAAA,02/01/2024,2\n",
+            3,
+            "unparsable trade_date '02/01/2024' (expected YYYY-MM-DD)",
+            id="non-iso-date",
+        ),
+        pytest.param(
+            HEADER + "AAA,2024-01-02,1\nAAA,2024-01-03,12.3.4\n",
+            3,
+            "unparsable close '12.3.4'",
+            id="text-in-number",
+        ),
+        pytest.param(
+            HEADER + "AAA,2024-01-02,1\nAAA,2024-01-03,abc\n",
+            3,
+            "unparsable close 'abc'",
+            id="word-in-number",
+        ),
+        pytest.param(
+            HEADER + "AAA,2024-01-02,1\nBBB,2024-01-02,2\nAAA,2024-01-02,1\nCCC,2024-99-99,1\n",
+            4,
+            "duplicate (symbol, trade_date) ('AAA', '2024-01-02'), first seen on line 2",
+            id="duplicate-key",
+        ),
+        pytest.param(
+            HEADER + "AAA,2024-01-02,1\n,2024-01-03,2\n", 3, "empty symbol", id="no-symbol"
+        ),
+        pytest.param(
+            HEADER + "AAA,2024-01-02,1\n AAA,2024-01-03,2\n",
+            3,
+            "leading or trailing whitespace",
+            id="symbol-whitespace",
+        ),
+        pytest.param(HEADER + "AAA,2024-01-02,\n", 2, "empty close", id="empty-close"),
+        pytest.param(
+            HEADER + "AAA,2024-01-02,1\nAAA,2024-01-03,2\nAAA,2024-01-04,1.5e",
+            4,
+            "unparsable close '1.5e'",
+            id="truncated-last-line-in-number",
+        ),
+        pytest.param(
+            HEADER + "AAA,2024-01-02,1\nAAA,2024-01-03,2\nAAA,2024-01-04",
+            4,
+            'missing data for column "close"',
+            id="truncated-last-line-missing-field",
+        ),
+        pytest.param(
+            HEADER + "AAA,2024-01-02,1\n\nAAA,2024-01-03,2\n", 3, "empty line", id="blank-line"
+        ),
+        pytest.param(
+            HEADER + "AAA,2024-01-02,1,7\n", 2, "extra data after last expected column", id="extra"
+        ),
+    ],
+)
+def test_rejections_name_file_and_line_and_load_nothing(
+    clean_db: sa.Engine, tmp_path: Path, content: str, line: int, fragment: str
+) -> None:
+    before = _seed(clean_db)
+    path = _write(tmp_path, content)
+    with pytest.raises(PricesImportError) as info:
+        import_prices_csv(clean_db, path)
+    error = info.value
+    assert error.line == line
+    assert str(error).startswith(f"{path} line {line}: ")
+    assert fragment in str(error)
+    assert _rows(clean_db) == before  # nothing loaded, nothing changed
+
+
+def test_duplicate_of_existing_key_with_same_values_is_still_rejected(
+    clean_db: sa.Engine, tmp_path: Path
+) -> None:
+    before = _seed(clean_db)  # AAA 2024-01-02 = 99.0 exists
+    path = _write(tmp_path, HEADER + "AAA,2024-01-02,99\nZZZ,2024-01-02,1\nAAA,2024-01-02,99\n")
+    with pytest.raises(PricesImportError, match=r"line 4: duplicate .* first seen on line 2"):
+        import_prices_csv(clean_db, path)
+    assert _rows(clean_db) == before
+
+
+def test_first_offending_line_wins_across_kinds(clean_db: sa.Engine, tmp_path: Path) -> None:
+    # A bad value on line 3 comes before the duplicate on line 4.
+    path = _write(tmp_path, HEADER + "A,2024-01-02,1\nB,2024-01-02,x\nA,2024-01-02,1\n")
+    with pytest.raises(PricesImportError, match=r"line 3: unparsable close 'x'"):
+        import_prices_csv(clean_db, path)
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        pytest.param(b"", "the file is empty", id="zero-bytes"),
+        pytest.param(HEADER.encode(), "no data rows after the header", id="header-only"),
+    ],
+)
+def test_empty_files_are_rejected(
+    clean_db: sa.Engine, tmp_path: Path, content: bytes, fragment: str
+) -> None:
+    before = _seed(clean_db)
+    path = _write(tmp_path, content)
+    with pytest.raises(PricesImportError, match=fragment) as info:
+        import_prices_csv(clean_db, path)
+    assert str(info.value).startswith(str(path))
+    assert _rows(clean_db) == before
+
+
+def test_invalid_utf8_is_rejected_with_line(clean_db: sa.Engine, tmp_path: Path) -> None:
+    path = _write(tmp_path, HEADER.encode() + b"AAA,2024-01-02,1\nB\xff,2024-01-02,1\n")
+    with pytest.raises(PricesImportError, match=r"line 3: invalid byte sequence"):
+        import_prices_csv(clean_db, path)
+
+
+def test_missing_file(clean_db: sa.Engine, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        import_prices_csv(clean_db, tmp_path / "absent.csv")
+
+
+def test_partial_overlap_upserts(clean_db: sa.Engine, tmp_path: Path) -> None:
+    _seed(clean_db)  # AAA 2024-01-02 exists
+    path = _write(tmp_path, HEADER + "AAA,2024-01-02,5\nAAA,2030-01-02,6\n")
+    report = import_prices_csv(clean_db, path)
+    assert (report.inserted, report.updated) == (1, 1)
+    assert _rows(clean_db)[("AAA", dt.date(2024, 1, 2))] == 5.0
+
+
+@pytest.mark.parametrize("seeded", [False, True], ids=["plain-insert-path", "upsert-path"])
+def test_duplicate_new_keys_rejected_on_both_load_paths(
+    clean_db: sa.Engine, tmp_path: Path, seeded: bool
+) -> None:
+    if seeded:  # a key inside the file's date range exists: the upsert path is taken
+        with clean_db.begin() as conn:
+            conn.execute(
+                prices.insert().values(symbol="Q", trade_date=dt.date(2025, 1, 3), close=1)
+            )
+    before = _rows(clean_db)
+    path = _write(tmp_path, HEADER + "N,2025-01-02,1\nN,2025-01-03,2\nN,2025-01-02,3\n")
+    with pytest.raises(PricesImportError, match=r"line 4: duplicate .* first seen on line 2"):
+        import_prices_csv(clean_db, path)
+    assert _rows(clean_db) == before
+
+
+def test_bulk_helpers_copy_and_upsert_typed_staging(clean_db: sa.Engine) -> None:
+    _seed(clean_db)
+    with clean_db.begin() as conn:
+        staging = create_prices_staging(conn, "test_staging", typed=True)
+        chunks = ["AAA\t2024-01-02\t1.25\nNEW\t2024-01-", "02\tNaN\n"]  # boundaries mid-row
+        assert copy_text(conn, staging, ["symbol", "trade_date", "close"], chunks) == 2
+        assert upsert_prices_from_staging(conn, staging) == (1, 1)
+    rows = _rows(clean_db)
+    assert rows[("AAA", dt.date(2024, 1, 2))] == 1.25
+    assert math.isnan(rows[("NEW", dt.date(2024, 1, 2))])
