@@ -1,29 +1,51 @@
 """Hierarchical clustering of the correlation matrix (SPEC §5).
 
-Distance (Mantegna)::
+Distance (Mantegna), for ``i < j``::
 
-    d[i, j] = sqrt(2 · (1 − c[i, j])),   c = corr[i, j] cast to float64, NaN → 0 (d = sqrt(2)),
+    d[i, j] = sqrt(max(0, 2 · (1 − c))),   c = float64(corr[i, j]),  NaN → 0 (d = sqrt(2)),
 
-with a negative argument (``corr`` a rounding step above 1) clipped to 0. Agglomerative linkage
+the ``max`` only clipping a correlation a rounding step above 1. Agglomerative linkage
 (``average`` by default; ``single``, ``complete``, ``weighted``), cut at a distance threshold or
-into a requested number of clusters, labels ``0..K−1`` numbered by first appearance.
+into a requested number of clusters, labels ``0..K−1`` numbered by first appearance (SPEC §5).
 
-Exactness. SPEC §5's reference is ``scipy.cluster.hierarchy.linkage(condensed, method)`` then
-``fcluster``. The linkage kernels below are a line-by-line port of scipy's own algorithms
-(``scipy/cluster/_hierarchy.pyx``: ``nn_chain`` for average/complete/weighted,
-``mst_single_linkage`` for single; the same distance-update formulas, the same strict ``<``
-comparisons in the same index order, the same stable sort by height and union-find relabelling),
-so they produce scipy's linkage matrix ``Z`` bit for bit, ties included; the cut is scipy's own
-``fcluster``. fastcluster is *not* used: its average update ``s·a + t·b`` (with
-``s = n_x/(n_x+n_y)``) rounds differently from scipy's ``(n_x·a + n_y·b)/(n_x+n_y)`` and its
-NN-chain restarts differently, so on near-ties it can merge in another order.
+Exactness
+---------
+SPEC §5's reference is ``scipy.cluster.hierarchy.linkage(condensed d, method)`` then
+``fcluster``. The kernels here are a port of scipy's own algorithms (``scipy/cluster/
+_hierarchy.pyx``: ``nn_chain`` for average / complete / weighted, ``mst_single_linkage`` for
+single) with the same distance-update formulas in the same operation order, the same strict
+``<`` comparisons visiting candidates in the same ascending index order, the same stable sort by
+height and the same union-find relabelling. They therefore reproduce scipy's linkage matrix
+``Z`` bit for bit, ties included, and the cut is scipy's own ``fcluster`` on that ``Z``.
+fastcluster is deliberately not used: its average update ``s·a + t·b`` with
+``s = n_x/(n_x+n_y)`` rounds differently from scipy's ``(n_x·a + n_y·b)/(n_x+n_y)`` (its ``Z``
+heights differ from scipy's in the last bits on nearly every input) and its NN-chain restarts
+differently, so on tied distances its partition can differ from the reference.
 
-Memory (N = 24,000, ``M = N(N−1)/2`` = 287,988,000): the only large array is the float64
-condensed distance vector, ``8·M`` bytes = 2.30 GB, built row by row from the (possibly
-memory-mapped) float32 ``corr`` and then consumed *in place* by the NN-chain (scipy's ``linkage``
-copies it — another 2.30 GB — and fastcluster's public ``linkage`` copies it too). ``corr`` is
-only read. Everything else is O(N). A caller who wants the 2.30 GB off the anonymous heap can pass
-``work=`` a float64 ``np.memmap`` of length ``M`` (it is then backed by the page cache instead).
+What differs from scipy is only *where the distances live and how the live clusters are
+walked*, which changes speed and memory but no comparison or arithmetic:
+
+* Storage. scipy's condensed vector keeps row ``x`` contiguous for partners ``i > x`` but
+  scatters partners ``i < x`` one per cache line, ~N·8 bytes apart; at N = 24,000 those strided
+  reads dominate the NN-chain (about 1.5·N² of its ~2·N² reads). Here the upper triangle is
+  stored in ``B × B`` tiles (``B = 64``, row-major inside a tile, tiles of one tile-row
+  consecutive), so both kinds of scan stay within 32 KiB tiles. The position of pair
+  ``i < j`` is ``G[i] + F[j]`` for two O(N) tables, which also describe scipy's condensed layout
+  (``G[i] = N·i − i(i+1)/2 − i − 1``, ``F[j] = j``) so one kernel serves both.
+* Live clusters are kept in a dense sorted array (with their ``G``/``F`` entries) instead of
+  being found by testing ``size[i] == 0`` over all ``i``: same indices, same order, no wasted
+  reads of dead rows, and independent loads the CPU can overlap.
+
+Memory at N = 24,000
+--------------------
+One float64 distance buffer: ``N(N−1)/2`` = 287,988,000 distances plus 0.27 % tile padding =
+288,768,000 × 8 B = 2.31 GB, built from the (possibly memory-mapped, float32) ``corr`` one block
+of rows at a time (``corr`` is only read, never copied) and then consumed in place by the
+linkage. Everything else is O(N) (tables, live list, the (N−1) × 4 ``Z``). For comparison scipy's
+``linkage`` copies its 2.30 GB input (``nn_chain`` starts with ``dists.copy()``) and fastcluster's
+public ``linkage`` copies it too. Pass ``work=`` a float64 ``np.memmap`` of
+:func:`distance_buffer_length` elements to keep those 2.31 GB out of anonymous memory (they are
+then held by the page cache, and written back to the file, instead).
 """
 
 from __future__ import annotations
@@ -34,93 +56,153 @@ import numba
 import numpy as np
 from scipy.cluster.hierarchy import fcluster
 
-__all__ = ["LINKAGE_METHODS", "condensed_distances", "linkage_matrix", "hierarchical_clusters"]
+__all__ = [
+    "LINKAGE_METHODS",
+    "TILE_SHIFT",
+    "condensed_distances",
+    "distance_buffer_length",
+    "hierarchical_clusters",
+    "linkage_matrix",
+]
 
-#: Accepted linkage methods and the code used by the kernels below.
+#: Accepted linkage methods and the code the kernels use for them.
 LINKAGE_METHODS: dict[str, int] = {"single": 0, "complete": 1, "average": 2, "weighted": 3}
 
-_SQRT2 = math.sqrt(2.0)
+#: Tiles of ``2**TILE_SHIFT`` × ``2**TILE_SHIFT`` distances in the working buffer (0 would mean
+#: scipy's plain condensed layout).
+TILE_SHIFT = 6
 
 
 # --------------------------------------------------------------------------------------------
-# Condensed distance vector
+# Layouts of the upper triangle: pair i < j lives at G[i] + F[j]
 # --------------------------------------------------------------------------------------------
+
+
+def _layout(n: int, tile_shift: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(G, F, length)`` of the triangle layout; ``tile_shift == 0`` is scipy's condensed one."""
+    i = np.arange(n, dtype=np.int64)
+    if tile_shift == 0:
+        return n * i - ((i * (i + 1)) >> 1) - i - 1, i, n * (n - 1) // 2
+    b = 1 << tile_shift
+    nb = (n + b - 1) >> tile_shift
+    bi = i >> tile_shift
+    # tile (bi, bj), bi <= bj, starts at (bi·nb − bi(bi−1)/2 + bj − bi)·b²; row-major inside
+    G = ((bi * nb - ((bi * (bi - 1)) >> 1) - bi) << (2 * tile_shift)) + (
+        (i & (b - 1)) << tile_shift
+    )
+    F = (bi << (2 * tile_shift)) + (i & (b - 1))
+    return G, F, nb * (nb + 1) // 2 * b * b
+
+
+def distance_buffer_length(n: int) -> int:
+    """Length (float64 elements) of the ``work`` buffer :func:`hierarchical_clusters` needs."""
+    b = 1 << TILE_SHIFT
+    nb = (n + b - 1) >> TILE_SHIFT
+    return nb * (nb + 1) // 2 * b * b
 
 
 @numba.njit(cache=True, nogil=True)
-def _fill_condensed_rows(block, row0, n, out):  # pragma: no cover - compiled
-    """Write the condensed entries of rows ``row0 .. row0+len(block)-1`` into ``out``.
+def _fill_rows(block, row0, n, G, F, run_shift, out):  # pragma: no cover - compiled
+    """Write the distances of rows ``row0 .. row0+len(block)-1`` (pairs ``j > i``) into ``out``.
 
-    Returns the number of non-finite distances produced (±inf in ``corr``).
+    Runs of ``2**run_shift`` consecutive ``j`` are contiguous in ``out`` (the whole row when
+    ``run_shift`` is 0). Returns the number of ±inf correlations met.
     """
-    n_bad = 0
+    n_inf = 0
     for r in range(block.shape[0]):
         i = row0 + r
-        pos = n * i - (i * (i + 1)) // 2  # condensed index of (i, i+1)
-        for j in range(i + 1, n):
-            c = np.float64(block[r, j])
-            if c != c:  # NaN correlation counts as 0
-                c = 0.0
-            arg = 2.0 * (1.0 - c)
-            if arg < 0.0:  # corr a rounding step above 1
-                arg = 0.0
-            d = math.sqrt(arg)
-            if not math.isfinite(d):
-                n_bad += 1
-            out[pos] = d
-            pos += 1
-    return n_bad
+        g = G[i]
+        j0 = i + 1
+        while j0 < n:
+            if run_shift == 0:
+                j1 = n
+            else:
+                j1 = min(n, ((j0 >> run_shift) + 1) << run_shift)
+            dst = g + F[j0] - j0
+            for j in range(j0, j1):
+                c = np.float64(block[r, j])
+                n_inf += abs(c) == np.inf
+                c = 0.0 if c != c else c  # NaN correlation counts as 0
+                arg = 2.0 * (1.0 - c)
+                arg = arg if arg > 0.0 else 0.0
+                out[dst + j] = math.sqrt(arg)
+            j0 = j1
+    return n_inf
 
 
 def _chunk_rows(row_bytes: int, working_memory_mb: float) -> int:
     """Rows per block for a working-memory budget (as scikit-learn's ``get_chunk_n_rows``)."""
-    budget = int(working_memory_mb * 2**20)
-    return max(1, budget // max(1, row_bytes))
+    return max(1, int(working_memory_mb * 2**20) // max(1, row_bytes))
+
+
+def _fill(corr, G, F, run_shift: int, out: np.ndarray, working_memory_mb: float) -> None:
+    n = corr.shape[0]
+    rows = _chunk_rows(n * corr.dtype.itemsize, working_memory_mb)
+    n_inf = 0
+    for row0 in range(0, n - 1, rows):
+        block = np.asarray(corr[row0 : min(row0 + rows, n - 1)])  # a view for ndarray / memmap
+        n_inf += _fill_rows(block, row0, n, G, F, run_shift, out)
+    if n_inf:
+        raise ValueError(
+            f"corr holds {n_inf} infinite value(s) above the diagonal; correlations must be "
+            "finite or NaN (SPEC §3)"
+        )
+
+
+def _check_square(corr, name: str):
+    if not hasattr(corr, "ndim") or not hasattr(corr, "dtype"):
+        corr = np.asarray(corr)
+    if corr.ndim != 2 or corr.shape[0] != corr.shape[1]:
+        raise ValueError(f"{name} must be a square 2-D array (N × N); got shape {corr.shape}")
+    if not np.issubdtype(corr.dtype, np.floating):
+        raise ValueError(
+            f"{name} must have a floating dtype (float32 per SPEC §3); got {corr.dtype}"
+        )
+    return corr
+
+
+def _check_buffer(buf: np.ndarray, length: int, name: str) -> None:
+    if (
+        not isinstance(buf, np.ndarray)
+        or buf.dtype != np.float64
+        or buf.ndim != 1
+        or buf.shape[0] != length
+        or not buf.flags.c_contiguous
+        or not buf.flags.writeable
+    ):
+        raise ValueError(
+            f"{name} must be a writeable, C-contiguous 1-D float64 array of length {length}; got "
+            f"{type(buf).__name__} dtype {getattr(buf, 'dtype', '?')} shape "
+            f"{getattr(buf, 'shape', '?')}"
+        )
 
 
 def condensed_distances(
     corr: np.ndarray, *, working_memory_mb: float = 256, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """Condensed float64 Mantegna distance vector of ``corr`` (SPEC §5).
+    """scipy-layout condensed float64 Mantegna distance vector of ``corr`` (SPEC §5).
 
-    ``out[k]`` for the pair ``i < j`` (scipy's condensed order, ``k = N·i − i(i+1)/2 + j − i − 1``)
-    is ``sqrt(max(0, 2·(1 − c)))`` with ``c = float64(corr[i, j])`` and NaN → 0. Only the upper
-    triangle of ``corr`` is read (SPEC §3 makes it exactly symmetric), block of rows by block of
-    rows, so a memory-mapped ``corr`` is never materialised. ``out`` (float64, length
-    ``N(N−1)/2``) may be supplied, e.g. a ``np.memmap``; otherwise it is allocated.
+    ``out[N·i − i(i+1)/2 + j − i − 1] = sqrt(max(0, 2·(1 − c)))`` for ``i < j``, with
+    ``c = float64(corr[i, j])`` and NaN → 0 — exactly what ``scipy.spatial.distance.squareform``
+    of that distance matrix gives. Only the upper triangle of ``corr`` is read (SPEC §3 makes
+    ``corr`` exactly symmetric), in blocks of rows, never copied. ``out`` (float64, length
+    ``N(N−1)/2``) may be supplied, e.g. a ``np.memmap``.
     """
     corr = _check_square(corr, "corr")
     n = corr.shape[0]
-    m = n * (n - 1) // 2
+    G, F, length = _layout(n, 0)
     if out is None:
-        out = np.empty(m, dtype=np.float64)
-    elif out.dtype != np.float64 or out.ndim != 1 or out.shape[0] != m:
-        raise ValueError(
-            f"out must be a 1-D float64 array of length N(N-1)/2 = {m}; "
-            f"got dtype {out.dtype}, shape {out.shape}"
-        )
-    rows = _chunk_rows(n * corr.dtype.itemsize, working_memory_mb)
-    n_bad = 0
-    for row0 in range(0, max(n - 1, 0), rows):
-        block = np.asarray(corr[row0 : min(row0 + rows, n - 1)])  # a view for ndarray/memmap
-        n_bad += _fill_condensed_rows(block, row0, n, out)
-    if n_bad:
-        raise ValueError(
-            f"corr holds {n_bad} infinite off-diagonal value(s); correlations must be finite "
-            "or NaN (SPEC §3)"
-        )
+        out = np.empty(length, dtype=np.float64)
+    else:
+        _check_buffer(out, length, "out")
+    if n >= 2:
+        _fill(corr, G, F, 0, out, working_memory_mb)
     return out
 
 
 # --------------------------------------------------------------------------------------------
-# Linkage kernels (port of scipy/cluster/_hierarchy.pyx, in place)
+# Linkage kernels: scipy/cluster/_hierarchy.pyx, on any G/F layout, in place
 # --------------------------------------------------------------------------------------------
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _row_base(n, i):  # pragma: no cover - compiled
-    """``_row_base(n, i) + j`` is scipy's condensed index of the pair ``i < j``."""
-    return n * i - ((i * (i + 1)) >> 1) - i - 1
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -135,8 +217,8 @@ def _update(d_xi, d_yi, nx, ny, method):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _live_position(live, m, x):  # pragma: no cover - compiled
-    """Index of ``x`` in the sorted prefix ``live[:m]`` (binary search; ``x`` is present)."""
+def _position(live, m, x):  # pragma: no cover - compiled
+    """Index of ``x`` in the sorted ``live[:m]`` (binary search; ``x`` is present)."""
     lo = 0
     hi = m
     while lo < hi:
@@ -148,19 +230,27 @@ def _live_position(live, m, x):  # pragma: no cover - compiled
     return lo
 
 
-@numba.njit(cache=True, nogil=True)
-def _nn_chain_inplace(D, n, method, Z):  # pragma: no cover - compiled
-    """scipy's ``nn_chain`` (average/complete/weighted) working on ``D`` in place.
+@numba.njit(cache=True, nogil=True, inline="always")
+def _remove(live, live_g, live_f, m, p):  # pragma: no cover - compiled
+    for t in range(p, m - 1):
+        live[t] = live[t + 1]
+        live_g[t] = live_g[t + 1]
+        live_f[t] = live_f[t + 1]
 
-    Identical arithmetic and comparison order to scipy. The only changes are in how the loops
-    over "clusters still alive" are run: over a sorted array ``live[:m]`` of the live indices
-    (exactly the indices, in the same ascending order, that scipy's
-    ``for i in range(n): if size[i] == 0: continue`` visits), split at ``x`` / ``y`` so the
-    condensed index needs no branch. A dense array rather than a linked list keeps the loads of
-    ``D`` independent of each other, so the CPU can overlap their cache misses.
+
+@numba.njit(cache=True, nogil=True)
+def _nn_chain(D, n, method, Z, G, F):  # pragma: no cover - compiled
+    """scipy's ``nn_chain`` (complete=1, average=2, weighted=3) on ``D`` in place.
+
+    ``live[:m]`` holds the indices of the clusters still alive, ascending — the indices, in the
+    order, that scipy's ``for i in range(n): if size[i] == 0 or ...: continue`` visits — with
+    their ``G``/``F`` entries alongside, so every loop below compares and updates exactly what
+    scipy's does, in the same order.
     """
     size = np.ones(n, dtype=np.int64)
     live = np.arange(n).astype(np.int32)
+    live_g = G.copy()
+    live_f = F.copy()
     m = n
     chain = np.empty(n, dtype=np.int64)
     chain_length = 0
@@ -169,35 +259,37 @@ def _nn_chain_inplace(D, n, method, Z):  # pragma: no cover - compiled
         if chain_length == 0:
             chain_length = 1
             chain[0] = live[0]
+        # Go through the chain of nearest neighbours until two mutual neighbours are found;
+        # the previous chain element is preferred on a tie (strict <, scanned first).
         while True:
             x = chain[chain_length - 1]
             if chain_length > 1:
                 y = chain[chain_length - 2]
                 if x < y:
-                    current_min = D[_row_base(n, x) + y]
+                    current_min = D[G[x] + F[y]]
                 else:
-                    current_min = D[_row_base(n, y) + x]
+                    current_min = D[G[y] + F[x]]
             else:
                 current_min = np.inf
-            px = _live_position(live, m, x)
-            for t in range(px):
-                i = np.int64(live[t])
-                dist = D[_row_base(n, i) + x]
+            px = _position(live, m, x)
+            fx = F[x]
+            for t in range(px):  # live i < x
+                dist = D[live_g[t] + fx]
                 if dist < current_min:
                     current_min = dist
-                    y = i
-            base_x = _row_base(n, x)
-            for t in range(px + 1, m):
-                i = np.int64(live[t])
-                dist = D[base_x + i]
+                    y = live[t]
+            gx = G[x]
+            for t in range(px + 1, m):  # live i > x
+                dist = D[gx + live_f[t]]
                 if dist < current_min:
                     current_min = dist
-                    y = i
+                    y = live[t]
             if chain_length > 1 and y == chain[chain_length - 2]:
                 break
             chain[chain_length] = y
             chain_length += 1
 
+        # Merge x and y (x < y); the merged cluster takes y's place.
         chain_length -= 2
         if x > y:
             x, y = y, x
@@ -207,63 +299,57 @@ def _nn_chain_inplace(D, n, method, Z):  # pragma: no cover - compiled
         Z[k, 1] = y
         Z[k, 2] = current_min
         Z[k, 3] = nx + ny
-        size[x] = 0  # cluster x is dropped, y becomes the merged cluster
+        size[x] = 0
         size[y] = nx + ny
-        px = _live_position(live, m, x)
-        for t in range(px, m - 1):
-            live[t] = live[t + 1]
+        px = _position(live, m, x)
+        _remove(live, live_g, live_f, m, px)
         m -= 1
-        py = _live_position(live, m, y)
+        py = _position(live, m, y)
 
-        # D[(i, y)] = update(D[(i, x)], D[(i, y)]) for every live i != y (x < y)
-        base_x = _row_base(n, x)
-        base_y = _row_base(n, y)
-        t = 0
-        while t < px:  # i < x
-            i = np.int64(live[t])
-            base_i = _row_base(n, i)
-            D[base_i + y] = _update(D[base_i + x], D[base_i + y], nx, ny, method)
-            t += 1
-        while t < py:  # x < i < y
-            i = np.int64(live[t])
-            base_i = _row_base(n, i)
-            D[base_i + y] = _update(D[base_x + i], D[base_i + y], nx, ny, method)
-            t += 1
+        # D(i, y) <- update(D(i, x), D(i, y)) for every live i != y
+        gx = G[x]
+        gy = G[y]
+        fx = F[x]
+        fy = F[y]
+        for t in range(px):  # i < x
+            gi = live_g[t]
+            D[gi + fy] = _update(D[gi + fx], D[gi + fy], nx, ny, method)
+        for t in range(px, py):  # x < i < y
+            gi = live_g[t]
+            D[gi + fy] = _update(D[gx + live_f[t]], D[gi + fy], nx, ny, method)
         for t in range(py + 1, m):  # i > y
-            i = np.int64(live[t])
-            D[base_y + i] = _update(D[base_x + i], D[base_y + i], nx, ny, method)
+            fi = live_f[t]
+            D[gy + fi] = _update(D[gx + fi], D[gy + fi], nx, ny, method)
 
 
 @numba.njit(cache=True, nogil=True)
-def _mst_single(D, n, Z):  # pragma: no cover - compiled
-    """scipy's ``mst_single_linkage``; reads ``D`` only."""
+def _mst_single(D, n, Z, G, F):  # pragma: no cover - compiled
+    """scipy's ``mst_single_linkage`` (Prim) on any G/F layout; reads ``D`` only."""
     dmin = np.full(n, np.inf)
-    succ = np.arange(1, n + 1, dtype=np.int64)
-    pred = np.arange(-1, n - 1, dtype=np.int64)
-    start = 0
+    live = np.arange(n).astype(np.int32)  # not yet merged, ascending
+    live_g = G.copy()
+    live_f = F.copy()
+    m = n
     x = 0
     y = 0
     for k in range(n - 1):
         current_min = np.inf
-        # merged[x] = 1: unlink x
-        if pred[x] >= 0:
-            succ[pred[x]] = succ[x]
-        else:
-            start = succ[x]
-        if succ[x] < n:
-            pred[succ[x]] = pred[x]
-        i = start
-        while i < n:
-            if i < x:
-                dist = D[_row_base(n, i) + x]
+        px = _position(live, m, x)
+        _remove(live, live_g, live_f, m, px)  # merged[x] = 1
+        m -= 1
+        fx = F[x]
+        gx = G[x]
+        for t in range(m):
+            i = live[t]
+            if t < px:
+                dist = D[live_g[t] + fx]
             else:
-                dist = D[_row_base(n, x) + i]
+                dist = D[gx + live_f[t]]
             if dmin[i] > dist:
                 dmin[i] = dist
             if dmin[i] < current_min:
                 y = i
                 current_min = dmin[i]
-            i = succ[i]
         Z[k, 0] = x
         Z[k, 1] = y
         Z[k, 2] = current_min
@@ -284,7 +370,7 @@ def _find(parent, x):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _label(Z, n):  # pragma: no cover - compiled
-    """scipy's ``label``: relabel a height-sorted merge list into a linkage matrix."""
+    """scipy's ``label``: turn a height-sorted merge list into a linkage matrix."""
     parent = np.arange(2 * n - 1, dtype=np.int64)
     size = np.ones(2 * n - 1, dtype=np.int64)
     next_label = n
@@ -304,57 +390,55 @@ def _label(Z, n):  # pragma: no cover - compiled
         next_label += 1
 
 
-def linkage_matrix(condensed: np.ndarray, method: str = "average") -> np.ndarray:
-    """scipy-format linkage matrix ``Z`` ((N−1) × 4) of a condensed float64 distance vector.
-
-    Equals ``scipy.cluster.hierarchy.linkage(condensed, method)`` bit for bit (see the module
-    docstring). For ``average``, ``complete`` and ``weighted`` the vector is **overwritten**
-    (used as the NN-chain's working matrix); ``single`` only reads it.
-    """
-    if method not in LINKAGE_METHODS:
-        raise ValueError(
-            f"unknown linkage method {method!r}; expected one of {sorted(LINKAGE_METHODS)}"
-        )
-    if condensed.ndim != 1 or condensed.dtype != np.float64:
-        raise ValueError(
-            f"condensed must be a 1-D float64 array; got dtype {condensed.dtype}, "
-            f"shape {condensed.shape}"
-        )
-    if not condensed.flags.c_contiguous or (method != "single" and not condensed.flags.writeable):
-        raise ValueError("condensed must be C-contiguous (and writeable except for 'single')")
-    m = condensed.shape[0]
-    n = int(math.ceil(math.sqrt(2 * m)))
-    if n * (n - 1) // 2 != m:
-        raise ValueError(f"length {m} of condensed is not N(N-1)/2 for any integer N")
-    n = max(n, 1)
-    Z = np.empty((n - 1, 4), dtype=np.float64)
+def _linkage(D: np.ndarray, n: int, method: str, G: np.ndarray, F: np.ndarray) -> np.ndarray:
+    Z = np.empty((max(n - 1, 0), 4), dtype=np.float64)
     if n < 2:
         return Z
     code = LINKAGE_METHODS[method]
     if code == 0:
-        _mst_single(condensed, n, Z)
+        _mst_single(D, n, Z, G, F)
     else:
-        _nn_chain_inplace(condensed, n, code, Z)
+        _nn_chain(D, n, code, Z, G, F)
     Z = Z[np.argsort(Z[:, 2], kind="mergesort")]
     _label(Z, n)
     return Z
 
 
+def _check_method(method: str) -> None:
+    if method not in LINKAGE_METHODS:
+        raise ValueError(
+            f"unknown linkage method {method!r}; expected one of {sorted(LINKAGE_METHODS)}"
+        )
+
+
+def linkage_matrix(condensed: np.ndarray, method: str = "average") -> np.ndarray:
+    """scipy-format linkage matrix ``Z`` ((N−1) × 4) of a scipy-layout condensed vector.
+
+    Equals ``scipy.cluster.hierarchy.linkage(condensed, method)`` bit for bit (module
+    docstring). For ``average``, ``complete`` and ``weighted`` ``condensed`` is **overwritten**
+    (it is the NN-chain's working matrix); ``single`` only reads it. Values must be finite.
+    """
+    _check_method(method)
+    if not isinstance(condensed, np.ndarray) or condensed.ndim != 1:
+        raise ValueError("condensed must be a 1-D numpy array of N(N-1)/2 float64 distances")
+    m = condensed.shape[0]
+    n = int(math.ceil(math.sqrt(2 * m))) if m else 1
+    if n * (n - 1) // 2 != m:
+        raise ValueError(f"length {m} of condensed is not N(N-1)/2 for any integer N")
+    if method == "single":
+        if condensed.dtype != np.float64 or not condensed.flags.c_contiguous:
+            raise ValueError("condensed must be a C-contiguous float64 array")
+    else:
+        _check_buffer(condensed, m, "condensed")
+    if not np.isfinite(condensed).all():
+        raise ValueError("condensed distances must be finite")
+    G, F, _ = _layout(n, 0)
+    return _linkage(condensed, n, method, G, F)
+
+
 # --------------------------------------------------------------------------------------------
 # Public entry point
 # --------------------------------------------------------------------------------------------
-
-
-def _check_square(corr, name: str):
-    if not hasattr(corr, "ndim") or not hasattr(corr, "dtype"):
-        corr = np.asarray(corr)
-    if corr.ndim != 2 or corr.shape[0] != corr.shape[1]:
-        raise ValueError(f"{name} must be a square 2-D array (N × N); got shape {corr.shape}")
-    if not np.issubdtype(corr.dtype, np.floating):
-        raise ValueError(
-            f"{name} must have a floating dtype (float32 per SPEC §3); got {corr.dtype}"
-        )
-    return corr
 
 
 def _canonical_labels(labels: np.ndarray) -> np.ndarray:
@@ -376,32 +460,30 @@ def hierarchical_clusters(
 ) -> np.ndarray:
     """Flat clusters of the symbols from agglomerative linkage on Mantegna distances (SPEC §5).
 
-    ``d[i, j] = sqrt(2·(1 − corr[i, j]))`` in float64 (NaN corr → 0, i.e. ``d = sqrt(2)``; a
-    negative argument from rounding clipped to 0), linkage ``method`` in ``single``,
-    ``complete``, ``average`` (default), ``weighted`` — identical to
-    ``scipy.cluster.hierarchy.linkage(condensed, method)`` — then cut exactly as
-    ``fcluster(Z, distance_threshold, criterion="distance")`` (clusters whose cophenetic
-    distance is ``<= distance_threshold``) or ``fcluster(Z, n_clusters, criterion="maxclust")``
-    (the lowest cut giving at most ``n_clusters`` clusters; fewer when merge heights tie).
+    ``d[i, j] = sqrt(max(0, 2·(1 − corr[i, j])))`` in float64, a NaN ``corr`` taken as 0
+    (``d = sqrt(2)``); linkage ``method`` in ``single``, ``complete``, ``average`` (default),
+    ``weighted``, identical to ``scipy.cluster.hierarchy.linkage(condensed d, method)``; then
+    exactly ``fcluster(Z, distance_threshold, criterion="distance")`` (merges at height
+    ``<= distance_threshold`` are kept) or ``fcluster(Z, n_clusters, criterion="maxclust")``
+    (the lowest cut giving at most ``n_clusters`` clusters: fewer when merge heights tie).
 
     Parameters
     ----------
-    corr : (N, N) floating array, typically float32 and possibly a read-only ``np.memmap``.
-        Only its upper triangle is read, ``working_memory_mb`` worth of rows at a time.
+    corr : (N, N) floating array, float32 per SPEC §3, possibly a read-only ``np.memmap``.
+        Only the upper triangle is read (``corr`` is exactly symmetric by SPEC §3), in blocks of
+        rows sized by ``working_memory_mb``; it is never copied.
     method : linkage method; anything else raises ``ValueError``.
-    distance_threshold, n_clusters : exactly one must be given.
-    work : optional float64 buffer of length ``N(N−1)/2`` (e.g. a ``np.memmap``) used for the
-        condensed distances instead of a fresh allocation; overwritten.
+    distance_threshold, n_clusters : exactly one must be given (``ValueError`` otherwise).
+    work : optional float64 buffer of :func:`distance_buffer_length` ``(N)`` elements (e.g. a
+        ``np.memmap``) to hold the distances instead of a fresh 8·N²/2-byte allocation;
+        overwritten.
 
     Returns
     -------
     labels : int32 (N,), ``0..K−1`` numbered by first appearance in column order.
     """
     corr = _check_square(corr, "corr")
-    if method not in LINKAGE_METHODS:
-        raise ValueError(
-            f"unknown linkage method {method!r}; expected one of {sorted(LINKAGE_METHODS)}"
-        )
+    _check_method(method)
     if (distance_threshold is None) == (n_clusters is None):
         raise ValueError("give exactly one of distance_threshold and n_clusters")
     if distance_threshold is not None:
@@ -414,13 +496,18 @@ def hierarchical_clusters(
         if isinstance(n_clusters, bool) or int(n_clusters) != n_clusters or n_clusters < 1:
             raise ValueError(f"n_clusters must be an integer >= 1; got {n_clusters!r}")
         t, criterion = int(n_clusters), "maxclust"
-    if working_memory_mb <= 0:
+    if not working_memory_mb > 0:
         raise ValueError(f"working_memory_mb must be > 0; got {working_memory_mb!r}")
 
     n = corr.shape[0]
     if n <= 1:
         return np.zeros(n, dtype=np.int32)
-    condensed = condensed_distances(corr, working_memory_mb=working_memory_mb, out=work)
-    Z = linkage_matrix(condensed, method)
-    del condensed
+    G, F, length = _layout(n, TILE_SHIFT)
+    if work is None:
+        work = np.empty(length, dtype=np.float64)
+    else:
+        _check_buffer(work, length, "work")
+    _fill(corr, G, F, TILE_SHIFT, work, working_memory_mb)
+    Z = _linkage(work, n, method, G, F)
+    del work
     return _canonical_labels(fcluster(Z, t, criterion=criterion))
