@@ -48,6 +48,7 @@ from corr_pipeline.compute.selection import merge_top_k_per_column, top_k_per_ro
 from corr_pipeline.compute.standardize import make_side, standardize
 from corr_pipeline.compute.tiling import (
     DEFAULT_WORKING_MEMORY_MB,
+    GEMM_TILE,
     overlap_dtype,
     resolve_block_rows,
     row_blocks,
@@ -71,6 +72,10 @@ LEAD_LAG_DTYPE = np.dtype(
     ]
 )
 """Columns of :func:`find_lead_lag_pairs`' result (SPEC §6, §9)."""
+
+MAX_BLOCK_ROWS = 2 * GEMM_TILE
+"""Default cap on the block height: the b × N best-lag arrays, updated once per lag,
+stay in cache (measured: 256 rows ran ~1.5× faster than 2,000 at N = 2,000)."""
 
 
 @dataclass
@@ -168,6 +173,8 @@ def find_lead_lag_pairs(
     rows_per_block = resolve_block_rows(
         block_rows, _block_row_bytes(n_cols), working_memory_mb, n_cols
     )
+    if block_rows is None:
+        rows_per_block = min(rows_per_block, MAX_BLOCK_ROWS)
     blocks = row_blocks(n_cols, rows_per_block)
     for done, (start, stop) in enumerate(blocks, start=1):
         scan = _scan_block(
