@@ -711,20 +711,21 @@ class LeadLagResult:
     snapshot: Snapshot
     symbol: str
     pairs: list[dict[str, Any]]
+    n_leads: int  # pairs of the snapshot with leader = symbol (all, not only those listed)
+    n_lags: int  # pairs with lagger = symbol
 
     @property
-    def n_leads(self) -> int:
-        return sum(1 for p in self.pairs if p["leader"] == self.symbol)
-
-    @property
-    def n_lags(self) -> int:
-        return sum(1 for p in self.pairs if p["lagger"] == self.symbol)
+    def truncated(self) -> bool:
+        return len(self.pairs) < self.n_leads + self.n_lags
 
     def to_json(self) -> dict[str, Any]:
         return {
             "query": "lead-lag",
             **self.snapshot.to_json(),
             "symbol": self.symbol,
+            "n_leads": self.n_leads,
+            "n_lags": self.n_lags,
+            "truncated": self.truncated,
             "pairs": [
                 {
                     "role": "leads" if p["leader"] == self.symbol else "lags",
@@ -778,6 +779,12 @@ class LeadLagResult:
                 "lllrrrrr",
             )
             + "\n(leader's return on day t vs lagger's on day t + lag)"
+            + (
+                f"\nshowing the {len(self.pairs)} strongest of {self.n_leads + self.n_lags} "
+                "pairs; --limit 0 lists all"
+                if self.truncated
+                else ""
+            )
         )
 
 
@@ -812,7 +819,16 @@ def lead_lag(
         if limit is not None:
             query = query.limit(max(0, int(limit)))
         rows = [dict(r._mapping) for r in conn.execute(query)]
-    return LeadLagResult(snap, symbol, rows)
+        n_leads, n_lags = conn.execute(
+            sa.select(
+                sa.func.count().filter(t_lead_lag.c.leader == symbol),
+                sa.func.count().filter(t_lead_lag.c.lagger == symbol),
+            ).where(
+                t_lead_lag.c.snapshot_date == snap.snapshot_date,
+                sa.or_(t_lead_lag.c.leader == symbol, t_lead_lag.c.lagger == symbol),
+            )
+        ).one()
+    return LeadLagResult(snap, symbol, rows, int(n_leads), int(n_lags))
 
 
 # --------------------------------------------------------------------------------------------
@@ -1145,7 +1161,13 @@ def add_query_commands(
 
     p = common(sub.add_parser("lead-lag", help="pairs where a symbol leads or lags"))
     p.add_argument("symbol", metavar="SYMBOL")
-    p.add_argument("--limit", type=_limit, default=None, metavar="N", help="at most N (0 = all)")
+    p.add_argument(
+        "--limit",
+        type=_limit,
+        default=20,
+        metavar="N",
+        help="the N strongest by improvement (default 20, 0 = all)",
+    )
 
     p = common(
         sub.add_parser(

@@ -308,6 +308,10 @@ def test_lead_lag_both_roles_ordered_by_improvement(published):
     assert data["pairs"][1]["sync_corr"] is None  # NaN published, null in JSON
     assert data["pairs"][0]["lagged_corr"] == 0.41
     assert "NaN" in result.render()
+    top = q.lead_lag(published["engine"], "AAPL", limit=1)
+    assert len(top.pairs) == 1 and (top.n_leads, top.n_lags) == (2, 1) and top.truncated
+    assert "showing the 1 strongest of 3 pairs" in top.render()
+    assert top.to_json()["truncated"] is True
     none = q.lead_lag(published["engine"], "SPACE CO")
     assert none.pairs == [] and "no lead-lag pair" in none.render()
 
