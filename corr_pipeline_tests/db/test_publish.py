@@ -1,0 +1,339 @@
+"""Publishing a snapshot (SPEC §7): exact rows, replace-not-duplicate, atomicity, concurrency."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import threading
+import time
+
+import numpy as np
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from corr_pipeline.db.publish import (
+    PublishError,
+    publish_snapshot,
+    read_snapshot_counts,
+)
+
+D = dt.date(2024, 3, 29)  # Good Friday: snapshots the previous session
+AS_OF = dt.date(2024, 3, 28)
+PAIR_DTYPE = np.dtype(
+    [
+        ("leader", "i4"),
+        ("lagger", "i4"),
+        ("lag", "i2"),
+        ("lagged_corr", "f4"),
+        ("sync_corr", "f4"),
+        ("improvement", "f4"),
+        ("overlap", "i4"),
+    ]
+)
+
+
+def make_results(n: int, k: int, seed: int, n_pairs: int = 20) -> dict:
+    """Random but SPEC-shaped results: top-k with trailing padding, labels, unique pairs."""
+    rng = np.random.default_rng(seed)
+    symbols = [f"S{seed}_{i:04d}" for i in range(n)]
+    index = np.full((n, k), -1, dtype=np.int32)
+    corr = np.full((n, k), np.nan, dtype=np.float32)
+    overlap = np.zeros((n, k), dtype=np.int16)
+    for i in range(n):
+        filled = k if i % 7 else int(rng.integers(0, k))  # some rows padded
+        others = rng.permutation(np.delete(np.arange(n), i))[:filled]
+        index[i, :filled] = others
+        c = np.sort(rng.uniform(-1, 1, filled).astype(np.float32))[::-1]
+        corr[i, :filled] = c
+        overlap[i, :filled] = rng.integers(30, 250, filled)
+    labels = rng.integers(0, max(1, n // 5), n).astype(np.int32)
+    keys = rng.choice(n * n, size=4 * n_pairs, replace=False)
+    keys = keys[keys // n != keys % n][:n_pairs]
+    pairs = np.zeros(keys.size, dtype=PAIR_DTYPE)
+    pairs["leader"], pairs["lagger"] = keys // n, keys % n
+    pairs["lag"] = rng.integers(1, 6, keys.size)
+    pairs["lagged_corr"] = rng.uniform(-1, 1, keys.size)
+    pairs["sync_corr"] = rng.uniform(-0.2, 0.2, keys.size)
+    pairs["sync_corr"][::4] = np.nan
+    pairs["improvement"] = np.abs(pairs["lagged_corr"]) - np.nan_to_num(np.abs(pairs["sync_corr"]))
+    pairs["overlap"] = rng.integers(30, 250, keys.size)
+    return {
+        "symbols": symbols,
+        "neighbor_index": index,
+        "neighbor_corr": corr,
+        "neighbor_overlap": overlap,
+        "cluster_labels": labels,
+        "lead_lag_pairs": pairs,
+    }
+
+
+def publish(engine, results: dict, *, snapshot_date=D, **overrides):
+    kwargs = dict(
+        snapshot_date=snapshot_date,
+        as_of_trade_date=AS_OF,
+        n_dropped=3,
+        lookback_days=252,
+        params={"k": int(results["neighbor_index"].shape[1]), "as_of": AS_OF, "min_overlap": 30},
+    )
+    kwargs.update(overrides)
+    return publish_snapshot(engine, **kwargs, **results)
+
+
+def expected_rows(results: dict, snapshot_date=D) -> dict[str, set]:
+    s = results["symbols"]
+    neighbors = set()
+    for i, row in enumerate(results["neighbor_index"]):
+        for c, j in enumerate(row):
+            if j >= 0:
+                neighbors.add(
+                    (
+                        snapshot_date,
+                        s[i],
+                        c + 1,
+                        s[j],
+                        float(results["neighbor_corr"][i, c]),
+                        int(results["neighbor_overlap"][i, c]),
+                    )
+                )
+    clusters = {(snapshot_date, s[i], int(c)) for i, c in enumerate(results["cluster_labels"])}
+    pairs = set()
+    for p in results["lead_lag_pairs"]:
+        sync = float(p["sync_corr"])
+        pairs.add(
+            (
+                snapshot_date,
+                s[p["leader"]],
+                s[p["lagger"]],
+                int(p["lag"]),
+                float(p["lagged_corr"]),
+                None if np.isnan(sync) else sync,
+                float(p["improvement"]),
+                int(p["overlap"]),
+            )
+        )
+    return {"peer_neighbors": neighbors, "symbol_clusters": clusters, "lead_lag_pairs": pairs}
+
+
+def read_rows(engine, snapshot_date=D) -> dict[str, set]:
+    out = {}
+    with engine.connect() as conn:
+        for table, cols in (
+            ("peer_neighbors", "snapshot_date, symbol, rank, neighbor, corr, overlap"),
+            ("symbol_clusters", "snapshot_date, symbol, cluster_id"),
+            (
+                "lead_lag_pairs",
+                "snapshot_date, leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap",
+            ),
+        ):
+            # real columns come back as the shortest decimal of the float4; widen exactly
+            out[table] = {
+                tuple(float(np.float32(v)) if isinstance(v, float) else v for v in r)
+                for r in conn.execute(
+                    sa.text(f"SELECT {cols} FROM {table} WHERE snapshot_date = :d"),
+                    {"d": snapshot_date},
+                )
+            }
+    return out
+
+
+def snapshot_row(engine, snapshot_date=D):
+    with engine.connect() as conn:
+        return (
+            conn.execute(
+                sa.text("SELECT * FROM snapshots WHERE snapshot_date = :d"), {"d": snapshot_date}
+            )
+            .mappings()
+            .all()
+        )
+
+
+@contextlib.contextmanager
+def trigger_on(engine, table: str, body: str, *, when: str = "BEFORE", level: str = "STATEMENT"):
+    """A real PostgreSQL trigger on ``table`` for the duration of the block."""
+    name = f"test_{table}_trg"
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                f"CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS "
+                f"$$ BEGIN {body} RETURN NULL; END $$"
+            )
+        )
+        conn.execute(
+            sa.text(
+                f"CREATE TRIGGER {name} {when} INSERT ON {table} FOR EACH {level} "
+                f"EXECUTE FUNCTION {name}()"
+            )
+        )
+    try:
+        yield
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP TRIGGER IF EXISTS {name} ON {table}"))
+            conn.execute(sa.text(f"DROP FUNCTION IF EXISTS {name}()"))
+
+
+# ------------------------------------------------------------------------------------------
+
+
+def test_published_rows_are_exact(clean_db):
+    results = make_results(n=60, k=5, seed=1)
+    report = publish(clean_db, results)
+    want = expected_rows(results)
+    assert read_rows(clean_db) == want  # padding skipped, NaN sync -> NULL, float32 exact
+    assert report.rows == {
+        "snapshots": 1,
+        "peer_neighbors": len(want["peer_neighbors"]),
+        "symbol_clusters": 60,
+        "lead_lag_pairs": 20,
+    }
+    assert report.rows["peer_neighbors"] < 60 * 5  # some rows were padded
+    assert read_snapshot_counts(clean_db, D) == report.rows
+    assert not report.replaced_previous
+    (row,) = snapshot_row(clean_db)
+    assert row["as_of_trade_date"] == AS_OF
+    assert (row["n_symbols"], row["n_dropped"], row["lookback_days"]) == (60, 3, 252)
+    assert row["params"] == {"k": 5, "as_of": "2024-03-28", "min_overlap": 30}
+    assert row["created_at"] is not None
+    with clean_db.connect() as conn:
+        nulls = conn.execute(
+            sa.text("SELECT count(*) FROM lead_lag_pairs WHERE sync_corr IS NULL")
+        ).scalar()
+    assert nulls == int(np.isnan(results["lead_lag_pairs"]["sync_corr"]).sum()) == 5
+
+
+def test_republish_replaces_not_duplicates(clean_db):
+    other_day = dt.date(2024, 3, 27)
+    first = make_results(n=40, k=4, seed=2)
+    second = make_results(n=25, k=3, seed=3, n_pairs=7)
+    publish(clean_db, first)
+    publish(clean_db, first, snapshot_date=other_day, as_of_trade_date=other_day)
+    report = publish(clean_db, second, n_dropped=9)
+    assert report.replaced_previous
+    assert read_rows(clean_db) == expected_rows(second)
+    assert len(snapshot_row(clean_db)) == 1 and snapshot_row(clean_db)[0]["n_dropped"] == 9
+    # the other snapshot date is untouched
+    assert read_rows(clean_db, other_day) == expected_rows(first, other_day)
+    # re-publishing identical content twice leaves one copy
+    publish(clean_db, second)
+    assert read_snapshot_counts(clean_db, D) == report.rows
+
+
+def test_failure_mid_publish_keeps_previous_snapshot(clean_db):
+    previous = make_results(n=30, k=3, seed=4)
+    publish(clean_db, previous)
+    before = read_rows(clean_db)
+    before_row = snapshot_row(clean_db)
+    # the last insert of the transaction fails inside PostgreSQL, after the snapshot row was
+    # deleted and re-inserted and the neighbors/clusters were inserted
+    with trigger_on(clean_db, "lead_lag_pairs", "RAISE EXCEPTION 'simulated failure mid-publish';"):
+        with pytest.raises(psycopg.errors.RaiseException, match="simulated failure mid-publish"):
+            publish(clean_db, make_results(n=50, k=4, seed=5))
+    assert read_rows(clean_db) == before
+    assert snapshot_row(clean_db) == before_row
+
+
+def test_readers_never_see_a_half_published_snapshot(clean_db):
+    old = make_results(n=30, k=3, seed=6)
+    new = make_results(n=45, k=2, seed=7)
+    publish(clean_db, old)
+    old_counts = read_snapshot_counts(clean_db, D)
+    seen: list[dict] = []
+    done = threading.Event()
+
+    def reader():
+        while not done.is_set():
+            seen.append(read_snapshot_counts(clean_db, D))
+            time.sleep(0.02)
+
+    # slow the publisher down between its neighbor insert and the rest
+    with trigger_on(clean_db, "peer_neighbors", "PERFORM pg_sleep(1.0);", when="AFTER"):
+        t = threading.Thread(target=reader)
+        t.start()
+        try:
+            report = publish(clean_db, new)
+        finally:
+            done.set()
+            t.join()
+    new_counts = read_snapshot_counts(clean_db, D)
+    assert new_counts == report.rows
+    assert len(seen) > 5
+    assert all(c in (old_counts, new_counts) for c in seen), [
+        c for c in seen if c not in (old_counts, new_counts)
+    ]
+    assert old_counts in seen  # the reader ran while the publisher was mid-transaction
+
+
+def test_concurrent_publishers_end_with_one_whole_snapshot(clean_db):
+    versions = [make_results(n=200, k=5, seed=10), make_results(n=150, k=3, seed=11)]
+    for _attempt in range(3):
+        barrier = threading.Barrier(2)
+        errors: list[BaseException] = []
+        reports = [None, None]
+
+        def run(slot: int, barrier=barrier, reports=reports, errors=errors) -> None:
+            try:
+                barrier.wait()
+                reports[slot] = publish(clean_db, versions[slot], n_dropped=slot)
+            except BaseException as exc:  # pragma: no cover - asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(s,)) for s in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        (row,) = snapshot_row(clean_db)
+        winner = versions[row["n_dropped"]]
+        assert read_rows(clean_db) == expected_rows(winner)
+        # one of the two waited for the other's lock
+        assert max(r.lock_wait_seconds for r in reports) >= 0.0
+
+
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda r: r["neighbor_index"].__setitem__((0, slice(0, 2)), [-1, 5]), "padding"),
+        (lambda r: r["neighbor_corr"].__setitem__((1, 0), np.nan), "non-finite corr"),
+        (lambda r: r["neighbor_index"].__setitem__((2, 0), 2), "itself"),
+        (lambda r: r["neighbor_index"].__setitem__((3, 0), 99), r"\[-1, 20\)"),
+        (lambda r: r.__setitem__("cluster_labels", r["cluster_labels"][:-1]), "19 entries"),
+        (lambda r: r.__setitem__("symbols", r["symbols"][:-1] + [r["symbols"][0]]), "duplicates"),
+        (
+            lambda r: r.__setitem__(
+                "lead_lag_pairs", np.concatenate([r["lead_lag_pairs"], r["lead_lag_pairs"][:1]])
+            ),
+            "twice",
+        ),
+        (lambda r: r["lead_lag_pairs"]["lagged_corr"].__setitem__(0, np.nan), "finite"),
+        (lambda r: r.__setitem__("neighbor_overlap", None), "required"),
+        (
+            lambda r: r.__setitem__("lead_lag_pairs", r["lead_lag_pairs"][["leader", "lagger"]]),
+            "missing",
+        ),
+    ],
+)
+def test_invalid_results_are_rejected_before_writing(clean_db, mutate, message):
+    good = make_results(n=20, k=3, seed=12, n_pairs=5)
+    publish(clean_db, good)
+    bad = make_results(n=20, k=3, seed=12, n_pairs=5)
+    mutate(bad)
+    with pytest.raises(PublishError, match=message):
+        publish(clean_db, bad)
+    assert read_rows(clean_db) == expected_rows(good)
+
+
+def test_params_must_be_json(clean_db):
+    with pytest.raises(PublishError, match="jsonb"):
+        publish(clean_db, make_results(n=10, k=2, seed=13), params={"x": float("nan")})
+    assert read_snapshot_counts(clean_db, D)["snapshots"] == 0
+
+
+def test_empty_lead_lag_and_string_dates(clean_db):
+    results = make_results(n=10, k=2, seed=14)
+    results["lead_lag_pairs"] = np.zeros(0, dtype=PAIR_DTYPE)
+    report = publish(clean_db, results, snapshot_date="2024-03-29", as_of_trade_date="2024-03-28")
+    assert report.rows["lead_lag_pairs"] == 0
+    assert json.loads(json.dumps(snapshot_row(clean_db)[0]["params"]))["k"] == 2
