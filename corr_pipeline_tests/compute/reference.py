@@ -118,7 +118,8 @@ def masked_cross_correlation(
     ``n = Mxᵀ My``, ``Sx = Xᵀ My``, ``Sy = Mxᵀ Y``, ``Sxx``, ``Syy``, ``Sxy`` likewise (NaN read as
     0 under the masks), then ``cov = Sxy − Sx·Sy/n``, ``var_x = Sxx − Sx²/n``,
     ``corr = cov / sqrt(var_x·var_y)``. Each column is first shifted by its own finite mean
-    (correlation is shift-invariant) so the one-pass sums do not cancel. NaN where
+    (correlation is shift-invariant) so the one-pass sums rarely cancel; pairs where they still
+    could (raw/centred second moments > 1e4 combined) are recomputed with two passes. NaN where
     ``n < min_overlap`` or either side is exactly constant on the overlap (decided exactly by
     :func:`_exactly_constant_on_overlap`, not from the rounded variance). Values clipped to
     [-1, 1]. Returns ``(corr float64, overlap int64)``.
@@ -149,10 +150,26 @@ def masked_cross_correlation(
     const_y = _exactly_constant_on_overlap(Y, mx, overlap.T, min_overlap).T
     undefined = (overlap < min_overlap) | const_x | const_y
     defined = ~undefined
+    # One-pass sums lose about eps64 · (raw / centred second moment) per side: a column quiet or
+    # drifting on one partner's rows only. Where that could exceed ~1e-12, redo the pair exactly
+    # with two passes over its own overlap.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        conditioning = (sxx / var_x) * (syy / var_y)
+    ill = defined & ~(conditioning < 1e4)
+    for i, j in np.argwhere(ill):
+        rows = mx[:, i] & my[:, j]
+        corr[i, j] = _two_pass_corr(X[rows, i], Y[rows, j])
     # A non-constant float32-valued series never rounds to a non-positive variance here.
-    assert np.all(var_x[defined] > 0) and np.all(var_y[defined] > 0), "reference lost precision"
+    assert np.all(var_x[defined & ~ill] > 0) and np.all(var_y[defined & ~ill] > 0)
     corr = np.where(undefined, np.nan, np.clip(corr, -1.0, 1.0))
     return corr, overlap
+
+
+def _two_pass_corr(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson correlation of two finite, non-constant float64 vectors, centred first."""
+    dx = x - x.mean()
+    dy = y - y.mean()
+    return float(np.dot(dx, dy) / np.sqrt(np.dot(dx, dx) * np.dot(dy, dy)))
 
 
 def loop_cross_correlation(

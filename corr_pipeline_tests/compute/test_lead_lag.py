@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation
 from corr_pipeline_tests.compute import reference as ref
 from corr_pipeline_tests.compute.universes import (
     Universe,
     adversarial_universe,
+    random_small_universe,
     realistic_universe,
 )
 
@@ -175,6 +178,46 @@ def test_matches_brute_force(case) -> None:
     assert_lead_lag_matches(pairs, reference, max_lag, f"{universe} {params} corr={corr_mode}")
     if k_leaders >= N - 1 and k_laggers >= N - 1:
         assert len(pairs) == np.count_nonzero(reference.candidate), "k = N-1 keeps every candidate"
+
+
+@st.composite
+def small_lead_lag_problems(draw):
+    T = draw(st.integers(4, 60))
+    N = draw(st.integers(1, 25))
+    min_overlap = draw(st.integers(2, max(2, T // 2)))
+    universe = random_small_universe(
+        draw(st.integers(0, 2**31 - 1)),
+        T,
+        N,
+        min_overlap,
+        draw(st.sampled_from([0.0, 0.05, 0.3])),
+    )
+    params = dict(
+        max_lag=draw(st.integers(1, min(10, T - 1))),
+        k_leaders=draw(st.integers(0, N)),
+        k_laggers=draw(st.integers(0, N)),
+        min_improvement=draw(st.sampled_from([0.0, 0.0, 0.05, -0.2])),
+    )
+    corr_mode = draw(st.sampled_from(["computed", "kernel", "reference32"]))
+    return universe, params, corr_mode
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(problem=small_lead_lag_problems(), block_rows=st.integers(1, 30))
+def test_random_small_problems(problem, block_rows) -> None:
+    universe, params, corr_mode = problem
+    pairs, reference = _run(universe, corr_mode, **params)
+    label = f"{universe} {params} corr={corr_mode}"
+    assert_lead_lag_matches(pairs, reference, params["max_lag"], label)
+    if corr_mode == "computed":
+        blocked = find_lead_lag_pairs(
+            universe.R, min_overlap=universe.min_overlap, block_rows=block_rows, **params
+        )
+        _assert_same_pairs(pairs, blocked, f"{label} block_rows={block_rows}")
 
 
 @pytest.mark.parametrize("seed", [40, 41])

@@ -8,7 +8,8 @@ Adversarial part (:func:`adversarial_columns`), each column named so failures ca
 two symbols with no common row; a column constant on part of the window with a partner present
 only there (→ NaN, zero variance on the overlap); overlaps of ``min_overlap − 1``, ``min_overlap``
 and ``min_overlap + 1`` rows; a symbol with fewer than ``min_overlap`` finite returns (NaN
-diagonal); 1e15 and 1e-15 scales; near-perfect correlation and anti-correlation (1e-6 noise); an
+diagonal); quiet (1e-5 vol) and drifting (0.05 ± 1e-4) regimes with a partner present only
+there; 1e15 and 1e-15 scales; near-perfect correlation and anti-correlation (1e-6 noise); an
 all-NaN column; a fully constant column; an exact duplicate column.
 
 Lead-lag injection (:func:`inject_lead_lag`): an independent leader and
@@ -167,6 +168,21 @@ def adversarial_columns(
     few = nan.copy()
     few[: min_overlap - 1] = base[: min_overlap - 1, 4]
     columns["fewer_than_min_overlap"] = few
+
+    # Regimes: on the partner's rows the column is far quieter (1e-5 vs 5e-2 vol) or sits on a
+    # large drift (0.05 ± 1e-4); a correlation from whole-column moments would cancel badly.
+    regime_len = min(T // 2, max(min_overlap + 5, T // 3))
+    regime = slice(T - regime_len - 1, T - 1)
+    signal = base[regime, 3] + 0.5 * base[regime, 4]
+    quiet = 2.5 * y
+    quiet[regime] = 1e-5 * signal
+    drift = y.copy()
+    drift[regime] = 0.05 + 1e-4 * (signal + 0.8 * base[regime, 5])
+    regime_partner = nan.copy()
+    regime_partner[regime] = 0.02 * base[regime, 3]
+    columns["regime_quiet"] = quiet
+    columns["regime_drift"] = drift
+    columns["regime_partner"] = regime_partner
 
     columns["scale_1e15"] = 1e15 * (x + 0.7 * base[:, 5])
     columns["scale_1e-15"] = 1e-15 * (y + 0.7 * base[:, 5])
