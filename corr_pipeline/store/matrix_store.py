@@ -634,6 +634,8 @@ class MatrixStore:
         labels_j = _jsonable(dict(labels or {}), f"{name}.labels")
         params_j = _jsonable(dict(params or {}), f"{name}.params")
         directory = self._ensure_dir(asset, partition)
+        with contextlib.suppress(OSError):  # best effort: free what a crashed attempt left
+            self.cleanup_stale_temps(asset=asset, partition=partition)
         final = directory / f"{name}.npy"
         temp = _temp_path(final)
         try:
@@ -976,8 +978,18 @@ class MatrixStore:
         _fsync_dir(directory)
         return existed
 
-    def cleanup_stale_temps(self, *, max_age_seconds: float | None = None) -> list[Path]:
+    def cleanup_stale_temps(
+        self,
+        *,
+        asset: str | None = None,
+        partition: str | None = None,
+        max_age_seconds: float | None = None,
+    ) -> list[Path]:
         """Delete temp files of writers that are gone; returns the paths removed.
+
+        Scans the whole store, or only ``asset`` (and ``partition``) when given.
+        :meth:`allocate` runs it on its own partition directory, so a re-materialization after
+        a crash removes the crashed attempt's leftovers.
 
         A temp file ``.<file>.tmp-<pid>-<hex>`` is stale when process ``<pid>`` no longer
         exists on this host or (if ``max_age_seconds`` is given, e.g. for a store shared by
@@ -985,13 +997,23 @@ class MatrixStore:
         already committed (the writer died between its two renames) is rolled forward into
         place instead of deleted, so array and sidecar agree again.
         """
+        if partition is not None and asset is None:
+            raise ValueError("cleanup_stale_temps: partition given without asset")
+        if asset is None:
+            asset_dirs = sorted(p for p in self.base_dir.iterdir() if p.is_dir())
+        else:
+            asset_dirs = [self.base_dir / _validate_asset(asset)]
         removed: list[Path] = []
         now = time.time()
-        for asset_dir in sorted(p for p in self.base_dir.iterdir() if p.is_dir()):
-            if not _ASSET_RE.fullmatch(asset_dir.name):
+        for asset_dir in asset_dirs:
+            if not _ASSET_RE.fullmatch(asset_dir.name) or not asset_dir.is_dir():
                 continue
-            for part_dir in sorted(p for p in asset_dir.iterdir() if p.is_dir()):
-                if not _PARTITION_RE.fullmatch(part_dir.name):
+            if partition is None:
+                part_dirs = sorted(p for p in asset_dir.iterdir() if p.is_dir())
+            else:
+                part_dirs = [self.partition_dir(asset_dir.name, partition)]
+            for part_dir in part_dirs:
+                if not _PARTITION_RE.fullmatch(part_dir.name) or not part_dir.is_dir():
                     continue
                 for p in sorted(part_dir.iterdir()):
                     m = _TEMP_RE.fullmatch(p.name)

@@ -396,10 +396,32 @@ def test_sigkill_mid_write_leaves_previous_version(tmp_path):
     assert again.labels == {"version": "old"} and again.version == previous.version
     # the dead writer's temp file is cleaned up, the committed files are not
     assert temp_files(directory) == [temp.name]
-    removed = store.cleanup_stale_temps()
+    assert store.cleanup_stale_temps(asset="corr", partition="other") == []
+    assert store.cleanup_stale_temps(asset="other_asset") == []
+    removed = store.cleanup_stale_temps(asset="corr")
     assert removed == [temp]
     assert temp_files(directory) == []
     assert store.load("corr", P, "corr").version == previous.version
+
+
+def test_allocate_cleans_up_a_crashed_attempt(tmp_path):
+    store = MatrixStore(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CRASH_WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        temp = Path(proc.stdout.readline().strip())
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert temp.exists()
+    with store.allocate("corr", P, "corr", (2, 2), np.float32) as retry:  # the retry
+        assert not temp.exists()
+        assert temp_files(tmp_path / "corr" / P) == [retry.temp_path.name]
+        retry.commit()
 
 
 CRASH_BETWEEN_RENAMES = """
