@@ -45,7 +45,7 @@ def test_prices_import_success_and_rejection(clean_db: sa.Engine, tmp_path: Path
     good.write_text("symbol,trade_date,close\nAAA,2024-01-02,1\nAAA,2024-01-03,0\n")
     result = run_cli("prices", "import", str(good))
     assert result.returncode == 0, result.stderr
-    assert "2 rows (2 inserted, 0 updated)" in result.stdout
+    assert "2 rows (2 inserted, 0 updated, 0 unchanged)" in result.stdout
     assert "1 non-positive/NaN/infinite closes" in result.stdout
     assert _count(clean_db) == 2
 

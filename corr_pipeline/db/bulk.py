@@ -116,9 +116,10 @@ _CAST_EXPRESSIONS = {
 class LoadCounts:
     """Rows written by :func:`load_prices_from_staging`.
 
-    inserted: new (symbol, trade_date) keys; updated: existing keys whose close was overwritten
-    (whether or not the value changed); bad_closes: loaded rows whose close is non-positive, NaN
-    or infinite (SPEC §1: accepted, counted, and turned into NaN returns downstream).
+    inserted: new (symbol, trade_date) keys; updated: existing keys whose close was overwritten;
+    bad_closes: *written* rows whose close is non-positive, NaN or infinite (SPEC §1: accepted,
+    counted, turned into NaN returns downstream). With ``skip_unchanged`` the rows left alone are
+    in neither count.
     """
 
     inserted: int
@@ -127,18 +128,28 @@ class LoadCounts:
 
 
 def load_prices_from_staging(
-    conn: sa.Connection, staging: str, *, upsert: bool = True, strict_text: bool = False
+    conn: sa.Connection,
+    staging: str,
+    *,
+    upsert: bool = True,
+    skip_unchanged: bool = False,
+    strict_text: bool = False,
 ) -> LoadCounts:
-    """Insert every row of ``staging(symbol, trade_date, close)`` into ``prices`` in one statement.
+    """Insert the rows of ``staging(symbol, trade_date, close)`` into ``prices`` in one statement.
 
     - ``upsert=True``: ``ON CONFLICT (symbol, trade_date) DO UPDATE SET close = EXCLUDED.close``;
-      ``xmax = 0`` on a RETURNING row tells an insert from an update. A key that appears twice in
-      ``staging`` always raises ``psycopg.errors.CardinalityViolation`` ("ON CONFLICT DO UPDATE
-      command cannot affect row a second time"): the first copy inserts or updates the row, the
-      second then hits a row this very statement wrote.
-    - ``upsert=False``: a plain INSERT (about 1.5-2x faster); any key already in ``prices`` or
-      repeated in ``staging`` raises ``psycopg.errors.UniqueViolation``. Use it when the caller
-      knows the keys are new.
+      ``xmax = 0`` on a RETURNING row tells an insert from an update. Without ``skip_unchanged``
+      a key that appears twice in ``staging`` always raises
+      ``psycopg.errors.CardinalityViolation`` ("ON CONFLICT DO UPDATE command cannot affect row a
+      second time"): the first copy inserts or updates the row, the second hits a row this very
+      statement wrote.
+    - ``skip_unchanged=True`` (with ``upsert``): rows whose key exists with the same close
+      (``IS NOT DISTINCT FROM``, so NaN = NaN) are filtered out by an anti-join before the
+      insert, so re-loading known data costs a read instead of a new row version and two index
+      entries per row. The caller must have checked that ``staging`` has no repeated key (a
+      repeat of an unchanged row would be filtered out instead of raising).
+    - ``upsert=False``: a plain INSERT (the fastest); any key already in ``prices`` or repeated
+      in ``staging`` raises ``psycopg.errors.UniqueViolation``. Use it when the keys are new.
     - ``strict_text=True``: the staging columns are raw text checked by
       :data:`STRICT_TEXT_EXPRESSIONS` (non-empty symbol without surrounding whitespace, ISO
       ``YYYY-MM-DD`` date); violations raise ``psycopg.errors.NotNullViolation`` or a cast error.
@@ -151,11 +162,19 @@ def load_prices_from_staging(
     conflict = (
         "ON CONFLICT (symbol, trade_date) DO UPDATE SET close = EXCLUDED.close" if upsert else ""
     )
+    where = ""
+    if upsert and skip_unchanged:
+        where = (
+            "WHERE NOT EXISTS (SELECT 1 FROM prices AS p WHERE p.symbol = s.symbol "
+            f"AND p.trade_date = {expressions['trade_date']} "
+            f"AND p.close IS NOT DISTINCT FROM {expressions['close']})"
+        )
     statement = sql.SQL(
         """
         WITH loaded AS (
             INSERT INTO prices (symbol, trade_date, close)
             SELECT {symbol}, {trade_date}, {close} FROM {staging} AS s
+            {where}
             {conflict}
             RETURNING (xmax = 0) AS inserted, close
         )
@@ -166,6 +185,7 @@ def load_prices_from_staging(
         """
     ).format(
         staging=_table_identifier(staging),
+        where=sql.SQL(where),  # type: ignore[arg-type]
         conflict=sql.SQL(conflict),  # type: ignore[arg-type]
         **{name: sql.SQL(expr) for name, expr in expressions.items()},  # type: ignore[arg-type]
     )

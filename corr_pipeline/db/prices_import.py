@@ -51,6 +51,7 @@ import sqlalchemy as sa
 
 from corr_pipeline.db.bulk import (
     PRICE_COLUMNS,
+    STRICT_TEXT_EXPRESSIONS,
     LoadCounts,
     copy_text,
     create_prices_staging,
@@ -78,9 +79,10 @@ class PricesImportError(ValueError):
 class ImportReport:
     """Outcome of a successful import.
 
-    rows: data rows in the file; inserted: new (symbol, trade_date) keys; updated: keys that
-    already existed (close overwritten); bad_closes: rows whose close is non-positive, NaN or
-    infinite (loaded, but they yield NaN returns, SPEC §1).
+    rows: data rows in the file; inserted: new (symbol, trade_date) keys; updated: existing keys
+    whose close changed; unchanged: rows identical to what ``prices`` held (``rows - inserted -
+    updated``); bad_closes: rows whose close is non-positive, NaN or infinite (loaded, but they
+    yield NaN returns, SPEC §1).
     """
 
     path: str
@@ -90,10 +92,14 @@ class ImportReport:
     bad_closes: int
     seconds: float
 
+    @property
+    def unchanged(self) -> int:
+        return self.rows - self.inserted - self.updated
+
     def summary(self) -> str:
         text = (
-            f"imported {self.path}: {self.rows:,} rows "
-            f"({self.inserted:,} inserted, {self.updated:,} updated) in {self.seconds:.1f} s"
+            f"imported {self.path}: {self.rows:,} rows ({self.inserted:,} inserted, "
+            f"{self.updated:,} updated, {self.unchanged:,} unchanged) in {self.seconds:.1f} s"
         )
         if self.bad_closes:
             text += (
@@ -282,7 +288,7 @@ def import_prices_csv(engine: sa.Engine, path: str | Path) -> ImportReport:
         if rows == 0:
             raise PricesImportError(path, None, "no data rows after the header")
         counts = _load_checked(conn, path)
-    if counts.inserted + counts.updated != rows:  # pragma: no cover - would be a bug
+    if counts.inserted + counts.updated > rows:  # pragma: no cover - would be a bug
         raise RuntimeError(f"import of {path}: {rows} rows but {counts} loaded")
     return ImportReport(
         path=str(path),
@@ -318,23 +324,51 @@ def _dates_overlap_existing(conn: sa.Connection) -> bool:
 _LOAD_ERRORS = (psycopg.DataError, psycopg.IntegrityError, psycopg.errors.CardinalityViolation)
 
 
+class _RepeatedKey(Exception):
+    """A (symbol, trade_date) occurs twice in the staging table (located on the error path)."""
+
+
+def _load_overlapping(conn: sa.Connection) -> LoadCounts:
+    """Upsert path: the file overlaps existing dates. Rows equal to what ``prices`` holds are
+    skipped (an anti-join), so re-importing known data is mostly reads; that needs an explicit
+    repeated-key check first, and the bad closes counted over the whole file."""
+    dbapi: Any = driver_connection(conn)
+    bad_closes = dbapi.execute(
+        "SELECT count(*) FILTER (WHERE NOT (v > 0 AND v < 'Infinity'::double precision)) "
+        f"FROM (SELECT {STRICT_TEXT_EXPRESSIONS['close']} AS v FROM {_STAGING} AS s) AS c"
+    ).fetchone()[0]
+    repeated = dbapi.execute(
+        f"SELECT 1 FROM {_STAGING} GROUP BY symbol, trade_date HAVING count(*) > 1 LIMIT 1"
+    ).fetchone()
+    if repeated is not None:
+        raise _RepeatedKey()
+    counts = load_prices_from_staging(
+        conn, _STAGING, upsert=True, skip_unchanged=True, strict_text=True
+    )
+    return LoadCounts(counts.inserted, counts.updated, int(bad_closes))
+
+
 def _load_checked(conn: sa.Connection, path: Path) -> LoadCounts:
     """Steps 2-3 of the module docstring, inside a savepoint so the error path can still query
     the staging table."""
     dbapi: Any = driver_connection(conn)
+    dbapi.execute("SET LOCAL work_mem = '256MB'")  # hash aggregates over millions of keys
     dbapi.execute("SAVEPOINT corr_prices_load")
-    upsert = True
+    overlap = True
     try:
-        upsert = _dates_overlap_existing(conn)
-        counts = load_prices_from_staging(conn, _STAGING, upsert=upsert, strict_text=True)
-    except _LOAD_ERRORS as exc:
+        overlap = _dates_overlap_existing(conn)
+        if overlap:
+            counts = _load_overlapping(conn)
+        else:
+            counts = load_prices_from_staging(conn, _STAGING, upsert=False, strict_text=True)
+    except (*_LOAD_ERRORS, _RepeatedKey) as exc:
         dbapi.execute("ROLLBACK TO SAVEPOINT corr_prices_load")
         problem = _locate_problem(conn, path)
         if problem is not None:
             raise problem from None
-        if upsert or not isinstance(exc, psycopg.errors.UniqueViolation):
+        if overlap or not isinstance(exc, psycopg.errors.UniqueViolation):
             raise  # pragma: no cover - every load error above has a located cause
-        # Keys already in prices that the date-range test missed: upsert instead.
-        counts = load_prices_from_staging(conn, _STAGING, upsert=True, strict_text=True)
+        # Keys already in prices that the date-range test missed: take the upsert path.
+        counts = _load_overlapping(conn)
     dbapi.execute("RELEASE SAVEPOINT corr_prices_load")
     return counts

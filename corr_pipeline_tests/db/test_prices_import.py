@@ -65,12 +65,17 @@ def test_import_inserts_then_reimport_updates(clean_db: sa.Engine, tmp_path: Pat
         "more.csv",
     )
     report2 = import_prices_csv(clean_db, path2)
-    assert (report2.rows, report2.inserted, report2.updated) == (3, 1, 2)
+    assert (report2.rows, report2.inserted, report2.updated, report2.unchanged) == (3, 1, 1, 1)
     rows = _rows(clean_db)
     assert len(rows) == 4
     assert rows[("BBB", dt.date(2024, 1, 2))] == 21.0
     assert rows[("CCC", dt.date(2024, 1, 3))] == 30.0
-    assert "1 inserted, 2 updated" in report2.summary()
+    assert "1 inserted, 1 updated, 1 unchanged" in report2.summary()
+
+    # The same file again: everything is unchanged, nothing is rewritten.
+    report3 = import_prices_csv(clean_db, path2)
+    assert (report3.inserted, report3.updated, report3.unchanged) == (0, 0, 3)
+    assert _rows(clean_db) == rows
 
 
 def test_columns_in_any_order_quotes_crlf_and_bom(clean_db: sa.Engine, tmp_path: Path) -> None:
@@ -97,6 +102,10 @@ def test_bad_closes_are_loaded_and_counted(clean_db: sa.Engine, tmp_path: Path) 
     assert rows[("D", dt.date(2024, 1, 2))] == math.inf
     assert rows[("E", dt.date(2024, 1, 2))] == -math.inf
     assert rows[("F", dt.date(2024, 1, 2))] == 1e-300
+
+    # Re-import (upsert path): still counted over the whole file; NaN equals NaN (unchanged).
+    again = import_prices_csv(clean_db, tmp_path / "prices.csv")
+    assert (again.bad_closes, again.unchanged, again.updated) == (5, 7, 0)
 
 
 @pytest.mark.parametrize(
@@ -238,7 +247,7 @@ def test_partial_overlap_upserts(clean_db: sa.Engine, tmp_path: Path) -> None:
     _seed(clean_db)  # AAA 2024-01-02 exists
     path = _write(tmp_path, HEADER + "AAA,2024-01-02,5\nAAA,2030-01-02,6\n")
     report = import_prices_csv(clean_db, path)
-    assert (report.inserted, report.updated) == (1, 1)
+    assert (report.inserted, report.updated, report.unchanged) == (1, 1, 0)
     assert _rows(clean_db)[("AAA", dt.date(2024, 1, 2))] == 5.0
 
 
