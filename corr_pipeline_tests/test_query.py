@@ -457,3 +457,26 @@ def test_installed_command_end_to_end(published):
     )
     assert bad.returncode == 2 and bad.stdout == ""
     assert 'unknown symbol "MSFTT"' in bad.stderr and '"MSFT"' in bad.stderr
+
+
+def test_close_matches_scores_equal_difflib():
+    """The bounded search returns the same top scores as difflib.get_close_matches."""
+    import difflib
+    import random
+
+    rng = random.Random(0)
+    for _ in range(300):
+        names = sorted(
+            {"".join(rng.choice("ABCDE") for _ in range(rng.randint(1, 5))) for _ in range(200)}
+        )
+        word = "".join(rng.choice("ABCDEX") for _ in range(rng.randint(1, 5)))
+
+        def score(name: str, word: str = word) -> float:
+            return difflib.SequenceMatcher(None, name, word).ratio()
+
+        got = q.close_matches(word, names, n=5)
+        want = difflib.get_close_matches(word, names, n=5)
+        assert [score(x) for x in got] == sorted((score(x) for x in want), reverse=True)
+    # ties prefer the longer common prefix (a typo at the end of a ticker)
+    names = [f"Z{i:05d}" for i in range(3000)]
+    assert q.close_matches("Z0234X", names)[:3] == ["Z02340", "Z02341", "Z02342"]
