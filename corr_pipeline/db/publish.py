@@ -6,8 +6,8 @@
    publishers of the same ``snapshot_date`` queue up here (different dates do not block each
    other), so two concurrent publishers end with one whole snapshot — the one that commits
    last — instead of a unique violation or a mix;
-2. ``DELETE FROM snapshots WHERE snapshot_date = D`` (the child tables go with it:
-   ``ON DELETE CASCADE``, see :mod:`corr_pipeline.db.schema`);
+2. ``DELETE`` the date's rows from the three child tables, then its ``snapshots`` row
+   (explicitly, so this does not depend on the schema's ``ON DELETE CASCADE``);
 3. ``INSERT`` the ``snapshots`` row (``params`` as jsonb, ``created_at = now()``);
 4. the child rows: fixed-width binary records built with numpy (no per-row Python) are
    ``COPY ... FROM STDIN (FORMAT BINARY)``'d into transaction-local TEMP staging tables holding
@@ -372,6 +372,8 @@ def publish_snapshot(
             )
             lock_wait = time.perf_counter() - t
             t = time.perf_counter()
+            for child in _TABLES[1:]:  # explicit, so correctness does not hinge on CASCADE
+                cur.execute(f"DELETE FROM {child} WHERE snapshot_date = %s", (d,))
             cur.execute("DELETE FROM snapshots WHERE snapshot_date = %s", (d,))
             replaced = cur.rowcount > 0
             cur.execute(
