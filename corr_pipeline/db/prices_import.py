@@ -12,6 +12,10 @@ any order), then one row per (symbol, trade_date), RFC 4180 quoting allowed, UTF
   NaN downstream; the import reports how many there were).
 - ``symbol`` must be non-empty without leading/trailing whitespace.
 - A (symbol, trade_date) may appear only once in the file.
+- The file must end with a line break. A last line without one is what an interrupted copy or a
+  full disk leaves behind, and cut inside the close (``AAPL,2024-01-02,18`` of ``185.64``) it
+  would still parse: such a file is rejected as cut short (checked after the content, so an
+  unparsable last line is reported as such).
 
 Any violation rejects the whole file, naming the file and the line of the first offending row
 (``prices.csv line 17: unparsable trade_date '2024-13-01'``); nothing is loaded (one transaction).
@@ -288,6 +292,14 @@ def import_prices_csv(engine: sa.Engine, path: str | Path) -> ImportReport:
         if rows == 0:
             raise PricesImportError(path, None, "no data rows after the header")
         counts = _load_checked(conn, path)
+        stream.seek(-1, io.SEEK_END)
+        if stream.read(1) not in (b"\n", b"\r"):  # raising here rolls the load back
+            raise PricesImportError(
+                path,
+                rows + 1,
+                "the file ends without a line break, in the middle of this line: it looks cut "
+                "short (interrupted copy, full disk); if it is complete, end it with a line break",
+            )
     if counts.inserted + counts.updated > rows:  # pragma: no cover - would be a bug
         raise RuntimeError(f"import of {path}: {rows} rows but {counts} loaded")
     return ImportReport(
