@@ -29,9 +29,10 @@ see the foundation report):
    CSV errors -- missing or extra fields, bad quoting, invalid UTF-8 -- come from COPY itself,
    whose error context carries the line number);
 2. one ``INSERT ... SELECT`` checks, casts and loads every row (:func:`load_prices_from_staging`
-   with ``strict_text``), as a plain INSERT when the file's date range does not overlap what
-   ``prices`` already holds (the common "append new days" case) and as an
-   ``ON CONFLICT DO UPDATE`` upsert otherwise; a bad value or a repeated key makes it fail;
+   with ``strict_text``): a plain INSERT when the file's date range does not overlap what
+   ``prices`` already holds (the common "append new days" case; into an empty table the indexes
+   are dropped and rebuilt around it), otherwise an ``ON CONFLICT DO UPDATE`` upsert that skips
+   rows equal to the stored ones; a bad value or a repeated key makes it fail;
 3. only then (error path) a validation scan and a duplicate search find the first offending line
    to report, and the transaction is rolled back.
 
@@ -61,6 +62,7 @@ from corr_pipeline.db.bulk import (
     create_prices_staging,
     driver_connection,
     load_prices_from_staging,
+    prices_indexes_deferred_if_empty,
 )
 
 _CHUNK_BYTES = 1 << 20
@@ -372,7 +374,8 @@ def _load_checked(conn: sa.Connection, path: Path) -> LoadCounts:
         if overlap:
             counts = _load_overlapping(conn)
         else:
-            counts = load_prices_from_staging(conn, _STAGING, upsert=False, strict_text=True)
+            with prices_indexes_deferred_if_empty(conn):
+                counts = load_prices_from_staging(conn, _STAGING, upsert=False, strict_text=True)
     except (*_LOAD_ERRORS, _RepeatedKey) as exc:
         dbapi.execute("ROLLBACK TO SAVEPOINT corr_prices_load")
         problem = _locate_problem(conn, path)

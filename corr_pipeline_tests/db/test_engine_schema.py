@@ -260,6 +260,7 @@ def test_clean_db_empties_tables(clean_db: sa.Engine) -> None:
 _CLIENT = textwrap.dedent(
     """
     import json, sys, time
+    from pathlib import Path
     import sqlalchemy as sa
     from corr_pipeline.db.engine import get_engine, embedded_server
     engine = get_engine()
@@ -270,7 +271,10 @@ _CLIENT = textwrap.dedent(
         )).one()
     print(json.dumps({"start": row[0], "datadir": row[1], "listen": row[2], "db": row[3],
                       "server_pid": embedded_server().pid}), flush=True)
-    time.sleep(float(sys.argv[1]))
+    release = Path(sys.argv[1])  # hold the server until the test creates this file
+    deadline = time.monotonic() + 120
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     """
 )
 
@@ -282,15 +286,16 @@ def test_embedded_server_is_shared_by_concurrent_processes(tmp_path: Path) -> No
     script = tmp_path / "client.py"
     script.write_text(_CLIENT)
 
+    release = tmp_path / "release"
     first = subprocess.Popen(
-        [sys.executable, str(script), "4"], env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, str(script), str(release)], env=env, stdout=subprocess.PIPE, text=True
     )
     try:
         assert first.stdout is not None
         first_info = json.loads(first.stdout.readline())
         # The first process now holds the running server; a second one must attach to it.
         second = subprocess.run(
-            [sys.executable, str(script), "0"],
+            [sys.executable, str(script), str(script)],  # an existing file: exit at once
             env=env,
             capture_output=True,
             text=True,
@@ -298,8 +303,10 @@ def test_embedded_server_is_shared_by_concurrent_processes(tmp_path: Path) -> No
             check=True,
         )
         second_info = json.loads(second.stdout.splitlines()[-1])
+        release.touch()
         assert first.wait(timeout=120) == 0
     finally:
+        release.touch()
         if first.poll() is None:
             first.kill()
 

@@ -31,6 +31,18 @@ def _rows(engine: sa.Engine) -> dict[tuple[str, dt.date], float]:
         return {(s, d): c for s, d, c in result}
 
 
+def _prices_indexes(engine: sa.Engine) -> dict[str, tuple[str, bool]]:
+    """name -> (definition, is primary) of every index on prices."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT c.relname, pg_get_indexdef(i.indexrelid), i.indisprimary FROM pg_index i "
+                "JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'prices'::regclass"
+            )
+        )
+        return {name: (definition, primary) for name, definition, primary in rows}
+
+
 def _seed(engine: sa.Engine) -> dict[tuple[str, dt.date], float]:
     """Pre-existing rows that a failed import must leave untouched."""
     with engine.begin() as conn:
@@ -49,7 +61,10 @@ def test_import_inserts_then_reimport_updates(clean_db: sa.Engine, tmp_path: Pat
         tmp_path,
         HEADER + "AAA,2024-01-02,10.5\nAAA,2024-01-03,11.25\nBBB,2024-01-02,20\n",
     )
-    report = import_prices_csv(clean_db, path)
+    indexes = _prices_indexes(clean_db)
+    assert len(indexes) == 2 and any(primary for _, primary in indexes.values())
+    report = import_prices_csv(clean_db, path)  # into an empty table: indexes rebuilt after
+    assert _prices_indexes(clean_db) == indexes
     assert isinstance(report, ImportReport)
     assert (report.rows, report.inserted, report.updated, report.bad_closes) == (3, 3, 0, 0)
     assert _rows(clean_db) == {
@@ -261,10 +276,12 @@ def test_duplicate_new_keys_rejected_on_both_load_paths(
                 prices.insert().values(symbol="Q", trade_date=dt.date(2025, 1, 3), close=1)
             )
     before = _rows(clean_db)
+    indexes = _prices_indexes(clean_db)
     path = _write(tmp_path, HEADER + "N,2025-01-02,1\nN,2025-01-03,2\nN,2025-01-02,3\n")
     with pytest.raises(PricesImportError, match=r"line 4: duplicate .* first seen on line 2"):
         import_prices_csv(clean_db, path)
     assert _rows(clean_db) == before
+    assert _prices_indexes(clean_db) == indexes  # the rolled-back index drop left them intact
 
 
 def test_bulk_helpers_copy_and_upsert_typed_staging(clean_db: sa.Engine) -> None:
