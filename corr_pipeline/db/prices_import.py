@@ -21,8 +21,10 @@ Any violation rejects the whole file, naming the file and the line of the first 
 (``prices.csv line 17: unparsable trade_date '2024-13-01'``); nothing is loaded (one transaction).
 Rows whose key already exists in ``prices`` overwrite its close.
 
-How (no per-row Python; measured ~6 M rows in well under a minute on an idle 2-core machine,
-see the foundation report):
+How (no per-row Python). Measured with 6,000,000 rows (20,000 symbols x 300 days, 167 MB) on a
+2-core machine shared with other jobs (load average ~9): 135 s wall / 44 s PostgreSQL CPU into an
+empty table, 94 s / 42 s for re-importing the same file (all rows unchanged); the wall time on
+an idle machine is close to the CPU time.
 
 1. the raw bytes after the header are streamed with ``COPY ... (FORMAT csv)`` into a TEMP staging
    table of text columns whose identity column ``line`` numbers the rows in file order (structural
