@@ -45,6 +45,10 @@ from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation
 from corr_pipeline.compute.clusters import hierarchical_clusters
 from corr_pipeline.compute.neighbors import top_k_neighbors
 from corr_pipeline.compute.tiling import overlap_dtype
+from corr_pipeline.db.engine import DatabaseUnavailableError
+from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
+from corr_pipeline.db.synth import read_truth
+from corr_pipeline.db.window import load_returns_window
 from corr_pipeline.defs import checks
 from corr_pipeline.defs.instrumentation import StageStats, measure_stage
 from corr_pipeline.defs.jobs import SNAPSHOT_GROUP, SNAPSHOT_POOL
@@ -67,8 +71,6 @@ T = TypeVar("T")
 
 
 def _is_database_unavailable(exc: BaseException) -> bool:
-    from corr_pipeline.db.engine import DatabaseUnavailableError
-
     if isinstance(exc, DatabaseUnavailableError):
         return True
     if isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
@@ -177,68 +179,66 @@ def returns_matrix(
     postgres: PostgresResource,
     snapshot_params: SnapshotParams,
 ):
-    from corr_pipeline.db.window import load_returns_window
-
-    params = snapshot_params
-    day = snapshot_date(context.partition_key)
-    context.log.info(
-        f"loading the window for {day}: lookback_days={params.lookback_days}, "
-        f"min_history_days={params.min_history_days}, database {postgres.describe()}"
-    )
-    with measure_stage() as stats:
-        engine = postgres.get_engine()
-        with retry_only_if_database_unavailable(f"returns window for {day}"):
+    with retry_only_if_database_unavailable(f"returns_matrix {context.partition_key}"):
+        params = snapshot_params
+        day = snapshot_date(context.partition_key)
+        context.log.info(
+            f"loading the window for {day}: lookback_days={params.lookback_days}, "
+            f"min_history_days={params.min_history_days}, database {postgres.describe()}"
+        )
+        with measure_stage() as stats:
+            engine = postgres.get_engine()
             window = load_returns_window(
                 engine,
                 day,
                 lookback_days=params.lookback_days,
                 min_history_days=params.min_history_days,
             )
-        R = window.returns
-        verdict = checks.verify_returns(
-            R,
-            window.symbols,
-            min_history_days=params.min_history_days,
-            lookback_days=params.lookback_days,
-            working_memory_mb=checks.DEFAULT_CHECK_MEMORY_MB,
+            R = window.returns
+            verdict = checks.verify_returns(
+                R,
+                window.symbols,
+                min_history_days=params.min_history_days,
+                lookback_days=params.lookback_days,
+                working_memory_mb=checks.DEFAULT_CHECK_MEMORY_MB,
+            )
+        _log_stage(context, f"returns_matrix {R.shape[0]} x {R.shape[1]}", stats)
+        reasons = _reason_counts(window.dropped)
+        verdict.metadata.update(
+            {"n_dropped": len(window.dropped), "bad_prices": int(window.bad_prices)}
         )
-    _log_stage(context, f"returns_matrix {R.shape[0]} x {R.shape[1]}", stats)
-    reasons = _reason_counts(window.dropped)
-    verdict.metadata.update(
-        {"n_dropped": len(window.dropped), "bad_prices": int(window.bad_prices)}
-    )
-    bundle = MatrixBundle(
-        {"returns": R},
-        labels={"symbols": window.symbols, "dates": window.dates},
-        params={
-            "snapshot_date": day,
-            "as_of_trade_date": window.as_of_trade_date,
-            "n_dropped": len(window.dropped),
-            "dropped": [[symbol, reason] for symbol, reason in window.dropped],
-            "bad_prices": int(window.bad_prices),
-            "snapshot_params": params.as_dict(),
-        },
-    )
-    metadata = {
-        "n_symbols": dg.MetadataValue.int(len(window.symbols)),
-        "n_dropped": dg.MetadataValue.int(len(window.dropped)),
-        "n_dropped_too_few_returns": dg.MetadataValue.int(reasons["too_few_returns"]),
-        "n_dropped_zero_variance": dg.MetadataValue.int(reasons["zero_variance"]),
-        "bad_prices": dg.MetadataValue.int(int(window.bad_prices)),
-        "n_returns": dg.MetadataValue.int(int(R.shape[0])),
-        "n_price_rows": dg.MetadataValue.int(int(window.n_price_rows)),
-        "as_of_trade_date": dg.MetadataValue.text(window.as_of_trade_date.isoformat()),
-        "window": dg.MetadataValue.text(f"{window.dates[0]} .. {window.dates[-1]}"),
-        "missing_return_share": _float(verdict.metadata.get("missing_return_share", 0.0)),
-        "dropped_symbols": dg.MetadataValue.md(_dropped_markdown(window.dropped)),
-        **{f"load_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in window.timings.items()},
-        **_stage_metadata(stats),
-    }
-    return dg.MaterializeResult(
-        value=bundle,
-        metadata=metadata,
-        check_results=[_check(verdict, "returns_contract", "returns_matrix")],
-    )
+        bundle = MatrixBundle(
+            {"returns": R},
+            labels={"symbols": window.symbols, "dates": window.dates},
+            params={
+                "snapshot_date": day,
+                "as_of_trade_date": window.as_of_trade_date,
+                "n_dropped": len(window.dropped),
+                "dropped": [[symbol, reason] for symbol, reason in window.dropped],
+                "bad_prices": int(window.bad_prices),
+                "snapshot_params": params.as_dict(),
+            },
+        )
+        metadata = {
+            "n_symbols": dg.MetadataValue.int(len(window.symbols)),
+            "n_dropped": dg.MetadataValue.int(len(window.dropped)),
+            "n_dropped_too_few_returns": dg.MetadataValue.int(reasons["too_few_returns"]),
+            "n_dropped_zero_variance": dg.MetadataValue.int(reasons["zero_variance"]),
+            "bad_prices": dg.MetadataValue.int(int(window.bad_prices)),
+            "n_returns": dg.MetadataValue.int(int(R.shape[0])),
+            "n_price_rows": dg.MetadataValue.int(int(window.n_price_rows)),
+            "as_of_trade_date": dg.MetadataValue.text(window.as_of_trade_date.isoformat()),
+            "window": dg.MetadataValue.text(f"{window.dates[0]} .. {window.dates[-1]}"),
+            "missing_return_share": _float(verdict.metadata.get("missing_return_share", 0.0)),
+            "dropped_symbols": dg.MetadataValue.md(_dropped_markdown(window.dropped)),
+            **{f"load_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in window.timings.items()},
+            **_stage_metadata(stats),
+        }
+        return dg.MaterializeResult(
+            value=bundle,
+            metadata=metadata,
+            check_results=[_check(verdict, "returns_contract", "returns_matrix")],
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -550,16 +550,13 @@ def lead_lag_pairs(
     snapshot_params: SnapshotParams,
     postgres: PostgresResource,
 ):
-    from corr_pipeline.db.synth import read_truth
-
-    params = snapshot_params
-    R, corr = returns_matrix["returns"], correlation_matrix["corr"]
-    symbols = _symbols(returns_matrix)
-    # the (cheap) database read first, so that a retry never repeats the scan
-    with retry_only_if_database_unavailable("reading synthetic_lead_lag_truth"):
+    with retry_only_if_database_unavailable(f"lead_lag_pairs {context.partition_key}"):
+        params = snapshot_params
+        R, corr = returns_matrix["returns"], correlation_matrix["corr"]
+        symbols = _symbols(returns_matrix)
+        # the (cheap) database read first, so that a retry never repeats the scan
         truth = read_truth(postgres.get_engine())
-    with measure_stage() as stats:
-        with retry_only_if_database_unavailable("lead-lag scan"):
+        with measure_stage() as stats:
             pairs = find_lead_lag_pairs(
                 R,
                 max_lag=params.max_lag,
@@ -571,76 +568,54 @@ def lead_lag_pairs(
                 working_memory_mb=params.working_memory_mb,
                 progress=dagster_progress(context, "lead-lag scan"),
             )
-        contract = checks.verify_lead_lag_pairs(
-            pairs,
-            len(symbols),
-            max_lag=params.max_lag,
-            min_overlap=params.min_overlap,
-            min_improvement=params.min_improvement,
-        )
-        injected = checks.verify_injected_pairs(pairs, symbols, truth)
-    _log_stage(context, f"lead_lag_pairs ({pairs.shape[0]} pairs)", stats)
-    metadata: dict[str, Any] = {
-        "n_pairs": dg.MetadataValue.int(int(pairs.shape[0])),
-        "n_symbols": dg.MetadataValue.int(len(symbols)),
-        "strongest_pairs": dg.MetadataValue.md(checks.strongest_pairs_markdown(pairs, symbols)),
-        **_stage_metadata(stats),
-    }
-    if pairs.shape[0]:
-        metadata["max_improvement"] = _float(float(pairs["improvement"].max()))
-        metadata["median_improvement"] = _float(float(np.median(pairs["improvement"])))
-    if truth:
-        metadata["injected_pair_recall"] = _float(float(injected.metadata["recall"]))
-    return dg.MaterializeResult(
-        value=MatrixBundle(
-            {"pairs": pairs},
-            labels={"symbols": symbols},
-            params={
-                "max_lag": params.max_lag,
-                "k_leaders": params.k_leaders,
-                "k_laggers": params.k_laggers,
-                "min_overlap": params.min_overlap,
-                "min_improvement": params.min_improvement,
-            },
-        ),
-        metadata=metadata,
-        check_results=[
-            _check(contract, "lead_lag_contract", "lead_lag_pairs"),
-            _check(
-                injected,
-                "injected_pairs_found",
-                "lead_lag_pairs",
-                severity=dg.AssetCheckSeverity.WARN,
+            contract = checks.verify_lead_lag_pairs(
+                pairs,
+                len(symbols),
+                max_lag=params.max_lag,
+                min_overlap=params.min_overlap,
+                min_improvement=params.min_improvement,
+            )
+            injected = checks.verify_injected_pairs(pairs, symbols, truth)
+        _log_stage(context, f"lead_lag_pairs ({pairs.shape[0]} pairs)", stats)
+        metadata: dict[str, Any] = {
+            "n_pairs": dg.MetadataValue.int(int(pairs.shape[0])),
+            "n_symbols": dg.MetadataValue.int(len(symbols)),
+            "strongest_pairs": dg.MetadataValue.md(checks.strongest_pairs_markdown(pairs, symbols)),
+            **_stage_metadata(stats),
+        }
+        if pairs.shape[0]:
+            metadata["max_improvement"] = _float(float(pairs["improvement"].max()))
+            metadata["median_improvement"] = _float(float(np.median(pairs["improvement"])))
+        if truth:
+            metadata["injected_pair_recall"] = _float(float(injected.metadata["recall"]))
+        return dg.MaterializeResult(
+            value=MatrixBundle(
+                {"pairs": pairs},
+                labels={"symbols": symbols},
+                params={
+                    "max_lag": params.max_lag,
+                    "k_leaders": params.k_leaders,
+                    "k_laggers": params.k_laggers,
+                    "min_overlap": params.min_overlap,
+                    "min_improvement": params.min_improvement,
+                },
             ),
-        ],
-    )
+            metadata=metadata,
+            check_results=[
+                _check(contract, "lead_lag_contract", "lead_lag_pairs"),
+                _check(
+                    injected,
+                    "injected_pairs_found",
+                    "lead_lag_pairs",
+                    severity=dg.AssetCheckSeverity.WARN,
+                ),
+            ],
+        )
 
 
 # --------------------------------------------------------------------------------------------
 # snapshot_publication (SPEC §7)
 # --------------------------------------------------------------------------------------------
-
-
-def _published_counts(engine: sa.Engine, day: Any) -> dict[str, int]:
-    from corr_pipeline.db.schema import lead_lag_pairs as t_pairs
-    from corr_pipeline.db.schema import peer_neighbors, snapshots, symbol_clusters
-
-    counts = {}
-    with engine.connect() as conn:
-        for name, table in (
-            ("snapshots", snapshots),
-            ("peer_neighbors", peer_neighbors),
-            ("symbol_clusters", symbol_clusters),
-            ("lead_lag_pairs", t_pairs),
-        ):
-            counts[name] = int(
-                conn.execute(
-                    sa.select(sa.func.count())
-                    .select_from(table)
-                    .where(table.c.snapshot_date == day)
-                ).scalar_one()
-            )
-    return counts
 
 
 @dg.asset(
@@ -672,41 +647,39 @@ def snapshot_publication(
     snapshot_params: SnapshotParams,
     postgres: PostgresResource,
 ):
-    from corr_pipeline.db.publish import publish_snapshot
-
-    params = snapshot_params
-    day = snapshot_date(context.partition_key)
-    symbols = _symbols(returns_matrix)
-    for name, bundle in (
-        ("top_k_neighbors", top_k_neighbors),
-        ("clusters", clusters),
-        ("lead_lag_pairs", lead_lag_pairs),
-    ):
-        if _symbols(bundle) != symbols:
-            raise dg.Failure(
-                description=f"{name} was computed on other symbols than returns_matrix for "
-                f"{day}: re-materialize the whole partition",
-                allow_retries=False,
-            )
-    window = returns_matrix.params
-    index = np.asarray(top_k_neighbors["index"])
-    expected = {
-        "snapshots": 1,
-        "peer_neighbors": int(np.count_nonzero(index >= 0)),
-        "symbol_clusters": len(symbols),
-        "lead_lag_pairs": int(lead_lag_pairs["pairs"].shape[0]),
-    }
-    recorded_params = {
-        **params.as_dict(),
-        "n_returns": int(returns_matrix["returns"].shape[0]),
-        "bad_prices": int(window.get("bad_prices", 0)),
-        "window_first_date": str(returns_matrix.labels["dates"][0]),
-        "dagster_run_id": context.run.run_id,
-    }
-    with measure_stage() as stats:
-        engine = postgres.get_engine()
-        with retry_only_if_database_unavailable(f"publishing the snapshot of {day}"):
-            publish_snapshot(
+    with retry_only_if_database_unavailable(f"snapshot_publication {context.partition_key}"):
+        params = snapshot_params
+        day = snapshot_date(context.partition_key)
+        symbols = _symbols(returns_matrix)
+        for name, bundle in (
+            ("top_k_neighbors", top_k_neighbors),
+            ("clusters", clusters),
+            ("lead_lag_pairs", lead_lag_pairs),
+        ):
+            if _symbols(bundle) != symbols:
+                raise dg.Failure(
+                    description=f"{name} was computed on other symbols than returns_matrix for "
+                    f"{day}: re-materialize the whole partition",
+                    allow_retries=False,
+                )
+        window = returns_matrix.params
+        index = np.asarray(top_k_neighbors["index"])
+        expected = {
+            "snapshots": 1,
+            "peer_neighbors": int(np.count_nonzero(index >= 0)),
+            "symbol_clusters": len(symbols),
+            "lead_lag_pairs": int(lead_lag_pairs["pairs"].shape[0]),
+        }
+        recorded_params = {
+            **params.as_dict(),
+            "n_returns": int(returns_matrix["returns"].shape[0]),
+            "bad_prices": int(window.get("bad_prices", 0)),
+            "window_first_date": str(returns_matrix.labels["dates"][0]),
+            "dagster_run_id": context.run.run_id,
+        }
+        with measure_stage() as stats:
+            engine = postgres.get_engine()
+            report = publish_snapshot(
                 engine,
                 snapshot_date=day,
                 as_of_trade_date=window["as_of_trade_date"],
@@ -720,22 +693,28 @@ def snapshot_publication(
                 cluster_labels=np.asarray(clusters["labels"]),
                 lead_lag_pairs=np.asarray(lead_lag_pairs["pairs"]),
             )
-        counts = _published_counts(engine, day)
-    _log_stage(context, f"published snapshot {day}", stats)
-    verdict = checks.Verdict(passed=True, metadata={f"{k}_rows": v for k, v in counts.items()})
-    for table, want in expected.items():
-        if counts[table] != want:
-            verdict.fail(f"{table}: {counts[table]} rows for {day}, expected {want}")
-    return dg.MaterializeResult(
-        metadata={
-            "snapshot_date": dg.MetadataValue.text(day.isoformat()),
-            "as_of_trade_date": dg.MetadataValue.text(str(window["as_of_trade_date"])),
-            **{f"{k}_rows": dg.MetadataValue.int(v) for k, v in counts.items()},
-            "database": dg.MetadataValue.text(postgres.describe()),
-            **_stage_metadata(stats),
-        },
-        check_results=[_check(verdict, "published_rows_match", "snapshot_publication")],
-    )
+            counts = read_snapshot_counts(engine, day)
+        _log_stage(context, f"published snapshot {day}", stats)
+        verdict = checks.Verdict(passed=True, metadata={f"{k}_rows": v for k, v in counts.items()})
+        for table, want in expected.items():
+            if counts[table] != want:
+                verdict.fail(f"{table}: {counts[table]} rows for {day}, expected {want}")
+        return dg.MaterializeResult(
+            metadata={
+                "snapshot_date": dg.MetadataValue.text(day.isoformat()),
+                "as_of_trade_date": dg.MetadataValue.text(str(window["as_of_trade_date"])),
+                **{f"{k}_rows": dg.MetadataValue.int(v) for k, v in counts.items()},
+                "database": dg.MetadataValue.text(postgres.describe()),
+                "replaced_previous": dg.MetadataValue.bool(report.replaced_previous),
+                "lock_wait_seconds": dg.MetadataValue.float(round(report.lock_wait_seconds, 3)),
+                **{
+                    f"publish_{k}": dg.MetadataValue.float(round(v, 3))
+                    for k, v in report.timings.items()
+                },
+                **_stage_metadata(stats),
+            },
+            check_results=[_check(verdict, "published_rows_match", "snapshot_publication")],
+        )
 
 
 snapshot_assets = [

@@ -1,0 +1,402 @@
+"""The whole snapshot graph on the real (embedded) PostgreSQL with a small synthetic universe.
+
+300 symbols x 120 weekdays ending 2026-11-27 (synth defaults), lookback 60: the full graph for
+two partitions, a re-materialization (same rows, no duplicates), the published rows against
+calling ``compute`` directly on the same window, a three-date backfill through ``execute_job``
+with the multiprocess executor, configuration errors, and the code location validation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation
+from corr_pipeline.compute.clusters import hierarchical_clusters
+from corr_pipeline.compute.neighbors import top_k_neighbors
+from corr_pipeline.db.schema import truncate_all
+from corr_pipeline.db.synth import read_truth, write_synthetic_universe
+from corr_pipeline.db.window import load_returns_window
+from corr_pipeline.definitions import build_resources
+from corr_pipeline.defs.assets import (
+    DATABASE_RETRY_POLICY,
+    retry_only_if_database_unavailable,
+    snapshot_assets,
+)
+from corr_pipeline.defs.resources import SnapshotParams
+from corr_pipeline.defs.run import (
+    latest_partition_key,
+    materialize_snapshot,
+    open_instance,
+    snapshot_job_def,
+)
+
+N_SYMBOLS, N_DAYS, SEED = 300, 120, 20261127
+LAST = "2026-11-27"  # Friday: the synthetic universe's last trade date
+PARAMS = dict(
+    lookback_days=60,
+    min_history_days=40,
+    min_overlap=30,
+    k_neighbors=5,
+    max_lag=3,
+    k_leaders=3,
+    k_laggers=3,
+    min_improvement=0.0,
+    linkage_method="average",
+    distance_threshold=1.2,
+    n_clusters=None,
+    working_memory_mb=16,
+)
+ROW_TABLES = ("snapshots", "peer_neighbors", "symbol_clusters", "lead_lag_pairs")
+
+
+@pytest.fixture(scope="module")
+def universe(engine: sa.Engine):
+    """The synthetic universe, loaded once for the module (prices and truth replaced)."""
+    truncate_all(engine)
+    report = write_synthetic_universe(engine, n_symbols=N_SYMBOLS, n_days=N_DAYS, seed=SEED)
+    assert str(report.last_date) == LAST
+    yield report
+    truncate_all(engine)
+
+
+def _resources(store_dir: Path, **overrides) -> dict:
+    resources = build_resources(str(store_dir))
+    resources["snapshot_params"] = SnapshotParams(**{**PARAMS, **overrides})
+    return resources
+
+
+def _materialize(store_dir: Path, partition_key: str, **overrides) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        snapshot_assets,
+        partition_key=partition_key,
+        resources=_resources(store_dir, **overrides),
+        raise_on_error=False,
+    )
+
+
+def _check_outcomes(result) -> dict[str, bool]:
+    return {
+        e.event_specific_data.check_name: e.event_specific_data.passed
+        for e in result.all_events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    }
+
+
+def _counts(engine: sa.Engine, day: str) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {
+            table: conn.execute(
+                sa.text(f"SELECT count(*) FROM {table} WHERE snapshot_date = :d"), {"d": day}
+            ).scalar_one()
+            for table in ROW_TABLES
+        }
+
+
+def _rows(engine: sa.Engine, table: str, day: str, order: str) -> list[tuple]:
+    with engine.connect() as conn:
+        return [
+            tuple(r)
+            for r in conn.execute(
+                sa.text(f"SELECT * FROM {table} WHERE snapshot_date = :d ORDER BY {order}"),
+                {"d": day},
+            )
+        ]
+
+
+@pytest.fixture(scope="module")
+def two_partitions(universe, engine, tmp_path_factory):
+    """Materialize the whole graph in-process for the last two weekdays."""
+    store = tmp_path_factory.mktemp("store")
+    results = {day: _materialize(store, day) for day in ("2026-11-26", LAST)}
+    return store, results
+
+
+def test_full_graph_for_two_partitions(two_partitions, engine):
+    _, results = two_partitions
+    for day, result in results.items():
+        assert result.success, day
+        outcomes = _check_outcomes(result)
+        assert len(outcomes) == 9
+        assert all(outcomes.values()), outcomes
+        counts = _counts(engine, day)
+        assert counts["snapshots"] == 1
+        n_symbols = (
+            result.asset_materializations_for_node("returns_matrix")[0].metadata["n_symbols"].value
+        )
+        assert counts["symbol_clusters"] == n_symbols
+        assert counts["peer_neighbors"] == n_symbols * PARAMS["k_neighbors"]
+        assert counts["lead_lag_pairs"] > 0
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text("SELECT snapshot_date, as_of_trade_date, lookback_days, params FROM snapshots")
+        ).all()
+    by_date = {str(r.snapshot_date): r for r in rows}
+    assert set(by_date) == {"2026-11-26", LAST}
+    assert str(by_date[LAST].as_of_trade_date) == LAST
+    assert by_date[LAST].lookback_days == 60
+    recorded = by_date[LAST].params
+    for key, value in PARAMS.items():
+        assert recorded[key] == value, key
+
+
+def test_injected_pairs_are_found(two_partitions, engine):
+    _, results = two_partitions
+    truth = read_truth(engine)
+    assert truth
+    with engine.connect() as conn:
+        published = {
+            (r.leader, r.lagger): r.lag
+            for r in conn.execute(
+                sa.text("SELECT leader, lagger, lag FROM lead_lag_pairs WHERE snapshot_date = :d"),
+                {"d": LAST},
+            )
+        }
+    for leader, lagger, lag in truth:
+        assert published.get((leader, lagger)) == lag, (leader, lagger, lag)
+    check = next(
+        e.event_specific_data
+        for e in results[LAST].all_events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+        and e.event_specific_data.check_name == "injected_pairs_found"
+    )
+    assert check.passed and check.metadata["recall"].value == 1.0
+
+
+def test_rematerializing_replaces_without_duplicates(two_partitions, engine):
+    store, _ = two_partitions
+    before = {t: _rows(engine, t, LAST, "2, 3") for t in ROW_TABLES[1:]}
+    counts_before = _counts(engine, LAST)
+    other_before = _counts(engine, "2026-11-26")
+    again = _materialize(store, LAST)
+    assert again.success
+    assert _counts(engine, LAST) == counts_before
+    assert _counts(engine, "2026-11-26") == other_before
+    assert {t: _rows(engine, t, LAST, "2, 3") for t in ROW_TABLES[1:]} == before
+
+
+def test_published_rows_equal_direct_compute(two_partitions, engine):
+    """Same window, compute functions called directly, compared with what was published."""
+    p = PARAMS
+    window = load_returns_window(
+        engine,
+        dt.date.fromisoformat(LAST),
+        lookback_days=p["lookback_days"],
+        min_history_days=p["min_history_days"],
+    )
+    R, symbols = window.returns, window.symbols
+    result = pairwise_correlation(R, min_overlap=p["min_overlap"])
+    neighbors = top_k_neighbors(result.corr, k=p["k_neighbors"], overlap=result.overlap)
+    labels = hierarchical_clusters(
+        result.corr, method=p["linkage_method"], distance_threshold=p["distance_threshold"]
+    )
+    pairs = find_lead_lag_pairs(
+        R,
+        max_lag=p["max_lag"],
+        k_leaders=p["k_leaders"],
+        k_laggers=p["k_laggers"],
+        min_overlap=p["min_overlap"],
+        min_improvement=p["min_improvement"],
+        corr=result.corr,
+    )
+
+    expected_neighbors = sorted(
+        (
+            symbols[i],
+            r + 1,
+            symbols[int(j)],
+            float(neighbors.corr[i, r]),
+            int(neighbors.overlap[i, r]),
+        )
+        for i in range(len(symbols))
+        for r, j in enumerate(neighbors.index[i])
+        if j >= 0
+    )
+    got_neighbors = [
+        (s, rank, nb, float(np.float32(c)), ov)
+        for _, s, rank, nb, c, ov in _rows(engine, "peer_neighbors", LAST, "symbol, rank")
+    ]
+    assert got_neighbors == expected_neighbors
+
+    got_clusters = {s: cid for _, s, cid in _rows(engine, "symbol_clusters", LAST, "symbol")}
+    assert got_clusters == {s: int(c) for s, c in zip(symbols, labels, strict=True)}
+
+    with engine.connect() as conn:
+        published = conn.execute(
+            sa.text(
+                "SELECT leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap "
+                "FROM lead_lag_pairs WHERE snapshot_date = :d"
+            ),
+            {"d": LAST},
+        ).all()
+    got_pairs = {
+        (r.leader, r.lagger): (
+            r.lag,
+            np.float32(r.lagged_corr),
+            None if r.sync_corr is None or np.isnan(r.sync_corr) else np.float32(r.sync_corr),
+            np.float32(r.improvement),
+            r.overlap,
+        )
+        for r in published
+    }
+    expected_pairs = {
+        (symbols[int(row["leader"])], symbols[int(row["lagger"])]): (
+            int(row["lag"]),
+            np.float32(row["lagged_corr"]),
+            None if np.isnan(row["sync_corr"]) else np.float32(row["sync_corr"]),
+            np.float32(row["improvement"]),
+            int(row["overlap"]),
+        )
+        for row in pairs
+    }
+    assert got_pairs == expected_pairs
+
+
+def test_store_holds_memory_mapped_matrices(two_partitions):
+    store, _ = two_partitions
+    from corr_pipeline.store.matrix_store import MatrixStore
+
+    bundle = MatrixStore(store).load_bundle("correlation_matrix", LAST)
+    corr = bundle["corr"]
+    assert isinstance(corr, np.memmap) and corr.dtype == np.float32
+    assert corr.shape == (len(bundle.labels["symbols"]),) * 2
+    assert np.array_equal(corr.view(np.uint32), corr.T.view(np.uint32))
+
+
+def test_backfill_three_dates_with_multiprocess_executor(universe, engine, tmp_path):
+    """Three partitions, one run each, through execute_job (multiprocess executor) on a
+    persistent temporary instance, as the daemon would launch a backfill."""
+    days = ["2026-11-23", "2026-11-24", "2026-11-25"]
+    with engine.begin() as conn:
+        for table in reversed(ROW_TABLES):
+            conn.execute(sa.text(f"DELETE FROM {table} WHERE snapshot_date = ANY(:d)"), {"d": days})
+    instance = open_instance(tmp_path / "dagster_home")
+    try:
+        for day in days:
+            summary = materialize_snapshot(
+                day,
+                instance=instance,
+                params=PARAMS,
+                store_dir=tmp_path / "store",
+                max_concurrent=2,
+            )
+            assert summary.success, summary
+            assert summary.checks and not summary.failed_checks, summary
+            run = instance.get_run_by_id(summary.run_id)
+            assert run.tags["dagster/partition"] == day
+            assert run.tags["corr_pipeline/heavy"] == "snapshot"
+            assert int(run.tags["dagster/max_runtime"]) > 0
+            assert "symbols kept" in str(summary) and str(tmp_path / "store") in str(summary)
+        for day in days:
+            counts = _counts(engine, day)
+            assert counts["snapshots"] == 1 and counts["symbol_clusters"] > 0, (day, counts)
+        materialized = instance.get_materialized_partitions(dg.AssetKey("snapshot_publication"))
+        assert set(days) <= set(materialized)
+    finally:
+        instance.dispose()
+
+
+def test_latest_partition_is_the_last_trade_date(universe, engine):
+    assert latest_partition_key(engine, today=dt.date(2026, 11, 29)) == LAST
+    with pytest.raises(ValueError, match="not a snapshot partition"):
+        latest_partition_key(engine, today=dt.date(2026, 11, 20))
+
+
+def test_inconsistent_config_fails_before_reading_or_publishing(universe, engine, tmp_path):
+    result = dg.materialize(
+        snapshot_assets,
+        partition_key="2026-11-20",
+        resources={**build_resources(str(tmp_path)), "snapshot_params": SnapshotParams()},
+        run_config={"resources": {"snapshot_params": {"config": {"k_neighbors": 0}}}},
+        raise_on_error=False,
+    )
+    assert not result.success
+    errors = " ".join(
+        str(e.event_specific_data)
+        for e in result.all_events
+        if e.event_type_value in ("RESOURCE_INIT_FAILURE", "STEP_FAILURE")
+    )
+    assert "k_neighbors must be >= 1" in errors
+    assert _counts(engine, "2026-11-20")["snapshots"] == 0
+    assert not list(tmp_path.iterdir())  # nothing written to the store
+
+
+def test_window_too_short_is_a_clear_non_retried_failure(universe, engine, tmp_path):
+    """A partition before the data: the error names the date, and is not retried."""
+    result = _materialize(tmp_path, "2026-06-16")
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    text = str(failure.event_specific_data.error.message)
+    assert "min_history_days=40" in text
+    assert not [e for e in result.all_events if e.event_type_value == "STEP_UP_FOR_RETRY"]
+
+
+def test_only_database_outages_are_retried():
+    from corr_pipeline.db.engine import DatabaseUnavailableError
+
+    assert DATABASE_RETRY_POLICY.max_retries >= 1
+    assert DATABASE_RETRY_POLICY.backoff == dg.Backoff.EXPONENTIAL
+    with pytest.raises(DatabaseUnavailableError):
+        with retry_only_if_database_unavailable("x"):
+            raise DatabaseUnavailableError("cannot connect to PostgreSQL at host/db")
+    with pytest.raises(dg.Failure) as err:
+        with retry_only_if_database_unavailable("window"):
+            raise ValueError("too short")
+    assert err.value.allow_retries is False
+    assert "window failed: ValueError: too short" in err.value.description
+    ops = {a.op.name: a.op for a in snapshot_assets}
+    for name in ("returns_matrix", "snapshot_publication", "lead_lag_pairs"):
+        assert ops[name].retry_policy == DATABASE_RETRY_POLICY, name
+    for name in ("correlation_and_overlap", "top_k_neighbors", "clusters"):
+        assert ops[name].retry_policy is None, name
+
+
+def test_definitions_validate_passes(tmp_path):
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dagster",
+            "definitions",
+            "validate",
+            "-m",
+            "corr_pipeline.definitions",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Validation successful" in proc.stdout + proc.stderr
+
+
+def test_definitions_contents():
+    from corr_pipeline.definitions import defs
+
+    repo = defs.get_repository_def()
+    keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
+    assert keys == {
+        "returns_matrix",
+        "correlation_matrix",
+        "overlap_matrix",
+        "top_k_neighbors",
+        "clusters",
+        "lead_lag_pairs",
+        "snapshot_publication",
+    }
+    assert len(list(repo.asset_graph.asset_check_keys)) == 9
+    job = defs.resolve_job_def("snapshot_job")
+    assert job.partitions_def is not None
+    assert defs.resolve_schedule_def("nightly_snapshot_schedule").job_name == "snapshot_job"
+    assert snapshot_job_def().name == "snapshot_job"
