@@ -95,6 +95,18 @@ OVERLAP_ASSET, OVERLAP_ARRAY = "overlap_matrix", "overlap"
 LATEST_SHOWN = 5  # dates listed when a requested date has no snapshot
 
 
+def _consistent_read(engine: sa.Engine) -> sa.Connection:
+    """A connection whose statements all read ONE snapshot of the database (REPEATABLE READ:
+    PostgreSQL takes the snapshot at the first statement and keeps it until the block ends).
+
+    A query answers with several statements (resolve the snapshot date, check the symbol, read
+    its rows); under the default READ COMMITTED a publication or a withdrawal committing between
+    them would pair the old ``snapshots`` row with the new rows, or report a symbol of a
+    snapshot that was just replaced as missing from it. SPEC §7: readers never see a mix.
+    """
+    return engine.connect().execution_options(isolation_level="REPEATABLE READ")
+
+
 # --------------------------------------------------------------------------------------------
 # errors
 # --------------------------------------------------------------------------------------------
@@ -424,7 +436,7 @@ class SnapshotsResult:
 
 def snapshots(engine: sa.Engine, *, limit: int | None = 10) -> SnapshotsResult:
     """The ``limit`` newest published snapshots (None = all) and how many exist."""
-    with engine.connect() as conn:
+    with _consistent_read(engine) as conn:
         query = sa.select(*_SNAPSHOT_COLUMNS).order_by(t_snapshots.c.snapshot_date.desc())
         if limit is not None:
             query = query.limit(max(1, int(limit)))
@@ -597,7 +609,7 @@ def peers(
 
     Each peer: rank, neighbor, corr (signed), overlap, and the neighbor's cluster id.
     """
-    with engine.connect() as conn:
+    with _consistent_read(engine) as conn:
         snap = _resolve_snapshot(conn, date)
         _require_symbol(conn, snap, symbol)
         day = snap.snapshot_date
@@ -696,7 +708,7 @@ def cluster(
 ) -> ClusterResult:
     """Cluster id of ``symbol``, the cluster's size, the number of clusters, its first
     ``members`` members by symbol (None = all) and its top-k peers that share the cluster."""
-    with engine.connect() as conn:
+    with _consistent_read(engine) as conn:
         snap = _resolve_snapshot(conn, date)
         _require_symbol(conn, snap, symbol)
         day = snap.snapshot_date
@@ -847,7 +859,7 @@ def lead_lag(
 ) -> LeadLagResult:
     """Pairs with ``leader = symbol`` or ``lagger = symbol``, by improvement descending (then
     leader, lagger), at most ``limit``."""
-    with engine.connect() as conn:
+    with _consistent_read(engine) as conn:
         snap = _resolve_snapshot(conn, date)
         _require_symbol(conn, snap, symbol)
         query = (
@@ -1009,7 +1021,7 @@ def corr(
     published = False
     snap: Snapshot | None = None
     if engine is not None:
-        with engine.connect() as conn:
+        with _consistent_read(engine) as conn:
             try:
                 snap = _resolve_snapshot(conn, day)
                 published = True
