@@ -1,0 +1,191 @@
+"""Concurrency across processes: two runs of the same partition at once, and readers polling
+while a snapshot is published and withdrawn over and over.
+
+Already covered elsewhere (not repeated here): two publisher *threads* racing on one date
+(``db/test_publish.py::test_concurrent_publishers_end_with_one_whole_snapshot``), a reader thread
+during one slowed-down publication (``::test_readers_never_see_a_half_published_snapshot``),
+concurrent matrix writers and a reader (``store/test_matrix_store.py::
+test_concurrent_writers_and_reader_never_see_a_mismatch``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import threading
+
+import numpy as np
+import sqlalchemy as sa
+
+from corr_pipeline import query as q
+from corr_pipeline.store.matrix_store import MatrixStore
+from corr_pipeline_tests.reliability import helpers as h
+
+D = dt.date(2026, 10, 30)
+KEY = D.isoformat()
+STORE_ASSETS = (
+    "returns_matrix",
+    "correlation_matrix",
+    "overlap_matrix",
+    "top_k_neighbors",
+    "clusters",
+    "lead_lag_pairs",
+)
+
+
+def read_json_line(proc: subprocess.Popen, timeout: float) -> str:
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not box or not box[0]:
+        proc.kill()
+        raise AssertionError(
+            f"child gave no answer within {timeout}s: {proc.stderr.read()[-3000:]}"
+        )
+    return box[0].strip()
+
+
+def assert_same_store(store_a, store_b) -> None:
+    """Every asset bundle of the partition: same labels, arrays equal bit for bit."""
+    a, b = MatrixStore(store_a), MatrixStore(store_b)
+    for asset in STORE_ASSETS:
+        bundle_a, bundle_b = a.load_bundle(asset, KEY), b.load_bundle(asset, KEY)
+        assert bundle_a.labels == bundle_b.labels, asset
+        assert bundle_a.names == bundle_b.names, asset
+        for name in bundle_a.names:
+            x, y = np.asarray(bundle_a[name]), np.asarray(bundle_b[name])
+            assert x.dtype == y.dtype and x.shape == y.shape, (asset, name)
+            assert x.tobytes() == y.tobytes(), (asset, name)
+
+
+def test_two_runs_of_the_same_partition_at_once(clean_db, tmp_path):
+    """Two processes run the whole snapshot of the same date at the same moment, on the same
+    database, matrix store and Dagster instance. The end state equals what one run alone
+    produces: one whole snapshot in the database, whole bundles in the store, no temp files."""
+    symbols = [f"S{i:02d}" for i in range(24)]
+    h.insert_prices(clean_db, h.factor_prices(symbols, h.weekdays(D, 45), seed=51))
+    store, home = tmp_path / "store", tmp_path / "dagster_home"
+    children = [
+        subprocess.Popen(
+            h.python_module_cmd(
+                "corr_pipeline_tests.reliability._run_child",
+                KEY,
+                str(store),
+                str(home),
+                json.dumps(h.PARAMS),
+            ),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=h.REPO_ROOT,
+            env=h.child_env(),
+        )
+        for _ in range(2)
+    ]
+    try:
+        for child in children:
+            assert read_json_line(child, 180) == "READY"
+        for child in children:  # release both runs together
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        outcomes = [json.loads(read_json_line(child, 300)) for child in children]
+        for child in children:
+            child.wait(60)
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+    for outcome in outcomes:
+        assert outcome["success"], outcome
+        assert outcome["checks"] and all(outcome["checks"].values()), outcome
+    concurrent = h.snapshot_rows(clean_db, D)
+    with clean_db.connect() as conn:
+        run_id = conn.execute(
+            sa.text("SELECT params->>'dagster_run_id' FROM snapshots WHERE snapshot_date = :d"),
+            {"d": D},
+        ).scalar_one()
+    assert run_id in {o["run_id"] for o in outcomes}
+    assert not [p for p in store.rglob("*") if ".tmp-" in p.name]
+
+    single_store = tmp_path / "single_store"
+    single = h.materialize(single_store, KEY)
+    assert single.success, h.failure_messages(single)
+    assert h.snapshot_rows(clean_db, D) == concurrent
+    assert len(concurrent["symbol_clusters"]) == len(symbols)
+    assert_same_store(store, single_store)
+
+
+def test_readers_polling_during_repeated_publication_see_all_or_nothing(clean_db, database_url):
+    """A publisher process publishes two versions of the date in turn and withdraws each again
+    (30 times); meanwhile this process polls the per-table counts (one statement) and the
+    ``peers`` / ``cluster`` queries. Every observation is nothing, or one whole version."""
+    n, k, versions = 1500, 5, (61, 62)
+    expected = {v: h.expected_counts(h.publish_arguments(D, n=n, k=k, version=v)) for v in versions}
+    nothing = {table: 0 for table in h.ROW_TABLES}
+    symbol = {v: f"V{v}_{7:06d}" for v in versions}
+    union = " UNION ALL ".join(
+        f"SELECT '{table}', count(*) FROM {table} WHERE snapshot_date = :d"
+        for table in h.ROW_TABLES
+    )
+    publisher = subprocess.Popen(
+        h.python_module_cmd(
+            "corr_pipeline_tests.reliability._publisher_child",
+            "loop",
+            database_url,
+            KEY,
+            str(n),
+            str(k),
+            str(versions[0]),
+            "30",
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=h.REPO_ROOT,
+        env=h.child_env(),
+    )
+    counts_seen: list[dict[str, int]] = []
+    answers: list[str] = []
+    bad: list[str] = []
+    try:
+        while publisher.poll() is None:
+            with clean_db.connect() as conn:
+                counts = {t: int(c) for t, c in conn.execute(sa.text(union), {"d": D})}
+            counts_seen.append(counts)
+            if counts != nothing and counts not in expected.values():
+                bad.append(f"counts {counts}")
+            v = versions[len(answers) % 2]
+            try:
+                peers = q.peers(clean_db, symbol[v], D)
+                cluster = q.cluster(clean_db, symbol[v], D)
+            except (q.SnapshotNotFoundError, q.UnknownSymbolError):
+                answers.append("absent")
+                continue
+            except q.QueryError as exc:  # e.g. "has no cluster in the snapshot": a half view
+                bad.append(f"{type(exc).__name__}: {exc}")
+                continue
+            answers.append(f"version {v}")
+            if (
+                peers.snapshot.params.get("version") != v
+                or len(peers.peers) != k
+                or peers.cluster_id is None
+                or cluster.snapshot.params.get("version") != v
+                or cluster.size != len(range(0, n, 7))  # labels are i % 7; symbol 7 -> 0
+            ):
+                bad.append(
+                    f"peers of {symbol[v]}: version {peers.snapshot.params}, "
+                    f"{len(peers.peers)} peers, cluster {peers.cluster_id}, "
+                    f"cluster size {cluster.size} in version {cluster.snapshot.params}"
+                )
+        out, err = publisher.communicate(timeout=60)
+    finally:
+        publisher.kill()
+        publisher.wait()
+    assert publisher.returncode == 0 and out.strip().endswith("DONE"), err[-3000:]
+    assert not bad, bad[:10]
+    assert nothing in counts_seen
+    assert any(c in expected.values() for c in counts_seen), "never saw a published version"
+    assert "absent" in answers and any(a.startswith("version") for a in answers)
