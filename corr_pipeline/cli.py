@@ -211,9 +211,20 @@ def demo_step_prices(ctx: DemoContext) -> None:
         ctx.echo(f"    {line}")
 
 
-#: The demo, in order. Each step takes the shared DemoContext; later steps (running the
-#: pipeline, summarising the published snapshot) are appended here.
-DEMO_STEPS: list[Callable[[DemoContext], None]] = [demo_step_database, demo_step_prices]
+def demo_step_pipeline(ctx: DemoContext) -> None:
+    """Materialize the snapshot graph for the latest partition and print a summary and how to
+    open the Dagster UI (:func:`corr_pipeline.defs.run.demo_step_pipeline`)."""
+    from corr_pipeline.defs.run import demo_step_pipeline as run_pipeline  # heavy: Dagster
+
+    run_pipeline(ctx)
+
+
+#: The demo, in order. Each step takes the shared DemoContext; later steps are appended here.
+DEMO_STEPS: list[Callable[[DemoContext], None]] = [
+    demo_step_database,
+    demo_step_prices,
+    demo_step_pipeline,
+]
 
 
 def run_demo(

@@ -41,9 +41,12 @@ import dagster as dg
 import numpy as np
 import sqlalchemy as sa
 
-from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation
-from corr_pipeline.compute.clusters import hierarchical_clusters
-from corr_pipeline.compute.neighbors import top_k_neighbors
+from corr_pipeline.compute import (
+    find_lead_lag_pairs,
+    hierarchical_clusters,
+    pairwise_correlation,
+    top_k_neighbors,
+)
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.engine import DatabaseUnavailableError
 from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts

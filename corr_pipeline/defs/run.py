@@ -172,6 +172,7 @@ def materialize_snapshot(
     in_process: bool = False,
     max_concurrent: int | None = None,
     forkserver: bool = True,
+    log_level: str = "INFO",
     raise_on_error: bool = False,
 ) -> SnapshotRunSummary:
     """Run ``snapshot_job`` for ``partition_key`` and summarize it.
@@ -182,7 +183,8 @@ def materialize_snapshot(
     process per step; ``max_concurrent`` caps parallel step processes (default: CPU count);
     ``forkserver`` starts step processes from a forkserver that has preloaded
     ``corr_pipeline.definitions`` (dagster, numpy, numba kernels), saving the few seconds each
-    freshly spawned step would spend importing them.
+    freshly spawned step would spend importing them; ``log_level`` is the console log level
+    (the instance's event log keeps everything).
     """
     check_partition_key(partition_key)
     resources: dict[str, Any] = {}
@@ -192,7 +194,7 @@ def materialize_snapshot(
     if store_dir:
         resources["matrix_io_manager"] = {"config": {"base_dir": str(store)}}
         resources["matrix_store"] = {"config": {"base_dir": str(store)}}
-    run_config: dict[str, Any] = {}
+    run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": log_level}}}}
     if resources:
         run_config["resources"] = resources
     if in_process:
@@ -223,3 +225,87 @@ def materialize_snapshot(
     finally:
         if owned:
             instance.dispose()
+
+
+# --------------------------------------------------------------------------------------------
+# corr-pipeline demo: the pipeline step
+# --------------------------------------------------------------------------------------------
+
+
+class SnapshotRunError(ValueError):
+    """A snapshot run did not succeed (the CLI reports it in one line, exit status 2)."""
+
+
+def demo_params(engine: sa.Engine, partition_key: str) -> dict[str, Any]:
+    """Parameter overrides for the demo: none when the data holds a full default window
+    (252 returns), otherwise a lookback shrunk to the history available (so a short CSV or a
+    small synthetic universe still gives a snapshot), with the other windows scaled to fit."""
+    from corr_pipeline.defs.resources import SnapshotParams
+
+    defaults = SnapshotParams()
+    with engine.connect() as conn:
+        n_dates = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM (SELECT DISTINCT trade_date FROM prices "
+                "WHERE trade_date <= :d ORDER BY trade_date DESC LIMIT :n) AS w"
+            ),
+            {"d": partition_key, "n": defaults.lookback_days + 1},
+        ).scalar_one()
+    n_returns = int(n_dates) - 1
+    if n_returns >= defaults.lookback_days:
+        return {}
+    if n_returns < 12:
+        raise SnapshotRunError(
+            f"only {n_dates} trade dates on or before {partition_key} in prices: a snapshot "
+            "needs at least 13 (load more history, or let the demo seed a synthetic universe "
+            "into an empty database)"
+        )
+    min_history = max(10, n_returns // 2)
+    min_overlap = min(defaults.min_overlap, max(5, min_history // 2))
+    max_lag = min(defaults.max_lag, min_history - 1, n_returns - min_overlap)
+    return {
+        "lookback_days": n_returns,
+        "min_history_days": min_history,
+        "min_overlap": min_overlap,
+        "max_lag": max_lag,
+    }
+
+
+def demo_step_pipeline(ctx: Any) -> SnapshotRunSummary:
+    """Materialize the whole graph for the partition of the last trade date and print a summary
+    and how to open the UI. ``ctx`` is the CLI's ``DemoContext`` (``require_engine()``,
+    ``echo``); raises :class:`SnapshotRunError` when the run fails."""
+    engine = ctx.require_engine()
+    key = latest_partition_key(engine)
+    params = demo_params(engine, key)
+    instance = open_instance()
+    home = Path(instance.root_directory)
+    try:
+        ctx.echo(
+            f"[3] pipeline: materializing snapshot_job for partition {key} "
+            f"(one process per step; Dagster instance {home})"
+        )
+        if params:
+            ctx.echo(f"    short price history: using {params}")
+        summary = materialize_snapshot(key, instance=instance, params=params or None)
+    finally:
+        instance.dispose()
+    for line in str(summary).splitlines():
+        ctx.echo(f"    {line}")
+    if not summary.success:
+        raise SnapshotRunError(
+            f"the snapshot run for {key} failed (steps: {', '.join(summary.failed_steps) or '?'}); "
+            f"open the UI (below) or see run {summary.run_id} in {home}"
+        )
+    env = f"CORR_PIPELINE_HOME={settings.corr_pipeline_home()} DAGSTER_HOME={home}"
+    ctx.echo("[4] explore the results:")
+    ctx.echo(f"    Dagster UI:  {env} dagster dev")
+    ctx.echo(
+        "                 (from the repository root, which holds workspace.yaml; then open "
+        "http://127.0.0.1:3000 -> Assets -> correlation_snapshot; this run is in Runs)"
+    )
+    ctx.echo(f"    tables:      snapshots, peer_neighbors, symbol_clusters, lead_lag_pairs ({key})")
+    ctx.echo(
+        f"    matrices:    {summary.store_dir}/<asset>/{key}/*.npy (np.load(..., mmap_mode='r'))"
+    )
+    return summary

@@ -19,9 +19,12 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation
-from corr_pipeline.compute.clusters import hierarchical_clusters
-from corr_pipeline.compute.neighbors import top_k_neighbors
+from corr_pipeline.compute import (
+    find_lead_lag_pairs,
+    hierarchical_clusters,
+    pairwise_correlation,
+    top_k_neighbors,
+)
 from corr_pipeline.db.schema import truncate_all
 from corr_pipeline.db.synth import read_truth, write_synthetic_universe
 from corr_pipeline.db.window import load_returns_window
