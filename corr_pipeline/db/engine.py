@@ -81,10 +81,15 @@ class EmbeddedServer:
 # URL helpers
 # --------------------------------------------------------------------------------------------
 
+# The password runs to the LAST "@" of the URL token: an unencoded "@" or "/" in a password
+# ("postgresql://u:p@ss/w@host/db") must not leave its tail in the message.
 _USERINFO_RE = re.compile(
-    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:@/?#]*):(?P<pw>[^@/?#]*)@"
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:@/?#\s]*):(?P<pw>\S*)@"
 )
 _QUERY_PW_RE = re.compile(r"(?i)(?P<key>[?&](?:password|pass|pwd)=)(?P<pw>[^&#]*)")
+# libpq key/value form ("host=h password=secret"), redacted in text we know is a connection
+# string (an unparsable CORR_PIPELINE_DATABASE_URL), not in free text.
+_DSN_PW_RE = re.compile(r"(?i)(?P<key>\b(?:password|pass|pwd)\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|\S*)")
 
 
 def redact_url(url: str | URL | None) -> str:
@@ -105,10 +110,16 @@ def normalize_url(url: str) -> str:
     Raises ValueError (with the URL redacted) for something that is not a PostgreSQL URL.
     """
     raw = url.strip()
+    if raw.split("?", 1)[0].count("@") > 1:  # the parser would take part of the password as host
+        raise ValueError(
+            f"not a valid database URL: {redact_url(raw)} (more than one '@': percent-encode "
+            "special characters of the user name and password, e.g. '@' as %40, '/' as %2F)"
+        )
     try:
         parsed = make_url(raw)
     except Exception:  # sqlalchemy.exc.ArgumentError and friends
-        raise ValueError(f"not a valid database URL: {redact_url(raw)}") from None
+        shown = _DSN_PW_RE.sub(lambda m: f"{m['key']}***", redact_url(raw))
+        raise ValueError(f"not a valid database URL: {shown}") from None
     backend = parsed.get_backend_name()
     if backend not in ("postgresql", "postgres"):
         raise ValueError(
