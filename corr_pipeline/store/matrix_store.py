@@ -1072,6 +1072,8 @@ class MatrixStore:
         replaced atomically — the commit point of the bundle — and arrays of the partition
         that are not in the bundle (left by an earlier materialization) are deleted.
         """
+        for name in bundle.arrays:  # every key is checked before anything touches the disk
+            _validate_name(name)
         directory = self._ensure_dir(asset, partition)
         stored: dict[str, StoredArray] = {}
         reused: list[str] = []
