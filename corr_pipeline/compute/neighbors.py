@@ -5,18 +5,22 @@ For each row ``i`` of the N × N correlation matrix: the ``k`` columns ``j != i`
 by ``j`` ascending. A row with fewer than ``k`` finite off-diagonal entries is padded with index
 −1, corr NaN and overlap 0.
 
-Memory (N = 24,000, float32 ``corr`` possibly a read-only ``np.memmap`` of 2.3 GB): ``corr`` is
-read ``rows`` rows at a time, ``rows = max(1, working_memory_mb·2^20 // row_bytes)`` with
-``row_bytes = N·(2·itemsize + 2)`` (the ``|corr|`` block, its partitioned copy, two boolean masks),
-as scikit-learn's ``get_chunk_n_rows``. With the default 64 MiB that is 1,664 rows per block at
-N = 24,000. Outputs are N × k. No N × N temporary is ever made; ``overlap`` is only gathered at
-the selected positions.
+Algorithm and memory (N = 24,000, float32 ``corr`` possibly a read-only 2.3 GB ``np.memmap``):
+``corr`` is walked in blocks of ``rows = max(1, working_memory_mb·2^20 // (N·itemsize))`` rows
+(as scikit-learn's ``get_chunk_n_rows``; blocks are views, never copies), and each row is
+reduced in one pass by a compiled kernel holding a ``2k + 16``-entry candidate buffer: once
+``k`` candidates are known a later column enters only with ``|corr|`` strictly above the
+current k-th best (an equal value loses the tie to the smaller column already held); a full
+buffer is cut back to its best ``k`` with a stable sort on ``−|corr|``. Cost O(N²) reads plus
+O(k log k) per buffer cut; no temporary larger than the buffer; outputs N × k. ``overlap`` is
+only gathered at the selected positions.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import numba
 import numpy as np
 
 __all__ = ["Neighbors", "top_k_neighbors"]
@@ -41,47 +45,48 @@ def _chunk_rows(row_bytes: int, working_memory_mb: float) -> int:
     return max(1, int(working_memory_mb * 2**20) // max(1, row_bytes))
 
 
-def _block_top_k(block: np.ndarray, row0: int, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Top-k selection for the rows ``row0 .. row0+len(block)-1``.
+@numba.njit(cache=True, nogil=True)
+def _top_k_rows(block, row0, k, out_index, out_value):  # pragma: no cover - compiled
+    """Top-k of every row of ``block`` (global rows ``row0 ..``) by (|corr| desc, j asc).
 
-    Returns ``(rows, cols, rank)``: the selected entries (block-local row, column) and their
-    0-based rank in the row, ordered row by row then by rank.
+    One pass per row with a candidate buffer of ``2k + 16`` entries: once ``k`` candidates are
+    known, a later ``j`` enters only with ``|corr|`` strictly above the current k-th best (an
+    equal value loses the tie to the smaller ``j`` already held). A full buffer is cut back to
+    its best ``k`` by a stable sort on ``−|corr|`` — stable because the buffer is in ``j`` order
+    within equal values — and the final answer is the best ``k`` of the buffer the same way.
     """
     n_rows, n = block.shape
-    score = np.abs(block)  # NaN stays NaN
-    invalid = ~np.isfinite(score)
-    score[invalid] = -1.0  # below every valid |corr| (>= 0)
-    del invalid
-    local = np.arange(n_rows)
-    score[local, row0 + local] = -1.0  # j != i
-
-    kk = min(k, n)
-    # kth[r] = the kk-th largest score of row r (may be -1 when the row has < kk valid entries)
-    kth = np.partition(score, n - kk, axis=1)[:, n - kk]
-    kth = np.maximum(kth, 0.0)[:, None]  # rows with < kk valid entries: take all valid ones
-    above = score > kth
-    n_above = above.sum(axis=1)
-    at = score == kth  # kth >= 0 here, so only valid entries
-    n_need = np.minimum(kk - n_above, at.sum(axis=1))
-    # Boundary ties: of the entries equal to the kth value keep the n_need smallest columns.
-    tie_rows = np.flatnonzero(at.sum(axis=1) > n_need)
-    if tie_rows.size:
-        at_tie = at[tie_rows]
-        at_tie &= np.cumsum(at_tie, axis=1, dtype=np.int32) <= n_need[tie_rows, None]
-        at[tie_rows] = at_tie
-        del at_tie
-    above |= at
-    del at
-    rows, cols = np.nonzero(above)  # row-major: row ascending, then column ascending
-    del above
-    values = score[rows, cols]
-    order = np.lexsort((cols, -values, rows))  # row, then |corr| desc, then column asc
-    rows = rows[order]
-    cols = cols[order]
-    counts = np.bincount(rows, minlength=n_rows)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    rank = np.arange(rows.shape[0]) - np.repeat(starts, counts)
-    return rows, cols, rank
+    cap = 2 * k + 16
+    buf_a = np.empty(cap, dtype=np.float64)
+    buf_j = np.empty(cap, dtype=np.int64)
+    for r in range(n_rows):
+        i = row0 + r
+        m = 0
+        full = False
+        kth = -1.0
+        for j in range(n):
+            a = abs(np.float64(block[r, j]))
+            if not a < np.inf or j == i:  # NaN, ±inf, diagonal
+                continue
+            if full and not a > kth:
+                continue
+            buf_a[m] = a
+            buf_j[m] = j
+            m += 1
+            if m == cap:
+                order = np.argsort(-buf_a[:m], kind="mergesort")[:k]
+                kept_a = buf_a[order]
+                kept_j = buf_j[order]
+                buf_a[:k] = kept_a
+                buf_j[:k] = kept_j
+                m = k
+                full = True
+                kth = buf_a[k - 1]
+        order = np.argsort(-buf_a[:m], kind="mergesort")
+        for t in range(min(m, k)):
+            j = buf_j[order[t]]
+            out_index[r, t] = j
+            out_value[r, t] = block[r, j]
 
 
 def top_k_neighbors(
@@ -141,16 +146,12 @@ def top_k_neighbors(
     if n == 0:
         return Neighbors(index, values, overlap_out)
 
-    row_bytes = n * (2 * corr.dtype.itemsize + 2)
-    block_rows = _chunk_rows(row_bytes, working_memory_mb)
+    block_rows = _chunk_rows(n * corr.dtype.itemsize, working_memory_mb)
     for row0 in range(0, n, block_rows):
         row1 = min(row0 + block_rows, n)
         block = np.asarray(corr[row0:row1])  # a view for ndarray / memmap input
-        rows, cols, rank = _block_top_k(block, row0, k)
-        keep = rank < k
-        rows, cols, rank = rows[keep], cols[keep], rank[keep]
-        index[row0 + rows, rank] = cols
-        values[row0 + rows, rank] = block[rows, cols]
+        _top_k_rows(block, row0, k, index[row0:row1], values[row0:row1])
         if overlap_out is not None:
-            overlap_out[row0 + rows, rank] = overlap[row0 + rows, cols]
+            rows, rank = np.nonzero(index[row0:row1] >= 0)
+            overlap_out[row0 + rows, rank] = overlap[row0 + rows, index[row0 + rows, rank]]
     return Neighbors(index, values, overlap_out)

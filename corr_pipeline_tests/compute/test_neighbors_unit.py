@@ -52,6 +52,26 @@ def test_matches_full_sort(kind):
         assert got.overlap.dtype == np.int16
 
 
+@pytest.mark.parametrize("pattern", ["increasing", "decreasing", "constant", "alternating"])
+def test_many_buffer_cuts(pattern):
+    # rows whose |corr| keeps rising along j force the candidate buffer to be cut many times
+    n, k = 300, 3
+    ramp = np.linspace(0.01, 0.99, n, dtype=np.float32)
+    row = {
+        "increasing": ramp,
+        "decreasing": ramp[::-1].copy(),
+        "constant": np.full(n, 0.5, np.float32),
+        "alternating": np.where(np.arange(n) % 2 == 0, ramp, -ramp).astype(np.float32),
+    }[pattern]
+    corr = np.tile(row, (n, 1))
+    overlap = np.arange(n * n, dtype=np.int32).reshape(n, n)
+    got = top_k_neighbors(corr, k=k, overlap=overlap)
+    index, value, ov = _full_sort(corr, k, overlap)
+    np.testing.assert_array_equal(got.index, index)
+    np.testing.assert_array_equal(got.corr, value)
+    np.testing.assert_array_equal(got.overlap, ov)
+
+
 def test_tie_goes_to_smaller_column_at_the_boundary():
     corr = np.array(
         [
