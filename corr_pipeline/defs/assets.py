@@ -33,6 +33,7 @@ same deterministic computation again cannot help.
 """
 
 import math
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -59,7 +60,11 @@ from corr_pipeline.defs.partitions import snapshot_date, snapshot_partitions
 from corr_pipeline.defs.resources import PostgresResource, SnapshotParams
 from corr_pipeline.progress import dagster_progress
 from corr_pipeline.store.io_manager import MatrixStoreResource
-from corr_pipeline.store.matrix_store import MatrixBundle
+from corr_pipeline.store.matrix_store import MatrixBundle, StoredArray
+
+# BackfillPolicy is "beta" in Dagster 1.13; we rely on it deliberately (one partition per run),
+# so silence exactly that warning instead of printing it for every asset in every process.
+warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)
 
 MATRIX_IO_MANAGER = "matrix_io_manager"
 
@@ -421,7 +426,10 @@ def top_k_neighbors_asset(
             overlap=overlap,
         )
     _log_stage(context, "top_k_neighbors", stats)
-    arrays = {"index": neighbors.index, "corr": neighbors.corr}
+    arrays: dict[str, np.ndarray | StoredArray] = {
+        "index": neighbors.index,
+        "corr": neighbors.corr,
+    }
     if neighbors.overlap is not None:
         arrays["overlap"] = neighbors.overlap
     return dg.MaterializeResult(
