@@ -46,19 +46,60 @@ def _chunk_rows(row_bytes: int, working_memory_mb: float) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
+def _merge_pass(src_a, src_j, dst_a, dst_j, m, width):  # pragma: no cover - compiled
+    """Merge consecutive sorted runs of ``width`` pairs of ``src`` into ``dst`` (``a`` desc)."""
+    for lo in range(0, m, 2 * width):
+        mid = min(lo + width, m)
+        hi = min(lo + 2 * width, m)
+        p = lo
+        q = mid
+        for o in range(lo, hi):
+            # the right run goes first only when strictly greater: ties keep the left run
+            # (smaller j) first, so the sort is stable
+            if q < hi and (p >= mid or src_a[q] > src_a[p]):
+                dst_a[o] = src_a[q]
+                dst_j[o] = src_j[q]
+                q += 1
+            else:
+                dst_a[o] = src_a[p]
+                dst_j[o] = src_j[p]
+                p += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _sort_desc_stable(a, j, m, tmp_a, tmp_j):  # pragma: no cover - compiled
+    """Sort the pairs ``(a[:m], j[:m])`` in place by ``a`` descending, stably (bottom-up merge)."""
+    width = 1
+    in_tmp = False
+    while width < m:
+        if in_tmp:
+            _merge_pass(tmp_a, tmp_j, a, j, m, width)
+        else:
+            _merge_pass(a, j, tmp_a, tmp_j, m, width)
+        in_tmp = not in_tmp
+        width *= 2
+    if in_tmp:
+        for t in range(m):
+            a[t] = tmp_a[t]
+            j[t] = tmp_j[t]
+
+
+@numba.njit(cache=True, nogil=True)
 def _top_k_rows(block, row0, k, out_index, out_value):  # pragma: no cover - compiled
     """Top-k of every row of ``block`` (global rows ``row0 ..``) by (|corr| desc, j asc).
 
-    One pass per row with a candidate buffer of ``2k + 16`` entries: once ``k`` candidates are
-    known, a later ``j`` enters only with ``|corr|`` strictly above the current k-th best (an
-    equal value loses the tie to the smaller ``j`` already held). A full buffer is cut back to
-    its best ``k`` by a stable sort on ``−|corr|`` — stable because the buffer is in ``j`` order
-    within equal values — and the final answer is the best ``k`` of the buffer the same way.
+    One pass per row with a candidate buffer of ``2k + 16`` entries, filled in ``j`` order:
+    once ``k`` candidates are known, a later ``j`` enters only with ``|corr|`` strictly above
+    the current k-th best (an equal value loses the tie to the smaller ``j`` already held). A
+    full buffer is cut back to its best ``k`` by a stable sort on ``|corr|`` descending —
+    stable, so equal values stay in ``j`` order — and the answer is the buffer's best ``k``.
     """
     n_rows, n = block.shape
     cap = 2 * k + 16
     buf_a = np.empty(cap, dtype=np.float64)
     buf_j = np.empty(cap, dtype=np.int64)
+    tmp_a = np.empty(cap, dtype=np.float64)
+    tmp_j = np.empty(cap, dtype=np.int64)
     for r in range(n_rows):
         i = row0 + r
         m = 0
@@ -74,17 +115,13 @@ def _top_k_rows(block, row0, k, out_index, out_value):  # pragma: no cover - com
             buf_j[m] = j
             m += 1
             if m == cap:
-                order = np.argsort(-buf_a[:m], kind="mergesort")[:k]
-                kept_a = buf_a[order]
-                kept_j = buf_j[order]
-                buf_a[:k] = kept_a
-                buf_j[:k] = kept_j
+                _sort_desc_stable(buf_a, buf_j, m, tmp_a, tmp_j)
                 m = k
                 full = True
                 kth = buf_a[k - 1]
-        order = np.argsort(-buf_a[:m], kind="mergesort")
+        _sort_desc_stable(buf_a, buf_j, m, tmp_a, tmp_j)
         for t in range(min(m, k)):
-            j = buf_j[order[t]]
+            j = buf_j[t]
             out_index[r, t] = j
             out_value[r, t] = block[r, j]
 
