@@ -482,6 +482,7 @@ def correlation_histogram(
                 add(block[:, r1:])
             del block, square
     else:
+        assert max_values is not None  # sampled implies a limit
         m = max(1, int(max_values) // max(n - 1, 1))
         rows = np.unique(np.rint(np.linspace(0, n - 1, min(m, n))).astype(np.int64))
         rows_used = int(rows.size)

@@ -309,3 +309,57 @@ def test_pictures_from_a_memmap_stay_far_below_n_squared(tmp_path):
     assert h.n_pairs == n * (n - 1) // 2
     assert peak_heatmap < 0.3 * n_squared_bytes, peak_heatmap
     assert peak_histogram < 0.3 * n_squared_bytes, peak_histogram
+
+
+# --------------------------------------------------------------------------------------------
+# the pictures as the Dagster assets attach them
+# --------------------------------------------------------------------------------------------
+
+
+def test_assets_attach_valid_png_pictures(clean_db, tmp_path):
+    """Materialize the snapshot graph on a small synthetic universe and decode every picture
+    from the materialization metadata (markdown with a base64 PNG data URI)."""
+    import dagster as dg
+
+    from corr_pipeline.db.synth import write_synthetic_universe
+    from corr_pipeline.definitions import build_resources
+    from corr_pipeline.defs.assets import snapshot_assets
+    from corr_pipeline.defs.resources import SnapshotParams
+
+    report = write_synthetic_universe(clean_db, n_symbols=80, n_days=100, seed=11)
+    resources = build_resources(str(tmp_path / "store"))
+    resources["snapshot_params"] = SnapshotParams(
+        lookback_days=60,
+        min_history_days=40,
+        min_overlap=30,
+        k_neighbors=5,
+        max_lag=3,
+        k_leaders=3,
+        k_laggers=3,
+        working_memory_mb=16,
+    )
+    result = dg.materialize(
+        snapshot_assets, partition_key=str(report.last_date), resources=resources
+    )
+    assert result.success
+    metadata = {
+        mat.asset_key.to_user_string(): mat.metadata
+        for mat in result.asset_materializations_for_node("correlation_and_overlap")
+        + result.asset_materializations_for_node("clusters")
+        + result.asset_materializations_for_node("lead_lag_pairs")
+    }
+    pictures = {
+        "correlation_matrix": "correlation_histogram",
+        "clusters": "heatmap",
+        "lead_lag_pairs": "lead_lag_network",
+    }
+    for asset, key in pictures.items():
+        value = metadata[asset][key]
+        assert isinstance(value, dg.MarkdownMetadataValue), (asset, key)
+        text = value.value
+        assert text.startswith("![") and "](data:image/png;base64," in text and text.endswith(")")
+        png = base64.b64decode(text.split("base64,", 1)[1][:-1])
+        assert len(png) <= viz.DEFAULT_MAX_PNG_BYTES
+        pixels = _decode(png)
+        assert pixels.shape[0] >= 200 and pixels.shape[1] >= 200
+    assert -1.0 <= metadata["correlation_matrix"]["corr_mean"].value <= 1.0

@@ -34,7 +34,7 @@ same deterministic computation again cannot help.
 
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -42,6 +42,7 @@ import dagster as dg
 import numpy as np
 import sqlalchemy as sa
 
+from corr_pipeline import viz
 from corr_pipeline.compute import (
     find_lead_lag_pairs,
     hierarchical_clusters,
@@ -150,6 +151,18 @@ def _check(
     return checks.to_check_result(
         verdict, check_name=name, asset_key=dg.AssetKey(asset), severity=severity
     )
+
+
+def _pictures(
+    context: dg.AssetExecutionContext, what: str, make: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """Picture metadata from :mod:`corr_pipeline.viz` (PNG in markdown, bounded memory); a
+    picture that cannot be drawn is logged as a warning and left out, never failing the asset."""
+    try:
+        return make()
+    except Exception as exc:  # a picture is a nicety, the asset's data is what matters
+        context.log.warning(f"{what} picture skipped: {type(exc).__name__}: {exc}")
+        return {}
 
 
 def _log_stage(context: dg.AssetExecutionContext, label: str, stats: StageStats) -> None:
@@ -355,6 +368,13 @@ def correlation_and_overlap(
             "max_abs_offdiag_corr": _float(corr_stats.max_abs_offdiag),
             "check_seconds": dg.MetadataValue.float(round(check_stats.seconds, 3)),
             **_stage_metadata(stats),
+            **_pictures(
+                context,
+                "correlation histogram",
+                lambda: viz.histogram_metadata(
+                    stored_corr.array, working_memory_mb=params.working_memory_mb
+                ),
+            ),
         },
     )
     yield dg.MaterializeResult(
@@ -517,6 +537,13 @@ def clusters(
                 checks.largest_clusters_markdown(labels, symbols)
             ),
             **_stage_metadata(stats),
+            **_pictures(
+                context,
+                "clustered heatmap",
+                lambda: viz.heatmap_metadata(
+                    corr, labels, working_memory_mb=params.working_memory_mb
+                ),
+            ),
         },
         check_results=[_check(verdict, "every_symbol_labelled", "clusters")],
     )
@@ -593,6 +620,15 @@ def lead_lag_pairs(
             "n_symbols": dg.MetadataValue.int(len(symbols)),
             "strongest_pairs": dg.MetadataValue.md(checks.strongest_pairs_markdown(pairs, symbols)),
             **_stage_metadata(stats),
+            **_pictures(
+                context,
+                "lead-lag network",
+                lambda: {
+                    "lead_lag_network": viz.png_metadata(
+                        viz.lead_lag_network_png(pairs, symbols, top=30), "lead-lag network"
+                    )
+                },
+            ),
         }
         if pairs.shape[0]:
             metadata["max_improvement"] = _float(float(pairs["improvement"].max()))
