@@ -14,9 +14,10 @@ Three pictures, each a pure function of arrays (no database, no paths), returnin
     NaN pairs are counted and reported, not binned. Above ``max_values`` pairs a deterministic
     sample of evenly spaced whole rows is used instead (stated on the picture).
 ``lead_lag_network_png(pairs, symbols)``
-    The ``top`` lead-lag pairs (SPEC §6) by improvement as a directed graph on a circle: an arrow
-    leader → lagger labelled with the lag in days, red for a positive lagged correlation, blue
-    for a negative one, thicker for a larger improvement.
+    The ``top`` lead-lag pairs (SPEC §6) by improvement as a directed bipartite graph: leaders
+    on the left, laggers on the right, an arrow leader → lagger labelled with the lag in days and
+    the lagged correlation, red for a positive lagged correlation, blue for a negative one,
+    thicker for a larger improvement.
 
 Memory. ``corr`` may be a read-only ``np.memmap`` of N × N float32 (2.3 GB at N = 24,000); it
 is only ever read in blocks of whole rows sized from ``working_memory_mb``, so no N × N
@@ -649,87 +650,99 @@ def lead_lag_network_png(
     title: str | None = None,
     max_bytes: int = DEFAULT_MAX_PNG_BYTES,
 ) -> bytes:
-    """PNG of the ``top`` lead-lag pairs by improvement as a directed graph (module docstring).
+    """PNG of the ``top`` lead-lag pairs by improvement as a directed bipartite graph.
 
-    Nodes (the symbols involved) sit on a circle in order of first appearance; each arrow goes
-    leader → lagger and is labelled ``<lag>d``. Symbol names are drawn verbatim (no mathtext).
+    Leaders form the left column (strongest pair first), laggers the right column (ordered by
+    the mean row of their leaders, which keeps arrows short and mostly horizontal); a symbol
+    that both leads and lags appears in both columns. Each arrow goes leader → lagger and is
+    labelled ``<lag>d <lagged corr>``: red for a positive lagged correlation, blue for a
+    negative one, thicker for a larger improvement. Symbol names are drawn verbatim (no
+    mathtext), shortened to 18 characters.
     """
     rows = normalize_pairs(pairs, symbols, top=top)
-    fig, ax = _new_figure(6.4, 6.4)
-    ax.set_aspect("equal")
+    height = 2.0 + 0.24 * max(len(rows), 4)
+    fig, ax = _new_figure(6.4, min(height, 9.5))
     ax.axis("off")
     if not rows:
         ax.text(0.5, 0.5, "no lead-lag pairs", ha="center", va="center", parse_math=False)
         _set_title(ax, title or "Lead-lag pairs", "")
         return _figure_png(fig, max_bytes=max_bytes)
-    nodes: list[str] = []
-    seen: set[str] = set()
+    leaders: list[str] = []
     for r in rows:
-        for name in (r["leader"], r["lagger"]):
-            if name not in seen:
-                seen.add(name)
-                nodes.append(name)
-    angle = 2 * np.pi * np.arange(len(nodes)) / len(nodes) + np.pi / 2
-    pos = {name: (math.cos(a), math.sin(a)) for name, a in zip(nodes, angle, strict=True)}
+        if r["leader"] not in leaders:
+            leaders.append(r["leader"])
+    leader_row = {name: i for i, name in enumerate(leaders)}
+    first_seen: dict[str, int] = {}
+    rows_of: dict[str, list[int]] = {}
+    for k, r in enumerate(rows):
+        first_seen.setdefault(r["lagger"], k)
+        rows_of.setdefault(r["lagger"], []).append(leader_row[r["leader"]])
+    laggers = sorted(rows_of, key=lambda name: (np.mean(rows_of[name]), first_seen[name]))
+
+    def y_of(index: int, count: int) -> float:
+        """Rows of one column spread evenly over the full height."""
+        return 1.0 - (index + 0.5) / count
+
+    n_rows = max(len(leaders), len(laggers))
+    y_leader = {name: y_of(i, len(leaders)) for i, name in enumerate(leaders)}
+    y_lagger = {name: y_of(i, len(laggers)) for i, name in enumerate(laggers)}
+    out_degree = {name: sum(1 for r in rows if r["leader"] == name) for name in leaders}
+    in_degree = {name: len(rows_of[name]) for name in laggers}
     improvements = np.array([_finite_or(r.get("improvement"), 0.0) for r in rows])
-    span = float(improvements.max() - improvements.min()) if rows else 0.0
+    low, span = float(improvements.min()), float(improvements.max() - improvements.min())
+    fontsize = 8 if n_rows <= 30 else 6
     for r, imp in zip(rows, improvements, strict=True):
-        (x0, y0), (x1, y1) = pos[r["leader"]], pos[r["lagger"]]
+        y0, y1 = y_leader[r["leader"]], y_lagger[r["lagger"]]
         positive = _finite_or(r.get("lagged_corr"), 0.0) >= 0
         color = "#c44e52" if positive else "#4c72b0"
-        width = 0.8 + (2.4 * (imp - improvements.min()) / span if span > 0 else 1.2)
+        width = 0.8 + (2.4 * (imp - low) / span if span > 0 else 1.2)
         ax.annotate(
             "",
-            xy=(x1, y1),
-            xytext=(x0, y0),
+            xy=(0.78, y1),
+            xytext=(0.22, y0),
             arrowprops={
                 "arrowstyle": "-|>",
                 "color": color,
                 "lw": width,
-                "shrinkA": 9,
-                "shrinkB": 9,
-                "connectionstyle": "arc3,rad=0.12",
-                "mutation_scale": 12,
+                "shrinkA": 2,
+                "shrinkB": 2,
+                "mutation_scale": 10,
             },
         )
-        # label at the middle of the (slightly curved) arc
-        mx, my = (x0 + x1) / 2, (y0 + y1) / 2
-        dx, dy = x1 - x0, y1 - y0
-        mx, my = mx + 0.06 * dy, my - 0.06 * dx
-        if r.get("lag") is not None:
-            ax.text(
-                mx,
-                my,
-                f"{r['lag']}d",
-                fontsize=7,
-                ha="center",
-                va="center",
-                color=color,
-                parse_math=False,
-                bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
-            )
-    xs = [pos[name][0] for name in nodes]
-    ys = [pos[name][1] for name in nodes]
-    ax.scatter(xs, ys, s=60, color="#333333", zorder=3)
-    fontsize = 8 if len(nodes) <= 30 else 6
-    for name in nodes:
-        x, y = pos[name]
+        label = f"{r['lag']}d" if r.get("lag") is not None else ""
+        if r.get("lagged_corr") is not None:
+            label += f" {_fmt_float(r['lagged_corr'], '+.2f')}"
+        # label where the arrow is alone: near its leader (one outgoing arrow), else near its
+        # lagger (one incoming arrow), else in the middle
+        t = 0.2 if out_degree[r["leader"]] == 1 else (0.8 if in_degree[r["lagger"]] == 1 else 0.5)
         ax.text(
-            1.13 * x,
-            1.13 * y,
-            _shorten(name, 18),
-            fontsize=fontsize,
-            ha="left" if x > 0.01 else ("right" if x < -0.01 else "center"),
-            va="center",
+            0.22 + t * 0.56,
+            y0 + t * (y1 - y0) + 0.004,
+            label.strip(),
+            fontsize=fontsize - 1,
+            ha="center",
+            va="bottom",
+            color=color,
             parse_math=False,
         )
-    ax.set_xlim(-1.55, 1.55)
-    ax.set_ylim(-1.35, 1.35)
-    ax.plot([], [], color="#c44e52", label="positive lagged corr")
-    ax.plot([], [], color="#4c72b0", label="negative lagged corr")
-    ax.legend(loc="lower center", fontsize=7, frameon=False, ncol=2, bbox_to_anchor=(0.5, -0.04))
-    head = title or f"Strongest {len(rows)} lead-lag pairs (leader -> lagger, lag in days)"
-    _set_title(ax, head, "arrow width ~ improvement |lagged corr| - |sync corr|")
+    for name, y in y_leader.items():
+        ax.text(
+            0.2, y, _shorten(name, 18), fontsize=fontsize, ha="right", va="center", parse_math=False
+        )
+    for name, y in y_lagger.items():
+        ax.text(
+            0.8, y, _shorten(name, 18), fontsize=fontsize, ha="left", va="center", parse_math=False
+        )
+    ax.text(0.2, 1.0, "leader", fontsize=8, ha="right", va="bottom", weight="bold")
+    ax.text(0.8, 1.0, "lagger", fontsize=8, ha="left", va="bottom", weight="bold")
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(-0.01, 1.04)
+    head = title or f"Strongest {len(rows)} lead-lag pairs by improvement"
+    _set_title(
+        ax,
+        head,
+        "arrows: lag in days and lagged corr (red +, blue -), width ~ improvement",
+    )
     return _figure_png(fig, max_bytes=max_bytes)
 
 
