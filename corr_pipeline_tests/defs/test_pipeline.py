@@ -25,7 +25,6 @@ from corr_pipeline.compute import (
     pairwise_correlation,
     top_k_neighbors,
 )
-from corr_pipeline.db.schema import truncate_all
 from corr_pipeline.db.synth import read_truth, write_synthetic_universe
 from corr_pipeline.db.window import load_returns_window
 from corr_pipeline.definitions import build_resources
@@ -41,6 +40,7 @@ from corr_pipeline.defs.run import (
     open_instance,
     snapshot_job_def,
 )
+from corr_pipeline.store.matrix_store import MatrixStore
 
 N_SYMBOLS, N_DAYS, SEED = 300, 120, 20261127
 LAST = "2026-11-27"  # Friday: the synthetic universe's last trade date
@@ -61,14 +61,13 @@ PARAMS = dict(
 ROW_TABLES = ("snapshots", "peer_neighbors", "symbol_clusters", "lead_lag_pairs")
 
 
-@pytest.fixture(scope="module")
-def universe(engine: sa.Engine):
-    """The synthetic universe, loaded once for the module (prices and truth replaced)."""
-    truncate_all(engine)
-    report = write_synthetic_universe(engine, n_symbols=N_SYMBOLS, n_days=N_DAYS, seed=SEED)
+@pytest.fixture
+def universe(clean_db: sa.Engine):
+    """Empty tables, then the synthetic universe (about a second). Function-scoped on purpose:
+    with pytest-xdist, tests of other modules (which empty the tables) may run in between."""
+    report = write_synthetic_universe(clean_db, n_symbols=N_SYMBOLS, n_days=N_DAYS, seed=SEED)
     assert str(report.last_date) == LAST
-    yield report
-    truncate_all(engine)
+    return report
 
 
 def _resources(store_dir: Path, **overrides) -> dict:
@@ -115,16 +114,16 @@ def _rows(engine: sa.Engine, table: str, day: str, order: str) -> list[tuple]:
         ]
 
 
-@pytest.fixture(scope="module")
-def two_partitions(universe, engine, tmp_path_factory):
+@pytest.fixture
+def two_partitions(universe, tmp_path):
     """Materialize the whole graph in-process for the last two weekdays."""
-    store = tmp_path_factory.mktemp("store")
+    store = tmp_path / "store"
     results = {day: _materialize(store, day) for day in ("2026-11-26", LAST)}
     return store, results
 
 
 def test_full_graph_for_two_partitions(two_partitions, engine):
-    _, results = two_partitions
+    store, results = two_partitions
     for day, result in results.items():
         assert result.success, day
         outcomes = _check_outcomes(result)
@@ -150,9 +149,7 @@ def test_full_graph_for_two_partitions(two_partitions, engine):
     for key, value in PARAMS.items():
         assert recorded[key] == value, key
 
-
-def test_injected_pairs_are_found(two_partitions, engine):
-    _, results = two_partitions
+    # the injected lead-lag pairs are found, with their lags
     truth = read_truth(engine)
     assert truth
     with engine.connect() as conn:
@@ -173,20 +170,38 @@ def test_injected_pairs_are_found(two_partitions, engine):
     )
     assert check.passed and check.metadata["recall"].value == 1.0
 
+    # the N x N matrices stay in the store, memory-mapped
+    bundle = MatrixStore(store).load_bundle("correlation_matrix", LAST)
+    corr = bundle["corr"]
+    assert isinstance(corr, np.memmap) and corr.dtype == np.float32
+    assert corr.shape == (len(bundle.labels["symbols"]),) * 2
+    assert np.array_equal(corr.view(np.uint32), corr.T.view(np.uint32))
 
-def test_rematerializing_replaces_without_duplicates(two_partitions, engine):
-    store, _ = two_partitions
+
+@pytest.fixture
+def one_partition(universe, tmp_path):
+    store = tmp_path / "store"
+    first = _materialize(store, LAST)
+    assert first.success
+    return store
+
+
+def test_rematerializing_replaces_without_duplicates(one_partition, engine):
+    store = one_partition
+    assert _materialize(store, "2026-11-26").success
+    other_before = _rows(engine, "peer_neighbors", "2026-11-26", "2, 3")
     before = {t: _rows(engine, t, LAST, "2, 3") for t in ROW_TABLES[1:]}
     counts_before = _counts(engine, LAST)
-    other_before = _counts(engine, "2026-11-26")
     again = _materialize(store, LAST)
     assert again.success
+    replaced = again.asset_materializations_for_node("snapshot_publication")[0]
+    assert replaced.metadata["replaced_previous"].value is True
     assert _counts(engine, LAST) == counts_before
-    assert _counts(engine, "2026-11-26") == other_before
+    assert _rows(engine, "peer_neighbors", "2026-11-26", "2, 3") == other_before
     assert {t: _rows(engine, t, LAST, "2, 3") for t in ROW_TABLES[1:]} == before
 
 
-def test_published_rows_equal_direct_compute(two_partitions, engine):
+def test_published_rows_equal_direct_compute(one_partition, engine):
     """Same window, compute functions called directly, compared with what was published."""
     p = PARAMS
     window = load_returns_window(
@@ -263,24 +278,10 @@ def test_published_rows_equal_direct_compute(two_partitions, engine):
     assert got_pairs == expected_pairs
 
 
-def test_store_holds_memory_mapped_matrices(two_partitions):
-    store, _ = two_partitions
-    from corr_pipeline.store.matrix_store import MatrixStore
-
-    bundle = MatrixStore(store).load_bundle("correlation_matrix", LAST)
-    corr = bundle["corr"]
-    assert isinstance(corr, np.memmap) and corr.dtype == np.float32
-    assert corr.shape == (len(bundle.labels["symbols"]),) * 2
-    assert np.array_equal(corr.view(np.uint32), corr.T.view(np.uint32))
-
-
 def test_backfill_three_dates_with_multiprocess_executor(universe, engine, tmp_path):
     """Three partitions, one run each, through execute_job (multiprocess executor) on a
     persistent temporary instance, as the daemon would launch a backfill."""
     days = ["2026-11-23", "2026-11-24", "2026-11-25"]
-    with engine.begin() as conn:
-        for table in reversed(ROW_TABLES):
-            conn.execute(sa.text(f"DELETE FROM {table} WHERE snapshot_date = ANY(:d)"), {"d": days})
     instance = open_instance(tmp_path / "dagster_home")
     try:
         for day in days:
