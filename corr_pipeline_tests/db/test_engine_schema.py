@@ -279,8 +279,10 @@ _CLIENT = textwrap.dedent(
 )
 
 
-def test_embedded_server_is_shared_by_concurrent_processes(tmp_path: Path) -> None:
-    home = tmp_path / "home"
+def test_embedded_server_is_shared_by_concurrent_processes(
+    tmp_path: Path, pg_parent_dir: Path
+) -> None:
+    home = pg_parent_dir / "home"
     env = {k: v for k, v in os.environ.items() if k != settings.ENV_DATABASE_URL}
     env[settings.ENV_HOME] = str(home)
     script = tmp_path / "client.py"
