@@ -431,5 +431,7 @@ def read_snapshot_counts(engine: sa.Engine, snapshot_date: dt.date | str) -> dic
         f"SELECT '{table}', count(*) FROM {table} WHERE snapshot_date = :d" for table in _TABLES
     )
     with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
-        result = dict(conn.execute(sa.text(query), {"d": d}).all())
+        result: dict[str, int] = {
+            str(table): int(count) for table, count in conn.execute(sa.text(query), {"d": d})
+        }
     return {table: int(result[table]) for table in _TABLES}
