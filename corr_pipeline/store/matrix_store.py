@@ -1075,6 +1075,17 @@ class MatrixStore:
         for name in bundle.arrays:  # every key is checked before anything touches the disk
             _validate_name(name)
         directory = self._ensure_dir(asset, partition)
+        # Writers of one bundle take turns: storing the arrays and committing the manifest is
+        # one critical section, so two concurrent materializations of the same partition cannot
+        # leave a manifest naming array versions the other one has replaced meanwhile (a bundle
+        # that load_bundle would refuse until the partition is re-materialized). The lock file
+        # name has a dot, so it can never be an array's own commit lock.
+        with self._lock(directory, "bundle.writer"):
+            return self._save_bundle_locked(asset, partition, directory, bundle)
+
+    def _save_bundle_locked(
+        self, asset: str, partition: str, directory: Path, bundle: MatrixBundle
+    ) -> BundleWriteReport:
         stored: dict[str, StoredArray] = {}
         reused: list[str] = []
         linked: list[str] = []
