@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from corr_pipeline.db import publish
 from corr_pipeline.db.engine import get_engine
-from corr_pipeline_tests.reliability.helpers import publish_arguments
+from corr_pipeline_tests.reliability._payloads import publish_arguments
 
 
 def main(argv: list[str]) -> int:

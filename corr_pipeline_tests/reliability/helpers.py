@@ -20,6 +20,12 @@ from corr_pipeline.db.schema import prices
 from corr_pipeline.definitions import build_resources
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
+from corr_pipeline_tests.reliability._payloads import (  # noqa: F401 (re-exported)
+    PAIR_DTYPE,
+    expected_counts,
+    publish_arguments,
+    with_application_name,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -266,76 +272,6 @@ class TcpToUnixProxy:
                 except OSError:
                     pass
             self._sockets.clear()
-
-
-PAIR_DTYPE = np.dtype(
-    [
-        ("leader", "i4"),
-        ("lagger", "i4"),
-        ("lag", "i2"),
-        ("lagged_corr", "f4"),
-        ("sync_corr", "f4"),
-        ("improvement", "f4"),
-        ("overlap", "i4"),
-    ]
-)
-
-
-def publish_arguments(
-    day: dt.date, *, n: int, k: int, version: int, n_pairs: int | None = None
-) -> dict[str, Any]:
-    """SPEC-shaped results of ``n`` symbols for :func:`publish_snapshot` (vectorised, so large
-    payloads build in milliseconds); ``version`` changes every value and is recorded in
-    ``params``, so two versions are told apart row by row."""
-    rng = np.random.default_rng(version)
-    rows = np.arange(n)[:, None]
-    index = ((rows + 1 + np.arange(k)[None, :] * (version % 3 + 1)) % n).astype(np.int32)
-    corr = -np.sort(-rng.uniform(0.05, 0.99, (n, k)), axis=1).astype(np.float32)
-    overlap = rng.integers(20, 250, (n, k)).astype(np.int16)
-    m = n if n_pairs is None else n_pairs
-    pairs = np.zeros(m, dtype=PAIR_DTYPE)
-    pairs["leader"] = np.arange(m) % n
-    pairs["lagger"] = (pairs["leader"] + 1 + np.arange(m) // n) % n
-    pairs["lag"] = rng.integers(1, 4, m)
-    pairs["lagged_corr"] = rng.uniform(0.3, 0.9, m)
-    pairs["sync_corr"] = rng.uniform(-0.1, 0.1, m)
-    pairs["improvement"] = np.abs(pairs["lagged_corr"]) - np.abs(pairs["sync_corr"])
-    pairs["overlap"] = rng.integers(20, 250, m)
-    return dict(
-        snapshot_date=day,
-        as_of_trade_date=day,
-        symbols=[f"V{version}_{i:06d}" for i in range(n)],
-        n_dropped=version,
-        lookback_days=40,
-        params={"version": version},
-        neighbor_index=index,
-        neighbor_corr=corr,
-        neighbor_overlap=overlap,
-        cluster_labels=(np.arange(n) % 7).astype(np.int32),
-        lead_lag_pairs=pairs,
-    )
-
-
-def expected_counts(arguments: dict[str, Any]) -> dict[str, int]:
-    """Rows per table that publishing ``arguments`` writes."""
-    return {
-        "snapshots": 1,
-        "peer_neighbors": int(np.count_nonzero(arguments["neighbor_index"] >= 0)),
-        "symbol_clusters": len(arguments["symbols"]),
-        "lead_lag_pairs": int(arguments["lead_lag_pairs"].shape[0]),
-    }
-
-
-def with_application_name(url: str, name: str) -> str:
-    """``url`` with libpq's ``application_name`` set, so the test finds the child's backend in
-    ``pg_stat_activity``."""
-    from sqlalchemy.engine import make_url
-
-    return (
-        make_url(url)
-        .update_query_dict({"application_name": name})
-        .render_as_string(hide_password=False)
-    )
 
 
 def backends_of(engine: sa.Engine, application_name: str) -> list[dict[str, Any]]:

@@ -276,7 +276,11 @@ def test_unreachable_database_fails_after_backed_off_retries(
     url, secret, port, _ = unreachable_url
     _seed_prices(clean_db)
     store = tmp_path / "store"
-    result = h.materialize(store, KEY)
+    instance = open_instance(tmp_path / "dagster_home")  # persistent: events land in files
+    try:
+        result = h.materialize(store, KEY, instance=instance)
+    finally:
+        instance.dispose()
 
     assert not result.success
     retries = h.events_of(result, "STEP_UP_FOR_RETRY")
@@ -299,44 +303,47 @@ def test_unreachable_database_fails_after_backed_off_retries(
     captured = capfd.readouterr()
     assert "STEP_UP_FOR_RETRY" in captured.err + captured.out  # the console log was captured
     assert secret not in captured.err + captured.out
+    stored = [p for p in (tmp_path / "dagster_home").rglob("*") if p.is_file()]
+    # the redacted error was stored (so the files were really written), the password never
+    assert any(b"postgres:***@127.0.0.1" in p.read_bytes() for p in stored), stored
+    for path in stored:  # run and event-log storage, compute logs
+        assert secret.encode() not in path.read_bytes(), path
 
 
 def test_run_recovers_when_the_database_comes_back(
-    clean_db, tmp_path, fast_retries, unreachable_url
+    clean_db, tmp_path, fast_retries, unreachable_url, monkeypatch
 ):
-    """Closed port at the first attempt; a forwarder to the real server opens on that port as
-    soon as Dagster reports the step up for retry; the retried step and the rest of the run
-    succeed and publish. The password reaches no event, metadata, published row, matrix-store
-    file or Dagster storage file."""
+    """Closed port at the first attempt; right after that attempt fails, a forwarder to the
+    real server opens on the port (the database "comes back" during the backoff wait); the
+    retried step and the rest of the run succeed and publish. The password reaches no event,
+    metadata value, published row or matrix-store file."""
     url, secret, port, unix_socket = unreachable_url
     _seed_prices(clean_db)
     store = tmp_path / "store"
-    instance = open_instance(tmp_path / "dagster_home")
     proxy = h.TcpToUnixProxy(port, unix_socket)
-    stop = threading.Event()
+    real_get_engine = db_engine.get_engine
+    failures: list[str] = []
 
-    def open_when_retrying() -> None:
-        while not stop.is_set():
-            for run in instance.get_runs(limit=1):
-                if instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY):
-                    proxy.start()
-                    return
-            time.sleep(0.02)
+    def get_engine_then_recover(url=None):  # type: ignore[no-untyped-def]
+        try:
+            return real_get_engine(url)
+        except db_engine.DatabaseUnavailableError as exc:
+            failures.append(str(exc))
+            if len(failures) == 1:
+                proxy.start()
+            raise
 
-    watcher = threading.Thread(target=open_when_retrying, daemon=True)
-    watcher.start()
+    monkeypatch.setattr(db_engine, "get_engine", get_engine_then_recover)
     try:
-        result = h.materialize(store, KEY, instance=instance)
+        result = h.materialize(store, KEY)
     finally:
-        stop.set()
-        watcher.join(10)
         db_engine.dispose_engines()
         proxy.stop()
-        instance.dispose()
 
     assert result.success, h.failure_messages(result)
-    retried = {e.step_key for e in h.events_of(result, "STEP_UP_FOR_RETRY")}
-    assert retried == {"returns_matrix"}
+    assert len(failures) == 1 and secret not in failures[0]
+    retried = [e.step_key for e in h.events_of(result, "STEP_UP_FOR_RETRY")]
+    assert retried == ["returns_matrix"]
     counts = h.snapshot_counts(clean_db, D)
     assert counts["snapshots"] == 1 and counts["symbol_clusters"] == 12
     publication = result.asset_materializations_for_node("snapshot_publication")[0]
@@ -346,9 +353,8 @@ def test_run_recovers_when_the_database_comes_back(
     with clean_db.connect() as conn:
         published = conn.execute(sa.text("SELECT params::text FROM snapshots")).scalar_one()
     assert secret not in published and "127.0.0.1" not in published
-    stored_files = [p for p in (tmp_path / "store").rglob("*") if p.is_file()]
-    dagster_files = [p for p in (tmp_path / "dagster_home").rglob("*") if p.is_file()]
-    assert stored_files and dagster_files
-    for path in stored_files + dagster_files:
+    stored_files = [p for p in store.rglob("*") if p.is_file()]
+    assert stored_files
+    for path in stored_files:
         assert secret.encode() not in path.read_bytes(), path
     assert MatrixStore(store).load("correlation_matrix", KEY, "corr").array.shape == (12, 12)
