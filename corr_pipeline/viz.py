@@ -23,12 +23,12 @@ Memory. ``corr`` may be a read-only ``np.memmap`` of N × N float32 (2.3 GB at N
 is only ever read in blocks of whole rows sized from ``working_memory_mb``, so no N × N
 temporary (nor any ``N × N`` image) exists:
 
-* heatmap: per block of ``c`` ordered rows, the rows themselves (read in increasing file order,
-  ``c·N·4`` bytes) and their column-permuted copy (``c·N·4``), then that copy, its finite mask
-  (``c·N``) and the mask widened to int32 for the counts (``c·N·4``): at most ``9·c·N`` bytes
-  at once with ``c = working_memory_mb·2^20 / (10·N)``; plus the ``P × P``
-  float64 sums and counts (``P = max_pixels``: 4 MiB at 512). Rows are gathered through the
-  ordering *block by block* — never ``corr[order][:, order]``, which would copy N × N twice.
+* heatmap: per chunk of ``c = working_memory_mb·2^20 / (18·N)`` rows (whole pixel rows of the
+  ordering, each read in increasing index order) the rows (``4·c·N`` bytes), their finite mask
+  and its int32 widening (``5·c·N``) and the per-pixel-row sums (``<= 8·c·N``); plus the
+  ``P × P`` float64 sums and counts (``P = max_pixels``: 4 MiB at 512). Rows are gathered
+  through the ordering *chunk by chunk* and columns are never permuted (``np.bincount`` over
+  each column's pixel index) — never ``corr[order][:, order]``, which would copy N × N twice.
 * histogram: per block of ``c = working_memory_mb·2^20 / (8·N)`` contiguous rows the block
   (``c·N·4`` bytes) and one flattened copy of its upper part (``<= c·N·4``), then chunks of
   262,144 values (float64 sums, ``np.histogram``): about ``8·c·N`` bytes + 4 MiB.
@@ -185,10 +185,16 @@ def heatmap_grid(
     """Reorder ``corr`` by ``order`` and block-average it to ``P = min(N, max_pixels)`` pixels.
 
     Bins: ``edges = round(linspace(0, N, P + 1))`` over positions of the ordered index, so every
-    bin holds ``floor(N/P)`` or ``ceil(N/P)`` positions. ``corr`` is read in blocks of ordered
-    rows (each block's rows fetched in increasing index order); memory ``<= 9·c·N`` bytes per
-    block plus ``16·P²`` for the accumulators (module docstring). ``order=None`` keeps the
-    column order.
+    bin holds ``floor(N/P)`` or ``ceil(N/P)`` positions; ``order=None`` keeps the column order.
+
+    Method (no column permutation of the data, no N x N temporary): ``corr`` is read in chunks of
+    whole row bins, at most ``c = working_memory_mb·2^20 / (18·N)`` rows at a time, each bin's
+    rows fetched in increasing index order (a sum does not depend on the order within a bin).
+    NaN entries are zeroed and counted; the rows of each bin are summed (float32, at most
+    ``ceil(N/P)`` rows) into one length-N row, which ``np.bincount`` over the columns' pixel
+    index (``colbin[order[q]] = bin of position q``) reduces to P float64 sums and counts. Memory
+    per chunk: the rows (``4·c·N`` bytes), the finite mask and its int32 widening (``5·c·N``),
+    the per-bin sums and counts (``<= 8·c·N``); plus ``16·P²`` for the accumulators.
     """
     corr = _check_corr(corr)
     n = corr.shape[0]
@@ -198,37 +204,52 @@ def heatmap_grid(
     p = min(n, int(max_pixels))
     edges = np.rint(np.linspace(0, n, p + 1)).astype(np.int64)
     sums = np.zeros((p, p), dtype=np.float64)
-    counts = np.zeros((p, p), dtype=np.int64)
+    counts = np.zeros((p, p), dtype=np.float64)  # exact integers (< 2^53)
     if n == 0:
-        return HeatmapGrid(sums.astype(np.float32), counts, edges, order_arr)
-    col_starts = edges[:-1]
-    # bin of each ordered position (rows use the same bins as columns)
-    position_bin = np.repeat(np.arange(p, dtype=np.int64), np.diff(edges))
-    rows_per_block = _rows_per_block(10.0, n, working_memory_mb)
-    for p0 in range(0, n, rows_per_block):
-        p1 = min(n, p0 + rows_per_block)
-        rows = order_arr[p0:p1]
-        file_order = np.argsort(rows, kind="stable")
-        block = np.asarray(corr[rows[file_order]])  # c x N copy, rows read in file order
-        gathered = block[:, order_arr]  # c x N, columns in display order
+        return HeatmapGrid(sums.astype(np.float32), counts.astype(np.int64), edges, order_arr)
+    # pixel column of each original column: the bin of its position in the ordering
+    column_bin = np.empty(n, dtype=np.int64)
+    column_bin[order_arr] = np.repeat(np.arange(p, dtype=np.int64), np.diff(edges))
+    rows_per_chunk = _rows_per_block(18.0, n, working_memory_mb)
+
+    # pieces: (bin, first position, end position), a bin split only if it exceeds the budget
+    pieces = [
+        (a, start, min(int(edges[a + 1]), start + rows_per_chunk))
+        for a in range(p)
+        for start in range(int(edges[a]), int(edges[a + 1]), rows_per_chunk)
+    ]
+
+    def flush(chunk: list[tuple[int, int, int]]) -> None:
+        rows = np.concatenate([np.sort(order_arr[lo:hi]) for _, lo, hi in chunk])
+        starts = np.cumsum([0] + [hi - lo for _, lo, hi in chunk[:-1]])
+        block = np.asarray(corr[rows])  # c x N copy of the chunk's rows
+        finite = np.isfinite(block)
+        np.copyto(block, 0, where=~finite)
+        bin_sums = np.add.reduceat(block, starts, axis=0)  # one summed row per piece
         del block
-        finite = np.isfinite(gathered)
-        np.copyto(gathered, 0, where=~finite)
-        # float32 partial sums (at most N/P values each; a cast to float64 here would copy
-        # the whole block), accumulated across rows in float64 below
-        row_sums = np.add.reduceat(gathered, col_starts, axis=1)
-        del gathered
-        row_counts = np.add.reduceat(finite.view(np.uint8), col_starts, axis=1, dtype=np.int32)
+        bin_counts = np.add.reduceat(finite.view(np.uint8), starts, axis=0, dtype=np.int32)
         del finite
-        bins = position_bin[p0:p1][file_order]
-        np.add.at(sums, bins, row_sums)
-        np.add.at(counts, bins, row_counts)
+        for k, (a, _, _) in enumerate(chunk):
+            sums[a] += np.bincount(column_bin, weights=bin_sums[k], minlength=p)
+            counts[a] += np.bincount(column_bin, weights=bin_counts[k], minlength=p)
+
+    chunk: list[tuple[int, int, int]] = []
+    in_chunk = 0
+    for piece in pieces:
+        size = piece[2] - piece[1]
+        if chunk and in_chunk + size > rows_per_chunk:
+            flush(chunk)
+            chunk, in_chunk = [], 0
+        chunk.append(piece)
+        in_chunk += size
+    if chunk:
+        flush(chunk)
     empty = counts == 0
     np.divide(sums, counts, out=sums, where=~empty)
     sums[empty] = np.nan
-    values = sums.astype(np.float32)
-    del sums
-    return HeatmapGrid(values=values, counts=counts, edges=edges, order=order_arr)
+    return HeatmapGrid(
+        values=sums.astype(np.float32), counts=counts.astype(np.int64), edges=edges, order=order_arr
+    )
 
 
 def clustered_heatmap_png(
