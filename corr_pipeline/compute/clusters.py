@@ -493,9 +493,16 @@ def hierarchical_clusters(
             )
         t, criterion = float(distance_threshold), "distance"
     else:
-        if isinstance(n_clusters, bool) or int(n_clusters) != n_clusters or n_clusters < 1:
+        count = n_clusters
+        if (
+            isinstance(count, bool)
+            or not isinstance(count, (int, np.integer, float, np.floating))
+            or not np.isfinite(count)
+            or count != int(count)
+            or count < 1
+        ):
             raise ValueError(f"n_clusters must be an integer >= 1; got {n_clusters!r}")
-        t, criterion = int(n_clusters), "maxclust"
+        t, criterion = int(count), "maxclust"
     if not working_memory_mb > 0:
         raise ValueError(f"working_memory_mb must be > 0; got {working_memory_mb!r}")
 

@@ -35,7 +35,7 @@ class Neighbors(NamedTuple):
         ``overlap`` was given.
     """
 
-    index: np.ndarray
+    index: np.ndarray  # type: ignore[assignment]  # the field shadows tuple.index, on purpose
     corr: np.ndarray
     overlap: np.ndarray | None
 
@@ -188,7 +188,7 @@ def top_k_neighbors(
         row1 = min(row0 + block_rows, n)
         block = np.asarray(corr[row0:row1])  # a view for ndarray / memmap input
         _top_k_rows(block, row0, k, index[row0:row1], values[row0:row1])
-        if overlap_out is not None:
+        if overlap is not None and overlap_out is not None:
             rows, rank = np.nonzero(index[row0:row1] >= 0)
             overlap_out[row0 + rows, rank] = overlap[row0 + rows, index[row0 + rows, rank]]
     return Neighbors(index, values, overlap_out)
