@@ -189,6 +189,13 @@ def materialize_snapshot(
     check_partition_key(partition_key)
     resources: dict[str, Any] = {}
     if params:
+        from corr_pipeline.defs.resources import SnapshotParams
+
+        # Mistyped and inconsistent values are refused here, before a run starts, as one
+        # ValueError naming every field (inside the run Dagster reports them only as the cause
+        # of a generic resource-initialisation error). Unknown keys are refused by Dagster's
+        # config check, which names them.
+        SnapshotParams(**params)
         resources["snapshot_params"] = {"config": dict(params)}
     store = Path(store_dir).expanduser().resolve() if store_dir else settings.store_dir()
     if store_dir:
