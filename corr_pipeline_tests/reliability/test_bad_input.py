@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import dagster as dg
 import numpy as np
 import pytest
 import sqlalchemy as sa
@@ -163,24 +164,19 @@ def test_invalid_configuration_names_every_field_and_runs_nothing(clean_db, tmp_
     previous = publish_previous(clean_db)
     store = tmp_path / "store"
     cases = [
-        ({"lookbak_days": 40}, ["lookbak_days"]),
-        ({"lookback_days": "forty"}, ["lookback_days"]),
+        ({"lookbak_days": 40}, dg.DagsterInvalidConfigError, ["lookbak_days"]),
+        ({"lookback_days": "forty"}, ValueError, ["lookback_days"]),
         (
             {"k_neighbors": 0, "min_overlap": 500, "linkage_method": "ward", "max_lag": 0},
+            ValueError,
             ["k_neighbors", "min_overlap", "linkage_method", "max_lag"],
         ),
     ]
-    for params, fields in cases:
-        with pytest.raises(Exception) as info:
+    for params, error_type, fields in cases:
+        with pytest.raises(error_type) as info:  # the top-level message names the fields
             materialize_snapshot(KEY, params=params, store_dir=store, in_process=True)
-        chain, error = [], info.value
-        while error is not None:
-            chain.append(str(error))
-            error = error.__cause__ or error.__context__
-        text = "\n".join(chain)
         for field in fields:
-            assert field in text, (field, text)
-        assert isinstance(info.value, ValueError) or "snapshot_params" in str(info.value)
+            assert field in str(info.value), (field, str(info.value))
     assert h.snapshot_rows(clean_db, D) == previous
     assert not store.exists() or not any(store.rglob("*.npy"))
     with pytest.raises(ValueError, match="is not a snapshot partition"):
