@@ -26,18 +26,9 @@ import pandas as pd
 from scipy.cluster import hierarchy
 from scipy.spatial.distance import squareform
 
+from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
+
 LINKAGE_METHODS = ("average", "single", "complete", "weighted")
-LEAD_LAG_DTYPE = np.dtype(
-    [
-        ("leader", np.int32),
-        ("lagger", np.int32),
-        ("lag", np.int16),
-        ("lagged_corr", np.float32),
-        ("sync_corr", np.float32),
-        ("improvement", np.float32),
-        ("overlap", np.int32),
-    ]
-)
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.defs import checks
 
 TINY_MB = 0.02  # forces 64-wide tiles / a few rows per block
@@ -188,17 +189,7 @@ def test_cluster_check():
     assert "| 0 | 3 | A, B ... |" in md
 
 
-PAIR_DTYPE = np.dtype(
-    [
-        ("leader", np.int32),
-        ("lagger", np.int32),
-        ("lag", np.int16),
-        ("lagged_corr", np.float32),
-        ("sync_corr", np.float32),
-        ("improvement", np.float32),
-        ("overlap", np.int32),
-    ]
-)
+PAIR_DTYPE = LEAD_LAG_DTYPE  # SPEC §9 result columns
 
 
 def _pairs(rows):
