@@ -627,7 +627,9 @@ class MatrixStore:
         dt = np.dtype(dtype)
         if dt.hasobject:
             raise TypeError(f"{asset}/{partition}/{name}: object dtypes cannot be stored")
-        shp = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)  # type: ignore[arg-type]
+        shp = (
+            (int(shape),) if isinstance(shape, int | np.integer) else tuple(int(s) for s in shape)
+        )
         if any(s < 0 for s in shp):
             raise ValueError(f"{asset}/{partition}/{name}: negative dimension in shape {shp}")
         _validate_name(name)
@@ -938,7 +940,7 @@ class MatrixStore:
             )
         order = "F" if fortran else "C"
         if mmap:
-            array: np.ndarray = np.memmap(
+            array: np.ndarray = np.memmap(  # type: ignore[call-overload]
                 f, dtype=dtype, mode="r", shape=tuple(shape), offset=offset, order=order
             )
         else:
@@ -946,7 +948,7 @@ class MatrixStore:
             flat = np.fromfile(f, dtype=dtype, count=count)
             if flat.size != count:
                 raise CorruptMatrixError(f"array {npy}: short read", npy)
-            array = flat.reshape(shape, order=order)
+            array = flat.reshape(shape, order=order)  # type: ignore[call-overload]
         return StoredArray(
             asset=asset,
             partition=partition,
