@@ -627,9 +627,7 @@ class MatrixStore:
         dt = np.dtype(dtype)
         if dt.hasobject:
             raise TypeError(f"{asset}/{partition}/{name}: object dtypes cannot be stored")
-        shp = (
-            (int(shape),) if isinstance(shape, int | np.integer) else tuple(int(s) for s in shape)
-        )
+        shp = (int(shape),) if isinstance(shape, int | np.integer) else tuple(int(s) for s in shape)
         if any(s < 0 for s in shp):
             raise ValueError(f"{asset}/{partition}/{name}: negative dimension in shape {shp}")
         _validate_name(name)
