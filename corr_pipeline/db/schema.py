@@ -7,9 +7,11 @@ Tables
 ``snapshots``                one row per snapshot_date; params is the jsonb of the run config.
 ``peer_neighbors``           (snapshot_date, symbol, rank) -> neighbor, corr, overlap; rank starts at 1.
                              Padding entries (fewer than k finite neighbors, SPEC §4) are not stored.
-``symbol_clusters``          (snapshot_date, symbol) -> cluster_id.
+``symbol_clusters``          (snapshot_date, symbol) -> cluster_id; indexed by (snapshot_date, cluster_id)
+                             for "members of this cluster".
 ``lead_lag_pairs``           (snapshot_date, leader, lagger) -> lag, lagged_corr, sync_corr (NULL-able,
-                             NaN allowed), improvement, overlap.
+                             NaN allowed), improvement, overlap; indexed by (snapshot_date, lagger)
+                             for "who leads this symbol".
 ``synthetic_lead_lag_truth`` (leader, lagger) -> lag, seed: the lead-lag pairs the synthetic
                              universe generator injected, so tests and the demo can check recovery.
 
@@ -80,6 +82,7 @@ symbol_clusters = sa.Table(
     sa.Column("snapshot_date", sa.Date, _snapshot_fk(), primary_key=True),
     sa.Column("symbol", SYMBOL, primary_key=True),
     sa.Column("cluster_id", sa.Integer, nullable=False),
+    sa.Index("ix_symbol_clusters_cluster", "snapshot_date", "cluster_id"),
 )
 
 lead_lag_pairs = sa.Table(
@@ -93,6 +96,7 @@ lead_lag_pairs = sa.Table(
     sa.Column("sync_corr", sa.REAL, nullable=True),
     sa.Column("improvement", sa.REAL, nullable=False),
     sa.Column("overlap", sa.Integer, nullable=False),
+    sa.Index("ix_lead_lag_pairs_lagger", "snapshot_date", "lagger"),
 )
 
 synthetic_lead_lag_truth = sa.Table(
