@@ -56,6 +56,8 @@ import numba
 import numpy as np
 from scipy.cluster.hierarchy import fcluster
 
+from corr_pipeline.compute.tiling import block_rows_for
+
 __all__ = [
     "LINKAGE_METHODS",
     "TILE_SHIFT",
@@ -130,14 +132,9 @@ def _fill_rows(block, row0, n, G, F, run_shift, out):  # pragma: no cover - comp
     return n_inf
 
 
-def _chunk_rows(row_bytes: int, working_memory_mb: float) -> int:
-    """Rows per block for a working-memory budget (as scikit-learn's ``get_chunk_n_rows``)."""
-    return max(1, int(working_memory_mb * 2**20) // max(1, row_bytes))
-
-
 def _fill(corr, G, F, run_shift: int, out: np.ndarray, working_memory_mb: float) -> None:
     n = corr.shape[0]
-    rows = _chunk_rows(n * corr.dtype.itemsize, working_memory_mb)
+    rows = block_rows_for(n * corr.dtype.itemsize, working_memory_mb, n)
     n_inf = 0
     for row0 in range(0, n - 1, rows):
         block = np.asarray(corr[row0 : min(row0 + rows, n - 1)])  # a view for ndarray / memmap

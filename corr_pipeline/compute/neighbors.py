@@ -23,6 +23,8 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from corr_pipeline.compute.tiling import block_rows_for
+
 __all__ = ["Neighbors", "top_k_neighbors"]
 
 
@@ -38,11 +40,6 @@ class Neighbors(NamedTuple):
     index: np.ndarray  # type: ignore[assignment]  # the field shadows tuple.index, on purpose
     corr: np.ndarray
     overlap: np.ndarray | None
-
-
-def _chunk_rows(row_bytes: int, working_memory_mb: float) -> int:
-    """Rows per block for a working-memory budget (as scikit-learn's ``get_chunk_n_rows``)."""
-    return max(1, int(working_memory_mb * 2**20) // max(1, row_bytes))
 
 
 @numba.njit(cache=True, nogil=True)
@@ -183,7 +180,7 @@ def top_k_neighbors(
     if n == 0:
         return Neighbors(index, values, overlap_out)
 
-    block_rows = _chunk_rows(n * corr.dtype.itemsize, working_memory_mb)
+    block_rows = block_rows_for(n * corr.dtype.itemsize, working_memory_mb, n)
     for row0 in range(0, n, block_rows):
         row1 = min(row0 + block_rows, n)
         block = np.asarray(corr[row0:row1])  # a view for ndarray / memmap input
