@@ -69,7 +69,7 @@ warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", categor
 
 MATRIX_IO_MANAGER = "matrix_io_manager"
 
-#: Database unreachable: 4 attempts over ~2.5 minutes (15 s, 30 s, 60 s, +/- jitter).
+#: Database unreachable: 4 attempts over ~3 minutes (waits of about 15 s, 45 s, 105 s, each +/- 15 s).
 DATABASE_RETRY_POLICY = dg.RetryPolicy(
     max_retries=3, delay=15, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
 )
