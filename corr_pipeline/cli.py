@@ -31,6 +31,7 @@ from corr_pipeline import settings
 from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db.prices_import import PricesImportError, import_prices_csv
 from corr_pipeline.db.schema import init_schema
+from corr_pipeline.progress import cli_progress
 
 PROG = "corr-pipeline"
 
@@ -115,7 +116,12 @@ def cmd_prices_import(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.is_file():  # before starting a database for nothing
         raise FileNotFoundError(f"{path}: no such file")
-    report = import_prices_csv(_engine(), path)
+    bar = cli_progress(f"import {path.name}", unit="bytes")
+    try:
+        report = import_prices_csv(_engine(), path, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
     _echo(report.summary())
     return 0
 

@@ -258,9 +258,11 @@ class TerminalProgressBar:
         self.close()
 
 
-def cli_progress(label: str, *, stream: TextIO | None = None) -> TerminalProgressBar | None:
+def cli_progress(
+    label: str, *, stream: TextIO | None = None, unit: str = "blocks"
+) -> TerminalProgressBar | None:
     """A :class:`TerminalProgressBar` when ``stream`` (default stderr) is a terminal, else None."""
-    bar = TerminalProgressBar(label, stream=stream)
+    bar = TerminalProgressBar(label, stream=stream, unit=unit)
     return bar if bar.enabled else None
 
 

@@ -48,7 +48,7 @@ import csv
 import io
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -155,12 +155,17 @@ def _read_header(path: Path, stream: IO[bytes]) -> list[str]:
     return names
 
 
-def _chunks(stream: IO[bytes]) -> Iterator[bytes]:
+def _chunks(
+    stream: IO[bytes], progress: Callable[[int, int], None] | None = None, total: int = 0
+) -> Iterator[bytes]:
+    """The file in chunks, reporting ``progress(bytes_read, total_bytes)`` after each."""
     while True:
         chunk = stream.read(_CHUNK_BYTES)
         if not chunk:
             return
         yield chunk
+        if progress is not None:
+            progress(min(stream.tell(), total), total)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,11 +281,14 @@ def _copy_error(path: Path, exc: psycopg.Error) -> PricesImportError:
 # ---------------------------------------------------------------------------------------------
 
 
-def import_prices_csv(engine: sa.Engine, path: str | Path) -> ImportReport:
+def import_prices_csv(
+    engine: sa.Engine, path: str | Path, *, progress: Callable[[int, int], None] | None = None
+) -> ImportReport:
     """Validate ``path`` and upsert its rows into ``prices`` in one transaction (see module doc).
 
     Raises PricesImportError (a ValueError) for a malformed file, FileNotFoundError if missing.
-    Requires the schema (``init_schema``).
+    Requires the schema (``init_schema``). ``progress(bytes_sent, file_bytes)`` is called as
+    the file streams to the server (e.g. a terminal progress bar).
     """
     path = Path(path)
     started = time.perf_counter()
@@ -290,7 +298,8 @@ def import_prices_csv(engine: sa.Engine, path: str | Path) -> ImportReport:
         names = _read_header(path, stream)
         create_prices_staging(conn, _STAGING, typed=False)
         try:
-            rows = copy_text(conn, _STAGING, names, _chunks(stream), format="csv")
+            chunks = _chunks(stream, progress, path.stat().st_size)
+            rows = copy_text(conn, _STAGING, names, chunks, format="csv")
         except psycopg.DataError as exc:  # BadCopyFileFormat, invalid encoding, ...
             raise _copy_error(path, exc) from None
         if rows == 0:

@@ -294,3 +294,17 @@ def test_bulk_helpers_copy_and_upsert_typed_staging(clean_db: sa.Engine) -> None
     rows = _rows(clean_db)
     assert rows[("AAA", dt.date(2024, 1, 2))] == 1.25
     assert math.isnan(rows[("NEW", dt.date(2024, 1, 2))])
+
+
+def test_progress_reports_bytes_up_to_the_file_size(clean_db: sa.Engine, tmp_path: Path) -> None:
+    rows = "".join(f"S{i:04d},2024-01-02,{10 + i}.5\n" for i in range(3000))
+    path = _write(tmp_path, "symbol,trade_date,close\n" + rows)
+    calls: list[tuple[int, int]] = []
+    report = import_prices_csv(
+        clean_db, path, progress=lambda done, total: calls.append((done, total))
+    )
+    assert report.inserted == 3000
+    size = path.stat().st_size
+    assert calls and calls[-1] == (size, size)
+    assert all(total == size for _, total in calls)
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
