@@ -76,6 +76,15 @@ DATABASE_RETRY_POLICY = dg.RetryPolicy(
 #: One partition per run: the matrix store keeps one bundle per asset and partition.
 ONE_PARTITION_PER_RUN = dg.BackfillPolicy.multi_run(max_partitions_per_run=1)
 
+#: What every step of the snapshot shares: its partitions, one partition per run, one pool.
+SNAPSHOT_STEP: dict[str, Any] = dict(
+    partitions_def=snapshot_partitions, backfill_policy=ONE_PARTITION_PER_RUN, pool=SNAPSHOT_POOL
+)
+#: ... and the steps whose output goes through the matrix store.
+MATRIX_STEP: dict[str, Any] = dict(
+    SNAPSHOT_STEP, group_name=SNAPSHOT_GROUP, io_manager_key=MATRIX_IO_MANAGER
+)
+
 T = TypeVar("T")
 
 
@@ -176,12 +185,8 @@ def _log_stage(context: dg.AssetExecutionContext, label: str, stats: StageStats)
 
 
 @dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=SNAPSHOT_GROUP,
-    io_manager_key=MATRIX_IO_MANAGER,
+    **MATRIX_STEP,
     retry_policy=DATABASE_RETRY_POLICY,
-    backfill_policy=ONE_PARTITION_PER_RUN,
-    pool=SNAPSHOT_POOL,
     kinds={"postgres", "numpy"},
     check_specs=[
         dg.AssetCheckSpec(
@@ -294,9 +299,7 @@ CORRELATION_CHECKS = {
             "holding T, SPEC §3), memory-mapped in the matrix store.",
         ).with_io_manager_key(MATRIX_IO_MANAGER),
     ],
-    partitions_def=snapshot_partitions,
-    backfill_policy=ONE_PARTITION_PER_RUN,
-    pool=SNAPSHOT_POOL,
+    **SNAPSHOT_STEP,
     check_specs=[
         dg.AssetCheckSpec(name, asset="correlation_matrix", blocking=True, description=text)
         for name, text in CORRELATION_CHECKS.items()
@@ -401,11 +404,7 @@ def correlation_and_overlap(
 
 
 @dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=SNAPSHOT_GROUP,
-    io_manager_key=MATRIX_IO_MANAGER,
-    backfill_policy=ONE_PARTITION_PER_RUN,
-    pool=SNAPSHOT_POOL,
+    **MATRIX_STEP,
     kinds={"numpy"},
     check_specs=[
         dg.AssetCheckSpec(
@@ -474,11 +473,7 @@ def top_k_neighbors_asset(
 
 
 @dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=SNAPSHOT_GROUP,
-    io_manager_key=MATRIX_IO_MANAGER,
-    backfill_policy=ONE_PARTITION_PER_RUN,
-    pool=SNAPSHOT_POOL,
+    **MATRIX_STEP,
     kinds={"numpy", "scipy"},
     check_specs=[
         dg.AssetCheckSpec(
@@ -555,12 +550,8 @@ def clusters(
 
 
 @dg.asset(
-    partitions_def=snapshot_partitions,
-    group_name=SNAPSHOT_GROUP,
-    io_manager_key=MATRIX_IO_MANAGER,
+    **MATRIX_STEP,
     retry_policy=DATABASE_RETRY_POLICY,
-    backfill_policy=ONE_PARTITION_PER_RUN,
-    pool=SNAPSHOT_POOL,
     kinds={"numpy", "numba"},
     check_specs=[
         dg.AssetCheckSpec(
@@ -666,11 +657,9 @@ def lead_lag_pairs(
 
 
 @dg.asset(
-    partitions_def=snapshot_partitions,
+    **SNAPSHOT_STEP,
     group_name=SNAPSHOT_GROUP,
     retry_policy=DATABASE_RETRY_POLICY,
-    backfill_policy=ONE_PARTITION_PER_RUN,
-    pool=SNAPSHOT_POOL,
     kinds={"postgres"},
     check_specs=[
         dg.AssetCheckSpec(
