@@ -5,7 +5,8 @@ and **replaces the whole content** of ``prices`` and ``synthetic_lead_lag_truth`
 transaction:
 
 1. ``TRUNCATE prices, synthetic_lead_lag_truth``, then drop the indexes of ``prices`` (its
-   primary key and ``ix_prices_trade_date``, read from the catalog, so whatever the schema holds);
+   primary key and ``ix_prices_trade_date``, read from the catalog, so whatever the schema holds;
+   ``bulk.prices_indexes_deferred_if_empty``, shared with the CSV import);
 2. ``COPY prices (symbol, trade_date, close) FROM STDIN (FORMAT BINARY, FREEZE)`` of every existing
    row (``universe.present``), bad prints included (``0``, negative, ``NaN``, ``Infinity``: they
    are stored as is, SPEC §1 makes the pipeline turn the returns touching them into NaN);
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sqlalchemy as sa
 
-from corr_pipeline.db.bulk import driver_connection
+from corr_pipeline.db.bulk import driver_connection, prices_indexes_deferred_if_empty
 from corr_pipeline.db.schema import init_schema, synthetic_lead_lag_truth
 from corr_pipeline.synth_model import BAD_PRINT_KINDS, SyntheticUniverse, generate_universe
 
@@ -104,71 +105,6 @@ def prices_copy_binary_chunks(
             records["close"] = universe.close[row, chunk_columns[symbol_pos]]
             yield records.tobytes()
     yield _COPY_TRAILER
-
-
-@dataclass(frozen=True)
-class _IndexDefinition:
-    name: str
-    index_def: str  # CREATE [UNIQUE] INDEX ... (pg_get_indexdef)
-    constraint_def: str | None  # PRIMARY KEY (...) / UNIQUE (...) when constraint-backed
-
-
-def _drop_prices_indexes(conn: sa.Connection) -> list[_IndexDefinition]:
-    """Drop every index (and PK/UNIQUE constraint) of ``prices`` and return their definitions,
-    so the bulk COPY does not maintain B-trees row by row (PostgreSQL manual, "Populating a
-    Database": building an index on loaded data is much faster). Called right after the
-    TRUNCATE, in the same transaction: nobody sees the table without its indexes, and the
-    schema after commit is identical. If another table has a foreign key to ``prices``, nothing
-    is dropped (an empty list: the COPY then goes into the indexed table)."""
-    referenced = conn.execute(
-        sa.text(
-            "SELECT 1 FROM pg_constraint "
-            "WHERE confrelid = 'prices'::regclass AND contype = 'f' LIMIT 1"
-        )
-    ).first()
-    if referenced:
-        return []
-    rows = conn.execute(
-        sa.text(
-            """
-            SELECT ci.relname, pg_get_indexdef(i.indexrelid), pg_get_constraintdef(c.oid)
-            FROM pg_index i
-            JOIN pg_class ci ON ci.oid = i.indexrelid
-            LEFT JOIN pg_constraint c
-                   ON c.conindid = i.indexrelid AND c.conrelid = i.indrelid
-                  AND c.contype IN ('p', 'u', 'x')
-            WHERE i.indrelid = 'prices'::regclass
-            ORDER BY i.indisprimary DESC, ci.relname
-            """
-        )
-    ).all()
-    indexes = [
-        _IndexDefinition(name, index_def, constraint_def)
-        for name, index_def, constraint_def in rows
-    ]
-    for index in indexes:
-        quoted = '"' + index.name.replace('"', '""') + '"'
-        if index.constraint_def is not None:
-            conn.execute(sa.text(f"ALTER TABLE prices DROP CONSTRAINT {quoted}"))
-        else:
-            conn.execute(sa.text(f"DROP INDEX {quoted}"))
-    return indexes
-
-
-def _restore_prices_indexes(conn: sa.Connection, indexes: list[_IndexDefinition]) -> None:
-    """Recreate what :func:`_drop_prices_indexes` dropped, with the same names and definitions,
-    sorting in up to :data:`INDEX_BUILD_MEMORY` (transaction-local setting)."""
-    if not indexes:
-        return
-    conn.execute(sa.text(f"SET LOCAL maintenance_work_mem = '{INDEX_BUILD_MEMORY}'"))
-    for index in indexes:
-        quoted = '"' + index.name.replace('"', '""') + '"'
-        if index.constraint_def is not None:
-            conn.execute(
-                sa.text(f"ALTER TABLE prices ADD CONSTRAINT {quoted} {index.constraint_def}")
-            )
-        else:
-            conn.execute(sa.text(index.index_def))
 
 
 def _copy_prices(conn: sa.Connection, universe: SyntheticUniverse) -> tuple[int, float]:
@@ -251,17 +187,15 @@ def write_universe(
     ]
     with engine.begin() as conn:
         conn.execute(sa.text("TRUNCATE prices, synthetic_lead_lag_truth"))
-        indexes = _drop_prices_indexes(conn)
         copy_started = time.perf_counter()
-        rows_written, timings["copy_build"] = _copy_prices(conn, universe)
-        timings["copy"] = time.perf_counter() - copy_started
-        if log:
-            log(f"copied {rows_written:,} rows in {timings['copy']:.1f} s")
-        index_started = time.perf_counter()
-        _restore_prices_indexes(conn, indexes)
-        timings["index"] = time.perf_counter() - index_started
-        if log and indexes:
-            log(f"rebuilt {len(indexes)} prices indexes in {timings['index']:.1f} s")
+        with prices_indexes_deferred_if_empty(conn, index_memory=INDEX_BUILD_MEMORY) as deferred:
+            rows_written, timings["copy_build"] = _copy_prices(conn, universe)
+            timings["copy"] = time.perf_counter() - copy_started
+            if log:
+                log(f"copied {rows_written:,} rows in {timings['copy']:.1f} s")
+        timings["index"] = time.perf_counter() - copy_started - timings["copy"]
+        if log and deferred:
+            log(f"rebuilt the prices indexes in {timings['index']:.1f} s")
         if truth_rows:
             conn.execute(sa.insert(synthetic_lead_lag_truth), truth_rows)
         analyze_started = time.perf_counter()
