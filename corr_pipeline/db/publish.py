@@ -48,6 +48,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from corr_pipeline.db.bulk import driver_connection
+from corr_pipeline.db.dates import as_iso_date
 
 __all__ = [
     "LEAD_LAG_FIELDS",
@@ -95,17 +96,6 @@ class PublishReport:
 # ------------------------------------------------------------------------------------------
 # helpers
 # ------------------------------------------------------------------------------------------
-
-
-def _as_date(value: dt.date | str, what: str) -> dt.date:
-    if isinstance(value, dt.datetime):
-        return value.date()
-    if isinstance(value, dt.date):
-        return value
-    try:
-        return dt.date.fromisoformat(str(value))
-    except ValueError:
-        raise PublishError(f"{what} {value!r} is not an ISO date (YYYY-MM-DD)") from None
 
 
 def _json_params(params: Mapping[str, Any]) -> str:
@@ -313,8 +303,8 @@ def publish_snapshot(
     docstring for the locking and row rules.
     """
     t_start = time.perf_counter()
-    d = _as_date(snapshot_date, "snapshot_date")
-    as_of = _as_date(as_of_trade_date, "as_of_trade_date")
+    d = as_iso_date(snapshot_date, "snapshot_date", PublishError)
+    as_of = as_iso_date(as_of_trade_date, "as_of_trade_date", PublishError)
     if as_of > d:
         raise PublishError(f"as_of_trade_date {as_of} is after the snapshot date {d}")
     symbol_list = [str(s) for s in symbols]
@@ -426,7 +416,7 @@ def publish_snapshot(
 
 def read_snapshot_counts(engine: sa.Engine, snapshot_date: dt.date | str) -> dict[str, int]:
     """Rows per published table for ``snapshot_date``, read in one consistent snapshot."""
-    d = _as_date(snapshot_date, "snapshot_date")
+    d = as_iso_date(snapshot_date, "snapshot_date", PublishError)
     query = " UNION ALL ".join(
         f"SELECT '{table}', count(*) FROM {table} WHERE snapshot_date = :d" for table in _TABLES
     )

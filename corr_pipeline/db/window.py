@@ -54,6 +54,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from corr_pipeline.db.bulk import driver_connection
+from corr_pipeline.db.dates import as_iso_date
 
 __all__ = ["ReturnsWindow", "WindowError", "load_returns_window", "returns_from_closes"]
 
@@ -96,17 +97,6 @@ class ReturnsWindow:
     def n_returns(self) -> int:
         """``T``, the number of return rows."""
         return int(self.returns.shape[0])
-
-
-def _as_date(value: dt.date | str) -> dt.date:
-    if isinstance(value, dt.datetime):
-        return value.date()
-    if isinstance(value, dt.date):
-        return value
-    try:
-        return dt.date.fromisoformat(str(value))
-    except ValueError:
-        raise WindowError(f"snapshot date {value!r} is not an ISO date (YYYY-MM-DD)") from None
 
 
 def returns_from_closes(closes: np.ndarray) -> np.ndarray:
@@ -183,7 +173,7 @@ def load_returns_window(
         raise WindowError(
             f"min_history_days must be >= 2 (a variance needs two returns), got {min_history_days}"
         )
-    d = _as_date(snapshot_date)
+    d = as_iso_date(snapshot_date, "snapshot date", WindowError)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
