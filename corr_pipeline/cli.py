@@ -7,6 +7,8 @@
     corr-pipeline prices synth [--symbols N --days T --seed S --end-date D]
                                              replace prices with a synthetic universe
     corr-pipeline demo                       embedded database + schema + demo universe (+ pipeline)
+    corr-pipeline bench [--n N --t T ...]    time the whole chain (or --publish-only) on a synthetic
+                                             universe, in a scratch embedded database by default
 
 User errors (bad input file, unreachable database, invalid arguments) print one line
 ``corr-pipeline: error: ...`` on stderr and exit with status 2, without a traceback
@@ -250,6 +252,121 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# bench
+# ---------------------------------------------------------------------------------------------
+
+
+def _bench_engine(args: argparse.Namespace, home: Path) -> tuple[sa.Engine, str]:
+    """The benchmark's database: ``--database-url`` if given, else a scratch embedded server in
+    ``home/pgdata`` (never the project database: the benchmark replaces ``prices``)."""
+    if args.database_url:
+        url = db_engine.normalize_url(args.database_url)
+        where = f"{db_engine.redact_url(url)} (--database-url; its prices are replaced)"
+    else:
+        server = db_engine.start_embedded_server(home / "pgdata")
+        url = server.url()
+        where = f"scratch embedded PostgreSQL in {server.pgdata}"
+    engine = db_engine.get_engine(url)
+    init_schema(engine)
+    return engine, where
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from corr_pipeline import bench  # heavy (compute kernels); only when needed
+
+    home = (args.home or settings.corr_pipeline_home() / "bench").expanduser().resolve()
+    if args.publish_only and args.skip_synth:
+        raise UsageError("--skip-synth has no effect with --publish-only")
+    engine, where = _bench_engine(args, settings.ensure_dir(home))
+    _echo(f"# database: {where}")
+    if args.publish_only:
+        bench.run_publish_benchmark(engine, n=args.n, k=args.k, t=args.t, seed=args.seed)
+        return 0
+    report = bench.run_pipeline_benchmark(
+        engine,
+        home / "store",
+        n=args.n,
+        t=args.t,
+        max_lag=args.max_lag,
+        k=args.k,
+        working_memory_mb=args.working_memory_mb,
+        seed=args.seed,
+        synth=not args.skip_synth,
+        keep_matrices=args.keep_matrices,
+        echo=_echo,
+    )
+    _echo()
+    _echo(report.table())
+    return 0
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def add_bench_command(commands: Any) -> None:
+    """``corr-pipeline bench``: see :mod:`corr_pipeline.bench`."""
+    bench = commands.add_parser(
+        "bench",
+        help="time the whole chain (database load to publish) on a synthetic universe",
+        description=(
+            "Writes a synthetic universe into the benchmark database (REPLACING its prices), "
+            "then runs window load, correlation, neighbors, clusters, lead-lag and publish in "
+            "this process, printing per stage: wall seconds, peak RSS, peak RssAnon (sampled), "
+            "rows published; with the machine line and git commit. By default the database is a "
+            "scratch embedded PostgreSQL under --home, never the project database."
+        ),
+    )
+    bench.add_argument("--n", type=_positive_int, default=6000, help="symbols (default 6000)")
+    bench.add_argument(
+        "--t", type=_positive_int, default=252, help="lookback_days, returns rows (default 252)"
+    )
+    bench.add_argument("--max-lag", type=_positive_int, default=5, metavar="L")
+    bench.add_argument(
+        "--k",
+        type=_positive_int,
+        default=10,
+        help="k_neighbors = k_leaders = k_laggers (default 10)",
+    )
+    bench.add_argument("--working-memory-mb", type=_positive_float, default=256.0, metavar="MB")
+    bench.add_argument("--seed", type=int, default=11, metavar="S")
+    bench.add_argument(
+        "--home",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="scratch directory: embedded database DIR/pgdata, matrices DIR/store "
+        "(default: $CORR_PIPELINE_HOME/bench)",
+    )
+    bench.add_argument(
+        "--database-url",
+        default=None,
+        metavar="URL",
+        help="use this PostgreSQL instead of the scratch embedded one (its prices are replaced)",
+    )
+    bench.add_argument(
+        "--skip-synth", action="store_true", help="reuse the prices already in the database"
+    )
+    bench.add_argument(
+        "--keep-matrices",
+        action="store_true",
+        help="keep the correlation/overlap memory maps in DIR/store (deleted by default)",
+    )
+    bench.add_argument(
+        "--publish-only",
+        action="store_true",
+        help="time publish alone on random results of the size N, k give (no pipeline run)",
+    )
+    bench.set_defaults(func=cmd_bench)
+
+
+# ---------------------------------------------------------------------------------------------
 # Parser and entry point
 # ---------------------------------------------------------------------------------------------
 
@@ -303,6 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--days", type=_positive_int, default=DEMO_DAYS, metavar="T")
     demo.add_argument("--seed", type=int, default=DEMO_SEED, metavar="S")
     demo.set_defaults(func=cmd_demo)
+
+    add_bench_command(commands)
 
     # corr-pipeline query peers|cluster|lead-lag|corr|snapshots (corr_pipeline.query)
     from corr_pipeline.query import add_query_commands

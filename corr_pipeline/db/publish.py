@@ -385,15 +385,18 @@ def publish_snapshot(
             _copy_binary(cur, "_pub_pairs", pairs_rec)
             cur.execute(_ANALYZE_STAGING)
             timings["copy_s"] = time.perf_counter() - t
-            t = time.perf_counter()
+            t_insert = time.perf_counter()
             sym = {"d": d}
-            cur.execute(_INSERT_NEIGHBORS, sym)
-            rows["peer_neighbors"] = cur.rowcount
-            cur.execute(_INSERT_CLUSTERS, sym)
-            rows["symbol_clusters"] = cur.rowcount
-            cur.execute(_INSERT_PAIRS, sym)
-            rows["lead_lag_pairs"] = cur.rowcount
-            timings["insert_s"] = time.perf_counter() - t
+            for table, statement in (
+                ("peer_neighbors", _INSERT_NEIGHBORS),
+                ("symbol_clusters", _INSERT_CLUSTERS),
+                ("lead_lag_pairs", _INSERT_PAIRS),
+            ):
+                t = time.perf_counter()
+                cur.execute(statement, sym)
+                rows[table] = cur.rowcount
+                timings[f"insert_{table}_s"] = time.perf_counter() - t
+            timings["insert_s"] = time.perf_counter() - t_insert
         expected = {
             "snapshots": 1,
             "peer_neighbors": int(nb_i.size),
