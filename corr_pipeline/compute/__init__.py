@@ -1,9 +1,9 @@
 """The numerical core: pure numpy/scipy/numba, no database, no Dagster, no paths (SPEC §9).
 
-    pairwise_correlation   SPEC §3   tiled pairwise-complete correlation and overlap
-    top_k_neighbors        SPEC §4   per-symbol strongest |corr| neighbors
-    hierarchical_clusters  SPEC §5   Mantegna distance, agglomerative linkage, canonical labels
-    find_lead_lag_pairs    SPEC §6   exact best-lag scan and per-symbol selection
+pairwise_correlation   SPEC §3   tiled pairwise-complete correlation and overlap
+top_k_neighbors        SPEC §4   per-symbol strongest |corr| neighbors
+hierarchical_clusters  SPEC §5   Mantegna distance, agglomerative linkage, canonical labels
+find_lead_lag_pairs    SPEC §6   exact best-lag scan and per-symbol selection
 """
 
 from corr_pipeline.compute.clusters import hierarchical_clusters

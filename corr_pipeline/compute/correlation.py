@@ -7,21 +7,23 @@
 
 How (see ``kernels`` for the formula): one float32 product ``Z_Iᵀ Z_J`` per
 tile of 128 rows against the columns from the tile on (the upper triangle),
-small products for the columns with many gaps, and one fused numba pass per
-tile that applies the gap corrections and writes ``corr`` and ``overlap``.
-Each row block's upper-triangle slab is written, then mirrored into the
-columns below it, so ``corr == corr.T`` bit for bit by construction.
+then one fused numba pass per tile that turns it into ``corr`` and
+``overlap`` with the prefix sums and gap corrections; tiles run in parallel
+threads (``workers``). Each row block's upper-triangle slab is written, then
+mirrored into the columns below it, so ``corr == corr.T`` bit for bit by
+construction.
 
 Memory at N = 24,000, T = 252 (block of b rows): the standardized window
-(~5 arrays of T × N float32/uint8, about 100 MB), the block slab
-(b × N × 6 bytes), the tile products (128 × N × 4 bytes, plus 3 × 128 × d
-for d dense-gap columns) and a row buffer per thread. Nothing is N × N
-except the outputs, which the caller may pass as memory-mapped files.
+(~5 arrays of T × N float32/uint8 plus 5 of float64, about 220 MB), the
+block slab (b × N × 6 bytes) and one tile product (128 × N × 4 bytes) per
+thread. Nothing is N × N except the outputs, which the caller may pass as
+memory-mapped files.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,6 +39,7 @@ from corr_pipeline.compute.tiling import (
     tiles_covering,
 )
 from corr_pipeline.compute.validation import check_min_overlap, check_output, check_returns
+from corr_pipeline.compute.workers import tile_workers
 
 Progress = Callable[[int, int], None]
 
@@ -62,10 +65,11 @@ class PairCorrelator:
     block size.
     """
 
-    def __init__(self, window: Standardized, a: Side, b: Side) -> None:
+    def __init__(self, window: Standardized, a: Side, b: Side, pool: Executor) -> None:
         self.window = window
         self.a = a
         self.b = b
+        self.pool = pool
 
     def tile_product(self, tile_start: int, tile_stop: int, col0: int) -> np.ndarray:
         """``Sxy = Z[a0:a0+T', tile]ᵀ Z[b0:b0+T', col0:]`` in float32."""
@@ -95,9 +99,9 @@ class PairCorrelator:
             _EMPTY_I32,
         )
         a, b, w = self.a, self.b, self.window
-        n_cols = w.n_cols
-        for tile_start, tile_stop in tiles_covering(rows[0], rows[1]):
-            tile_stop = min(tile_stop, n_cols)
+
+        def finish_tile(tile: tuple[int, int]) -> None:
+            tile_start, tile_stop = tile[0], min(tile[1], w.n_cols)
             col0 = tile_start if symmetric else 0
             sxy = self.tile_product(tile_start, tile_stop, col0)
             kernels.correlate_tile(
@@ -130,6 +134,8 @@ class PairCorrelator:
                 b.gap_ptr,
                 b.gap_rows,
                 b.gap_cols,
+                b.partial_ptr,
+                b.partial_cols,
                 a.n_rows,
                 out_origin[0],
                 out_origin[1],
@@ -141,6 +147,9 @@ class PairCorrelator:
                 best_lag,
                 best_overlap,
             )
+
+        # Tiles own disjoint rows of the outputs; list() re-raises a worker's error.
+        list(self.pool.map(finish_tile, tiles_covering(rows[0], rows[1])))
 
 
 def block_row_bytes(n_cols: int, overlap_itemsize: int) -> int:
@@ -181,12 +190,13 @@ def pairwise_correlation(
     )
     window = standardize(R)
     side = make_side(window, 0, n_rows)
-    correlator = PairCorrelator(window, side, side)
     blocks = row_blocks(n_cols, rows_per_block)
-    for done, (start, stop) in enumerate(blocks, start=1):
-        _correlate_block(correlator, start, stop, min_overlap, corr, overlap)
-        if progress is not None:
-            progress(done, len(blocks))
+    with tile_workers() as pool:
+        correlator = PairCorrelator(window, side, side, pool)
+        for done, (start, stop) in enumerate(blocks, start=1):
+            _correlate_block(correlator, start, stop, min_overlap, corr, overlap)
+            if progress is not None:
+                progress(done, len(blocks))
     return CorrelationResult(corr=corr, overlap=overlap)
 
 

@@ -94,7 +94,7 @@ def exact_pair_correlation(x, y, min_overlap):  # pragma: no cover - compiled
     return min(1.0, max(-1.0, value))
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True, nogil=True)
 def correlate_tile(  # pragma: no cover - compiled
     mode,
     symmetric,
@@ -125,6 +125,8 @@ def correlate_tile(  # pragma: no cover - compiled
     b_gap_ptr,
     b_gap_rows,
     b_gap_cols,
+    b_partial_ptr,
+    b_partial_cols,
     n_rows,
     out_row0,
     out_col0,
@@ -138,8 +140,12 @@ def correlate_tile(  # pragma: no cover - compiled
 ):
     """Finish the correlation of rows ``[row_lo, row_hi)`` (A columns) of one tile.
 
+    Serial and GIL-free: callers run tiles in parallel threads (``workers``).
     ``sxy`` holds the tile product: rows from ``tile_row0``, B columns from ``col0``.
-    ``b_gap_cols`` lists, ascending, the B columns that have interior gaps.
+    B's interior gaps are CSR entries (``b_gap_rows``, with their column in
+    ``b_gap_cols``). ``b_partial_cols`` lists, ascending, the B columns whose
+    interval is not the whole side, and ``b_partial_ptr[j]`` counts those below
+    ``j``: only they need prefix-sum lookups on column i; the others take its total.
     ``symmetric`` keeps only ``j >= i`` (and sets the diagonal).
 
     MODE_WRITE: ``out_corr[i − out_row0, j − out_col0]`` and ``out_overlap``.
@@ -147,22 +153,25 @@ def correlate_tile(  # pragma: no cover - compiled
     with the largest finite |corr| (strictly larger, so ties keep the smaller lag).
     """
     width = sxy.shape[1]
-    for r in prange(row_hi - row_lo):
-        i = row_lo + r
+    sum_y = np.empty(CHUNK)
+    sq_y = np.empty(CHUNK)
+    base_y = np.empty(CHUNK)
+    sum_x = np.empty(CHUNK)
+    sq_x = np.empty(CHUNK)
+    base_x = np.empty(CHUNK)
+    count = np.empty(CHUNK, dtype=np.int64)
+    values = np.empty(CHUNK)
+    flagged = np.empty(CHUNK, dtype=np.bool_)
+    for i in range(row_lo, row_hi):
         ti = i - tile_row0
         c_first = i - col0 if symmetric else 0
         lo_i = b0 + a_lo[i]
         hi_i = b0 + a_hi[i]
         sq_i = prefix_sq_t[i, a0 + a_hi[i]] - prefix_sq_t[i, a0 + a_lo[i]]
+        whole_sum_i = prefix_t[i, a0 + n_rows] - prefix_t[i, a0]
+        whole_sq_i = prefix_sq_t[i, a0 + n_rows] - prefix_sq_t[i, a0]
+        whole_count_i = prefix_count_t[i, a0 + n_rows] - prefix_count_t[i, a0]
         row = i - out_row0
-        sum_y = np.empty(CHUNK)
-        sq_y = np.empty(CHUNK)
-        base_y = np.empty(CHUNK)
-        sum_x = np.empty(CHUNK)
-        sq_x = np.empty(CHUNK)
-        base_x = np.empty(CHUNK)
-        count = np.empty(CHUNK, dtype=np.int64)
-        values = np.empty(CHUNK)
         for c_start in range(c_first, width, CHUNK):
             c_stop = min(c_start + CHUNK, width)
             j0 = col0 + c_start
@@ -178,26 +187,31 @@ def correlate_tile(  # pragma: no cover - compiled
                     v = np.float64(z[t, j0 + c])
                     sum_y[c] -= v
                     sq_y[c] -= v * v
-            # Overlap sums of column i: its values on j's interval, less j's interior gaps.
+            # Overlap sums of column i: its values on j's interval (the whole side
+            # unless j is partial), less j's interior gaps.
             for c in range(m):
-                lo = a0 + b_lo[j0 + c]
-                hi = a0 + b_hi[j0 + c]
+                sum_x[c] = whole_sum_i
+                base_x[c] = whole_sq_i
+                sq_x[c] = whole_sq_i
+                count[c] = whole_count_i
+            for p in range(b_partial_ptr[j0], b_partial_ptr[j0 + m]):
+                j = b_partial_cols[p]
+                c = j - j0
+                lo = a0 + b_lo[j]
+                hi = a0 + b_hi[j]
                 sum_x[c] = prefix_t[i, hi] - prefix_t[i, lo]
                 base_x[c] = prefix_sq_t[i, hi] - prefix_sq_t[i, lo]
                 sq_x[c] = base_x[c]
                 count[c] = prefix_count_t[i, hi] - prefix_count_t[i, lo]
-            g = np.searchsorted(b_gap_cols, j0)
-            while g < b_gap_cols.shape[0] and b_gap_cols[g] < j0 + m:
-                j = b_gap_cols[g]
-                c = j - j0
-                for k in range(b_gap_ptr[j], b_gap_ptr[j + 1]):
-                    t = a0 + b_gap_rows[k]
-                    v = np.float64(z_t[i, t])
-                    sum_x[c] -= v
-                    sq_x[c] -= v * v
-                    count[c] -= present_t[i, t]
-                g += 1
-            # Pearson from the sums; -2 flags an ill-conditioned pair for the exact path.
+            for k in range(b_gap_ptr[j0], b_gap_ptr[j0 + m]):
+                c = b_gap_cols[k] - j0
+                t = a0 + b_gap_rows[k]
+                v = np.float64(z_t[i, t])
+                sum_x[c] -= v
+                sq_x[c] -= v * v
+                count[c] -= present_t[i, t]
+            # Pearson from the sums (branch-free); ill-conditioned pairs are flagged.
+            n_flagged = 0
             for c in range(m):
                 n = count[c]
                 inv_n = 1.0 / max(n, 1)
@@ -209,16 +223,17 @@ def correlate_tile(  # pragma: no cover - compiled
                     max(var_x * var_y, 1e-300)
                 )
                 value = min(1.0, max(-1.0, value))
-                if var_x <= tau * base_x[c] or var_y <= tau * base_y[c]:
-                    value = -2.0
-                if n < min_overlap:
-                    value = np.nan
-                values[c] = value
-            for c in range(m):
-                if values[c] == -2.0:
-                    values[c] = exact_pair_correlation(
-                        raw_t[i, a0 : a0 + n_rows], raw_t[j0 + c, b0 : b0 + n_rows], min_overlap
-                    )
+                enough = n >= min_overlap
+                bad = enough & ((var_x <= tau * base_x[c]) | (var_y <= tau * base_y[c]))
+                n_flagged += bad
+                flagged[c] = bad
+                values[c] = value if enough else np.nan
+            if n_flagged:
+                for c in range(m):
+                    if flagged[c]:
+                        values[c] = exact_pair_correlation(
+                            raw_t[i, a0 : a0 + n_rows], raw_t[j0 + c, b0 : b0 + n_rows], min_overlap
+                        )
             if symmetric and c_start == c_first:
                 values[0] = 1.0 if (count[0] >= min_overlap and sq_i > 0.0) else np.nan
             if mode == MODE_WRITE:

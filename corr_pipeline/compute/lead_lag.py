@@ -59,6 +59,7 @@ from corr_pipeline.compute.validation import (
     check_returns,
     check_square_corr,
 )
+from corr_pipeline.compute.workers import tile_workers
 
 LEAD_LAG_DTYPE = np.dtype(
     [
@@ -158,9 +159,8 @@ def find_lead_lag_pairs(
 
     window = standardize(R)
     full = make_side(window, 0, n_rows)
-    sync_correlator = PairCorrelator(window, full, full)
-    lag_correlators = [
-        PairCorrelator(window, make_side(window, 0, n_rows - lag), make_side(window, lag, n_rows))
+    sides = [
+        (make_side(window, 0, n_rows - lag), make_side(window, lag, n_rows))
         for lag in range(1, max_lag + 1)
     ]
     k_rows = min(k_laggers, max(n_cols - 1, 0))
@@ -176,17 +176,22 @@ def find_lead_lag_pairs(
     if block_rows is None:
         rows_per_block = min(rows_per_block, MAX_BLOCK_ROWS)
     blocks = row_blocks(n_cols, rows_per_block)
-    for done, (start, stop) in enumerate(blocks, start=1):
-        scan = _scan_block(
-            start, stop, R, corr, sync_correlator, lag_correlators, min_overlap, min_improvement
-        )
-        if k_rows > 0:
-            row_pairs.append(_row_selection(scan, k_rows))
-        if k_cols > 0:
-            merge_top_k_per_column(scan.improvement, start, k_cols, column_best, column_best_rows)
-            column_pairs.append(_column_candidates(scan, column_best, column_best_rows))
-        if progress is not None:
-            progress(done, len(blocks))
+    with tile_workers() as pool:
+        sync_correlator = PairCorrelator(window, full, full, pool)
+        lag_correlators = [PairCorrelator(window, a, b, pool) for a, b in sides]
+        for done, (start, stop) in enumerate(blocks, start=1):
+            scan = _scan_block(
+                start, stop, R, corr, sync_correlator, lag_correlators, min_overlap, min_improvement
+            )
+            if k_rows > 0:
+                row_pairs.append(_row_selection(scan, k_rows))
+            if k_cols > 0:
+                merge_top_k_per_column(
+                    scan.improvement, start, k_cols, column_best, column_best_rows
+                )
+                column_pairs.append(_column_candidates(scan, column_best, column_best_rows))
+            if progress is not None:
+                progress(done, len(blocks))
 
     selected = row_pairs + [_final_column_selection(column_pairs, column_best_rows)]
     return _union_sorted(np.concatenate(selected) if selected else np.empty(0, LEAD_LAG_DTYPE))

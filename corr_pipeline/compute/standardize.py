@@ -99,7 +99,10 @@ class Side:
 
     ``lo[j], hi[j]`` bound column j's finite rows in local coordinates (``lo == hi``
     when it has none); ``gap_rows[gap_ptr[j]:gap_ptr[j + 1]]`` are its local rows
-    inside ``[lo, hi)`` that are not finite, ascending.
+    inside ``[lo, hi)`` that are not finite, ascending, and ``gap_cols`` holds the
+    column of each of those entries. ``partial_cols`` lists, ascending, the columns
+    whose interval is not the whole side (``[0, n_rows)``); ``partial_ptr[j]`` counts
+    those below ``j``.
     """
 
     row0: int
@@ -108,11 +111,9 @@ class Side:
     hi: np.ndarray  # (N,) int64
     gap_ptr: np.ndarray  # (N + 1,) int64
     gap_rows: np.ndarray  # int64
-
-    @property
-    def gap_cols(self) -> np.ndarray:
-        """Columns with at least one interior gap, ascending."""
-        return np.flatnonzero(np.diff(self.gap_ptr))
+    gap_cols: np.ndarray  # int64, same length as gap_rows
+    partial_ptr: np.ndarray  # (N + 1,) int64
+    partial_cols: np.ndarray  # int64
 
 
 def make_side(window: Standardized, row0: int, row1: int) -> Side:
@@ -124,14 +125,23 @@ def make_side(window: Standardized, row0: int, row1: int) -> Side:
     hi = np.where(has_any, n_rows - present[:, ::-1].argmax(axis=1), 0)
     local = np.arange(n_rows)
     interior_gap = ~present & (local >= lo[:, None]) & (local < hi[:, None])
-    gap_ptr = np.zeros(window.n_cols + 1, dtype=np.int64)
-    np.cumsum(interior_gap.sum(axis=1), out=gap_ptr[1:])
-    _, gap_rows = np.nonzero(interior_gap)  # row-major: grouped by column, rows ascending
+    gap_cols, gap_rows = np.nonzero(interior_gap)  # row-major: by column, rows ascending
+    partial = (lo != 0) | (hi != n_rows)
     return Side(
         row0=row0,
         n_rows=n_rows,
         lo=lo.astype(np.int64),
         hi=hi.astype(np.int64),
-        gap_ptr=gap_ptr,
+        gap_ptr=_counts_below(interior_gap.sum(axis=1)),
         gap_rows=gap_rows.astype(np.int64),
+        gap_cols=gap_cols.astype(np.int64),
+        partial_ptr=_counts_below(partial),
+        partial_cols=np.flatnonzero(partial).astype(np.int64),
     )
+
+
+def _counts_below(counts: np.ndarray) -> np.ndarray:
+    """``ptr[j] = Σ_{c < j} counts[c]`` for ``j = 0 .. N`` (CSR row pointers), int64."""
+    ptr = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr

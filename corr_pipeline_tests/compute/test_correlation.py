@@ -336,3 +336,15 @@ def test_progress_reports_every_block() -> None:
     assert len(calls) >= 2
     total = calls[-1][1]
     assert calls == [(done, total) for done in range(1, total + 1)]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_thread_count_invariance(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """Products are single-threaded BLAS calls per tile: any number of workers, same bits."""
+    from corr_pipeline.compute import workers
+
+    universe = realistic_universe(5, 60, 300, 20, name="T60_N300")
+    baseline = pairwise_correlation(universe.R, min_overlap=universe.min_overlap, block_rows=128)
+    monkeypatch.setattr(workers, "available_cores", lambda: threads)
+    other = pairwise_correlation(universe.R, min_overlap=universe.min_overlap, block_rows=128)
+    _assert_identical(baseline, other, f"{threads} worker threads")

