@@ -90,8 +90,12 @@ class PairCorrelator:
         out_overlap: np.ndarray = _EMPTY_I32,
         lag: int = 0,
         best: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+        after_tile: Callable[[int, int], None] | None = None,
     ) -> None:
-        """Correlate A columns ``rows`` against B (all columns, or ``j >= i`` if symmetric)."""
+        """Correlate A columns ``rows`` against B (all columns, or ``j >= i`` if symmetric).
+
+        ``after_tile(row_lo, row_hi)`` runs in the worker once a tile's rows are done.
+        """
         best_abs, best_corr, best_lag, best_overlap = best or (
             _EMPTY_F32,
             _EMPTY_F32,
@@ -103,6 +107,7 @@ class PairCorrelator:
         def finish_tile(tile: tuple[int, int]) -> None:
             tile_start, tile_stop = tile[0], min(tile[1], w.n_cols)
             col0 = tile_start if symmetric else 0
+            row_lo, row_hi = max(rows[0], tile_start), min(rows[1], tile_stop)
             sxy = self.tile_product(tile_start, tile_stop, col0)
             kernels.correlate_tile(
                 mode,
@@ -112,8 +117,8 @@ class PairCorrelator:
                 sxy,
                 tile_start,
                 col0,
-                max(rows[0], tile_start),
-                min(rows[1], tile_stop),
+                row_lo,
+                row_hi,
                 w.z,
                 w.z_t,
                 w.present_t,
@@ -147,6 +152,8 @@ class PairCorrelator:
                 best_lag,
                 best_overlap,
             )
+            if after_tile is not None:
+                after_tile(row_lo, row_hi)
 
         # Tiles own disjoint rows of the outputs; list() re-raises a worker's error.
         list(self.pool.map(finish_tile, tiles_covering(rows[0], rows[1])))
@@ -188,10 +195,10 @@ def pairwise_correlation(
     rows_per_block = resolve_block_rows(
         block_rows, block_row_bytes(n_cols, ov_dtype.itemsize), working_memory_mb, n_cols
     )
-    window = standardize(R)
-    side = make_side(window, 0, n_rows)
     blocks = row_blocks(n_cols, rows_per_block)
     with tile_workers() as pool:
+        window = standardize(R, pool)
+        side = make_side(window, 0, n_rows)
         correlator = PairCorrelator(window, side, side, pool)
         for done, (start, stop) in enumerate(blocks, start=1):
             _correlate_block(correlator, start, stop, min_overlap, corr, overlap)
@@ -208,18 +215,23 @@ def _correlate_block(
     corr: np.ndarray,
     overlap: np.ndarray,
 ) -> None:
-    """Upper triangle of rows ``[start, stop)`` written in place, then mirrored below."""
+    """Upper triangle of rows ``[start, stop)`` written in place, each tile then mirrored below."""
+    full_corr, full_overlap = np.asarray(corr), np.asarray(overlap)
+
+    def mirror(row_lo: int, row_hi: int) -> None:
+        kernels.mirror_rows_below(full_corr, row_lo, row_hi)
+        kernels.mirror_rows_below(full_overlap, row_lo, row_hi)
+
     correlator.run(
         (start, stop),
         mode=kernels.MODE_WRITE,
         symmetric=True,
         min_overlap=min_overlap,
         out_origin=(start, start),
-        out_corr=np.asarray(corr[start:stop, start:]),
-        out_overlap=np.asarray(overlap[start:stop, start:]),
+        out_corr=full_corr[start:stop, start:],
+        out_overlap=full_overlap[start:stop, start:],
+        after_tile=mirror,
     )
-    kernels.mirror_upper_to_lower(np.asarray(corr), start, stop)
-    kernels.mirror_upper_to_lower(np.asarray(overlap), start, stop)
 
 
 __all__ = ["CorrelationResult", "GEMM_TILE", "pairwise_correlation"]

@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 FALLBACK_TAU = 1.0 / 16.0
 """Recompute a pair exactly when a variance is below tau × its source sum (see module docstring)."""
@@ -251,20 +251,13 @@ def correlate_tile(  # pragma: no cover - compiled
                         best_overlap[row, j] = count[c]
 
 
-@njit(parallel=True, cache=True)
-def mirror_upper_to_lower(matrix, start, stop):  # pragma: no cover - compiled
-    """``matrix[r, c] = matrix[c, r]`` for ``c in [start, stop)``, ``r > c``.
+@njit(cache=True, nogil=True)
+def mirror_rows_below(matrix, start, stop):  # pragma: no cover - compiled
+    """``matrix[r, c] = matrix[c, r]`` for ``c in [start, stop)`` and ``r > c``.
 
-    Columns ``[start, stop)`` below the diagonal take the transpose of rows
-    ``[start, stop)`` above it, copied in 64 × 64 tiles so both sides stay in cache.
+    Copies the upper-triangle rows ``[start, stop)`` (one tile, still in cache)
+    into their columns below the diagonal; row ``r`` gets a contiguous run.
     """
-    n = matrix.shape[0]
-    tile = 64
-    for rt in prange((n - start + tile - 1) // tile):
-        r0 = start + rt * tile
-        r1 = min(r0 + tile, n)
-        for c0 in range(start, min(stop, r1), tile):
-            c1 = min(c0 + tile, stop)
-            for r in range(r0, r1):
-                for c in range(c0, min(c1, r)):
-                    matrix[r, c] = matrix[c, r]
+    for r in range(start + 1, matrix.shape[0]):
+        for c in range(start, min(stop, r)):
+            matrix[r, c] = matrix[c, r]

@@ -157,12 +157,6 @@ def find_lead_lag_pairs(
         if corr.shape[0] != n_cols:
             raise ValueError(f"corr is {corr.shape[0]} × {corr.shape[1]} but R has N = {n_cols}")
 
-    window = standardize(R)
-    full = make_side(window, 0, n_rows)
-    sides = [
-        (make_side(window, 0, n_rows - lag), make_side(window, lag, n_rows))
-        for lag in range(1, max_lag + 1)
-    ]
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))
     column_best = np.full((n_cols, max(k_cols, 1)), -np.inf, dtype=np.float32)
@@ -177,8 +171,15 @@ def find_lead_lag_pairs(
         rows_per_block = min(rows_per_block, MAX_BLOCK_ROWS)
     blocks = row_blocks(n_cols, rows_per_block)
     with tile_workers() as pool:
+        window = standardize(R, pool)
+        full = make_side(window, 0, n_rows)
         sync_correlator = PairCorrelator(window, full, full, pool)
-        lag_correlators = [PairCorrelator(window, a, b, pool) for a, b in sides]
+        lag_correlators = [
+            PairCorrelator(
+                window, make_side(window, 0, n_rows - lag), make_side(window, lag, n_rows), pool
+            )
+            for lag in range(1, max_lag + 1)
+        ]
         for done, (start, stop) in enumerate(blocks, start=1):
             scan = _scan_block(
                 start, stop, R, corr, sync_correlator, lag_correlators, min_overlap, min_improvement

@@ -27,6 +27,7 @@ listings and delistings cost nothing) plus a CSR list of *interior gaps*
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,42 +56,63 @@ class Standardized:
         return int(self.z.shape[1])
 
 
-def standardize(returns: np.ndarray, column_chunk: int = 2048) -> Standardized:
-    """Standardize ``returns`` and build the prefix sums, a chunk of columns at a time."""
+def standardize(
+    returns: np.ndarray, pool: Executor | None = None, column_chunk: int = 512
+) -> Standardized:
+    """Standardize ``returns`` and build the prefix sums, a chunk of columns at a time.
+
+    Chunks write disjoint columns, so they run in ``pool`` when one is given.
+    """
     n_rows, n_cols = returns.shape
-    z = np.zeros((n_rows, n_cols), dtype=np.float32)
-    present = np.isfinite(returns)
-    prefix = np.zeros((n_rows + 1, n_cols), dtype=np.float64)
-    prefix_sq = np.zeros((n_rows + 1, n_cols), dtype=np.float64)
-    for start in range(0, n_cols, column_chunk):
-        cols = slice(start, min(start + column_chunk, n_cols))
-        chunk = returns[:, cols].astype(np.float64)
-        mask = present[:, cols]
-        count = mask.sum(axis=0)
-        mean = np.where(mask, chunk, 0.0).sum(axis=0) / np.maximum(count, 1)
-        deviation = np.where(mask, chunk - mean, 0.0)
-        std = np.sqrt((deviation**2).sum(axis=0) / np.maximum(count, 1))
-        highest = np.where(mask, chunk, -np.inf).max(axis=0, initial=-np.inf)
-        lowest = np.where(mask, chunk, np.inf).min(axis=0, initial=np.inf)
-        varies = (highest > lowest) & (std > 0) & np.isfinite(std)
-        scale = np.where(varies, 1.0 / np.where(varies, std, 1.0), 0.0)
-        z[:, cols] = deviation * scale
-        z64 = z[:, cols].astype(np.float64)
-        np.cumsum(z64, axis=0, out=prefix[1:, cols])
-        np.cumsum(z64 * z64, axis=0, out=prefix_sq[1:, cols])
-    prefix_count_t = np.zeros((n_cols, n_rows + 1), dtype=np.int32)
-    np.cumsum(present.T, axis=1, out=prefix_count_t[:, 1:])
-    return Standardized(
-        z=z,
-        z_t=np.ascontiguousarray(z.T),
-        present_t=np.ascontiguousarray(present.T).view(np.uint8),
-        raw_t=np.ascontiguousarray(returns.T),
-        prefix=prefix,
-        prefix_sq=prefix_sq,
-        prefix_t=np.ascontiguousarray(prefix.T),
-        prefix_sq_t=np.ascontiguousarray(prefix_sq.T),
-        prefix_count_t=prefix_count_t,
+    window = Standardized(
+        z=np.empty((n_rows, n_cols), dtype=np.float32),
+        z_t=np.empty((n_cols, n_rows), dtype=np.float32),
+        present_t=np.empty((n_cols, n_rows), dtype=np.uint8),
+        raw_t=np.empty((n_cols, n_rows), dtype=np.float32),
+        prefix=np.empty((n_rows + 1, n_cols), dtype=np.float64),
+        prefix_sq=np.empty((n_rows + 1, n_cols), dtype=np.float64),
+        prefix_t=np.empty((n_cols, n_rows + 1), dtype=np.float64),
+        prefix_sq_t=np.empty((n_cols, n_rows + 1), dtype=np.float64),
+        prefix_count_t=np.empty((n_cols, n_rows + 1), dtype=np.int32),
     )
+    chunks = [
+        slice(start, min(start + column_chunk, n_cols)) for start in range(0, n_cols, column_chunk)
+    ]
+
+    def fill(cols: slice) -> None:
+        _standardize_columns(returns, window, cols)
+
+    list(pool.map(fill, chunks) if pool is not None else map(fill, chunks))
+    return window
+
+
+def _standardize_columns(returns: np.ndarray, window: Standardized, cols: slice) -> None:
+    """Fill every array of ``window`` for the columns ``cols``."""
+    chunk = returns[:, cols].astype(np.float64)
+    mask = np.isfinite(chunk)
+    count = mask.sum(axis=0)
+    mean = np.where(mask, chunk, 0.0).sum(axis=0) / np.maximum(count, 1)
+    deviation = np.where(mask, chunk - mean, 0.0)
+    std = np.sqrt((deviation**2).sum(axis=0) / np.maximum(count, 1))
+    highest = np.where(mask, chunk, -np.inf).max(axis=0, initial=-np.inf)
+    lowest = np.where(mask, chunk, np.inf).min(axis=0, initial=np.inf)
+    varies = (highest > lowest) & (std > 0) & np.isfinite(std)
+    scale = np.where(varies, 1.0 / np.where(varies, std, 1.0), 0.0)
+    z = (deviation * scale).astype(np.float32)
+    z64 = z.astype(np.float64)
+    for prefix, prefix_t, values in (
+        (window.prefix, window.prefix_t, z64),
+        (window.prefix_sq, window.prefix_sq_t, z64 * z64),
+    ):
+        prefix[0, cols] = 0.0
+        np.cumsum(values, axis=0, out=prefix[1:, cols])
+        prefix_t[cols] = prefix[:, cols].T
+    window.z[:, cols] = z
+    window.z_t[cols] = z.T
+    window.present_t[cols] = mask.T
+    window.raw_t[cols] = returns[:, cols].T
+    window.prefix_count_t[cols, 0] = 0
+    np.cumsum(mask.T, axis=1, out=window.prefix_count_t[cols, 1:])
 
 
 @dataclass(frozen=True)
