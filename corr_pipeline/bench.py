@@ -412,7 +412,7 @@ def synthetic_results(
 ) -> SyntheticResults:
     """Random results of the size the pipeline publishes for ``n`` symbols (no computation).
 
-    Neighbors: ``k`` distinct non-self indices per row. Clusters: about ``n / cluster_size``
+    Symbols: ticker-like, 1-7 characters. Neighbors: ``k`` distinct non-self indices per row. Clusters: about ``n / cluster_size``
     labels (6.7 is what the N = 24,000 factor model gives). Lead-lag: the union of ``k``
     laggers per leader and ``k`` leaders per lagger (≈ 2·n·k pairs, as SPEC §6's two top-k
     lists give when they rarely coincide), ~0.1 % NaN ``sync_corr``.
@@ -423,8 +423,7 @@ def synthetic_results(
     if n < 2 * k + 2:
         raise ValueError(f"n = {n} is too small for k = {k} distinct neighbors")
     rng = np.random.default_rng(seed)
-    width = len(str(n - 1))
-    symbols = [f"S{i:0{width}d}" for i in range(n)]
+    symbols = _ticker_symbols(n, rng)
     rows = np.arange(n)[:, None]
 
     def distinct_others(count: int) -> np.ndarray:
@@ -452,6 +451,23 @@ def synthetic_results(
     pairs["overlap"] = rng.integers(max(2, t // 4), t + 1, first.size)
     order = np.lexsort((pairs["lagger"], pairs["leader"], -pairs["improvement"].astype(np.float64)))
     return SyntheticResults(symbols, index, corr, overlap, labels, pairs[order])
+
+
+def _ticker_symbols(n: int, rng: np.random.Generator) -> list[str]:
+    """``n`` distinct ticker-like symbols, sorted by code point: 1-5 capital letters (mostly 3-4)
+    and some with a class suffix (``BRK.B``-style), so the text columns vary in width."""
+    letters = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ", np.uint8)
+    found: set[str] = set()
+    while len(found) < n:
+        m = 2 * (n - len(found)) + 16
+        lengths = rng.choice([1, 2, 3, 4, 5], m, p=[0.01, 0.06, 0.33, 0.45, 0.15])
+        codes = letters[rng.integers(0, 26, (m, 5))]
+        for row, length, suffix in zip(codes, lengths, rng.random(m) < 0.03, strict=True):
+            name = row[:length].tobytes().decode()
+            found.add(f"{name}.{name[0]}" if suffix else name)
+            if len(found) == n:
+                break
+    return sorted(found)
 
 
 @dataclass

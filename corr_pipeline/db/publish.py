@@ -40,7 +40,7 @@ import json
 import math
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +54,7 @@ __all__ = [
     "LEAD_LAG_FIELDS",
     "PublishError",
     "PublishReport",
+    "delete_snapshot",
     "publish_snapshot",
     "read_snapshot_counts",
 ]
@@ -115,26 +116,6 @@ def _json_params(params: Mapping[str, Any]) -> str:
         return str(value)
 
     return json.dumps(convert(dict(params), ""), sort_keys=True)
-
-
-def _records(dtype_fields: list[tuple[str, str]], n: int) -> np.ndarray:
-    """Zeroed binary-COPY records: int16 field count, then (int32 length, value) per column."""
-    layout: list[tuple[str, str]] = [("n_fields", ">i2")]
-    for name, fmt in dtype_fields:
-        layout += [(f"{name}_len", ">i4"), (name, fmt)]
-    rec = np.zeros(n, dtype=np.dtype(layout))
-    rec["n_fields"] = len(dtype_fields)
-    for name, _ in dtype_fields:
-        rec[f"{name}_len"] = rec.dtype[name].itemsize
-    return rec
-
-
-def _copy_binary(cursor: Any, table: str, records: np.ndarray) -> None:
-    with cursor.copy(f"COPY {table} FROM STDIN (FORMAT BINARY)") as copy:
-        copy.write(_COPY_HEADER)
-        if records.size:
-            copy.write(records.tobytes())
-        copy.write(_COPY_TRAILER)
 
 
 def _int_array(value: Any, what: str, ndim: int) -> np.ndarray:
@@ -225,53 +206,156 @@ def _pair_rows(n: int, pairs: Any) -> dict[str, np.ndarray]:
 
 
 # ------------------------------------------------------------------------------------------
-# SQL
+# binary COPY payloads, built with numpy
 # ------------------------------------------------------------------------------------------
 
-_STAGING_DDL = """
-DROP TABLE IF EXISTS pg_temp._pub_symbols, pg_temp._pub_neighbors, pg_temp._pub_clusters,
-    pg_temp._pub_pairs;
-CREATE TEMP TABLE _pub_symbols (i int4 PRIMARY KEY, symbol text NOT NULL) ON COMMIT DROP;
-CREATE TEMP TABLE _pub_neighbors (i int4, rank int2, j int4, corr float4, overlap int4)
-    ON COMMIT DROP;
-CREATE TEMP TABLE _pub_clusters (i int4, cluster_id int4) ON COMMIT DROP;
-CREATE TEMP TABLE _pub_pairs (leader int4, lagger int4, lag int2, lagged_corr float4,
-    sync_corr float4, improvement float4, overlap int4) ON COMMIT DROP;
-"""
+#: Rows per COPY message built at once (bounds the scatter index arrays to a few MB).
+_COPY_CHUNK_ROWS = 1 << 16
 
-# Staging tables have no statistics until ANALYZE; without it the planner guesses tiny
-# tables and picks nested loops (measured: 20 s instead of < 1 s at 240,000 neighbor rows).
-_ANALYZE_STAGING = "ANALYZE _pub_symbols, _pub_neighbors, _pub_clusters, _pub_pairs"
-
-_INSERT_NEIGHBORS = """
-INSERT INTO peer_neighbors (snapshot_date, symbol, rank, neighbor, corr, overlap)
-SELECT %(d)s, a.symbol, n.rank, b.symbol, n.corr, n.overlap
-FROM _pub_neighbors n JOIN _pub_symbols a ON a.i = n.i JOIN _pub_symbols b ON b.i = n.j
-"""
-
-_INSERT_CLUSTERS = """
-INSERT INTO symbol_clusters (snapshot_date, symbol, cluster_id)
-SELECT %(d)s, a.symbol, c.cluster_id FROM _pub_clusters c JOIN _pub_symbols a ON a.i = c.i
-"""
-
-_INSERT_PAIRS = """
-INSERT INTO lead_lag_pairs (snapshot_date, leader, lagger, lag, lagged_corr, sync_corr,
-                            improvement, overlap)
-SELECT %(d)s, a.symbol, b.symbol, p.lag, p.lagged_corr, NULLIF(p.sync_corr, 'NaN'::float4),
-       p.improvement, p.overlap
-FROM _pub_pairs p JOIN _pub_symbols a ON a.i = p.leader JOIN _pub_symbols b ON b.i = p.lagger
-"""
+_PG_EPOCH = dt.date(2000, 1, 1)  # binary ``date`` = int32 days since then
 
 
-def _symbols_copy_payload(symbols: list[str]) -> bytes:
-    """Binary COPY tuples (i int4, symbol text) — the only per-symbol Python loop (N items)."""
-    parts = []
-    pack = struct.Struct(">hiii").pack
-    for i, symbol in enumerate(symbols):
-        encoded = symbol.encode("utf-8")
-        parts.append(pack(2, 4, i, len(encoded)))
-        parts.append(encoded)
-    return b"".join(parts)
+@dataclass(frozen=True)
+class _Fixed:
+    """A fixed-width column: big-endian numpy format ``fmt``, one value per row (or a scalar)."""
+
+    fmt: str
+    values: Any
+
+
+@dataclass(frozen=True)
+class _Text:
+    """A text column whose value in row ``r`` is symbol number ``index[r]``."""
+
+    index: np.ndarray
+
+
+@dataclass(frozen=True)
+class _NullableReal:
+    """A ``real`` column; NaN is sent as NULL."""
+
+    values: np.ndarray
+
+
+class _Symbols:
+    """The symbols as UTF-8 bytes: ``table[i, :lengths[i]]`` is symbol ``i``."""
+
+    def __init__(self, symbols: list[str]) -> None:
+        encoded = [s.encode("utf-8") for s in symbols]
+        self.lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        width = max(1, int(self.lengths.max(initial=0)))
+        self.table = np.frombuffer(
+            b"".join(e.ljust(width, b"\0") for e in encoded), dtype=np.uint8
+        ).reshape(len(encoded), width)
+        # code-point rank of every symbol: the order of the "C"-collated key columns
+        self.rank = np.empty(len(symbols), np.int64)
+        self.rank[sorted(range(len(symbols)), key=symbols.__getitem__)] = np.arange(len(symbols))
+
+
+def _copy_chunk(columns: Sequence[Any], rows: slice, m: int, symbols: _Symbols) -> bytes:
+    """Rows ``rows`` (``m`` of them) of ``columns`` as binary COPY tuples.
+
+    Each tuple is ``int16`` field count, then per field ``int32`` byte length (−1 = NULL) and
+    the bytes. Runs of fixed-width fields become one numpy record per row; variable-width
+    pieces (symbol text, NULL-able reals) are scattered per distinct length. No per-row Python.
+    """
+    segments: list[tuple[Any, ...]] = []
+    fixed: list[tuple[str, Any]] = [(">i2", len(columns))]
+    for col in columns:
+        if isinstance(col, _Fixed):
+            values = col.values[rows] if isinstance(col.values, np.ndarray) else col.values
+            fixed += [(">i4", np.dtype(col.fmt).itemsize), (col.fmt, values)]
+            continue
+        if isinstance(col, _Text):
+            index = col.index[rows]
+            lengths = symbols.lengths[index]
+            header, table = lengths, symbols.table
+        else:
+            real = np.asarray(col.values[rows], dtype=">f4")
+            null = np.isnan(real)
+            lengths = np.where(null, 0, 4)
+            header, table, index = np.where(null, -1, 4), real.view(np.uint8).reshape(m, 4), None
+        fixed.append((">i4", header))
+        segments += [("fixed", fixed), ("var", lengths, table, index)]
+        fixed = []
+    if fixed:
+        segments.append(("fixed", fixed))
+
+    row_bytes = np.zeros(m, np.int64)
+    blocks: list[tuple[Any, ...]] = []
+    for segment in segments:
+        if segment[0] == "fixed":
+            layout = np.dtype([(f"f{i}", fmt) for i, (fmt, _) in enumerate(segment[1])])
+            rec = np.empty(m, layout)
+            for i, (_, value) in enumerate(segment[1]):
+                rec[f"f{i}"] = value
+            blocks.append(("fixed", rec.view(np.uint8).reshape(m, layout.itemsize)))
+            row_bytes += layout.itemsize
+        else:
+            blocks.append(segment)
+            row_bytes += segment[1]
+    pos = np.zeros(m, np.int64)
+    np.cumsum(row_bytes[:-1], out=pos[1:])
+    out = np.empty(int(row_bytes.sum()), np.uint8)
+    for block in blocks:
+        if block[0] == "fixed":
+            data = block[1]
+            out[pos[:, None] + np.arange(data.shape[1])] = data
+            pos += data.shape[1]
+        else:
+            _, lengths, table, index = block
+            for length in np.unique(lengths):
+                if length == 0:
+                    continue
+                sel = np.flatnonzero(lengths == length)
+                source = table[sel if index is None else index[sel], :length]
+                out[pos[sel, None] + np.arange(length)] = source
+            pos += lengths
+    return out.tobytes()
+
+
+def _copy_chunks(columns: Sequence[Any], n_rows: int, symbols: _Symbols) -> Iterator[bytes]:
+    """The whole binary COPY stream (header, tuples, trailer), built chunk by chunk so that
+    building the next chunk overlaps the server's work on the previous one."""
+    yield _COPY_HEADER
+    for start in range(0, n_rows, _COPY_CHUNK_ROWS):
+        stop = min(n_rows, start + _COPY_CHUNK_ROWS)
+        yield _copy_chunk(columns, slice(start, stop), stop - start, symbols)
+    yield _COPY_TRAILER
+
+
+#: Column lists of the COPY statements, in the order the payload builders emit them.
+_COPY_COLUMNS = {
+    "peer_neighbors": "snapshot_date, symbol, rank, neighbor, corr, overlap",
+    "symbol_clusters": "snapshot_date, symbol, cluster_id",
+    "lead_lag_pairs": (
+        "snapshot_date, leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap"
+    ),
+}
+
+
+def _copy_binary(cursor: Any, table: str, chunks: Iterable[bytes]) -> None:
+    """``COPY table (columns) FROM STDIN (FORMAT BINARY)`` of ``chunks``."""
+    with cursor.copy(f"COPY {table} ({_COPY_COLUMNS[table]}) FROM STDIN (FORMAT BINARY)") as copy:
+        for chunk in chunks:
+            copy.write(chunk)
+
+
+def _delete_snapshot_rows(cursor: Any, d: dt.date) -> bool:
+    """Delete ``d``'s child rows, then its ``snapshots`` row; True if there was one."""
+    for child in _TABLES[1:]:  # explicit, so correctness does not hinge on the schema's cascade
+        cursor.execute(f"DELETE FROM {child} WHERE snapshot_date = %s", (d,))
+    cursor.execute("DELETE FROM snapshots WHERE snapshot_date = %s", (d,))
+    return bool(cursor.rowcount > 0)
+
+
+def _lock_date(cursor: Any, d: dt.date) -> float:
+    """Take the transaction-scoped advisory lock of ``d``; seconds waited."""
+    t = time.perf_counter()
+    cursor.execute(
+        "SELECT pg_advisory_xact_lock(hashtext(%s), %s)", (_LOCK_NAMESPACE, (d - _EPOCH).days)
+    )
+    return time.perf_counter() - t
 
 
 def publish_snapshot(
@@ -327,45 +411,56 @@ def publish_snapshot(
         raise PublishError("cluster_labels must be non-negative int32")
     pairs = _pair_rows(n, lead_lag_pairs)
 
-    neighbors_rec = _records(
-        [("i", ">i4"), ("rank", ">i2"), ("j", ">i4"), ("corr", ">f4"), ("overlap", ">i4")],
-        nb_i.size,
-    )
-    neighbors_rec["i"], neighbors_rec["rank"], neighbors_rec["j"] = nb_i, nb_rank, nb_j
-    neighbors_rec["corr"], neighbors_rec["overlap"] = nb_corr, nb_overlap
-    clusters_rec = _records([("i", ">i4"), ("cluster_id", ">i4")], n)
-    clusters_rec["i"], clusters_rec["cluster_id"] = np.arange(n), labels
-    pairs_rec = _records(
-        [
-            ("leader", ">i4"),
-            ("lagger", ">i4"),
-            ("lag", ">i2"),
-            ("lagged_corr", ">f4"),
-            ("sync_corr", ">f4"),
-            ("improvement", ">f4"),
-            ("overlap", ">i4"),
-        ],
-        pairs["leader"].size,
-    )
-    for f in LEAD_LAG_FIELDS:
-        pairs_rec[f] = pairs[f]
+    # Rows go in primary-key order (symbols by code point, as the "C" collation sorts them):
+    # the B-tree inserts then walk the index left to right instead of jumping around
+    # (measured ~1 s less for 480,000 lead-lag pairs at N = 24,000).
+    sym = _Symbols(symbol_list)
+    days = (d - _PG_EPOCH).days
+    nb_order = np.lexsort((nb_rank, sym.rank[nb_i]))
+    cl_order = np.argsort(sym.rank)
+    pr_order = np.lexsort((sym.rank[pairs["lagger"]], sym.rank[pairs["leader"]]))
+    copies: list[tuple[str, list[Any], int]] = [
+        (
+            "peer_neighbors",
+            [
+                _Fixed(">i4", days),
+                _Text(nb_i[nb_order]),
+                _Fixed(">i2", nb_rank[nb_order]),
+                _Text(nb_j[nb_order]),
+                _Fixed(">f4", nb_corr[nb_order]),
+                _Fixed(">i4", nb_overlap[nb_order]),
+            ],
+            int(nb_i.size),
+        ),
+        (
+            "symbol_clusters",
+            [_Fixed(">i4", days), _Text(cl_order), _Fixed(">i4", labels[cl_order])],
+            n,
+        ),
+        (
+            "lead_lag_pairs",
+            [
+                _Fixed(">i4", days),
+                _Text(pairs["leader"][pr_order]),
+                _Text(pairs["lagger"][pr_order]),
+                _Fixed(">i2", pairs["lag"][pr_order]),
+                _Fixed(">f4", pairs["lagged_corr"][pr_order]),
+                _NullableReal(pairs["sync_corr"][pr_order]),
+                _Fixed(">f4", pairs["improvement"][pr_order]),
+                _Fixed(">i4", pairs["overlap"][pr_order]),
+            ],
+            int(pairs["leader"].size),
+        ),
+    ]
     timings = {"prepare_s": time.perf_counter() - t_start}
 
-    lock_key = (d - _EPOCH).days
     rows: dict[str, int] = {}
     with engine.begin() as conn:
         pg = driver_connection(conn)
         with pg.cursor() as cur:
+            lock_wait = _lock_date(cur, d)
             t = time.perf_counter()
-            cur.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s), %s)", (_LOCK_NAMESPACE, lock_key)
-            )
-            lock_wait = time.perf_counter() - t
-            t = time.perf_counter()
-            for child in _TABLES[1:]:  # explicit, so correctness does not hinge on CASCADE
-                cur.execute(f"DELETE FROM {child} WHERE snapshot_date = %s", (d,))
-            cur.execute("DELETE FROM snapshots WHERE snapshot_date = %s", (d,))
-            replaced = cur.rowcount > 0
+            replaced = _delete_snapshot_rows(cur, d)
             cur.execute(
                 "INSERT INTO snapshots (snapshot_date, as_of_trade_date, n_symbols, n_dropped, "
                 "lookback_days, params, created_at) "
@@ -374,36 +469,18 @@ def publish_snapshot(
             )
             rows["snapshots"] = cur.rowcount
             timings["replace_snapshot_row_s"] = time.perf_counter() - t
-            t = time.perf_counter()
-            cur.execute(_STAGING_DDL)
-            with cur.copy("COPY _pub_symbols FROM STDIN (FORMAT BINARY)") as copy:
-                copy.write(_COPY_HEADER)
-                copy.write(_symbols_copy_payload(symbol_list))
-                copy.write(_COPY_TRAILER)
-            _copy_binary(cur, "_pub_neighbors", neighbors_rec)
-            _copy_binary(cur, "_pub_clusters", clusters_rec)
-            _copy_binary(cur, "_pub_pairs", pairs_rec)
-            cur.execute(_ANALYZE_STAGING)
-            timings["copy_s"] = time.perf_counter() - t
-            t_insert = time.perf_counter()
-            sym = {"d": d}
-            for table, statement in (
-                ("peer_neighbors", _INSERT_NEIGHBORS),
-                ("symbol_clusters", _INSERT_CLUSTERS),
-                ("lead_lag_pairs", _INSERT_PAIRS),
-            ):
+            for table, columns, n_rows in copies:
                 t = time.perf_counter()
-                cur.execute(statement, sym)
+                _copy_binary(cur, table, _copy_chunks(columns, n_rows, sym))
                 rows[table] = cur.rowcount
-                timings[f"insert_{table}_s"] = time.perf_counter() - t
-            timings["insert_s"] = time.perf_counter() - t_insert
+                timings[f"copy_{table}_s"] = time.perf_counter() - t
         expected = {
             "snapshots": 1,
             "peer_neighbors": int(nb_i.size),
             "symbol_clusters": n,
-            "lead_lag_pairs": int(pairs_rec.size),
+            "lead_lag_pairs": int(pairs["leader"].size),
         }
-        if rows != expected:  # impossible unless the join lost rows: never commit that
+        if rows != expected:  # impossible unless COPY lost rows: never commit that
             raise RuntimeError(f"publishing {d}: inserted {rows}, expected {expected}")
         t = time.perf_counter()
     timings["commit_s"] = time.perf_counter() - t
@@ -415,6 +492,16 @@ def publish_snapshot(
         replaced_previous=replaced,
         timings=timings,
     )
+
+
+def delete_snapshot(engine: sa.Engine, snapshot_date: dt.date | str) -> bool:
+    """Withdraw the snapshot of ``snapshot_date``: its rows in every published table, in one
+    transaction under the same per-date lock as :func:`publish_snapshot` (readers see all of
+    it or none of it). Returns whether there was a snapshot."""
+    d = as_iso_date(snapshot_date, "snapshot_date", PublishError)
+    with engine.begin() as conn, driver_connection(conn).cursor() as cur:
+        _lock_date(cur, d)
+        return _delete_snapshot_rows(cur, d)
 
 
 def read_snapshot_counts(engine: sa.Engine, snapshot_date: dt.date | str) -> dict[str, int]:

@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
 
         def held_copy(cursor, table, records):  # type: ignore[no-untyped-def]
             copy_binary(cursor, table, records)
-            if table == "_pub_pairs":  # the last COPY of the transaction
+            if table == "lead_lag_pairs":  # the last COPY of the transaction
                 print("IN_TRANSACTION", flush=True)
                 sys.stdin.readline()
 
