@@ -86,7 +86,7 @@ def test_bench_publish_only_leaves_no_snapshot_behind(
     assert f"peer_neighbors {expected['peer_neighbors']:,}" in result.stdout
     for label in ("previous date (setup)", "new date", "replace same date"):
         line = next(x for x in result.stdout.splitlines() if x.strip().startswith(label))
-        assert "insert_lead_lag_pairs_s" in line and "commit_s" in line, line
+        assert "copy_lead_lag_pairs_s" in line and "commit_s" in line, line
     with clean_db.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM snapshots")).scalar() == 0
         assert conn.execute(sa.text("SELECT count(*) FROM lead_lag_pairs")).scalar() == 0
