@@ -51,12 +51,15 @@ then held by the page cache, and written back to the file, instead).
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
 from scipy.cluster.hierarchy import fcluster
 
+from corr_pipeline.compute.intrinsics import prefetch
 from corr_pipeline.compute.tiling import block_rows_for
+from corr_pipeline.compute.workers import available_cores
 
 __all__ = [
     "LINKAGE_METHODS",
@@ -69,6 +72,10 @@ __all__ = [
 
 #: Accepted linkage methods and the code the kernels use for them.
 LINKAGE_METHODS: dict[str, int] = {"single": 0, "complete": 1, "average": 2, "weighted": 3}
+
+#: Live clusters ahead whose column entry the NN-chain prefetches (measured: ~10 % faster at
+#: N = 24,000; 8, 16 and 32 within noise of each other).
+PREFETCH_AHEAD = 32
 
 #: Tiles of ``2**TILE_SHIFT`` × ``2**TILE_SHIFT`` distances in the working buffer (0 would mean
 #: scipy's plain condensed layout).
@@ -133,12 +140,22 @@ def _fill_rows(block, row0, n, G, F, run_shift, out):  # pragma: no cover - comp
 
 
 def _fill(corr, G, F, run_shift: int, out: np.ndarray, working_memory_mb: float) -> None:
+    """All distances into ``out``, blocks of rows in parallel threads (``_fill_rows`` is nogil).
+
+    Blocks are at most 1/64 of the rows so the shrinking triangle rows balance out; each
+    thread holds one block of ``corr`` (together within ``working_memory_mb``).
+    """
     n = corr.shape[0]
-    rows = block_rows_for(n * corr.dtype.itemsize, working_memory_mb, n)
-    n_inf = 0
-    for row0 in range(0, n - 1, rows):
+    threads = available_cores()
+    rows = block_rows_for(n * corr.dtype.itemsize * threads, working_memory_mb, n)
+    rows = max(1, min(rows, -(-n // 64)))
+
+    def fill_block(row0: int) -> int:
         block = np.asarray(corr[row0 : min(row0 + rows, n - 1)])  # a view for ndarray / memmap
-        n_inf += _fill_rows(block, row0, n, G, F, run_shift, out)
+        return int(_fill_rows(block, row0, n, G, F, run_shift, out))
+
+    with ThreadPoolExecutor(threads) as pool:
+        n_inf = sum(pool.map(fill_block, range(0, n - 1, rows)))
     if n_inf:
         raise ValueError(
             f"corr holds {n_inf} infinite value(s) above the diagonal; correlations must be "
@@ -270,7 +287,8 @@ def _nn_chain(D, n, method, Z, G, F):  # pragma: no cover - compiled
                 current_min = np.inf
             px = _position(live, m, x)
             fx = F[x]
-            for t in range(px):  # live i < x
+            for t in range(px):  # live i < x: one cache line each, fetched ahead
+                prefetch(D, live_g[min(t + PREFETCH_AHEAD, m - 1)] + fx)
                 dist = D[live_g[t] + fx]
                 if dist < current_min:
                     current_min = dist
@@ -310,9 +328,13 @@ def _nn_chain(D, n, method, Z, G, F):  # pragma: no cover - compiled
         fy = F[y]
         for t in range(px):  # i < x
             gi = live_g[t]
+            ahead = live_g[min(t + PREFETCH_AHEAD, m - 1)]
+            prefetch(D, ahead + fx)
+            prefetch(D, ahead + fy)
             D[gi + fy] = _update(D[gi + fx], D[gi + fy], nx, ny, method)
         for t in range(px, py):  # x < i < y
             gi = live_g[t]
+            prefetch(D, live_g[min(t + PREFETCH_AHEAD, m - 1)] + fy)
             D[gi + fy] = _update(D[gx + live_f[t]], D[gi + fy], nx, ny, method)
         for t in range(py + 1, m):  # i > y
             fi = live_f[t]
