@@ -5,7 +5,7 @@
 
 MODE
     ``hold``  publish once, but stop inside the transaction -- after the old snapshot was deleted,
-              the new snapshots row inserted and the staging COPYs done -- print
+              the new snapshots row inserted and the COPYs done -- print
               ``IN_TRANSACTION`` and wait for a line on stdin before going on;
     ``once``  publish once (a large payload is killed while PostgreSQL works on it);
     ``loop``  REPEATS times: publish version VERSION + (i % 2), then delete the snapshot again.
@@ -19,12 +19,17 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+import time
 
 import sqlalchemy as sa
 
 from corr_pipeline.db import publish
 from corr_pipeline.db.engine import get_engine
 from corr_pipeline_tests.reliability._payloads import publish_arguments
+
+STATE_HOLD_S = 0.05
+"""``loop`` keeps each state (published, withdrawn) this long, so a polling reader meets both
+even when publishing is fast; the races themselves are at the commits, unaffected by it."""
 
 
 def main(argv: list[str]) -> int:
@@ -48,10 +53,12 @@ def main(argv: list[str]) -> int:
             versions = [publish_arguments(day, n=n, k=k, version=version + v) for v in (0, 1)]
             for i in range(repeats):
                 publish.publish_snapshot(engine, **versions[i % 2])
+                time.sleep(STATE_HOLD_S)  # let readers see the published state, too
                 with engine.begin() as conn:
                     conn.execute(
                         sa.text("DELETE FROM snapshots WHERE snapshot_date = :d"), {"d": day}
                     )
+                time.sleep(STATE_HOLD_S)
         else:
             publish.publish_snapshot(engine, **publish_arguments(day, n=n, k=k, version=version))
     except Exception as exc:
