@@ -432,7 +432,9 @@ def synthetic_results(
 
     index = rng.permuted(distinct_others(k), axis=1)
     corr = np.sort(rng.uniform(0.2, 0.95, (n, k)).astype(np.float32), axis=1)[:, ::-1]
-    corr = np.ascontiguousarray(corr * rng.choice(np.float32([-1, 1]), (n, k), p=[0.05, 0.95]))
+    corr = np.ascontiguousarray(
+        corr * rng.choice(np.array([-1, 1], dtype=np.float32), (n, k), p=[0.05, 0.95])
+    )
     overlap = rng.integers(max(2, t // 4), t + 1, (n, k)).astype(overlap_dtype(t))
     n_clusters = max(1, round(n / cluster_size))
     labels = np.concatenate([np.arange(n_clusters), rng.integers(0, n_clusters, n - n_clusters)])
