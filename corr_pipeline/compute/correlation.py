@@ -6,16 +6,15 @@
     corr[i, i]    = 1 (NaN for a column with < min_overlap finite values or constant).
 
 How (see ``kernels`` for the formula): one float32 product ``Z_Iᵀ Z_J`` per
-tile of 128 rows against the columns from the tile on (the upper triangle),
-then one fused numba pass per tile that turns it into ``corr`` and
-``overlap`` with the prefix sums and gap corrections; tiles run in parallel
-threads (``workers``). Each row block's upper-triangle slab is written, then
-mirrored into the columns below it, so ``corr == corr.T`` bit for bit by
-construction.
+tile of 128 rows and chunk of 2,048 columns from the tile on (the upper
+triangle), then one fused numba pass per chunk that turns it into ``corr`` and
+``overlap`` with the prefix sums and gap corrections; chunks run in parallel
+threads (``workers``). Each chunk is then mirrored into the block below the
+diagonal, so ``corr == corr.T`` bit for bit by construction.
 
 Memory at N = 24,000, T = 252 (block of b rows): the standardized window
 (~5 arrays of T × N float32/uint8 plus 5 of float64, about 220 MB), the
-block slab (b × N × 6 bytes) and one tile product (128 × N × 4 bytes) per
+block slab (b × N × 6 bytes) and one chunk product (128 × 2,048 × 4 bytes) per
 thread. Nothing is N × N except the outputs, which the caller may pass as
 memory-mapped files.
 """
@@ -33,6 +32,7 @@ from corr_pipeline.compute.standardize import Side, Standardized, make_side, sta
 from corr_pipeline.compute.tiling import (
     DEFAULT_WORKING_MEMORY_MB,
     GEMM_TILE,
+    PRODUCT_COLUMNS,
     overlap_dtype,
     resolve_block_rows,
     row_blocks,
@@ -71,11 +71,11 @@ class PairCorrelator:
         self.b = b
         self.pool = pool
 
-    def tile_product(self, tile_start: int, tile_stop: int, col0: int) -> np.ndarray:
-        """``Sxy = Z[a0:a0+T', tile]ᵀ Z[b0:b0+T', col0:]`` in float32."""
+    def tile_product(self, tile_start: int, tile_stop: int, col0: int, col1: int) -> np.ndarray:
+        """``Sxy = Z[a0:a0+T', tile]ᵀ Z[b0:b0+T', col0:col1]`` in float32."""
         a, b, w = self.a, self.b, self.window
         left = w.z_t[tile_start:tile_stop, a.row0 : a.row0 + a.n_rows]
-        right = w.z[b.row0 : b.row0 + b.n_rows, col0:]
+        right = w.z[b.row0 : b.row0 + b.n_rows, col0:col1]
         return left @ right
 
     def run(
@@ -90,11 +90,13 @@ class PairCorrelator:
         out_overlap: np.ndarray = _EMPTY_I32,
         lag: int = 0,
         best: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
-        after_tile: Callable[[int, int], None] | None = None,
+        after_chunk: Callable[[int, int, int, int], None] | None = None,
     ) -> None:
         """Correlate A columns ``rows`` against B (all columns, or ``j >= i`` if symmetric).
 
-        ``after_tile(row_lo, row_hi)`` runs in the worker once a tile's rows are done.
+        Work items are (tile, chunk of ``PRODUCT_COLUMNS`` B columns); they write disjoint
+        parts of the outputs. ``after_chunk(row_lo, row_hi, col_lo, col_hi)`` runs in the
+        worker once an item is done.
         """
         best_abs, best_corr, best_lag, best_overlap = best or (
             _EMPTY_F32,
@@ -104,11 +106,11 @@ class PairCorrelator:
         )
         a, b, w = self.a, self.b, self.window
 
-        def finish_tile(tile: tuple[int, int]) -> None:
-            tile_start, tile_stop = tile[0], min(tile[1], w.n_cols)
-            col0 = tile_start if symmetric else 0
+        def finish(item: tuple[int, int, int]) -> None:
+            tile_start, col0, col1 = item
+            tile_stop = min(tile_start + GEMM_TILE, w.n_cols)
             row_lo, row_hi = max(rows[0], tile_start), min(rows[1], tile_stop)
-            sxy = self.tile_product(tile_start, tile_stop, col0)
+            sxy = self.tile_product(tile_start, tile_stop, col0, col1)
             kernels.correlate_tile(
                 mode,
                 symmetric,
@@ -152,11 +154,15 @@ class PairCorrelator:
                 best_lag,
                 best_overlap,
             )
-            if after_tile is not None:
-                after_tile(row_lo, row_hi)
+            if after_chunk is not None:
+                after_chunk(row_lo, row_hi, col0, col1)
 
-        # Tiles own disjoint rows of the outputs; list() re-raises a worker's error.
-        list(self.pool.map(finish_tile, tiles_covering(rows[0], rows[1])))
+        items = [
+            (tile_start, col0, min(col0 + PRODUCT_COLUMNS, w.n_cols))
+            for tile_start, _ in tiles_covering(rows[0], rows[1])
+            for col0 in range(tile_start if symmetric else 0, w.n_cols, PRODUCT_COLUMNS)
+        ]
+        list(self.pool.map(finish, items))  # list() re-raises a worker's error
 
 
 def block_row_bytes(n_cols: int, overlap_itemsize: int) -> int:
@@ -215,12 +221,12 @@ def _correlate_block(
     corr: np.ndarray,
     overlap: np.ndarray,
 ) -> None:
-    """Upper triangle of rows ``[start, stop)`` written in place, each tile then mirrored below."""
+    """Upper triangle of rows ``[start, stop)`` written in place, each chunk then mirrored below."""
     full_corr, full_overlap = np.asarray(corr), np.asarray(overlap)
 
-    def mirror(row_lo: int, row_hi: int) -> None:
-        kernels.mirror_rows_below(full_corr, row_lo, row_hi)
-        kernels.mirror_rows_below(full_overlap, row_lo, row_hi)
+    def mirror(row_lo: int, row_hi: int, col_lo: int, col_hi: int) -> None:
+        kernels.mirror_block(full_corr, row_lo, row_hi, col_lo, col_hi)
+        kernels.mirror_block(full_overlap, row_lo, row_hi, col_lo, col_hi)
 
     correlator.run(
         (start, stop),
@@ -230,7 +236,7 @@ def _correlate_block(
         out_origin=(start, start),
         out_corr=full_corr[start:stop, start:],
         out_overlap=full_overlap[start:stop, start:],
-        after_tile=mirror,
+        after_chunk=mirror,
     )
 
 

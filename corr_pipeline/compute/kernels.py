@@ -141,7 +141,7 @@ def correlate_tile(  # pragma: no cover - compiled
     """Finish the correlation of rows ``[row_lo, row_hi)`` (A columns) of one tile.
 
     Serial and GIL-free: callers run tiles in parallel threads (``workers``).
-    ``sxy`` holds the tile product: rows from ``tile_row0``, B columns from ``col0``.
+    ``sxy`` holds the tile product: rows from ``tile_row0``, B columns ``col0 ..`` (a chunk).
     B's interior gaps are CSR entries (``b_gap_rows``, with their column in
     ``b_gap_cols``). ``b_partial_cols`` lists, ascending, the B columns whose
     interval is not the whole side, and ``b_partial_ptr[j]`` counts those below
@@ -164,7 +164,8 @@ def correlate_tile(  # pragma: no cover - compiled
     flagged = np.empty(CHUNK, dtype=np.bool_)
     for i in range(row_lo, row_hi):
         ti = i - tile_row0
-        c_first = i - col0 if symmetric else 0
+        c_first = max(i - col0, 0) if symmetric else 0
+        diagonal = symmetric and i >= col0  # this chunk starts at or before column i
         lo_i = b0 + a_lo[i]
         hi_i = b0 + a_hi[i]
         sq_i = prefix_sq_t[i, a0 + a_hi[i]] - prefix_sq_t[i, a0 + a_lo[i]]
@@ -234,7 +235,7 @@ def correlate_tile(  # pragma: no cover - compiled
                         values[c] = exact_pair_correlation(
                             raw_t[i, a0 : a0 + n_rows], raw_t[j0 + c, b0 : b0 + n_rows], min_overlap
                         )
-            if symmetric and c_start == c_first:
+            if diagonal and c_start == c_first:
                 values[0] = 1.0 if (count[0] >= min_overlap and sq_i > 0.0) else np.nan
             if mode == MODE_WRITE:
                 for c in range(m):
@@ -252,12 +253,13 @@ def correlate_tile(  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def mirror_rows_below(matrix, start, stop):  # pragma: no cover - compiled
-    """``matrix[r, c] = matrix[c, r]`` for ``c in [start, stop)`` and ``r > c``.
+def mirror_block(matrix, row_lo, row_hi, col_lo, col_hi):  # pragma: no cover - compiled
+    """``matrix[r, c] = matrix[c, r]`` for ``c in [row_lo, row_hi)``, ``r in [col_lo, col_hi)``, ``r > c``.
 
-    Copies the upper-triangle rows ``[start, stop)`` (one tile, still in cache)
-    into their columns below the diagonal; row ``r`` gets a contiguous run.
+    Copies the upper-triangle block rows ``[row_lo, row_hi)`` × columns ``[col_lo, col_hi)``
+    (one product chunk, still in cache) to its mirror image below the diagonal; row ``r`` of
+    the image gets a contiguous run.
     """
-    for r in range(start + 1, matrix.shape[0]):
-        for c in range(start, min(stop, r)):
+    for r in range(max(col_lo, row_lo + 1), col_hi):
+        for c in range(row_lo, min(row_hi, r)):
             matrix[r, c] = matrix[c, r]

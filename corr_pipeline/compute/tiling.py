@@ -10,7 +10,8 @@ where ``row_bytes`` is what one block row keeps alive (all temporaries).
 
 Bit-identical results for every block size: matrix products are always
 issued on the fixed, globally aligned tiles of ``GEMM_TILE`` rows
-(``[k·GEMM_TILE, (k+1)·GEMM_TILE)``), whatever the block. BLAS sums in an
+(``[k·GEMM_TILE, (k+1)·GEMM_TILE)``), in chunks of ``PRODUCT_COLUMNS`` columns
+counted from the first column the tile needs, whatever the block. BLAS sums in an
 order that depends on the shape of the call, so a product split differently
 would round differently; with a fixed tile grid every output element comes
 from the very same call. The default block height is a multiple of the tile,
@@ -24,6 +25,11 @@ import numpy as np
 
 GEMM_TILE = 128
 """Rows per matrix-product call. Fixed: changing it may change the last bit of results."""
+
+PRODUCT_COLUMNS = 2048
+"""Columns per matrix-product call, counted from the first column a tile needs (its own first
+column in the symmetric case, 0 otherwise); fixed, like :data:`GEMM_TILE`. A tile's columns are split into such chunks so that even a single tile
+gives every worker thread work, and each chunk's product stays in cache for its fused pass."""
 
 DEFAULT_WORKING_MEMORY_MB = 256
 

@@ -348,3 +348,22 @@ def test_thread_count_invariance(monkeypatch: pytest.MonkeyPatch, threads: int) 
     monkeypatch.setattr(workers, "available_cores", lambda: threads)
     other = pairwise_correlation(universe.R, min_overlap=universe.min_overlap, block_rows=128)
     _assert_identical(baseline, other, f"{threads} worker threads")
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+def test_product_column_chunks(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Products split into column chunks (2,048 by default, so tests rarely see more than one):
+    small chunks put the diagonal, block edges and mirrors at every position; still exact."""
+    from corr_pipeline.compute import correlation
+
+    monkeypatch.setattr(correlation, "PRODUCT_COLUMNS", chunk)
+    universe = realistic_universe(9, 60, 150, 20, name="T60_N150")
+    ref_corr, ref_overlap = reference_for(universe)
+    for block_rows in (None, 37, 128):
+        result = pairwise_correlation(
+            universe.R, min_overlap=universe.min_overlap, block_rows=block_rows
+        )
+        assert_matches_reference(
+            result.corr, result.overlap, ref_corr, ref_overlap, universe.T, universe.min_overlap
+        )
+        assert np.array_equal(result.corr, result.corr.T, equal_nan=True)

@@ -430,3 +430,15 @@ def test_reference_selection_by_hand() -> None:
     assert len(row0) == 1 and row0["lagger"][0] == 1 and row0["lag"][0] == 1
     excuses = ref.lead_lag_excuses(reference)
     assert excuses.excused[0, 1] and excuses.excused[0, 2], "exact tie at the boundary is excused"
+
+
+@pytest.mark.parametrize("chunk", [5, 64])
+def test_product_column_chunks(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Lead-lag with products split into small column chunks still equals the brute force."""
+    from corr_pipeline.compute import correlation
+
+    monkeypatch.setattr(correlation, "PRODUCT_COLUMNS", chunk)
+    universe = realistic_universe(3, 120, 150, 30, injected=_injected(3, 150, 4, 3))
+    params = dict(max_lag=3, k_leaders=2, k_laggers=3, min_improvement=0.0)
+    pairs, reference = _run(universe, "computed", **params)
+    assert_lead_lag_matches(pairs, reference, 3, f"{universe} chunk {chunk}")
