@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from corr_pipeline import viz
+from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -173,19 +174,6 @@ def test_correlation_histogram_png_valid():
     assert viz.correlation_histogram_png(histogram=h) == png
     with pytest.raises(ValueError, match="give corr or histogram"):
         viz.correlation_histogram_png()
-
-
-LEAD_LAG_DTYPE = np.dtype(
-    [
-        ("leader", "i4"),
-        ("lagger", "i4"),
-        ("lag", "i2"),
-        ("lagged_corr", "f4"),
-        ("sync_corr", "f4"),
-        ("improvement", "f4"),
-        ("overlap", "i4"),
-    ]
-)
 
 
 def _pairs(n_pairs: int, n_symbols: int, seed: int = 0) -> np.ndarray:

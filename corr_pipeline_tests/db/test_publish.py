@@ -13,6 +13,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.db.publish import (
     PublishError,
     publish_snapshot,
@@ -21,17 +22,6 @@ from corr_pipeline.db.publish import (
 
 D = dt.date(2024, 3, 29)  # Good Friday: snapshots the previous session
 AS_OF = dt.date(2024, 3, 28)
-PAIR_DTYPE = np.dtype(
-    [
-        ("leader", "i4"),
-        ("lagger", "i4"),
-        ("lag", "i2"),
-        ("lagged_corr", "f4"),
-        ("sync_corr", "f4"),
-        ("improvement", "f4"),
-        ("overlap", "i4"),
-    ]
-)
 
 
 def make_results(n: int, k: int, seed: int, n_pairs: int = 20) -> dict:
@@ -51,7 +41,7 @@ def make_results(n: int, k: int, seed: int, n_pairs: int = 20) -> dict:
     labels = rng.integers(0, max(1, n // 5), n).astype(np.int32)
     keys = rng.choice(n * n, size=4 * n_pairs, replace=False)
     keys = keys[keys // n != keys % n][:n_pairs]
-    pairs = np.zeros(keys.size, dtype=PAIR_DTYPE)
+    pairs = np.zeros(keys.size, dtype=LEAD_LAG_DTYPE)
     pairs["leader"], pairs["lagger"] = keys // n, keys % n
     pairs["lag"] = rng.integers(1, 6, keys.size)
     pairs["lagged_corr"] = rng.uniform(-1, 1, keys.size)
@@ -333,7 +323,7 @@ def test_params_must_be_json(clean_db):
 
 def test_empty_lead_lag_and_string_dates(clean_db):
     results = make_results(n=10, k=2, seed=14)
-    results["lead_lag_pairs"] = np.zeros(0, dtype=PAIR_DTYPE)
+    results["lead_lag_pairs"] = np.zeros(0, dtype=LEAD_LAG_DTYPE)
     report = publish(clean_db, results, snapshot_date="2024-03-29", as_of_trade_date="2024-03-28")
     assert report.rows["lead_lag_pairs"] == 0
     assert json.loads(json.dumps(snapshot_row(clean_db)[0]["params"]))["k"] == 2

@@ -189,11 +189,8 @@ def test_cluster_check():
     assert "| 0 | 3 | A, B ... |" in md
 
 
-PAIR_DTYPE = LEAD_LAG_DTYPE  # SPEC §9 result columns
-
-
 def _pairs(rows):
-    out = np.array(rows, dtype=PAIR_DTYPE)
+    out = np.array(rows, dtype=LEAD_LAG_DTYPE)
     return out
 
 

@@ -8,17 +8,7 @@ from typing import Any
 
 import numpy as np
 
-PAIR_DTYPE = np.dtype(
-    [
-        ("leader", "i4"),
-        ("lagger", "i4"),
-        ("lag", "i2"),
-        ("lagged_corr", "f4"),
-        ("sync_corr", "f4"),
-        ("improvement", "f4"),
-        ("overlap", "i4"),
-    ]
-)
+from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 
 
 def publish_arguments(
@@ -33,7 +23,7 @@ def publish_arguments(
     corr = -np.sort(-rng.uniform(0.05, 0.99, (n, k)), axis=1).astype(np.float32)
     overlap = rng.integers(20, 250, (n, k)).astype(np.int16)
     m = n if n_pairs is None else n_pairs
-    pairs = np.zeros(m, dtype=PAIR_DTYPE)
+    pairs = np.zeros(m, dtype=LEAD_LAG_DTYPE)
     pairs["leader"] = np.arange(m) % n
     pairs["lagger"] = (pairs["leader"] + 1 + np.arange(m) // n) % n
     pairs["lag"] = rng.integers(1, 4, m)

@@ -21,7 +21,6 @@ from corr_pipeline.definitions import build_resources
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
 from corr_pipeline_tests.reliability._payloads import (  # noqa: F401 (re-exported)
-    PAIR_DTYPE,
     expected_counts,
     publish_arguments,
     with_application_name,

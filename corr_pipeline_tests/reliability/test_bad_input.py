@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from corr_pipeline import query as q
 from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation
 from corr_pipeline.compute.clusters import hierarchical_clusters
+from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.compute.neighbors import top_k_neighbors
 from corr_pipeline.db.prices_import import PricesImportError, import_prices_csv
 from corr_pipeline.db.publish import publish_snapshot
@@ -36,15 +37,7 @@ def publish_previous(engine: sa.Engine) -> dict[str, list[tuple]]:
     """A small earlier version of the snapshot of D, published directly; returns its rows."""
     pairs = np.zeros(
         1,
-        dtype=[
-            ("leader", "i4"),
-            ("lagger", "i4"),
-            ("lag", "i2"),
-            ("lagged_corr", "f4"),
-            ("sync_corr", "f4"),
-            ("improvement", "f4"),
-            ("overlap", "i4"),
-        ],
+        dtype=LEAD_LAG_DTYPE,
     )
     pairs[0] = (0, 1, 1, 0.5, 0.1, 0.4, 25)
     publish_snapshot(

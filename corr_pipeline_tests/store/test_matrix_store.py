@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.store.matrix_store import (
     CorruptMatrixError,
     InvalidStoreKeyError,
@@ -38,18 +39,6 @@ def temp_files(directory: Path) -> list[str]:
 
 # ---- round trips --------------------------------------------------------------------------
 
-PAIR_DTYPE = np.dtype(
-    [
-        ("leader", "i4"),
-        ("lagger", "i4"),
-        ("lag", "i2"),
-        ("lagged_corr", "f4"),
-        ("sync_corr", "f4"),
-        ("improvement", "f4"),
-        ("overlap", "i4"),
-    ]
-)
-
 
 @pytest.mark.parametrize(
     "array",
@@ -62,7 +51,7 @@ PAIR_DTYPE = np.dtype(
         np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3)),
         np.array(3.25),
         np.array(
-            [(1, 2, 3, 0.5, np.nan, 0.25, 40), (4, 5, 1, -0.75, 0.1, 0.5, 41)], dtype=PAIR_DTYPE
+            [(1, 2, 3, 0.5, np.nan, 0.25, 40), (4, 5, 1, -0.75, 0.1, 0.5, 41)], dtype=LEAD_LAG_DTYPE
         ),
         np.array(["AAPL", "ÉTÉ"], dtype="<U4"),
     ],
