@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
+from corr_pipeline.db.schema import PUBLISHED_TABLES
 from corr_pipeline.defs.instrumentation import read_proc_status_kib, reset_peak_rss
 
 __all__ = [
@@ -60,8 +61,6 @@ PIPELINE_STAGES = ("load window", "correlation", "neighbors", "clusters", "lead-
 
 #: Average-linkage cut used by the benchmark (distance = 1 − corr; SPEC §5).
 BENCH_DISTANCE_THRESHOLD = 1.2
-
-_PUBLISHED_TABLES = ("snapshots", "peer_neighbors", "symbol_clusters", "lead_lag_pairs")
 
 
 # ------------------------------------------------------------------------------------------
@@ -538,7 +537,7 @@ def run_publish_benchmark(
             echo(f"  {label:<22} {published.seconds:6.2f} s   {phases}")
     finally:
         with engine.begin() as conn:
-            for table in _PUBLISHED_TABLES[::-1]:
+            for table in PUBLISHED_TABLES[::-1]:
                 conn.execute(
                     sa.text(f"DELETE FROM {table} WHERE snapshot_date BETWEEN :a AND :b"),
                     {"a": snapshot_date - dt.timedelta(days=1), "b": snapshot_date},

@@ -61,6 +61,7 @@ import sqlalchemy as sa
 
 from corr_pipeline.db.bulk import driver_connection
 from corr_pipeline.db.dates import as_iso_date
+from corr_pipeline.db.schema import PUBLISHED_TABLES, SNAPSHOT_CHILD_TABLES
 
 __all__ = [
     "LEAD_LAG_FIELDS",
@@ -86,7 +87,6 @@ _LOCK_NAMESPACE = "corr_pipeline.snapshot"
 _EPOCH = dt.date(1970, 1, 1)
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _COPY_TRAILER = struct.pack(">h", -1)
-_TABLES = ("snapshots", "peer_neighbors", "symbol_clusters", "lead_lag_pairs")
 
 
 class PublishError(ValueError):
@@ -355,7 +355,8 @@ def _copy_binary(cursor: Any, table: str, chunks: Iterable[bytes]) -> None:
 
 def _delete_snapshot_rows(cursor: Any, d: dt.date) -> bool:
     """Delete ``d``'s child rows, then its ``snapshots`` row; True if there was one."""
-    for child in _TABLES[1:]:  # explicit, so correctness does not hinge on the schema's cascade
+    # explicit, so correctness does not hinge on the schema's cascade
+    for child in SNAPSHOT_CHILD_TABLES:
         cursor.execute(f"DELETE FROM {child} WHERE snapshot_date = %s", (d,))
     cursor.execute("DELETE FROM snapshots WHERE snapshot_date = %s", (d,))
     return bool(cursor.rowcount > 0)
@@ -520,10 +521,11 @@ def read_snapshot_counts(engine: sa.Engine, snapshot_date: dt.date | str) -> dic
     """Rows per published table for ``snapshot_date``, read in one consistent snapshot."""
     d = as_iso_date(snapshot_date, "snapshot_date", PublishError)
     query = " UNION ALL ".join(
-        f"SELECT '{table}', count(*) FROM {table} WHERE snapshot_date = :d" for table in _TABLES
+        f"SELECT '{table}', count(*) FROM {table} WHERE snapshot_date = :d"
+        for table in PUBLISHED_TABLES
     )
     with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
         result: dict[str, int] = {
             str(table): int(count) for table, count in conn.execute(sa.text(query), {"d": d})
         }
-    return {table: int(result[table]) for table in _TABLES}
+    return {table: int(result[table]) for table in PUBLISHED_TABLES}

@@ -125,6 +125,9 @@ _SCHEMA_LOCK_KEY = 0x636F7272  # "corr"
 #: The per-snapshot tables that reference ``snapshots``.
 SNAPSHOT_CHILD_TABLES = ("peer_neighbors", "symbol_clusters", "lead_lag_pairs")
 
+#: Every table a snapshot publication writes, parent first.
+PUBLISHED_TABLES = ("snapshots", *SNAPSHOT_CHILD_TABLES)
+
 _CHECK_FUNCTION = "corr_pipeline_check_snapshot_reference"
 _CHECK_BODY = """
 DECLARE
@@ -245,7 +248,7 @@ def install_snapshot_reference(conn: sa.Connection) -> list[str]:
                 "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgrelid = ANY ("
                 "ARRAY(SELECT to_regclass(t) FROM unnest(CAST(:tables AS text[])) t))"
             ),
-            {"tables": ["snapshots", *SNAPSHOT_CHILD_TABLES]},
+            {"tables": list(PUBLISHED_TABLES)},
         ).scalars()
     )
     for name, (_table, statement) in _snapshot_reference_triggers().items():

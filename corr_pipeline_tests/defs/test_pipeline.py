@@ -25,6 +25,7 @@ from corr_pipeline.compute import (
     pairwise_correlation,
     top_k_neighbors,
 )
+from corr_pipeline.db.schema import PUBLISHED_TABLES, SNAPSHOT_CHILD_TABLES
 from corr_pipeline.db.synth import read_truth, write_synthetic_universe
 from corr_pipeline.db.window import load_returns_window
 from corr_pipeline.definitions import build_resources
@@ -58,7 +59,6 @@ PARAMS = dict(
     n_clusters=None,
     working_memory_mb=16,
 )
-ROW_TABLES = ("snapshots", "peer_neighbors", "symbol_clusters", "lead_lag_pairs")
 
 
 @pytest.fixture
@@ -99,7 +99,7 @@ def _counts(engine: sa.Engine, day: str) -> dict[str, int]:
             table: conn.execute(
                 sa.text(f"SELECT count(*) FROM {table} WHERE snapshot_date = :d"), {"d": day}
             ).scalar_one()
-            for table in ROW_TABLES
+            for table in PUBLISHED_TABLES
         }
 
 
@@ -190,7 +190,7 @@ def test_rematerializing_replaces_without_duplicates(one_partition, engine):
     store = one_partition
     assert _materialize(store, "2026-11-26").success
     other_before = _rows(engine, "peer_neighbors", "2026-11-26", "2, 3")
-    before = {t: _rows(engine, t, LAST, "2, 3") for t in ROW_TABLES[1:]}
+    before = {t: _rows(engine, t, LAST, "2, 3") for t in SNAPSHOT_CHILD_TABLES}
     counts_before = _counts(engine, LAST)
     again = _materialize(store, LAST)
     assert again.success
@@ -198,7 +198,7 @@ def test_rematerializing_replaces_without_duplicates(one_partition, engine):
     assert replaced.metadata["replaced_previous"].value is True
     assert _counts(engine, LAST) == counts_before
     assert _rows(engine, "peer_neighbors", "2026-11-26", "2, 3") == other_before
-    assert {t: _rows(engine, t, LAST, "2, 3") for t in ROW_TABLES[1:]} == before
+    assert {t: _rows(engine, t, LAST, "2, 3") for t in SNAPSHOT_CHILD_TABLES} == before
 
 
 def test_published_rows_equal_direct_compute(one_partition, engine):

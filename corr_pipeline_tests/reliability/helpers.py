@@ -16,7 +16,7 @@ import dagster as dg
 import numpy as np
 import sqlalchemy as sa
 
-from corr_pipeline.db.schema import prices
+from corr_pipeline.db.schema import PUBLISHED_TABLES, prices
 from corr_pipeline.definitions import build_resources
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
@@ -43,7 +43,6 @@ PARAMS: dict[str, Any] = dict(
     n_clusters=None,
     working_memory_mb=8,
 )
-ROW_TABLES = ("snapshots", "peer_neighbors", "symbol_clusters", "lead_lag_pairs")
 _ORDER = {
     "snapshots": "snapshot_date",
     "peer_neighbors": "symbol, rank",
@@ -151,7 +150,7 @@ def snapshot_rows(engine: sa.Engine, day: dt.date | str) -> dict[str, list[tuple
     ``dagster_run_id`` left out so that two runs producing the same snapshot compare equal."""
     out: dict[str, list[tuple]] = {}
     with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
-        for table in ROW_TABLES:
+        for table in PUBLISHED_TABLES:
             rows = conn.execute(
                 sa.text(f"SELECT * FROM {table} WHERE snapshot_date = :d ORDER BY {_ORDER[table]}"),
                 {"d": day},
@@ -175,7 +174,7 @@ def snapshot_counts(engine: sa.Engine, day: dt.date | str) -> dict[str, int]:
             table: conn.execute(
                 sa.text(f"SELECT count(*) FROM {table} WHERE snapshot_date = :d"), {"d": day}
             ).scalar_one()
-            for table in ROW_TABLES
+            for table in PUBLISHED_TABLES
         }
 
 

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 
 from corr_pipeline import query as q
 from corr_pipeline import settings
+from corr_pipeline.db.schema import PUBLISHED_TABLES
 from corr_pipeline.defs.run import materialize_snapshot
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
 from corr_pipeline_tests.reliability import helpers as h
@@ -182,11 +183,11 @@ def test_readers_polling_during_repeated_publication_see_all_or_nothing(clean_db
     ``peers`` / ``cluster`` queries. Every observation is nothing, or one whole version."""
     n, k, versions = 600, 5, (61, 62)
     expected = {v: h.expected_counts(h.publish_arguments(D, n=n, k=k, version=v)) for v in versions}
-    nothing = {table: 0 for table in h.ROW_TABLES}
+    nothing = {table: 0 for table in PUBLISHED_TABLES}
     symbol = {v: f"V{v}_{7:06d}" for v in versions}
     union = " UNION ALL ".join(
         f"SELECT '{table}', count(*) FROM {table} WHERE snapshot_date = :d"
-        for table in h.ROW_TABLES
+        for table in PUBLISHED_TABLES
     )
     publisher = subprocess.Popen(
         h.python_module_cmd(
