@@ -51,7 +51,6 @@ then held by the page cache, and written back to the file, instead).
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
@@ -59,7 +58,7 @@ from scipy.cluster.hierarchy import fcluster
 
 from corr_pipeline.compute.intrinsics import prefetch
 from corr_pipeline.compute.tiling import block_rows_for
-from corr_pipeline.compute.workers import available_cores
+from corr_pipeline.compute.workers import available_cores, worker_pool
 
 __all__ = [
     "LINKAGE_METHODS",
@@ -146,15 +145,14 @@ def _fill(corr, G, F, run_shift: int, out: np.ndarray, working_memory_mb: float)
     thread holds one block of ``corr`` (together within ``working_memory_mb``).
     """
     n = corr.shape[0]
-    threads = available_cores()
-    rows = block_rows_for(n * corr.dtype.itemsize * threads, working_memory_mb, n)
+    rows = block_rows_for(n * corr.dtype.itemsize * available_cores(), working_memory_mb, n)
     rows = max(1, min(rows, -(-n // 64)))
 
     def fill_block(row0: int) -> int:
         block = np.asarray(corr[row0 : min(row0 + rows, n - 1)])  # a view for ndarray / memmap
         return int(_fill_rows(block, row0, n, G, F, run_shift, out))
 
-    with ThreadPoolExecutor(threads) as pool:
+    with worker_pool() as pool:
         n_inf = sum(pool.map(fill_block, range(0, n - 1, rows)))
     if n_inf:
         raise ValueError(

@@ -39,7 +39,7 @@ from corr_pipeline.compute.tiling import (
     tiles_covering,
 )
 from corr_pipeline.compute.validation import check_min_overlap, check_output, check_returns
-from corr_pipeline.compute.workers import tile_workers
+from corr_pipeline.compute.workers import worker_pool
 
 Progress = Callable[[int, int], None]
 
@@ -202,7 +202,7 @@ def pairwise_correlation(
         block_rows, block_row_bytes(n_cols, ov_dtype.itemsize), working_memory_mb, n_cols
     )
     blocks = row_blocks(n_cols, rows_per_block)
-    with tile_workers() as pool:
+    with worker_pool() as pool:
         window = standardize(R, pool)
         side = make_side(window, 0, n_rows)
         correlator = PairCorrelator(window, side, side, pool)

@@ -59,7 +59,7 @@ from corr_pipeline.compute.validation import (
     check_returns,
     check_square_corr,
 )
-from corr_pipeline.compute.workers import tile_workers
+from corr_pipeline.compute.workers import worker_pool
 
 LEAD_LAG_DTYPE = np.dtype(
     [
@@ -170,7 +170,7 @@ def find_lead_lag_pairs(
     if block_rows is None:
         rows_per_block = min(rows_per_block, MAX_BLOCK_ROWS)
     blocks = row_blocks(n_cols, rows_per_block)
-    with tile_workers() as pool:
+    with worker_pool() as pool:
         window = standardize(R, pool)
         full = make_side(window, 0, n_rows)
         sync_correlator = PairCorrelator(window, full, full, pool)

@@ -1,11 +1,11 @@
-"""Tile workers: one thread per core, each running whole tiles (product, then fused pass).
+"""Worker threads: one per core, each running whole work items (a product, then its fused pass).
 
-A tile's float32 product is a single-threaded BLAS call and its fused pass a
-GIL-free numba function, so tiles run side by side in plain threads, with no
-second thread pool. Measured at N = 4,000 on 2 cores, this is ~1.8× faster
-than a two-threaded BLAS call followed by a parallel numba pass per tile (the
-two pools spin against each other between calls). Single-threaded products
-also make every value independent of the number of cores.
+A work item's float32 product is a single-threaded BLAS call and its fused
+pass a GIL-free numba function, so items run side by side in plain threads,
+with no second thread pool. Measured at N = 4,000 on 2 cores, this is ~1.8×
+faster than a two-threaded BLAS call followed by a parallel numba pass per
+tile (the two pools spin against each other between calls). Single-threaded
+products also make every value independent of the number of cores.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ def available_cores() -> int:
 
 
 @contextmanager
-def tile_workers(threads: int | None = None) -> Iterator[ThreadPoolExecutor]:
-    """A pool of ``threads`` (default: one per core) with BLAS limited to one thread."""
+def worker_pool() -> Iterator[ThreadPoolExecutor]:
+    """A pool of one thread per available core, with BLAS limited to one thread."""
     with (
         threadpool_limits(limits=1, user_api="blas"),
-        ThreadPoolExecutor(threads or available_cores(), thread_name_prefix="tile") as pool,
+        ThreadPoolExecutor(available_cores(), thread_name_prefix="corr-worker") as pool,
     ):
         yield pool
