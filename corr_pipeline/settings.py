@@ -14,6 +14,10 @@ Environment variables (all optional):
 - ``CORR_PIPELINE_STORE_DIR``: the matrix store root (default ``home/store``).
 - ``CORR_PIPELINE_TEST_DATABASE_URL``: the PostgreSQL the test-suite uses instead of starting its
   own embedded one in a temporary directory.
+- ``CORR_PIPELINE_PARTITION_START``: the first snapshot date (``YYYY-MM-DD``, default 2020-01-01).
+- ``CORR_PIPELINE_MAX_RUNTIME_SECONDS``: the run-level maximum runtime (default 4 h).
+- ``DAGSTER_HOME``: the Dagster instance directory (default ``home/dagster_home`` for the
+  project's own entry points).
 
 The functions read the environment on every call (no caching), so a process that changes the
 environment (tests, the CLI) sees the change immediately.
@@ -21,6 +25,7 @@ environment (tests, the CLI) sees the change immediately.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 
@@ -28,6 +33,12 @@ ENV_HOME = "CORR_PIPELINE_HOME"
 ENV_DATABASE_URL = "CORR_PIPELINE_DATABASE_URL"
 ENV_STORE_DIR = "CORR_PIPELINE_STORE_DIR"
 ENV_TEST_DATABASE_URL = "CORR_PIPELINE_TEST_DATABASE_URL"
+ENV_PARTITION_START = "CORR_PIPELINE_PARTITION_START"
+ENV_MAX_RUNTIME = "CORR_PIPELINE_MAX_RUNTIME_SECONDS"
+ENV_DAGSTER_HOME = "DAGSTER_HOME"
+
+DEFAULT_PARTITION_START = "2020-01-01"
+DEFAULT_MAX_RUNTIME_SECONDS = 4 * 3600
 
 DEFAULT_HOME_DIRNAME = ".corr_pipeline"
 
@@ -67,3 +78,50 @@ def ensure_dir(path: Path) -> Path:
     """Create ``path`` (and parents) if missing and return it."""
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def export_database_url(url: str) -> None:
+    """Set ``$CORR_PIPELINE_DATABASE_URL`` for this process and the subprocesses it starts (so
+    Dagster's step processes attach to the server this process started)."""
+    os.environ[ENV_DATABASE_URL] = url
+
+
+def test_database_url() -> str | None:
+    """``$CORR_PIPELINE_TEST_DATABASE_URL`` stripped, or None when unset/empty."""
+    value = os.environ.get(ENV_TEST_DATABASE_URL, "").strip()
+    return value or None
+
+
+def partition_start() -> dt.date:
+    """First snapshot date: ``$CORR_PIPELINE_PARTITION_START`` or :data:`DEFAULT_PARTITION_START`.
+
+    Raises ValueError naming the variable when the value is not a ``YYYY-MM-DD`` date.
+    """
+    raw = os.environ.get(ENV_PARTITION_START, "").strip() or DEFAULT_PARTITION_START
+    try:
+        return dt.datetime.strptime(raw, "%Y-%m-%d").date()
+    except ValueError:
+        raise ValueError(
+            f"{ENV_PARTITION_START}={raw!r} is not a date in YYYY-MM-DD form "
+            f"(e.g. {DEFAULT_PARTITION_START})"
+        ) from None
+
+
+def max_runtime_seconds() -> int:
+    """``$CORR_PIPELINE_MAX_RUNTIME_SECONDS`` (whole seconds >= 1) or
+    :data:`DEFAULT_MAX_RUNTIME_SECONDS`; ValueError naming the variable otherwise."""
+    raw = os.environ.get(ENV_MAX_RUNTIME, "").strip()
+    if not raw:
+        return DEFAULT_MAX_RUNTIME_SECONDS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{ENV_MAX_RUNTIME}={raw!r} must be a whole number of seconds >= 1")
+    return value
+
+
+def dagster_home() -> Path:
+    """``$DAGSTER_HOME`` if set, else ``home/dagster_home`` (not created here)."""
+    return _env_path(ENV_DAGSTER_HOME) or corr_pipeline_home() / "dagster_home"

@@ -34,7 +34,6 @@ from corr_pipeline.compute.tiling import (
     GEMM_TILE,
     PRODUCT_COLUMNS,
     overlap_dtype,
-    resolve_block_rows,
     row_blocks,
     tiles_covering,
 )
@@ -198,10 +197,9 @@ def pairwise_correlation(
     ov_dtype = overlap_dtype(n_rows)
     corr = check_output(out_corr, "out_corr", (n_cols, n_cols), np.dtype(np.float32))
     overlap = check_output(out_overlap, "out_overlap", (n_cols, n_cols), ov_dtype)
-    rows_per_block = resolve_block_rows(
-        block_rows, block_row_bytes(n_cols, ov_dtype.itemsize), working_memory_mb, n_cols
+    blocks = row_blocks(
+        n_cols, block_row_bytes(n_cols, ov_dtype.itemsize), working_memory_mb, block_rows=block_rows
     )
-    blocks = row_blocks(n_cols, rows_per_block)
     with worker_pool() as pool:
         window = standardize(R, pool)
         side = make_side(window, 0, n_rows)

@@ -49,8 +49,8 @@ from corr_pipeline.compute.standardize import make_side, standardize
 from corr_pipeline.compute.tiling import (
     DEFAULT_WORKING_MEMORY_MB,
     GEMM_TILE,
+    block_rows_for,
     overlap_dtype,
-    resolve_block_rows,
     row_blocks,
 )
 from corr_pipeline.compute.validation import (
@@ -164,12 +164,10 @@ def find_lead_lag_pairs(
     column_pairs: list[np.ndarray] = []
     row_pairs: list[np.ndarray] = []
 
-    rows_per_block = resolve_block_rows(
-        block_rows, _block_row_bytes(n_cols), working_memory_mb, n_cols
-    )
+    row_bytes = _block_row_bytes(n_cols)
     if block_rows is None:
-        rows_per_block = min(rows_per_block, MAX_BLOCK_ROWS)
-    blocks = row_blocks(n_cols, rows_per_block)
+        block_rows = min(block_rows_for(row_bytes, working_memory_mb, n_cols), MAX_BLOCK_ROWS)
+    blocks = row_blocks(n_cols, row_bytes, working_memory_mb, block_rows=block_rows)
     with worker_pool() as pool:
         window = standardize(R, pool)
         full = make_side(window, 0, n_rows)

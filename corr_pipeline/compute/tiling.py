@@ -31,7 +31,8 @@ PRODUCT_COLUMNS = 2048
 column in the symmetric case, 0 otherwise); fixed, like :data:`GEMM_TILE`. A tile's columns are split into such chunks so that even a single tile
 gives every worker thread work, and each chunk's product stays in cache for its fused pass."""
 
-DEFAULT_WORKING_MEMORY_MB = 256
+DEFAULT_WORKING_MEMORY_MB = 512
+"""The one default budget (MiB) for the temporaries of every block loop in the package."""
 
 
 def block_rows_for(row_bytes: int, working_memory_mb: float, n_rows: int) -> int:
@@ -48,9 +49,34 @@ def block_rows_for(row_bytes: int, working_memory_mb: float, n_rows: int) -> int
     return max(1, min(rows, max(int(n_rows), 1)))
 
 
-def row_blocks(n_rows: int, block_rows: int) -> list[tuple[int, int]]:
-    """Consecutive ``[start, stop)`` row ranges of at most ``block_rows`` rows."""
-    return [(start, min(start + block_rows, n_rows)) for start in range(0, n_rows, block_rows)]
+def row_blocks(
+    n_rows: int,
+    row_bytes: int,
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
+    *,
+    block_rows: int | None = None,
+) -> list[tuple[int, int]]:
+    """Consecutive ``[start, stop)`` row ranges covering ``[0, n_rows)``, each of at most ``b``
+    rows, where ``b`` is ``block_rows`` if given, else :func:`block_rows_for` of the budget.
+
+    This is the one chunking helper of the package (in the spirit of scikit-learn's
+    ``get_chunk_n_rows``): every loop over row blocks takes its ranges from here.
+    """
+    rows = resolve_block_rows(block_rows, row_bytes, working_memory_mb, n_rows)
+    return [(start, min(start + rows, n_rows)) for start in range(0, n_rows, rows)]
+
+
+def square_tile_side(
+    element_bytes: int, working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB, n: int = 1
+) -> int:
+    """Side ``b`` of a ``b x b`` tile whose temporaries fit the budget:
+    ``b = clamp(floor(sqrt(working_memory_mb · 2**20 / element_bytes)), 1, n)``, where
+    ``element_bytes`` is what one tile element keeps alive (for loops that need a tile and its
+    transpose, e.g. a symmetry check read from a memory map)."""
+    if working_memory_mb <= 0:
+        raise ValueError(f"working_memory_mb must be > 0, got {working_memory_mb}")
+    side = int((working_memory_mb * 2**20 / max(int(element_bytes), 1)) ** 0.5)
+    return max(1, min(side, max(int(n), 1)))
 
 
 def tiles_covering(start: int, stop: int) -> list[tuple[int, int]]:

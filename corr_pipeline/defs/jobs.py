@@ -5,7 +5,7 @@ checks) for one partition. Its run tags carry the operational limits:
 
 - ``dagster/max_runtime``: the run is terminated and marked failed after this many seconds
   (enforced by the daemon's run monitoring, enabled in ``dagster.yaml``). Default
-  :data:`DEFAULT_MAX_RUNTIME_SECONDS`, override with ``$CORR_PIPELINE_MAX_RUNTIME_SECONDS``.
+  :data:`corr_pipeline.settings.DEFAULT_MAX_RUNTIME_SECONDS`, override with ``$CORR_PIPELINE_MAX_RUNTIME_SECONDS``.
 - ``corr_pipeline/heavy``: ``dagster.yaml`` limits runs carrying this tag to one at a time
   (``concurrency.runs.tag_concurrency_limits``), so two snapshot runs never share a machine.
   Runs launched from the asset graph rather than the job are held back by the
@@ -19,42 +19,28 @@ never launched twice for the same date.
 from __future__ import annotations
 
 import datetime as dt
-import os
 
 import dagster as dg
 
+from corr_pipeline import settings
 from corr_pipeline.defs.partitions import (
     PARTITION_FMT,
     PARTITION_TIMEZONE,
-    partition_start,
     previous_weekday,
 )
 
 SNAPSHOT_GROUP = "correlation_snapshot"
 HEAVY_RUN_TAG = "corr_pipeline/heavy"
 SNAPSHOT_POOL = "corr_pipeline_snapshot"
-ENV_MAX_RUNTIME = "CORR_PIPELINE_MAX_RUNTIME_SECONDS"
-DEFAULT_MAX_RUNTIME_SECONDS = 4 * 3600
 NIGHTLY_CRON = "30 6 * * 1-5"
-
-
-def max_runtime_seconds() -> int:
-    """``$CORR_PIPELINE_MAX_RUNTIME_SECONDS`` or :data:`DEFAULT_MAX_RUNTIME_SECONDS`."""
-    raw = os.environ.get(ENV_MAX_RUNTIME, "").strip()
-    if not raw:
-        return DEFAULT_MAX_RUNTIME_SECONDS
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"{ENV_MAX_RUNTIME}={raw!r} must be a whole number of seconds >= 1")
-    return value
 
 
 def snapshot_run_tags() -> dict[str, str]:
     """Run tags of every snapshot run (max runtime and the heavy-run concurrency tag)."""
-    return {dg.MAX_RUNTIME_SECONDS_TAG: str(max_runtime_seconds()), HEAVY_RUN_TAG: "snapshot"}
+    return {
+        dg.MAX_RUNTIME_SECONDS_TAG: str(settings.max_runtime_seconds()),
+        HEAVY_RUN_TAG: "snapshot",
+    }
 
 
 #: Default executor config: one process per step (the multiprocess executor), forked from a
@@ -86,7 +72,7 @@ def nightly_partition_key(scheduled_time: dt.datetime) -> str | None:
     tick's date (in UTC), or None if that is before the first partition."""
     when = scheduled_time.astimezone(dt.UTC) if scheduled_time.tzinfo else scheduled_time
     day = previous_weekday(when.date())
-    if day < partition_start():
+    if day < settings.partition_start():
         return None
     return day.strftime(PARTITION_FMT)
 
@@ -105,6 +91,6 @@ def nightly_snapshot_schedule(context: dg.ScheduleEvaluationContext):
     if key is None:
         return dg.SkipReason(
             f"the previous weekday of {scheduled:%Y-%m-%d} is before the first partition "
-            f"({partition_start():%Y-%m-%d})"
+            f"({settings.partition_start():%Y-%m-%d})"
         )
     return dg.RunRequest(run_key=key, partition_key=key)

@@ -6,7 +6,7 @@ The partition key is the snapshot date ``D`` of SPEC §2: the window is the last
 snapshots the previous session (``as_of_trade_date`` in the ``snapshots`` row says which).
 
 The first partition is ``$CORR_PIPELINE_PARTITION_START`` (``YYYY-MM-DD``, default
-:data:`DEFAULT_PARTITION_START`), read once when the code location loads. Partition windows are
+:data:`corr_pipeline.settings.DEFAULT_PARTITION_START`), read once when the code location loads. Partition windows are
 UTC days: the partition ``D`` covers ``D 00:00`` to the next weekday ``00:00``. The
 partitions definition has ``end_offset=1``, so today's partition (the session in progress, or the
 Friday during a weekend) already exists: a snapshot can be built the evening of its session,
@@ -17,35 +17,19 @@ schedule (:mod:`corr_pipeline.defs.jobs`) still only requests the previous weekd
 from __future__ import annotations
 
 import datetime as dt
-import os
 
 import dagster as dg
 
-ENV_PARTITION_START = "CORR_PIPELINE_PARTITION_START"
-DEFAULT_PARTITION_START = "2020-01-01"
+from corr_pipeline import settings
+
 PARTITION_FMT = "%Y-%m-%d"
 WEEKDAY_CRON = "0 0 * * 1-5"
 PARTITION_TIMEZONE = "UTC"
 
 
-def partition_start() -> dt.date:
-    """First snapshot date: ``$CORR_PIPELINE_PARTITION_START`` or :data:`DEFAULT_PARTITION_START`.
-
-    Raises ValueError naming the variable when the value is not a ``YYYY-MM-DD`` date.
-    """
-    raw = os.environ.get(ENV_PARTITION_START, "").strip() or DEFAULT_PARTITION_START
-    try:
-        return dt.datetime.strptime(raw, PARTITION_FMT).date()
-    except ValueError:
-        raise ValueError(
-            f"{ENV_PARTITION_START}={raw!r} is not a date in YYYY-MM-DD form "
-            f"(e.g. {DEFAULT_PARTITION_START})"
-        ) from None
-
-
 def build_partitions_def(start: dt.date | None = None) -> dg.TimeWindowPartitionsDefinition:
-    """Weekday partitions starting at ``start`` (default :func:`partition_start`)."""
-    start = start or partition_start()
+    """Weekday partitions starting at ``start`` (default :func:`corr_pipeline.settings.partition_start`)."""
+    start = start or settings.partition_start()
     return dg.TimeWindowPartitionsDefinition(
         cron_schedule=WEEKDAY_CRON,
         fmt=PARTITION_FMT,

@@ -8,6 +8,7 @@ import dagster as dg
 import pytest
 from pydantic import ValidationError
 
+from corr_pipeline import settings
 from corr_pipeline.defs import partitions
 from corr_pipeline.defs.jobs import (
     HEAVY_RUN_TAG,
@@ -78,7 +79,7 @@ def test_run_config_override_fails_before_any_asset_body_runs():
 
 
 def test_partitions_are_weekdays_from_the_configured_start(monkeypatch):
-    monkeypatch.setenv(partitions.ENV_PARTITION_START, "2024-03-01")
+    monkeypatch.setenv(settings.ENV_PARTITION_START, "2024-03-01")
     part = partitions.build_partitions_def()
     keys = part.get_partition_keys(current_time=dt.datetime(2024, 3, 13, 12, tzinfo=dt.UTC))
     assert keys[0] == "2024-03-01"
@@ -89,9 +90,9 @@ def test_partitions_are_weekdays_from_the_configured_start(monkeypatch):
 
 
 def test_bad_partition_start_names_the_variable(monkeypatch):
-    monkeypatch.setenv(partitions.ENV_PARTITION_START, "03/01/2024")
-    with pytest.raises(ValueError, match=partitions.ENV_PARTITION_START):
-        partitions.partition_start()
+    monkeypatch.setenv(settings.ENV_PARTITION_START, "03/01/2024")
+    with pytest.raises(ValueError, match=settings.ENV_PARTITION_START):
+        settings.partition_start()
 
 
 def test_partition_key_helpers():
