@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from corr_pipeline.bench import PIPELINE_STAGES, PeakMemory, synthetic_results
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.publish import read_snapshot_counts
-from corr_pipeline.synth_model import DEFAULT_END_DATE
+from corr_pipeline.synth import DEFAULT_END_DATE
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:

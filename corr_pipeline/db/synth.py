@@ -1,4 +1,4 @@
-"""Load a synthetic universe (:mod:`corr_pipeline.synth_model`) into PostgreSQL.
+"""Load a synthetic universe (:mod:`corr_pipeline.synth.universe`) into PostgreSQL.
 
 ``write_synthetic_universe(engine, n_symbols=..., n_days=..., seed=...)`` generates the universe
 and **replaces the whole content** of ``prices`` and ``synthetic_lead_lag_truth`` with it, in one
@@ -41,7 +41,7 @@ import sqlalchemy as sa
 
 from corr_pipeline.db.bulk import driver_connection, prices_indexes_deferred_if_empty
 from corr_pipeline.db.schema import init_schema, synthetic_lead_lag_truth
-from corr_pipeline.synth_model import BAD_PRINT_KINDS, SyntheticUniverse, generate_universe
+from corr_pipeline.synth import BAD_PRINT_KINDS, SyntheticUniverse, generate_universe
 
 #: Target rows per COPY chunk (~32 bytes each): bounds the payload held in memory at once.
 COPY_ROWS_PER_CHUNK = 1_000_000
