@@ -4,7 +4,7 @@
     python benchmarks/bench_correlation.py --n 24000 --t 252 --memmap /tmp/corr_bench
 
 Universe: factor model with 15% ragged symbols and 0.5% scattered gaps
-(``common.ragged_universe``). Floor: best of 3 of ``R0.T @ R0`` on the
+(:func:`corr_pipeline.synth.ragged_returns`). Floor: best of 3 of ``R0.T @ R0`` on the
 zero-filled returns, timed in the same process just before the kernel.
 With ``--memmap DIR`` the outputs are ``.npy`` memory maps in DIR (as the
 pipeline does) and the table shows peak RSS and peak RssAnon above the
@@ -19,10 +19,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import PeakMemory, best_of, gemm_floor, git_commit, machine_line, ragged_universe
+from common import PeakMemory, best_of, gemm_floor, git_commit, machine_line
 
 from corr_pipeline.compute import pairwise_correlation
 from corr_pipeline.compute.tiling import overlap_dtype
+from corr_pipeline.synth import ragged_returns
 
 
 def main() -> None:
@@ -36,7 +37,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    returns = ragged_universe(args.t, args.n, seed=1)
+    returns = ragged_returns(args.t, args.n, seed=1)
     pairwise_correlation(returns[:, :256], min_overlap=args.min_overlap)  # compile / warm up
     print(f"# {machine_line()}; commit {git_commit()}")
     print(f"# N = {args.n}, T = {args.t}, min_overlap = {args.min_overlap}")
