@@ -223,7 +223,7 @@ def test_project_entry_points_refuse_path_like_partition_keys(tmp_path):
         with pytest.raises(ValueError):
             snapshot_date(key)
         with pytest.raises((ValueError, q.QueryError)):
-            q.corr(MatrixStore(tmp_path / "store"), "A", "B", key)
+            q.corr_from_store(MatrixStore(tmp_path / "store"), "A", "B", key)
     assert not (tmp_path / "store").exists() or not any((tmp_path / "store").rglob("*.npy"))
 
 

@@ -1,4 +1,5 @@
-"""Query commands (corr_pipeline.query) against snapshots published into the real PostgreSQL.
+"""Query answers (corr_pipeline.query) and commands (corr_pipeline.cli.query) against snapshots
+published into the real PostgreSQL.
 
 The snapshot rows are inserted with SQLAlchemy (SPEC §7 tables) from a small factor-model
 universe whose correlation matrix, neighbors and clusters are computed here by brute force;
@@ -19,6 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from corr_pipeline import query as q
+from corr_pipeline.cli.query import add_query_commands
 from corr_pipeline.db import schema
 from corr_pipeline.store import MatrixStore
 
@@ -180,7 +182,7 @@ def test_peers_latest_snapshot_by_default(published):
     assert [g[:2] for g in got] == [w[:2] for w in want]
     assert [g[2] for g in got] == pytest.approx([w[2] for w in want], abs=1e-7)
     assert result.cluster_id == truth["labels"][i]
-    text = result.render()
+    text = q.to_text(result)
     assert text.splitlines()[0].startswith("peers of AAPL in snapshot 2024-03-28")
     assert text.splitlines()[1].split() == [
         "rank",
@@ -273,7 +275,7 @@ def test_bad_date_and_nothing_published(clean_db):
         q.peers(clean_db, "AAPL", "28/03/2024")
     with pytest.raises(q.NoSnapshotError, match="no snapshot has been published yet"):
         q.peers(clean_db, "AAPL")
-    assert q.snapshots(clean_db).render() == "no snapshot has been published yet"
+    assert q.to_text(q.snapshots(clean_db)) == "no snapshot has been published yet"
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,7 +295,7 @@ def test_cluster(published):
     assert data["members_truncated"] is True
     same = [p["neighbor"] for p in result.peers_in_cluster]
     assert all(truth["labels"][SYMBOLS.index(s)] == label for s in same)
-    assert "cluster id" in result.render()
+    assert "cluster id" in q.to_text(result)
     alone = q.cluster(published["engine"], "BRK.B", members=None)
     assert (alone.size, alone.members) == (1, ["BRK.B"])
 
@@ -307,19 +309,19 @@ def test_lead_lag_both_roles_ordered_by_improvement(published):
     assert [p["role"] for p in data["pairs"]] == ["leads", "lags", "leads"]
     assert data["pairs"][1]["sync_corr"] is None  # NaN published, null in JSON
     assert data["pairs"][0]["lagged_corr"] == 0.41
-    assert "NaN" in result.render()
+    assert "NaN" in q.to_text(result)
     top = q.lead_lag(published["engine"], "AAPL", limit=1)
     assert len(top.pairs) == 1 and (top.n_leads, top.n_lags) == (2, 1) and top.truncated
-    assert "showing the 1 strongest of 3 pairs" in top.render()
+    assert "showing the 1 strongest of 3 pairs" in q.to_text(top)
     assert top.to_json()["truncated"] is True
     none = q.lead_lag(published["engine"], "SPACE CO")
-    assert none.pairs == [] and "no lead-lag pair" in none.render()
+    assert none.pairs == [] and "no lead-lag pair" in q.to_text(none)
 
 
 def test_snapshots_listing(published):
     result = q.snapshots(published["engine"])
     assert [s.snapshot_date for s in result.snapshots] == [D2, D1] and result.total == 2
-    assert result.render().splitlines()[0] == "2 snapshot(s) published"
+    assert q.to_text(result).splitlines()[0] == "2 snapshot(s) published"
 
 
 # --------------------------------------------------------------------------------------------
@@ -364,15 +366,15 @@ def test_corr_errors(published, tmp_path):
 
 def test_corr_from_the_store_alone_and_unpublished_dates(published):
     engine, store = published["engine"], published["store"]
-    result = q.corr(store, "AAPL", "MSFT")
+    result = q.corr_from_store(store, "AAPL", "MSFT")
     assert result.snapshot_date == D2 and not result.published
     corr, overlap = _universe(3)
     store.save(q.CORR_ASSET, "2024-03-29", q.CORR_ARRAY, corr, labels={"symbols": SYMBOLS})
     unpublished = q.corr(engine, "AAPL", "MSFT", "2024-03-29")
-    assert not unpublished.published and "not published" in unpublished.render()
+    assert not unpublished.published and "not published" in q.to_text(unpublished)
     assert unpublished.overlap is None  # no overlap matrix stored for that date
     with pytest.raises(q.SnapshotNotFoundError):
-        q.corr(store, "AAPL", "MSFT", "2024-04-01")
+        q.corr_from_store(store, "AAPL", "MSFT", "2024-04-01")
 
 
 # --------------------------------------------------------------------------------------------
@@ -382,7 +384,7 @@ def test_corr_from_the_store_alone_and_unpublished_dates(published):
 
 def _parser(engine: sa.Engine) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="corr-pipeline")
-    q.add_query_commands(
+    add_query_commands(
         parser.add_subparsers(dest="command", required=True), engine_factory=lambda: engine
     )
     return parser

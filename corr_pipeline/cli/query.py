@@ -1,0 +1,173 @@
+"""``corr-pipeline query snapshots|peers|cluster|lead-lag|corr``: the answers of
+:mod:`corr_pipeline.query` on the command line.
+
+Each prints a fixed-width table (:func:`corr_pipeline.query.to_text`), or JSON with ``--json``
+(``to_json()``, NaN as ``null``) and exits 0. A :class:`~corr_pipeline.query.QueryError` exits
+with status 2, its message on stderr prefixed ``corr-pipeline query:`` and, with ``--json``,
+also ``{"error": {...}}`` on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import sqlalchemy as sa
+
+from corr_pipeline.query import (
+    Answer,
+    QueryError,
+    cluster,
+    corr,
+    lead_lag,
+    peers,
+    snapshots,
+    to_text,
+)
+
+__all__ = ["add_query_commands", "run_query"]
+
+
+def _limit(text: str) -> int | None:
+    """A count argument: a whole number >= 0, where 0 means no limit (None)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return None if value == 0 else value
+
+
+def _emit(result: Answer, as_json: bool, out: TextIO) -> None:
+    if as_json:
+        out.write(json.dumps(result.to_json(), ensure_ascii=False, indent=2) + "\n")
+    else:
+        out.write(to_text(result) + "\n")
+    out.flush()
+
+
+def run_query(
+    args: argparse.Namespace,
+    *,
+    engine_factory: Callable[[], sa.Engine] | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Run one ``query`` subcommand; prints the result (table or JSON) and returns the exit
+    status (0, or 2 for a :class:`QueryError`, whose message goes to stderr — and, with
+    ``--json``, also to stdout as ``{"error": {...}}``).
+
+    ``engine_factory`` defaults to the project's database (``get_engine()``) with its schema
+    created if missing, so a fresh database answers "nothing published".
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if engine_factory is None:
+        from corr_pipeline.db.engine import get_engine
+        from corr_pipeline.db.schema import init_schema
+
+        def engine_factory() -> sa.Engine:
+            engine = get_engine()
+            init_schema(engine)  # idempotent; a fresh database answers "nothing published"
+            return engine
+
+    try:
+        engine = engine_factory()
+        what = args.query_command
+        result: Answer
+        if what == "snapshots":
+            result = snapshots(engine, limit=args.limit)
+        elif what == "peers":
+            result = peers(engine, args.symbol, args.date, limit=args.limit)
+        elif what == "cluster":
+            result = cluster(engine, args.symbol, args.date, members=args.members)
+        elif what == "lead-lag":
+            result = lead_lag(engine, args.symbol, args.date, limit=args.limit)
+        elif what == "corr":
+            result = corr(engine, args.a, args.b, args.date)
+        else:  # pragma: no cover - argparse restricts the choices
+            raise QueryError(f"unknown query {what!r}")
+    except QueryError as exc:
+        if getattr(args, "json", False):
+            out.write(json.dumps({"error": exc.to_json()}, ensure_ascii=False, indent=2) + "\n")
+            out.flush()
+        err.write(f"corr-pipeline query: {exc}\n")
+        err.flush()
+        return exc.exit_code
+    _emit(result, getattr(args, "json", False), out)
+    return 0
+
+
+def add_query_commands(
+    commands: Any, *, engine_factory: Callable[[], sa.Engine] | None = None
+) -> None:
+    """Register ``query snapshots|peers|cluster|lead-lag|corr`` on the ``corr-pipeline``
+    sub-command parser ``commands`` (each sets ``func`` to a handler returning the exit code).
+
+    ``engine_factory`` is passed to :func:`run_query` (default: the project's database).
+    """
+
+    def handler(args: argparse.Namespace) -> int:
+        return run_query(args, engine_factory=engine_factory)
+
+    query = commands.add_parser(
+        "query",
+        help="answers for one symbol from the published snapshot (peers, cluster, lead-lag, corr)",
+        description="Query the published correlation snapshot. Tables for humans, --json for "
+        "scripts. Exit status 2 for an unknown symbol or a date without a snapshot.",
+    )
+    sub = query.add_subparsers(dest="query_command", metavar="QUERY", required=True)
+
+    def common(p: argparse.ArgumentParser, *, date: bool = True) -> argparse.ArgumentParser:
+        if date:
+            p.add_argument(
+                "--date",
+                default=None,
+                metavar="D",
+                help="snapshot date YYYY-MM-DD (default: the latest snapshot)",
+            )
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        p.set_defaults(func=handler)
+        return p
+
+    p = common(sub.add_parser("snapshots", help="list the newest published snapshots"), date=False)
+    p.add_argument(
+        "--limit", type=_limit, default=10, metavar="N", help="how many (default 10, 0 = all)"
+    )
+
+    p = common(sub.add_parser("peers", help="a symbol's strongest |corr| neighbors"))
+    p.add_argument("symbol", metavar="SYMBOL")
+    p.add_argument("--limit", type=_limit, default=None, metavar="N", help="at most N (0 = all)")
+
+    p = common(sub.add_parser("cluster", help="a symbol's cluster: id, size, members"))
+    p.add_argument("symbol", metavar="SYMBOL")
+    p.add_argument(
+        "--members",
+        type=_limit,
+        default=20,
+        metavar="N",
+        help="list the first N members by symbol (default 20, 0 = all)",
+    )
+
+    p = common(sub.add_parser("lead-lag", help="pairs where a symbol leads or lags"))
+    p.add_argument("symbol", metavar="SYMBOL")
+    p.add_argument(
+        "--limit",
+        type=_limit,
+        default=20,
+        metavar="N",
+        help="the N strongest by improvement (default 20, 0 = all)",
+    )
+
+    p = common(
+        sub.add_parser(
+            "corr",
+            help="corr and overlap of two symbols, read from the stored matrix (not recomputed)",
+        )
+    )
+    p.add_argument("a", metavar="A")
+    p.add_argument("b", metavar="B")

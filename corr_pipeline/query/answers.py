@@ -1,0 +1,236 @@
+"""The typed answers of the query layer and their JSON form.
+
+Each answer is a dataclass produced by :mod:`corr_pipeline.query.published` (rows of the
+published tables, SPEC §7) or :mod:`corr_pipeline.query.matrix` (elements of the matrix store,
+SPEC §8). ``to_json()`` is its machine-readable form: dates as ``YYYY-MM-DD``, float32 values as
+their shortest exact decimal, NaN as ``null``. The text for humans is
+:func:`corr_pipeline.query.render.to_text`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import numpy as np
+
+__all__ = [
+    "Answer",
+    "ClusterResult",
+    "CorrResult",
+    "LeadLagResult",
+    "PeersResult",
+    "Snapshot",
+    "SnapshotsResult",
+]
+
+
+def _json_float(value: Any) -> float | None:
+    """float32 values (``real`` columns, the matrix) as their shortest exact decimal; NaN → None."""
+    if value is None:
+        return None
+    value = float(value)
+    if not math.isfinite(value):
+        return None
+    return float(str(np.float32(value)))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One row of ``snapshots`` (SPEC §7)."""
+
+    snapshot_date: dt.date
+    as_of_trade_date: dt.date
+    n_symbols: int
+    n_dropped: int
+    lookback_days: int
+    params: dict[str, Any]
+    created_at: dt.datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "snapshot_date": self.snapshot_date.isoformat(),
+            "as_of_trade_date": self.as_of_trade_date.isoformat(),
+            "n_symbols": self.n_symbols,
+            "n_dropped": self.n_dropped,
+            "lookback_days": self.lookback_days,
+        }
+
+
+@dataclass
+class SnapshotsResult:
+    """The newest published snapshots, newest first (``snapshots``), of ``total`` published."""
+
+    snapshots: list[Snapshot]
+    total: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "query": "snapshots",
+            "total": self.total,
+            "snapshots": [s.to_json() for s in self.snapshots],
+        }
+
+
+@dataclass
+class PeersResult:
+    """Top-k neighbors of ``symbol`` (SPEC §4), rank 1 first.
+
+    Each peer is a row ``{rank, neighbor, corr, overlap, neighbor_cluster_id}`` of
+    ``peer_neighbors`` with the neighbor's cluster id from ``symbol_clusters``; ``cluster_id``
+    is the symbol's own cluster (None when the snapshot has no cluster row for it).
+    """
+
+    snapshot: Snapshot
+    symbol: str
+    cluster_id: int | None
+    peers: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "query": "peers",
+            **self.snapshot.to_json(),
+            "symbol": self.symbol,
+            "cluster_id": self.cluster_id,
+            "peers": [
+                {
+                    "rank": p["rank"],
+                    "neighbor": p["neighbor"],
+                    "corr": _json_float(p["corr"]),
+                    "overlap": p["overlap"],
+                    "neighbor_cluster_id": p["neighbor_cluster_id"],
+                }
+                for p in self.peers
+            ],
+        }
+
+
+@dataclass
+class ClusterResult:
+    """The cluster of ``symbol`` (SPEC §5): its id, size, the number of clusters of the
+    snapshot, the first members by symbol (``members``, possibly truncated) and the symbol's
+    top-k peers (``{rank, neighbor, corr}``) that share the cluster."""
+
+    snapshot: Snapshot
+    symbol: str
+    cluster_id: int
+    size: int
+    n_clusters: int
+    members: list[str]
+    peers_in_cluster: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "query": "cluster",
+            **self.snapshot.to_json(),
+            "symbol": self.symbol,
+            "cluster_id": self.cluster_id,
+            "size": self.size,
+            "n_clusters": self.n_clusters,
+            "members": self.members,
+            "members_truncated": len(self.members) < self.size,
+            "peers_in_cluster": [
+                {"rank": p["rank"], "neighbor": p["neighbor"], "corr": _json_float(p["corr"])}
+                for p in self.peers_in_cluster
+            ],
+        }
+
+
+@dataclass
+class LeadLagResult:
+    """Lead-lag pairs (SPEC §6) in which ``symbol`` is the leader or the lagger, by improvement.
+
+    ``pairs`` are rows of ``lead_lag_pairs``; ``n_leads``/``n_lags`` count all the snapshot's
+    pairs with ``leader = symbol``/``lagger = symbol``, listed or not.
+    """
+
+    snapshot: Snapshot
+    symbol: str
+    pairs: list[dict[str, Any]]
+    n_leads: int
+    n_lags: int
+
+    @property
+    def truncated(self) -> bool:
+        """Whether ``pairs`` lists fewer than all the symbol's pairs."""
+        return len(self.pairs) < self.n_leads + self.n_lags
+
+    def role(self, pair: dict[str, Any]) -> str:
+        """``"leads"`` when ``symbol`` is the pair's leader, else ``"lags"``."""
+        return "leads" if pair["leader"] == self.symbol else "lags"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "query": "lead-lag",
+            **self.snapshot.to_json(),
+            "symbol": self.symbol,
+            "n_leads": self.n_leads,
+            "n_lags": self.n_lags,
+            "truncated": self.truncated,
+            "pairs": [
+                {
+                    "role": self.role(p),
+                    "leader": p["leader"],
+                    "lagger": p["lagger"],
+                    "lag": p["lag"],
+                    "lagged_corr": _json_float(p["lagged_corr"]),
+                    "sync_corr": _json_float(p["sync_corr"]),
+                    "improvement": _json_float(p["improvement"]),
+                    "overlap": p["overlap"],
+                }
+                for p in self.pairs
+            ],
+        }
+
+
+@dataclass
+class CorrResult:
+    """``corr[a, b]`` and ``overlap[a, b]`` of one snapshot (SPEC §3), read from the matrix
+    store (SPEC §8): ``index_a``/``index_b`` are the symbols' positions in the matrix of
+    ``n_symbols``, ``path`` its file; ``overlap`` is None when no overlap matrix with the same
+    symbols is stored. ``published`` is False for matrices whose snapshot is not published."""
+
+    snapshot_date: dt.date
+    a: str
+    b: str
+    corr: float
+    overlap: int | None
+    min_overlap: int | None
+    index_a: int
+    index_b: int
+    n_symbols: int
+    published: bool
+    path: Path
+
+    @property
+    def reason(self) -> str | None:
+        """Why the correlation is undefined (SPEC §3), or None when it is a number."""
+        if math.isfinite(self.corr):
+            return None
+        if self.overlap is not None and self.min_overlap is not None:
+            if self.overlap < self.min_overlap:
+                return (
+                    f"only {self.overlap} common returns, fewer than min_overlap={self.min_overlap}"
+                )
+            return "zero variance of one of the two series over their common returns"
+        return "undefined (NaN)"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "query": "corr",
+            "snapshot_date": self.snapshot_date.isoformat(),
+            "a": self.a,
+            "b": self.b,
+            "corr": _json_float(self.corr),
+            "overlap": self.overlap,
+            "min_overlap": self.min_overlap,
+            "undefined_reason": self.reason,
+            "published": self.published,
+        }
+
+
+#: Any answer of the query layer (what ``to_text`` and the command line accept).
+Answer: TypeAlias = SnapshotsResult | PeersResult | ClusterResult | LeadLagResult | CorrResult

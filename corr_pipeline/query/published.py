@@ -1,0 +1,345 @@
+"""Answers read from the published tables (SPEC §7): snapshots, peers, cluster, lead-lag.
+
+``snapshots(engine)``                 the published snapshots, newest first
+``peers(engine, symbol, date)``       its top-k neighbors (``peer_neighbors``, SPEC §4)
+``cluster(engine, symbol, date)``     its cluster id, the cluster's size and some members
+                                      (``symbol_clusters``, SPEC §5)
+``lead_lag(engine, symbol, date)``    the lead-lag pairs where it leads or lags
+                                      (``lead_lag_pairs``, SPEC §6)
+
+``date=None`` (or ``"latest"``) means the latest published snapshot. Each answer reads one
+snapshot of the database (:func:`consistent_read`), so it never mixes two publications. Every
+statement uses bound parameters (SQLAlchemy Core): symbols are passed and returned verbatim
+whatever they contain (quotes, semicolons, spaces, non-ASCII). Lookups go through the primary
+keys ``(snapshot_date, symbol[, rank])`` / ``(snapshot_date, leader, lagger)``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import sqlalchemy as sa
+
+from corr_pipeline.db.schema import lead_lag_pairs as t_lead_lag
+from corr_pipeline.db.schema import peer_neighbors as t_peers
+from corr_pipeline.db.schema import prices as t_prices
+from corr_pipeline.db.schema import snapshots as t_snapshots
+from corr_pipeline.db.schema import symbol_clusters as t_clusters
+from corr_pipeline.query.answers import (
+    ClusterResult,
+    LeadLagResult,
+    PeersResult,
+    Snapshot,
+    SnapshotsResult,
+)
+from corr_pipeline.query.errors import (
+    NoSnapshotError,
+    QueryError,
+    SnapshotNotFoundError,
+    UnknownSymbolError,
+    quote,
+)
+from corr_pipeline.query.symbols import suggest_symbols
+
+__all__ = [
+    "LATEST_SHOWN",
+    "cluster",
+    "consistent_read",
+    "lead_lag",
+    "parse_date",
+    "peers",
+    "resolve_snapshot",
+    "snapshots",
+]
+
+LATEST_SHOWN = 5  # dates listed when a requested date has no snapshot
+
+
+def parse_date(value: dt.date | str | None) -> dt.date | None:
+    """``None``/``"latest"`` → None (latest snapshot); a ``date`` or ``YYYY-MM-DD`` string → date.
+
+    Anything else raises :class:`QueryError`.
+    """
+    if value is None or isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return value
+    if isinstance(value, dt.datetime):
+        return value.date()
+    text = str(value).strip()
+    if text.lower() in ("", "latest"):
+        return None
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise QueryError(
+            f"--date: expected a date YYYY-MM-DD (or 'latest'), got {quote(text)}"
+        ) from None
+
+
+def consistent_read(engine: sa.Engine) -> sa.Connection:
+    """A connection whose statements all read ONE snapshot of the database (REPEATABLE READ:
+    PostgreSQL takes the snapshot at the first statement and keeps it until the block ends).
+
+    An answer takes several statements (resolve the snapshot date, check the symbol, read its
+    rows); reading them all from one database snapshot means a publication or a withdrawal
+    committing in between is either wholly visible or not at all. SPEC §7: readers never see
+    a mix.
+    """
+    return engine.connect().execution_options(isolation_level="REPEATABLE READ")
+
+
+_SNAPSHOT_COLUMNS = (
+    t_snapshots.c.snapshot_date,
+    t_snapshots.c.as_of_trade_date,
+    t_snapshots.c.n_symbols,
+    t_snapshots.c.n_dropped,
+    t_snapshots.c.lookback_days,
+    t_snapshots.c.params,
+    t_snapshots.c.created_at,
+)
+
+
+def _snapshot_from_row(row: Any) -> Snapshot:
+    m = row._mapping
+    return Snapshot(
+        snapshot_date=m["snapshot_date"],
+        as_of_trade_date=m["as_of_trade_date"],
+        n_symbols=int(m["n_symbols"]),
+        n_dropped=int(m["n_dropped"]),
+        lookback_days=int(m["lookback_days"]),
+        params=dict(m["params"] or {}),
+        created_at=m["created_at"],
+    )
+
+
+def _latest_dates(conn: sa.Connection, limit: int = LATEST_SHOWN) -> list[dt.date]:
+    rows = conn.execute(
+        sa.select(t_snapshots.c.snapshot_date)
+        .order_by(t_snapshots.c.snapshot_date.desc())
+        .limit(limit)
+    )
+    return [r[0] for r in rows]
+
+
+def resolve_snapshot(conn: sa.Connection, date: dt.date | str | None) -> Snapshot:
+    """The published snapshot of ``date`` (None: the latest one).
+
+    Raises :class:`NoSnapshotError` when nothing is published, :class:`SnapshotNotFoundError`
+    (with the latest dates and the nearest earlier one) when ``date`` has no snapshot.
+    """
+    day = parse_date(date)
+    query = sa.select(*_SNAPSHOT_COLUMNS)
+    if day is None:
+        row = conn.execute(query.order_by(t_snapshots.c.snapshot_date.desc()).limit(1)).first()
+        if row is None:
+            raise NoSnapshotError(
+                "no snapshot has been published yet: materialize the snapshot assets "
+                "(see docs/user_guide.md), then query again"
+            )
+        return _snapshot_from_row(row)
+    row = conn.execute(query.where(t_snapshots.c.snapshot_date == day)).first()
+    if row is not None:
+        return _snapshot_from_row(row)
+    total = conn.execute(sa.select(sa.func.count()).select_from(t_snapshots)).scalar_one()
+    earlier = conn.execute(
+        sa.select(sa.func.max(t_snapshots.c.snapshot_date)).where(t_snapshots.c.snapshot_date < day)
+    ).scalar_one()
+    raise SnapshotNotFoundError(day, _latest_dates(conn), earlier, int(total))
+
+
+def _snapshot_symbols(conn: sa.Connection, day: dt.date) -> list[str]:
+    rows = conn.execute(
+        sa.select(t_clusters.c.symbol).where(t_clusters.c.snapshot_date == day)
+    ).scalars()
+    symbols = list(rows)
+    if not symbols:  # a snapshot without clusters: fall back to the neighbor table
+        symbols = list(
+            conn.execute(
+                sa.select(t_peers.c.symbol).where(t_peers.c.snapshot_date == day).distinct()
+            ).scalars()
+        )
+    return symbols
+
+
+def _require_symbol(conn: sa.Connection, snap: Snapshot, symbol: str) -> None:
+    """Raise :class:`UnknownSymbolError` unless ``symbol`` is in the snapshot (PK lookups)."""
+    day = snap.snapshot_date
+    in_clusters = sa.exists().where(
+        t_clusters.c.snapshot_date == day, t_clusters.c.symbol == symbol
+    )
+    in_peers = sa.exists().where(t_peers.c.snapshot_date == day, t_peers.c.symbol == symbol)
+    if conn.execute(sa.select(sa.or_(in_clusters, in_peers))).scalar_one():
+        return
+    has_prices = conn.execute(
+        sa.select(sa.exists().where(t_prices.c.symbol == symbol))
+    ).scalar_one()
+    candidates = _snapshot_symbols(conn, day)
+    raise UnknownSymbolError(
+        symbol, snap, suggest_symbols(symbol, candidates), has_prices=bool(has_prices)
+    )
+
+
+def snapshots(engine: sa.Engine, *, limit: int | None = 10) -> SnapshotsResult:
+    """The ``limit`` newest published snapshots (None = all) and how many exist."""
+    with consistent_read(engine) as conn:
+        query = sa.select(*_SNAPSHOT_COLUMNS).order_by(t_snapshots.c.snapshot_date.desc())
+        if limit is not None:
+            query = query.limit(max(1, int(limit)))
+        rows = conn.execute(query)
+        found = [_snapshot_from_row(r) for r in rows]
+        total = conn.execute(sa.select(sa.func.count()).select_from(t_snapshots)).scalar_one()
+    return SnapshotsResult(found, int(total))
+
+
+def peers(
+    engine: sa.Engine,
+    symbol: str,
+    date: dt.date | str | None = None,
+    *,
+    limit: int | None = None,
+) -> PeersResult:
+    """Neighbors of ``symbol`` by ``|corr|`` (``peer_neighbors``, SPEC §4), rank ascending,
+    at most ``limit`` (None = all).
+
+    Each peer: rank, neighbor, corr (signed), overlap, and the neighbor's cluster id.
+    """
+    with consistent_read(engine) as conn:
+        snap = resolve_snapshot(conn, date)
+        _require_symbol(conn, snap, symbol)
+        day = snap.snapshot_date
+        neighbor_cluster = t_clusters.alias("neighbor_cluster")
+        query = (
+            sa.select(
+                t_peers.c.rank,
+                t_peers.c.neighbor,
+                t_peers.c.corr,
+                t_peers.c.overlap,
+                neighbor_cluster.c.cluster_id.label("neighbor_cluster_id"),
+            )
+            .select_from(
+                t_peers.outerjoin(
+                    neighbor_cluster,
+                    sa.and_(
+                        neighbor_cluster.c.snapshot_date == t_peers.c.snapshot_date,
+                        neighbor_cluster.c.symbol == t_peers.c.neighbor,
+                    ),
+                )
+            )
+            .where(t_peers.c.snapshot_date == day, t_peers.c.symbol == symbol)
+            .order_by(t_peers.c.rank)
+        )
+        if limit is not None:
+            query = query.limit(max(0, int(limit)))
+        rows = [dict(r._mapping) for r in conn.execute(query)]
+        cluster_id = conn.execute(
+            sa.select(t_clusters.c.cluster_id).where(
+                t_clusters.c.snapshot_date == day, t_clusters.c.symbol == symbol
+            )
+        ).scalar_one_or_none()
+    return PeersResult(snap, symbol, cluster_id, rows)
+
+
+def cluster(
+    engine: sa.Engine,
+    symbol: str,
+    date: dt.date | str | None = None,
+    *,
+    members: int | None = 20,
+) -> ClusterResult:
+    """Cluster id of ``symbol`` (``symbol_clusters``, SPEC §5), the cluster's size, the number
+    of clusters, its first ``members`` members by symbol (None = all) and its top-k peers that
+    share the cluster."""
+    with consistent_read(engine) as conn:
+        snap = resolve_snapshot(conn, date)
+        _require_symbol(conn, snap, symbol)
+        day = snap.snapshot_date
+        cluster_id = conn.execute(
+            sa.select(t_clusters.c.cluster_id).where(
+                t_clusters.c.snapshot_date == day, t_clusters.c.symbol == symbol
+            )
+        ).scalar_one_or_none()
+        if cluster_id is None:
+            raise QueryError(
+                f"{quote(symbol)} has no cluster in the snapshot of {day} "
+                "(symbol_clusters holds no row for it: re-materialize the partition)"
+            )
+        in_cluster = sa.and_(
+            t_clusters.c.snapshot_date == day, t_clusters.c.cluster_id == cluster_id
+        )
+        size = conn.execute(sa.select(sa.func.count()).where(in_cluster)).scalar_one()
+        n_clusters = conn.execute(
+            sa.select(sa.func.count(sa.distinct(t_clusters.c.cluster_id))).where(
+                t_clusters.c.snapshot_date == day
+            )
+        ).scalar_one()
+        member_query = (
+            sa.select(t_clusters.c.symbol).where(in_cluster).order_by(t_clusters.c.symbol)
+        )
+        if members is not None:
+            member_query = member_query.limit(max(0, int(members)))
+        member_list = list(conn.execute(member_query).scalars())
+        peer_rows = conn.execute(
+            sa.select(t_peers.c.rank, t_peers.c.neighbor, t_peers.c.corr)
+            .select_from(
+                t_peers.join(
+                    t_clusters,
+                    sa.and_(
+                        t_clusters.c.snapshot_date == t_peers.c.snapshot_date,
+                        t_clusters.c.symbol == t_peers.c.neighbor,
+                    ),
+                )
+            )
+            .where(
+                t_peers.c.snapshot_date == day,
+                t_peers.c.symbol == symbol,
+                t_clusters.c.cluster_id == cluster_id,
+            )
+            .order_by(t_peers.c.rank)
+        )
+        peers_in = [dict(r._mapping) for r in peer_rows]
+    return ClusterResult(
+        snap, symbol, int(cluster_id), int(size), int(n_clusters), member_list, peers_in
+    )
+
+
+def lead_lag(
+    engine: sa.Engine,
+    symbol: str,
+    date: dt.date | str | None = None,
+    *,
+    limit: int | None = None,
+) -> LeadLagResult:
+    """Pairs of ``lead_lag_pairs`` (SPEC §6) with ``leader = symbol`` or ``lagger = symbol``,
+    by improvement descending (then leader, lagger), at most ``limit`` (None = all)."""
+    with consistent_read(engine) as conn:
+        snap = resolve_snapshot(conn, date)
+        _require_symbol(conn, snap, symbol)
+        query = (
+            sa.select(
+                t_lead_lag.c.leader,
+                t_lead_lag.c.lagger,
+                t_lead_lag.c.lag,
+                t_lead_lag.c.lagged_corr,
+                t_lead_lag.c.sync_corr,
+                t_lead_lag.c.improvement,
+                t_lead_lag.c.overlap,
+            )
+            .where(
+                t_lead_lag.c.snapshot_date == snap.snapshot_date,
+                sa.or_(t_lead_lag.c.leader == symbol, t_lead_lag.c.lagger == symbol),
+            )
+            .order_by(t_lead_lag.c.improvement.desc(), t_lead_lag.c.leader, t_lead_lag.c.lagger)
+        )
+        if limit is not None:
+            query = query.limit(max(0, int(limit)))
+        rows = [dict(r._mapping) for r in conn.execute(query)]
+        n_leads, n_lags = conn.execute(
+            sa.select(
+                sa.func.count().filter(t_lead_lag.c.leader == symbol),
+                sa.func.count().filter(t_lead_lag.c.lagger == symbol),
+            ).where(
+                t_lead_lag.c.snapshot_date == snap.snapshot_date,
+                sa.or_(t_lead_lag.c.leader == symbol, t_lead_lag.c.lagger == symbol),
+            )
+        ).one()
+    return LeadLagResult(snap, symbol, rows, int(n_leads), int(n_lags))

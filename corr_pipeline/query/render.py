@@ -1,0 +1,218 @@
+"""The text for humans of each answer: a heading line and fixed-width tables.
+
+:func:`to_text` turns an :data:`~corr_pipeline.query.answers.Answer` into the text printed by
+``corr-pipeline query ...``. Symbols are shown verbatim, control characters escaped
+(:func:`printable`), so one row stays one line; column widths count East Asian wide and
+full-width characters as two terminal columns (:func:`display_width`). NaN prints as ``NaN``.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Sequence
+from typing import Any
+
+from corr_pipeline.query.answers import (
+    Answer,
+    ClusterResult,
+    CorrResult,
+    LeadLagResult,
+    PeersResult,
+    Snapshot,
+    SnapshotsResult,
+)
+
+__all__ = ["display_width", "format_table", "printable", "to_text"]
+
+
+def display_width(text: str) -> int:
+    """Terminal columns of ``text`` (East Asian wide/full-width characters count 2, combining
+    characters 0)."""
+    width = 0
+    for ch in text:
+        if unicodedata.combining(ch):
+            continue
+        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return width
+
+
+def printable(text: str) -> str:
+    """Control characters (newline, tab, ...) shown escaped so a table stays one line per row."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in text)
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str) -> str:
+    """Fixed-width table: ``align`` has one ``l``/``r`` per column; two spaces between columns.
+
+    Cells are ``str()``-ed and shown verbatim (control characters escaped); widths count
+    wide characters as two columns.
+    """
+    cells = [[printable(str(c)) for c in row] for row in rows]
+    widths = [display_width(h) for h in headers]
+    for row in cells:
+        for k, c in enumerate(row):
+            widths[k] = max(widths[k], display_width(c))
+
+    def line(values: Sequence[str]) -> str:
+        parts = []
+        for k, v in enumerate(values):
+            pad = " " * (widths[k] - display_width(v))
+            parts.append(pad + v if align[k] == "r" else v + pad)
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(list(headers)), *(line(r) for r in cells)])
+
+
+def _fmt(value: Any, spec: str = "+.4f") -> str:
+    if value is None:
+        return "NaN"
+    value = float(value)
+    return "NaN" if math.isnan(value) else format(value, spec)
+
+
+def _describe(snapshot: Snapshot) -> str:
+    return (
+        f"snapshot {snapshot.snapshot_date} (as of {snapshot.as_of_trade_date}, "
+        f"{snapshot.n_symbols:,} symbols, {snapshot.lookback_days}-day window)"
+    )
+
+
+def to_text(result: Answer) -> str:
+    """The text of ``result`` for a terminal (no trailing newline)."""
+    if isinstance(result, SnapshotsResult):
+        return _render_snapshots(result)
+    if isinstance(result, PeersResult):
+        return _render_peers(result)
+    if isinstance(result, ClusterResult):
+        return _render_cluster(result)
+    if isinstance(result, LeadLagResult):
+        return _render_lead_lag(result)
+    if isinstance(result, CorrResult):
+        return _render_corr(result)
+    raise TypeError(f"not a query answer: {type(result).__name__}")
+
+
+def _render_snapshots(result: SnapshotsResult) -> str:
+    if not result.snapshots:
+        return "no snapshot has been published yet"
+    head = f"{result.total:,} snapshot(s) published" + (
+        f", newest {len(result.snapshots)} shown" if result.total > len(result.snapshots) else ""
+    )
+    table = format_table(
+        ["snapshot_date", "as_of_trade_date", "symbols", "dropped", "lookback", "created_at"],
+        [
+            [
+                s.snapshot_date,
+                s.as_of_trade_date,
+                f"{s.n_symbols:,}",
+                f"{s.n_dropped:,}",
+                s.lookback_days,
+                s.created_at.strftime("%Y-%m-%d %H:%M") if s.created_at else "",
+            ]
+            for s in result.snapshots
+        ],
+        "llrrrl",
+    )
+    return head + "\n" + table
+
+
+def _render_peers(result: PeersResult) -> str:
+    head = f"peers of {printable(result.symbol)} in {_describe(result.snapshot)}"
+    if not result.peers:
+        return head + "\n(no neighbor with a defined correlation)"
+    rows = [
+        [
+            p["rank"],
+            p["neighbor"],
+            _fmt(p["corr"]),
+            p["overlap"],
+            "yes"
+            if result.cluster_id is not None and p["neighbor_cluster_id"] == result.cluster_id
+            else "",
+        ]
+        for p in result.peers
+    ]
+    return (
+        head
+        + "\n"
+        + format_table(["rank", "neighbor", "corr", "overlap", "same cluster"], rows, "rlrrl")
+    )
+
+
+def _render_cluster(result: ClusterResult) -> str:
+    lines = [
+        f"cluster of {printable(result.symbol)} in {_describe(result.snapshot)}",
+        f"cluster id {result.cluster_id} of {result.n_clusters:,}: {result.size:,} member(s)",
+    ]
+    if result.peers_in_cluster:
+        lines.append("its nearest peers in the same cluster:")
+        lines.append(
+            format_table(
+                ["rank", "neighbor", "corr"],
+                [[p["rank"], p["neighbor"], _fmt(p["corr"])] for p in result.peers_in_cluster],
+                "rlr",
+            )
+        )
+    shown = len(result.members)
+    label = "members" if shown == result.size else f"members (first {shown:,}, by symbol)"
+    lines.append(f"{label}:")
+    lines.extend(f"  {printable(m)}" for m in result.members)
+    return "\n".join(lines)
+
+
+def _render_lead_lag(result: LeadLagResult) -> str:
+    head = (
+        f"lead-lag pairs of {printable(result.symbol)} in {_describe(result.snapshot)}: "
+        f"leads {result.n_leads}, lags {result.n_lags}"
+    )
+    if not result.pairs:
+        return head + "\n(no lead-lag pair involves this symbol)"
+    rows = [
+        [
+            result.role(p),
+            p["leader"],
+            p["lagger"],
+            p["lag"],
+            _fmt(p["lagged_corr"]),
+            _fmt(p["sync_corr"]),
+            _fmt(p["improvement"], ".4f"),
+            p["overlap"],
+        ]
+        for p in result.pairs
+    ]
+    return (
+        head
+        + "\n"
+        + format_table(
+            ["role", "leader", "lagger", "lag", "lagged_corr", "sync_corr", "improvement", "overlap"],
+            rows,
+            "lllrrrrr",
+        )
+        + "\n(leader's return on day t vs lagger's on day t + lag)"
+        + (
+            f"\nshowing the {len(result.pairs)} strongest of {result.n_leads + result.n_lags} "
+            "pairs; --limit 0 lists all"
+            if result.truncated
+            else ""
+        )
+    )
+
+
+def _render_corr(result: CorrResult) -> str:
+    value = _fmt(result.corr, "+.6f")
+    lines = [
+        f"corr({printable(result.a)}, {printable(result.b)}) = {value} on "
+        f"{result.overlap if result.overlap is not None else '?'} common returns "
+        f"(snapshot {result.snapshot_date}, {result.n_symbols:,} symbols)"
+    ]
+    if result.reason:
+        lines.append(f"undefined: {result.reason}")
+    if not result.published:
+        lines.append(
+            "note: this snapshot's matrices exist in the store but the snapshot is not "
+            "published in the database (its later steps did not complete)"
+        )
+    return "\n".join(lines)
