@@ -1,7 +1,7 @@
 """Shared benchmark helpers: the GEMM floor and timing.
 
 Memory sampling (:class:`PeakMemory`), the machine line and the git commit live in the package
-(:mod:`corr_pipeline.bench`, also used by ``corr-pipeline bench``) and are re-exported here; the
+(:mod:`corr_pipeline.snapshot.measure` and :mod:`corr_pipeline.bench`, also used by ``corr-pipeline bench``) and are re-exported here; the
 ragged returns matrix the kernels are timed on is :func:`corr_pipeline.synth.ragged_returns`.
 Memory: peak RSS counts memory-mapped pages the process touched; RssAnon counts only anonymous
 memory (heap, numpy temporaries). Both are read from /proc/self/status; the peak of RssAnon is
@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from corr_pipeline.bench import MemoryPeak, PeakMemory, git_commit, machine_line
+from corr_pipeline.bench import git_commit, machine_line
+from corr_pipeline.snapshot.measure import MemoryPeak, PeakMemory
 
 __all__ = [
     "MemoryPeak",

@@ -67,16 +67,20 @@ def row_blocks(
 
 
 def square_tile_side(
-    element_bytes: int, working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB, n: int = 1
+    element_bytes: int,
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
+    n: int = 1,
+    *,
+    minimum: int = 1,
 ) -> int:
     """Side ``b`` of a ``b x b`` tile whose temporaries fit the budget:
-    ``b = clamp(floor(sqrt(working_memory_mb · 2**20 / element_bytes)), 1, n)``, where
+    ``b = clamp(floor(sqrt(working_memory_mb · 2**20 / element_bytes)), minimum, n)``, where
     ``element_bytes`` is what one tile element keeps alive (for loops that need a tile and its
     transpose, e.g. a symmetry check read from a memory map)."""
     if working_memory_mb <= 0:
         raise ValueError(f"working_memory_mb must be > 0, got {working_memory_mb}")
     side = int((working_memory_mb * 2**20 / max(int(element_bytes), 1)) ** 0.5)
-    return max(1, min(side, max(int(n), 1)))
+    return max(1, min(max(side, minimum), int(n)))
 
 
 def tiles_covering(start: int, stop: int) -> list[tuple[int, int]]:

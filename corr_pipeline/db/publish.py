@@ -371,34 +371,41 @@ def _lock_date(cursor: Any, d: dt.date) -> float:
     return time.perf_counter() - t
 
 
-def publish_snapshot(
-    engine: sa.Engine,
-    *,
-    snapshot_date: dt.date | str,
-    as_of_trade_date: dt.date | str,
-    symbols: Sequence[str],
-    n_dropped: int,
-    lookback_days: int,
-    params: Mapping[str, Any],
-    neighbor_index: Any,
-    neighbor_corr: Any,
-    neighbor_overlap: Any,
-    cluster_labels: Any,
-    lead_lag_pairs: Any,
-) -> PublishReport:
-    """Replace the snapshot of ``snapshot_date`` with these results, in one transaction (SPEC §7).
+@dataclass(frozen=True)
+class SnapshotResults:
+    """What one snapshot publishes (SPEC §7), the value handed to :func:`publish_snapshot`.
 
     ``symbols``: the N kept symbols (column order of every index below). ``neighbor_index``
     (int, N × k, −1 = padding), ``neighbor_corr`` (float, N × k), ``neighbor_overlap``
     (int, N × k): SPEC §4 top-k. ``cluster_labels``: int, N (SPEC §5). ``lead_lag_pairs``:
     structured array with :data:`LEAD_LAG_FIELDS`, leader/lagger as indices into ``symbols``
     (SPEC §6). ``params``: JSON-able run parameters stored as jsonb.
+    """
+
+    snapshot_date: dt.date | str
+    as_of_trade_date: dt.date | str
+    symbols: Sequence[str]
+    n_dropped: int
+    lookback_days: int
+    params: Mapping[str, Any]
+    neighbor_index: Any
+    neighbor_corr: Any
+    neighbor_overlap: Any
+    cluster_labels: Any
+    lead_lag_pairs: Any
+
+
+def publish_snapshot(engine: sa.Engine, results: SnapshotResults) -> PublishReport:
+    """Replace the snapshot of ``results.snapshot_date`` with ``results``, in one transaction
+    (SPEC §7).
 
     Everything is validated before the transaction starts (:class:`PublishError`, nothing
     written). Database errors surface as the driver's ``psycopg.Error`` subclasses (connection
     loss: ``psycopg.OperationalError``) after the transaction was rolled back. See the module
     docstring for the locking and row rules.
     """
+    snapshot_date, as_of_trade_date = results.snapshot_date, results.as_of_trade_date
+    symbols, n_dropped, lookback_days = results.symbols, results.n_dropped, results.lookback_days
     t_start = time.perf_counter()
     d = as_iso_date(snapshot_date, "snapshot_date", PublishError)
     as_of = as_iso_date(as_of_trade_date, "as_of_trade_date", PublishError)
@@ -412,17 +419,17 @@ def publish_snapshot(
         raise PublishError("symbols contains duplicates")
     if int(n_dropped) < 0 or int(lookback_days) < 1:
         raise PublishError(f"n_dropped ({n_dropped}) must be >= 0, lookback_days >= 1")
-    params_json = _json_params(params)
+    params_json = _json_params(results.params)
 
     nb_i, nb_rank, nb_j, nb_corr, nb_overlap = _neighbor_rows(
-        n, neighbor_index, neighbor_corr, neighbor_overlap
+        n, results.neighbor_index, results.neighbor_corr, results.neighbor_overlap
     )
-    labels = _int_array(cluster_labels, "cluster_labels", 1)
+    labels = _int_array(results.cluster_labels, "cluster_labels", 1)
     if labels.shape[0] != n:
         raise PublishError(f"cluster_labels has {labels.shape[0]} entries for {n} symbols")
     if labels.size and (labels.min() < 0 or labels.max() > np.iinfo(np.int32).max):
         raise PublishError("cluster_labels must be non-negative int32")
-    pairs = _pair_rows(n, lead_lag_pairs)
+    pairs = _pair_rows(n, results.lead_lag_pairs)
 
     # Rows go in primary-key order (symbols by code point, as the "C" collation sorts them):
     # the B-tree inserts then walk the index left to right instead of jumping around

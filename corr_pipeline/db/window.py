@@ -67,6 +67,11 @@ _DAY_ELEM = np.dtype([("len", ">i4"), ("value", ">i4")])
 _CLOSE_ELEM = np.dtype([("len", ">i4"), ("value", ">f8")])
 
 
+#: Why a symbol in the window was not kept (SPEC §2): the keys of ``ReturnsWindow.drop_counts``.
+TOO_FEW_RETURNS = "too_few_returns"
+ZERO_VARIANCE = "zero_variance"
+
+
 class WindowError(ValueError):
     """The window cannot be built (no data, too short, everything dropped, bad arguments)."""
 
@@ -79,7 +84,9 @@ class ReturnsWindow:
     ``symbols``: the ``N`` kept symbols, ascending by code point (column order of ``returns``);
     ``dates``: the ``T + 1`` window trade dates (ascending; returns row ``t`` is
     ``dates[t] -> dates[t + 1]``); ``as_of_trade_date`` = ``dates[-1]``;
-    ``dropped``: ``(symbol, reason)`` for symbols present in the window but not kept;
+    ``dropped``: ``(symbol, reason in words)`` for symbols present in the window but not kept;
+    ``drop_counts``: how many were dropped for each reason (:data:`TOO_FEW_RETURNS`,
+    :data:`ZERO_VARIANCE`);
     ``bad_prices``: number of rows in the window whose close is NaN, infinite or <= 0;
     ``n_price_rows``: rows read; ``timings``: seconds per phase (for asset metadata).
     """
@@ -92,6 +99,7 @@ class ReturnsWindow:
     bad_prices: int
     n_price_rows: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    drop_counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def n_returns(self) -> int:
@@ -282,4 +290,8 @@ def load_returns_window(
         bad_prices=bad_prices,
         n_price_rows=n_rows,
         timings=timings,
+        drop_counts={
+            TOO_FEW_RETURNS: int((~enough).sum()),
+            ZERO_VARIANCE: int((enough & ~varies).sum()),
+        },
     )

@@ -9,7 +9,7 @@ checks) for one partition. Its run tags carry the operational limits:
 - ``corr_pipeline/heavy``: ``dagster.yaml`` limits runs carrying this tag to one at a time
   (``concurrency.runs.tag_concurrency_limits``), so two snapshot runs never share a machine.
   Runs launched from the asset graph rather than the job are held back by the
-  ``corr_pipeline_snapshot`` pool instead (see :mod:`corr_pipeline.defs.assets`).
+  ``corr_pipeline_snapshot`` pool instead (see :mod:`corr_pipeline.defs.step_options`).
 
 ``nightly_snapshot_schedule`` fires at 06:30 UTC Monday to Friday and requests the partition
 of the previous weekday (Friday's on Monday), with ``run_key`` = partition key so a tick is
@@ -28,10 +28,9 @@ from corr_pipeline.defs.partitions import (
     PARTITION_TIMEZONE,
     previous_weekday,
 )
+from corr_pipeline.defs.step_options import SNAPSHOT_GROUP
 
-SNAPSHOT_GROUP = "correlation_snapshot"
 HEAVY_RUN_TAG = "corr_pipeline/heavy"
-SNAPSHOT_POOL = "corr_pipeline_snapshot"
 NIGHTLY_CRON = "30 6 * * 1-5"
 
 

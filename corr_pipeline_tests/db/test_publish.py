@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.db.publish import (
     PublishError,
+    SnapshotResults,
     publish_snapshot,
     read_snapshot_counts,
 )
@@ -68,7 +69,7 @@ def publish(engine, results: dict, *, snapshot_date=D, **overrides):
         params={"k": int(results["neighbor_index"].shape[1]), "as_of": AS_OF, "min_overlap": 30},
     )
     kwargs.update(overrides)
-    return publish_snapshot(engine, **kwargs, **results)
+    return publish_snapshot(engine, SnapshotResults(**kwargs, **results))
 
 
 def expected_rows(results: dict, snapshot_date=D) -> dict[str, set]:

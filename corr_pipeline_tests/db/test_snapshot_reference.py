@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from corr_pipeline.db import schema
-from corr_pipeline.db.publish import delete_snapshot, publish_snapshot
+from corr_pipeline.db.publish import SnapshotResults, delete_snapshot, publish_snapshot
 
 D1, D2, MISSING = dt.date(2024, 5, 1), dt.date(2024, 5, 2), dt.date(2024, 5, 3)
 
@@ -33,17 +33,19 @@ def _publish(engine: sa.Engine, day: dt.date, n: int = 30, k: int = 3) -> None:
     pairs["lag"], pairs["lagged_corr"], pairs["improvement"], pairs["overlap"] = 1, 0.5, 0.1, 40
     publish_snapshot(
         engine,
-        snapshot_date=day,
-        as_of_trade_date=day,
-        symbols=[f"X{i}" for i in range(n)],
-        n_dropped=0,
-        lookback_days=50,
-        params={},
-        neighbor_index=index,
-        neighbor_corr=rng.uniform(-1, 1, (n, k)).astype(np.float32),
-        neighbor_overlap=np.full((n, k), 40, np.int16),
-        cluster_labels=np.arange(n) % 4,
-        lead_lag_pairs=pairs,
+        SnapshotResults(
+            snapshot_date=day,
+            as_of_trade_date=day,
+            symbols=[f"X{i}" for i in range(n)],
+            n_dropped=0,
+            lookback_days=50,
+            params={},
+            neighbor_index=index,
+            neighbor_corr=rng.uniform(-1, 1, (n, k)).astype(np.float32),
+            neighbor_overlap=np.full((n, k), 40, np.int16),
+            cluster_labels=np.arange(n) % 4,
+            lead_lag_pairs=pairs,
+        ),
     )
 
 

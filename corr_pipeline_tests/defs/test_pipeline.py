@@ -29,12 +29,9 @@ from corr_pipeline.db.schema import PUBLISHED_TABLES, SNAPSHOT_CHILD_TABLES
 from corr_pipeline.db.synth import read_truth, write_synthetic_universe
 from corr_pipeline.db.window import load_returns_window
 from corr_pipeline.definitions import build_resources
-from corr_pipeline.defs.assets import (
-    DATABASE_RETRY_POLICY,
-    retry_only_if_database_unavailable,
-    snapshot_assets,
-)
+from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
+from corr_pipeline.defs.retries import DATABASE_RETRY_POLICY, retry_only_if_database_unavailable
 from corr_pipeline.defs.run import (
     latest_partition_key,
     materialize_snapshot,

@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
         if mode == "loop":
             versions = [publish_arguments(day, n=n, k=k, version=version + v) for v in (0, 1)]
             for i in range(repeats):
-                publish.publish_snapshot(engine, **versions[i % 2])
+                publish.publish_snapshot(engine, publish.SnapshotResults(**versions[i % 2]))
                 time.sleep(STATE_HOLD_S)  # let readers see the published state, too
                 with engine.begin() as conn:
                     conn.execute(
@@ -60,16 +60,18 @@ def main(argv: list[str]) -> int:
                     )
                 time.sleep(STATE_HOLD_S)
         else:
-            publish.publish_snapshot(engine, **publish_arguments(day, n=n, k=k, version=version))
+            publish.publish_snapshot(
+                engine, publish.SnapshotResults(**publish_arguments(day, n=n, k=k, version=version))
+            )
     except Exception as exc:
-        from corr_pipeline.defs.assets import _is_database_unavailable
+        from corr_pipeline.defs.retries import is_database_unavailable
 
         print(
             json.dumps(
                 {
                     "error": f"{type(exc).__module__}.{type(exc).__name__}",
                     "message": str(exc),
-                    "retryable": _is_database_unavailable(exc),
+                    "retryable": is_database_unavailable(exc),
                 }
             ),
             flush=True,

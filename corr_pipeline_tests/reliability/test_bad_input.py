@@ -24,7 +24,7 @@ from corr_pipeline.compute.clusters import hierarchical_clusters
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.compute.neighbors import top_k_neighbors
 from corr_pipeline.db.prices_import import PricesImportError, import_prices_csv
-from corr_pipeline.db.publish import publish_snapshot
+from corr_pipeline.db.publish import SnapshotResults, publish_snapshot
 from corr_pipeline.defs.run import materialize_snapshot
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.reliability import helpers as h
@@ -42,17 +42,19 @@ def publish_previous(engine: sa.Engine) -> dict[str, list[tuple]]:
     pairs[0] = (0, 1, 1, 0.5, 0.1, 0.4, 25)
     publish_snapshot(
         engine,
-        snapshot_date=D,
-        as_of_trade_date=D,
-        symbols=["PREV_A", "PREV_B", "PREV_C"],
-        n_dropped=0,
-        lookback_days=40,
-        params={"version": "previous"},
-        neighbor_index=np.array([[1], [0], [0]], dtype=np.int32),
-        neighbor_corr=np.array([[0.9], [0.9], [0.2]], dtype=np.float32),
-        neighbor_overlap=np.array([[30], [30], [30]], dtype=np.int16),
-        cluster_labels=np.array([0, 0, 1], dtype=np.int32),
-        lead_lag_pairs=pairs,
+        SnapshotResults(
+            snapshot_date=D,
+            as_of_trade_date=D,
+            symbols=["PREV_A", "PREV_B", "PREV_C"],
+            n_dropped=0,
+            lookback_days=40,
+            params={"version": "previous"},
+            neighbor_index=np.array([[1], [0], [0]], dtype=np.int32),
+            neighbor_corr=np.array([[0.9], [0.9], [0.2]], dtype=np.float32),
+            neighbor_overlap=np.array([[30], [30], [30]], dtype=np.int16),
+            cluster_labels=np.array([0, 0, 1], dtype=np.int32),
+            lead_lag_pairs=pairs,
+        ),
     )
     rows = h.snapshot_rows(engine, D)
     assert len(rows["peer_neighbors"]) == 3

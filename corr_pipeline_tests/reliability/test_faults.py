@@ -29,9 +29,10 @@ from sqlalchemy.engine import make_url
 
 from corr_pipeline import settings
 from corr_pipeline.db import engine as db_engine
-from corr_pipeline.db.publish import publish_snapshot
+from corr_pipeline.db.publish import SnapshotResults, publish_snapshot
 from corr_pipeline.db.schema import init_schema
-from corr_pipeline.defs.assets import DATABASE_RETRY_POLICY, snapshot_assets
+from corr_pipeline.defs.assets import snapshot_assets
+from corr_pipeline.defs.retries import DATABASE_RETRY_POLICY
 from corr_pipeline.defs.run import open_instance
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.reliability import helpers as h
@@ -86,7 +87,7 @@ def test_publisher_killed_inside_its_transaction_leaves_the_previous_snapshot(
     """The child deleted the old snapshot, inserted the new snapshots row and staged every
     row, all inside its open transaction, and is SIGKILLed there: the database rolls it back."""
     previous = h.publish_arguments(D, n=300, k=5, version=1)
-    publish_snapshot(clean_db, **previous)
+    publish_snapshot(clean_db, SnapshotResults(**previous))
     before = h.snapshot_rows(clean_db, D)
     app = f"corr_rel_hold_{uuid.uuid4().hex[:8]}"
     child = start_publisher(
@@ -106,7 +107,9 @@ def test_publisher_killed_inside_its_transaction_leaves_the_previous_snapshot(
     wait_until(lambda: not h.backends_of(clean_db, app), 30, "the killed child's backend to end")
     assert h.snapshot_rows(clean_db, D) == before
     # its advisory lock died with it: the next publisher of the date does not wait
-    report = publish_snapshot(clean_db, **h.publish_arguments(D, n=50, k=2, version=3))
+    report = publish_snapshot(
+        clean_db, SnapshotResults(**h.publish_arguments(D, n=50, k=2, version=3))
+    )
     assert report.lock_wait_seconds < 5
     assert h.snapshot_counts(clean_db, D) == h.expected_counts(
         h.publish_arguments(D, n=50, k=2, version=3)
@@ -117,7 +120,7 @@ def test_publisher_killed_while_postgres_works_on_its_rows(clean_db, database_ur
     """No hook: a large publication SIGKILLed as soon as its backend is busy inside the
     transaction (COPY or INSERT ... SELECT running), wherever exactly that is."""
     previous = h.publish_arguments(D, n=500, k=5, version=11)
-    publish_snapshot(clean_db, **previous)
+    publish_snapshot(clean_db, SnapshotResults(**previous))
     before = h.snapshot_rows(clean_db, D)
     killed_in: list[str] = []
     for attempt, n in enumerate((20_000, 60_000, 120_000)):
@@ -147,7 +150,7 @@ def test_publisher_killed_while_postgres_works_on_its_rows(clean_db, database_ur
         if killed_in:
             break
         # the child finished before we saw it busy: the date now holds its version; restore
-        publish_snapshot(clean_db, **previous)
+        publish_snapshot(clean_db, SnapshotResults(**previous))
     assert killed_in, "never caught the publisher inside its transaction"
     assert h.snapshot_rows(clean_db, D) == before, killed_in
 
@@ -181,7 +184,7 @@ def test_database_stopped_mid_publish_then_restarted(tmp_path_factory):
         engine = db_engine.get_engine(url)
         init_schema(engine)
         previous = h.publish_arguments(D, n=300, k=5, version=21)
-        publish_snapshot(engine, **previous)
+        publish_snapshot(engine, SnapshotResults(**previous))
         before = h.snapshot_rows(engine, D)
 
         child = start_publisher("hold", url, n=400, k=4, version=22)
@@ -213,7 +216,7 @@ def test_database_stopped_mid_publish_then_restarted(tmp_path_factory):
         engine = db_engine.get_engine(url)
         assert h.snapshot_rows(engine, D) == before  # the previous snapshot, whole
         again = h.publish_arguments(D, n=400, k=4, version=22)
-        publish_snapshot(engine, **again)  # re-running the publication now succeeds
+        publish_snapshot(engine, SnapshotResults(**again))  # re-running the publication now succeeds
         assert h.snapshot_counts(engine, D) == h.expected_counts(again)
     finally:
         db_engine.release_embedded_server(pgdata)

@@ -1,4 +1,4 @@
-"""The verifications behind the asset checks: they pass on SPEC-conforming arrays built by
+"""The verifications of each step (behind the asset checks): they pass on SPEC-conforming arrays built by
 brute force here, and each corruption makes the right one fail. Tiles are forced small so the
 blockwise code paths (several tiles, ragged edges) are exercised on small matrices."""
 
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
-from corr_pipeline.defs import checks
+from corr_pipeline.snapshot import markdown, verify
 
 TINY_MB = 0.02  # forces 64-wide tiles / a few rows per block
 
@@ -57,14 +57,14 @@ def matrices():
 
 def test_correlation_checks_pass_on_reference(matrices):
     R, corr, overlap = matrices
-    stats = checks.correlation_stats(
+    stats = verify.correlation_stats(
         corr,
         overlap,
         min_overlap=30,
         finite_counts=np.isfinite(R).sum(axis=0),
         working_memory_mb=TINY_MB,
     )
-    verdicts = checks.verify_correlation(stats)
+    verdicts = verify.verify_correlation(stats)
     assert all(v.passed for v in verdicts.values()), {k: v.problems for k, v in verdicts.items()}
     n = corr.shape[0]
     assert stats.pairs_total == n * (n - 1) // 2
@@ -76,8 +76,8 @@ def test_correlation_checks_pass_on_reference(matrices):
 
 def test_tiling_does_not_change_the_statistics(matrices):
     _, corr, overlap = matrices
-    small = checks.correlation_stats(corr, overlap, min_overlap=30, working_memory_mb=TINY_MB)
-    whole = checks.correlation_stats(corr, overlap, min_overlap=30, working_memory_mb=512)
+    small = verify.correlation_stats(corr, overlap, min_overlap=30, working_memory_mb=TINY_MB)
+    whole = verify.correlation_stats(corr, overlap, min_overlap=30, working_memory_mb=512)
     assert small == whole
 
 
@@ -97,8 +97,8 @@ def test_correlation_checks_catch_corruption(matrices, corrupt, failing):
     R, corr, overlap = matrices
     corr, overlap = corr.copy(), overlap.copy()
     corrupt(corr, overlap)
-    verdicts = checks.verify_correlation(
-        checks.correlation_stats(
+    verdicts = verify.verify_correlation(
+        verify.correlation_stats(
             corr,
             overlap,
             min_overlap=30,
@@ -116,8 +116,8 @@ def test_correlation_stats_read_memmaps(tmp_path, matrices):
     np.save(tmp_path / "overlap.npy", overlap)
     mc = np.load(tmp_path / "corr.npy", mmap_mode="r")
     mo = np.load(tmp_path / "overlap.npy", mmap_mode="r")
-    stats = checks.correlation_stats(mc, mo, min_overlap=30, working_memory_mb=TINY_MB)
-    assert stats == checks.correlation_stats(
+    stats = verify.correlation_stats(mc, mo, min_overlap=30, working_memory_mb=TINY_MB)
+    assert stats == verify.correlation_stats(
         corr, overlap, min_overlap=30, working_memory_mb=TINY_MB
     )
 
@@ -126,7 +126,7 @@ def test_neighbor_check_passes_on_brute_force_and_catches_errors(matrices):
     _, corr, overlap = matrices
     k = 6
     index, values, ov = _brute_top_k(corr, overlap, k)
-    ok = checks.verify_neighbors(
+    ok = verify.verify_neighbors(
         index, values, corr, k=k, neighbor_overlap=ov, overlap=overlap, working_memory_mb=TINY_MB
     )
     assert ok.passed, ok.problems
@@ -135,7 +135,7 @@ def test_neighbor_check_passes_on_brute_force_and_catches_errors(matrices):
     def broken(mutate):
         i, v, o = index.copy(), values.copy(), ov.copy()
         mutate(i, v, o)
-        return checks.verify_neighbors(
+        return verify.verify_neighbors(
             i, v, corr, k=k, neighbor_overlap=o, overlap=overlap, working_memory_mb=TINY_MB
         )
 
@@ -166,7 +166,7 @@ def test_neighbor_check_accepts_legitimately_short_rows(matrices):
     _, corr, overlap = matrices
     k = 149  # = N - 1: the short column 7 and its partners cannot fill every slot
     index, values, ov = _brute_top_k(corr, overlap, k)
-    verdict = checks.verify_neighbors(
+    verdict = verify.verify_neighbors(
         index, values, corr, k=k, neighbor_overlap=ov, overlap=overlap, working_memory_mb=TINY_MB
     )
     assert verdict.passed, verdict.problems
@@ -176,16 +176,16 @@ def test_neighbor_check_accepts_legitimately_short_rows(matrices):
 
 def test_cluster_check():
     good = np.array([0, 0, 1, 2, 1, 0, 3], dtype=np.int32)
-    verdict = checks.verify_clusters(good, 7)
+    verdict = verify.verify_clusters(good, 7)
     assert verdict.passed
     assert verdict.metadata["n_clusters"] == 4
     assert verdict.metadata["largest_cluster_size"] == 3
     assert verdict.metadata["n_singletons"] == 2
-    assert not checks.verify_clusters(good, 8).passed  # a symbol without a label
-    assert not checks.verify_clusters(np.array([1, 1, 0], dtype=np.int32), 3).passed  # order
-    assert not checks.verify_clusters(np.array([0, 2, 2], dtype=np.int32), 3).passed  # gap
-    assert not checks.verify_clusters(np.array([0, -1, 1], dtype=np.int32), 3).passed
-    md = checks.largest_clusters_markdown(good, list("ABCDEFG"), top=2, members=2)
+    assert not verify.verify_clusters(good, 8).passed  # a symbol without a label
+    assert not verify.verify_clusters(np.array([1, 1, 0], dtype=np.int32), 3).passed  # order
+    assert not verify.verify_clusters(np.array([0, 2, 2], dtype=np.int32), 3).passed  # gap
+    assert not verify.verify_clusters(np.array([0, -1, 1], dtype=np.int32), 3).passed
+    md = markdown.largest_clusters(good, list("ABCDEFG"), top=2, members=2)
     assert "| 0 | 3 | A, B ... |" in md
 
 
@@ -203,35 +203,35 @@ def test_lead_lag_check():
         ]
     )
     kwargs = dict(max_lag=3, min_overlap=60, min_improvement=0.0)
-    assert checks.verify_lead_lag_pairs(good, 4, **kwargs).passed
+    assert verify.verify_lead_lag_pairs(good, 4, **kwargs).passed
     bad_lag = good.copy()
     bad_lag["lag"][0] = 4
-    assert not checks.verify_lead_lag_pairs(bad_lag, 4, **kwargs).passed
+    assert not verify.verify_lead_lag_pairs(bad_lag, 4, **kwargs).passed
     dup = _pairs([tuple(good[0]), tuple(good[0])])
-    assert not checks.verify_lead_lag_pairs(dup, 4, **kwargs).passed
+    assert not verify.verify_lead_lag_pairs(dup, 4, **kwargs).passed
     unsorted = good[::-1].copy()
-    assert not checks.verify_lead_lag_pairs(unsorted, 4, **kwargs).passed
+    assert not verify.verify_lead_lag_pairs(unsorted, 4, **kwargs).passed
     inconsistent = good.copy()
     inconsistent["improvement"][2] = 0.35
-    assert not checks.verify_lead_lag_pairs(inconsistent, 4, **kwargs).passed
+    assert not verify.verify_lead_lag_pairs(inconsistent, 4, **kwargs).passed
     low = good.copy()
     low["overlap"][1] = 59
-    assert not checks.verify_lead_lag_pairs(low, 4, **kwargs).passed
-    assert not checks.verify_lead_lag_pairs(good, 3, **kwargs).passed  # index 3 out of range
+    assert not verify.verify_lead_lag_pairs(low, 4, **kwargs).passed
+    assert not verify.verify_lead_lag_pairs(good, 3, **kwargs).passed  # index 3 out of range
 
 
 def test_injected_pairs_check():
     symbols = ["A", "B", "C", "D"]
     pairs = _pairs([(0, 1, 2, 0.8, 0.0, 0.8, 80), (3, 2, 1, -0.5, np.nan, 0.5, 70)])
-    found = checks.verify_injected_pairs(pairs, symbols, [("A", "B", 2), ("D", "C", 1)])
+    found = verify.verify_injected_pairs(pairs, symbols, [("A", "B", 2), ("D", "C", 1)])
     assert found.passed and found.metadata["recall"] == 1.0
-    wrong_lag = checks.verify_injected_pairs(pairs, symbols, [("A", "B", 3)])
+    wrong_lag = verify.verify_injected_pairs(pairs, symbols, [("A", "B", 3)])
     assert not wrong_lag.passed and wrong_lag.metadata["injected_pairs_found"] == 0
-    dropped = checks.verify_injected_pairs(pairs, symbols, [("A", "Z", 1)])
+    dropped = verify.verify_injected_pairs(pairs, symbols, [("A", "Z", 1)])
     assert dropped.passed and dropped.metadata["injected_pairs_kept"] == 0
-    real = checks.verify_injected_pairs(pairs, symbols, [])
+    real = verify.verify_injected_pairs(pairs, symbols, [])
     assert real.passed and "no synthetic truth" in real.metadata["note"]
-    md = checks.strongest_pairs_markdown(pairs, symbols, top=1)
+    md = markdown.strongest_pairs(pairs, symbols, top=1)
     assert "| A | B | 2 | +0.800 | +0.000 | 0.800 | 80 |" in md
 
 
@@ -241,23 +241,23 @@ def test_returns_check():
     keep = np.isfinite(R).sum(axis=0) >= 60
     kept = R[:, keep]
     kept_symbols = [s for s, k in zip(symbols, keep, strict=True) if k]
-    ok = checks.verify_returns(
+    ok = verify.verify_returns(
         kept, kept_symbols, min_history_days=60, lookback_days=100, working_memory_mb=TINY_MB
     )
     assert ok.passed, ok.problems
-    assert not checks.verify_returns(R, symbols, min_history_days=60, lookback_days=100).passed
+    assert not verify.verify_returns(R, symbols, min_history_days=60, lookback_days=100).passed
     with_inf = kept.copy()
     with_inf[3, 3] = np.inf
-    assert not checks.verify_returns(
+    assert not verify.verify_returns(
         with_inf, kept_symbols, min_history_days=60, lookback_days=100
     ).passed
     flat = kept.copy()
     flat[:, 5] = np.where(np.isfinite(flat[:, 5]), 0.01, np.nan)
-    assert not checks.verify_returns(
+    assert not verify.verify_returns(
         flat, kept_symbols, min_history_days=60, lookback_days=100
     ).passed
     unsorted = list(reversed(kept_symbols))
-    assert not checks.verify_returns(kept, unsorted, min_history_days=60, lookback_days=100).passed
-    assert not checks.verify_returns(
+    assert not verify.verify_returns(kept, unsorted, min_history_days=60, lookback_days=100).passed
+    assert not verify.verify_returns(
         kept, kept_symbols, min_history_days=60, lookback_days=80
     ).passed

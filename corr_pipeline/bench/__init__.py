@@ -1,0 +1,39 @@
+"""Benchmarks of the nightly chain as a library: ``corr-pipeline bench`` and ``benchmarks/*.py``.
+
+* :func:`run_pipeline_benchmark` (:mod:`.pipeline`): the whole chain on a synthetic universe,
+  stage after stage, through the same steps as the Dagster assets
+  (:mod:`corr_pipeline.snapshot.steps`), in this process: per stage wall seconds, peak RSS,
+  peak RssAnon, rows published.
+* :func:`run_publish_benchmark` (:mod:`.publish`): publication alone, on results of realistic
+  size and dtypes made directly with numpy (:func:`synthetic_results`).
+
+Memory is measured with :class:`corr_pipeline.snapshot.measure.PeakMemory` (peak RSS from
+``VmHWM``, peak RssAnon sampled every 10 ms).
+"""
+
+from corr_pipeline.bench.machine import git_commit, machine_line
+from corr_pipeline.bench.pipeline import (
+    PIPELINE_STAGES,
+    PipelineBenchReport,
+    StageResult,
+    run_pipeline_benchmark,
+)
+from corr_pipeline.bench.publish import (
+    PublishBenchReport,
+    SyntheticResults,
+    run_publish_benchmark,
+    synthetic_results,
+)
+
+__all__ = [
+    "PIPELINE_STAGES",
+    "PipelineBenchReport",
+    "PublishBenchReport",
+    "StageResult",
+    "SyntheticResults",
+    "git_commit",
+    "machine_line",
+    "run_pipeline_benchmark",
+    "run_publish_benchmark",
+    "synthetic_results",
+]

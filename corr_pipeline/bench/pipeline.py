@@ -1,0 +1,246 @@
+"""The whole nightly chain on a synthetic universe, stage after stage, in this process.
+
+The universe (:mod:`corr_pipeline.synth`) is written into PostgreSQL with
+:func:`~corr_pipeline.db.synth.write_synthetic_universe`, which **replaces** ``prices``; then
+the steps of :mod:`corr_pipeline.snapshot.steps` run in order: window load (SPEC §2) →
+correlation + overlap memory-mapped into a matrix store (§3, §8) → neighbors (§4) → clusters
+(§5) → lead-lag with the synchronous corr read from the map (§6) → publish, one transaction
+(§7). Per stage: wall seconds, peak RSS (``VmHWM`` reset at the start of the stage; it counts
+the memory-mapped pages the stage touched) and the sampled peak of RssAnon (anonymous memory,
+what the working-memory budget governs). Both are the whole process's figures, so they include
+the interpreter and what earlier stages still hold; with Dagster's multiprocess executor every
+stage is its own process. The verifications the assets run after each step are not timed here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+
+from corr_pipeline.bench.machine import git_commit, machine_line
+from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, overlap_dtype
+from corr_pipeline.db.publish import publish_snapshot
+from corr_pipeline.db.synth import write_synthetic_universe
+from corr_pipeline.snapshot import steps
+from corr_pipeline.snapshot.measure import measure_stage
+from corr_pipeline.snapshot.params import SnapshotParameters
+from corr_pipeline.store.matrix_store import MatrixStore
+from corr_pipeline.synth import DEFAULT_END_DATE
+
+#: Stage names, in the order the nightly chain runs them.
+PIPELINE_STAGES = ("load window", "correlation", "neighbors", "clusters", "lead-lag", "publish")
+
+#: Average-linkage cut used by the benchmark (Mantegna distance; SPEC §5).
+BENCH_DISTANCE_THRESHOLD = 1.2
+
+#: Seconds between two samples of RssAnon.
+SAMPLE_INTERVAL = 0.01
+
+
+@dataclass
+class StageResult:
+    """One stage: wall seconds, peak RSS / RssAnon (MiB), rows it contributes to publication
+    (None for stages that publish nothing), and a note."""
+
+    name: str
+    seconds: float
+    peak_rss_mib: float
+    peak_anon_mib: float
+    rows: int | None = None
+    note: str = ""
+
+
+@dataclass
+class PipelineBenchReport:
+    """Everything :func:`run_pipeline_benchmark` measured; :meth:`table` renders it."""
+
+    machine: str
+    commit: str
+    params: dict[str, Any]
+    stages: list[StageResult] = field(default_factory=list)
+    published: dict[str, int] = field(default_factory=dict)
+    synth_seconds: float | None = None
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(stage.seconds for stage in self.stages)
+
+    def table(self) -> str:
+        """Markdown table, one row per stage plus the total."""
+        lines = [
+            "| stage | wall s | peak RSS MiB | peak RssAnon MiB | rows published | note |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        for s in self.stages:
+            rows = "-" if s.rows is None else f"{s.rows:,}"
+            lines.append(
+                f"| {s.name} | {s.seconds:.1f} | {s.peak_rss_mib:,.0f} | {s.peak_anon_mib:,.0f}"
+                f" | {rows} | {s.note} |"
+            )
+        peak_anon = max((s.peak_anon_mib for s in self.stages), default=0.0)
+        lines.append(f"| **total** | **{self.total_seconds:.1f}** | | {peak_anon:,.0f} (max) | | |")
+        return "\n".join(lines)
+
+
+def _stage_line(stage: StageResult) -> str:
+    rows = "" if stage.rows is None else f"  rows {stage.rows:,}"
+    return (
+        f"  {stage.name:<12} {stage.seconds:8.1f} s  peak RSS {stage.peak_rss_mib:8,.0f} MiB"
+        f"  peak RssAnon {stage.peak_anon_mib:8,.0f} MiB{rows}  {stage.note}"
+    ).rstrip()
+
+
+def bench_parameters(
+    t: int, *, max_lag: int, k: int, working_memory_mb: float
+) -> SnapshotParameters:
+    """The snapshot parameters of the benchmark: ``lookback_days = t``,
+    ``min_overlap = max(2, min(60, t // 4))``, ``min_history_days = 2 · min_overlap``,
+    ``k`` = k_neighbors = k_leaders = k_laggers, average linkage cut at
+    :data:`BENCH_DISTANCE_THRESHOLD`."""
+    min_overlap = max(2, min(60, t // 4))
+    return SnapshotParameters(
+        lookback_days=t,
+        min_history_days=2 * min_overlap,
+        min_overlap=min_overlap,
+        k_neighbors=k,
+        max_lag=max_lag,
+        k_leaders=k,
+        k_laggers=k,
+        linkage_method="average",
+        distance_threshold=BENCH_DISTANCE_THRESHOLD,
+        working_memory_mb=working_memory_mb,
+    )
+
+
+def run_pipeline_benchmark(
+    engine: sa.Engine,
+    store_root: Path,
+    *,
+    n: int,
+    t: int,
+    max_lag: int = 5,
+    k: int = 10,
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
+    seed: int = 11,
+    synth: bool = True,
+    keep_matrices: bool = False,
+    echo: Callable[[str], None] = print,
+) -> PipelineBenchReport:
+    """Run the whole chain once on ``engine`` (see the module docstring) and return the figures.
+
+    ``synth``: first replace ``prices`` (and the synthetic truth) with the synthetic universe of
+    ``n`` symbols × ``t + 1`` days (seed ``seed``); not timed as a nightly stage. ``False``
+    reuses the prices already there. The snapshot is published for the synthetic universe's last
+    date (:data:`corr_pipeline.synth.DEFAULT_END_DATE`), replacing any earlier snapshot of that
+    date; parameters: :func:`bench_parameters`. The correlation and overlap maps go to a
+    :class:`~corr_pipeline.store.matrix_store.MatrixStore` under ``store_root`` and are deleted
+    at the end unless ``keep_matrices``. Each stage's line is passed to ``echo`` as soon as it
+    finishes.
+    """
+    params = bench_parameters(t, max_lag=max_lag, k=k, working_memory_mb=working_memory_mb)
+    shown = {
+        "n": n,
+        "t": t,
+        "max_lag": max_lag,
+        "k": k,
+        "working_memory_mb": working_memory_mb,
+        "min_overlap": params.min_overlap,
+        "seed": seed,
+    }
+    report = PipelineBenchReport(machine=machine_line(), commit=git_commit(), params=shown)
+    echo(f"# {report.machine}; commit {report.commit}")
+    echo("# " + ", ".join(f"{key} = {value}" for key, value in shown.items()))
+    if synth:
+        start = time.perf_counter()
+        written = write_synthetic_universe(engine, n_symbols=n, n_days=t + 1, seed=seed)
+        report.synth_seconds = time.perf_counter() - start
+        echo(
+            f"synth   {written.rows_written:,} price rows written in {report.synth_seconds:.1f} s"
+            " (not part of the nightly run)"
+        )
+    day = DEFAULT_END_DATE
+    partition = day.isoformat()
+    store = MatrixStore(store_root)
+    state: dict[str, Any] = {}
+
+    def load() -> tuple[int | None, str]:
+        window = steps.load_returns(engine, day, params)
+        state["window"] = window
+        return None, f"T x N = {window.returns.shape[0]} x {window.returns.shape[1]}"
+
+    def correlation() -> tuple[int | None, str]:
+        returns = state["window"].returns
+        cols = returns.shape[1]
+        pending_corr = store.allocate("correlation_matrix", partition, "corr", (cols, cols), "f4")
+        pending_overlap = store.allocate(
+            "overlap_matrix", partition, "overlap", (cols, cols), overlap_dtype(returns.shape[0])
+        )
+        steps.correlation(
+            returns, params, out_corr=pending_corr.array, out_overlap=pending_overlap.array
+        )
+        state["corr"] = pending_corr.commit().array
+        state["overlap"] = pending_overlap.commit().array
+        size = (state["corr"].nbytes + state["overlap"].nbytes) / 2**30
+        return None, f"{size:.2f} GiB memory-mapped"
+
+    def neighbors() -> tuple[int | None, str]:
+        found = steps.neighbors(state["corr"], state["overlap"], params)
+        state["neighbors"] = found
+        return int(np.count_nonzero(found.index >= 0)), f"k = {k}"
+
+    def clusters() -> tuple[int | None, str]:
+        labels = steps.clusters(state["corr"], params)
+        state["labels"] = labels
+        return int(labels.size), f"{int(labels.max()) + 1:,} clusters"
+
+    def lead_lag() -> tuple[int | None, str]:
+        pairs = steps.lead_lag(state["window"].returns, state["corr"], params)
+        state["pairs"] = pairs
+        return int(pairs.size), f"max_lag = {max_lag}"
+
+    def publish() -> tuple[int | None, str]:
+        window = state["window"]
+        results = steps.results_for_publication(
+            day,
+            as_of_trade_date=window.as_of_trade_date,
+            symbols=window.symbols,
+            n_dropped=len(window.dropped),
+            params=params,
+            found=state["neighbors"],
+            labels=state["labels"],
+            pairs=state["pairs"],
+            recorded={"benchmark": True, **shown},
+        )
+        published = publish_snapshot(engine, results)
+        report.published = dict(published.rows)
+        note = ", ".join(f"{table} {count:,}" for table, count in published.rows.items())
+        return sum(published.rows.values()), note
+
+    stages = (load, correlation, neighbors, clusters, lead_lag, publish)
+    try:
+        for name, run_stage in zip(PIPELINE_STAGES, stages, strict=True):
+            with measure_stage(sample_interval=SAMPLE_INTERVAL) as stats:
+                rows, note = run_stage()
+            stage = StageResult(
+                name,
+                stats.seconds,
+                stats.peak_rss_mib or 0.0,
+                stats.peak_anon_mib or 0.0,
+                rows,
+                note,
+            )
+            report.stages.append(stage)
+            echo(_stage_line(stage))
+    finally:
+        state.clear()  # drop the memory maps before deleting their files
+        if not keep_matrices:
+            store.delete("correlation_matrix", partition, "corr")
+            store.delete("overlap_matrix", partition, "overlap")
+    echo(f"  {'total':<12} {report.total_seconds:8.1f} s")
+    return report

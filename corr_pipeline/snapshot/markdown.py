@@ -1,0 +1,87 @@
+"""Markdown previews of a snapshot's results (shown by the Dagster UI), one renderer for all.
+
+Every symbol goes through :func:`escape`, so a name holding ``|``, ``*``, a backtick or a line
+break shows verbatim in its table cell and can neither break the table nor add markup.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+_SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_{}[]<>()#+-.!|~"})
+
+
+def escape(text: Any) -> str:
+    """``text`` as it should appear in a table cell: line breaks become spaces and markdown
+    punctuation is backslash-escaped."""
+    return str(text).replace("\r", " ").replace("\n", " ").translate(_SPECIAL)
+
+
+def table(
+    headers: Sequence[str], aligns: str, rows: Sequence[Sequence[str]], *, empty: str
+) -> str:
+    """A markdown table: ``headers``, one alignment letter per column in ``aligns`` (``l`` or
+    ``r``), and ``rows`` of cells already rendered (escape symbols with :func:`escape`).
+    ``empty`` is returned instead of a table without rows."""
+    if not rows:
+        return empty
+    rule = {"l": "---", "r": "---:"}
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join(rule[a] for a in aligns) + "|",
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _signed(value: float) -> str:
+    return "NaN" if math.isnan(value) else f"{value:+.3f}"
+
+
+def strongest_pairs(pairs: np.ndarray, symbols: Sequence[str], *, top: int = 15) -> str:
+    """The first ``top`` lead-lag pairs (already in SPEC §6 order: improvement descending):
+    leader, lagger, lag, lagged corr, sync corr (NaN allowed), improvement, overlap."""
+    rows = [
+        [
+            escape(symbols[int(row["leader"])]),
+            escape(symbols[int(row["lagger"])]),
+            str(int(row["lag"])),
+            _signed(float(row["lagged_corr"])),
+            _signed(float(row["sync_corr"])),
+            f"{float(row['improvement']):.3f}",
+            str(int(row["overlap"])),
+        ]
+        for row in pairs[:top]
+    ]
+    headers = ("leader", "lagger", "lag", "lagged corr", "sync corr", "improvement", "overlap")
+    return table(headers, "llrrrrr", rows, empty="_no lead-lag pairs_")
+
+
+def largest_clusters(
+    labels: np.ndarray, symbols: Sequence[str], *, top: int = 10, members: int = 8
+) -> str:
+    """The ``top`` largest clusters (ties to the smaller id) with their first ``members``
+    symbols in column order."""
+    if len(labels) == 0:
+        return "_no symbols_"
+    sizes = np.bincount(np.asarray(labels, dtype=np.int64))
+    order = np.lexsort((np.arange(sizes.size), -sizes))[:top]
+    rows = []
+    for cluster in order:
+        cols = np.flatnonzero(labels == cluster)[:members]
+        names = ", ".join(escape(symbols[j]) for j in cols)
+        more = " ..." if sizes[cluster] > members else ""
+        rows.append([str(int(cluster)), str(int(sizes[cluster])), names + more])
+    return table(("cluster", "size", "first members"), "rrl", rows, empty="_no symbols_")
+
+
+def dropped_symbols(dropped: Sequence[tuple[str, str]], *, limit: int = 25) -> str:
+    """The first ``limit`` symbols dropped from the window with their reasons (SPEC §2)."""
+    rows = [[escape(symbol), escape(reason)] for symbol, reason in dropped[:limit]]
+    if len(dropped) > limit:
+        rows.append(["...", f"{len(dropped) - limit} more"])
+    return table(("symbol", "reason"), "ll", rows, empty="_no symbol dropped_")

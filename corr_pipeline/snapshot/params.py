@@ -1,0 +1,157 @@
+"""The parameters of one snapshot (SPEC §2-§6), validated as a whole.
+
+One value drives every step, so the window, the correlation, the neighbors, the clusters, the
+lead-lag scan and the published ``snapshots.params`` row all see the same numbers. The Dagster
+resource ``snapshot_params`` (:class:`corr_pipeline.defs.resources.SnapshotParams`) exposes the
+same fields to the launchpad and builds this value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
+
+LINKAGE_METHODS = ("average", "single", "complete", "weighted")
+
+
+@dataclass(frozen=True)
+class SnapshotParameters:
+    """Parameters of one correlation snapshot; construction fails on any rule of
+    :func:`parameter_problems`, with every message naming its field.
+
+    ``lookback_days``: returns in the window (SPEC §2); ``min_history_days``: finite returns a
+    symbol needs to be kept; ``min_overlap``: common finite returns for a defined correlation
+    (SPEC §3, §6); ``k_neighbors``: neighbors per symbol (SPEC §4); ``max_lag``, ``k_leaders``,
+    ``k_laggers``, ``min_improvement``: the lead-lag scan and selection (SPEC §6);
+    ``linkage_method`` and exactly one of ``distance_threshold`` / ``n_clusters``: the clusters
+    (SPEC §5); ``working_memory_mb``: the budget for each step's temporaries.
+    """
+
+    lookback_days: int = 252
+    min_history_days: int = 126
+    min_overlap: int = 60
+    k_neighbors: int = 10
+    max_lag: int = 5
+    k_leaders: int = 10
+    k_laggers: int = 10
+    min_improvement: float = 0.0
+    linkage_method: str = "average"
+    distance_threshold: float | None = 1.2
+    n_clusters: int | None = None
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB
+
+    def __post_init__(self) -> None:
+        problems = parameter_problems(self.as_dict())
+        if problems:
+            raise ValueError("invalid snapshot parameters: " + "; ".join(problems))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The parameters as plain JSON values (recorded in ``snapshots.params``, SPEC §7)."""
+        return {
+            "lookback_days": int(self.lookback_days),
+            "min_history_days": int(self.min_history_days),
+            "min_overlap": int(self.min_overlap),
+            "k_neighbors": int(self.k_neighbors),
+            "max_lag": int(self.max_lag),
+            "k_leaders": int(self.k_leaders),
+            "k_laggers": int(self.k_laggers),
+            "min_improvement": float(self.min_improvement),
+            "linkage_method": str(self.linkage_method),
+            "distance_threshold": (
+                None if self.distance_threshold is None else float(self.distance_threshold)
+            ),
+            "n_clusters": None if self.n_clusters is None else int(self.n_clusters),
+            "working_memory_mb": int(self.working_memory_mb),
+        }
+
+    @property
+    def cut(self) -> str:
+        """The dendrogram cut in words, e.g. ``distance_threshold=1.2``."""
+        if self.distance_threshold is not None:
+            return f"distance_threshold={self.distance_threshold}"
+        return f"n_clusters={self.n_clusters}"
+
+
+def parameter_problems(p: dict[str, Any]) -> list[str]:
+    """Every rule the parameters break, each message starting with the field it is about.
+
+    Rules: each count >= 1 (lookback_days, min_history_days and min_overlap >= 2, a correlation
+    needs two points); ``min_overlap <= min_history_days <= lookback_days`` (SPEC §2);
+    ``1 <= max_lag < min_history_days <= lookback_days`` (the window may be as short as
+    min_history_days returns, and the lag scan needs ``max_lag < T``) and
+    ``min_overlap <= lookback_days - max_lag`` (otherwise the largest lag can never reach
+    min_overlap common returns, SPEC §6); a known linkage method; exactly one of
+    ``distance_threshold`` (finite, > 0) and ``n_clusters`` (>= 1); a finite min_improvement.
+    """
+    problems: list[str] = []
+
+    def at_least(name: str, low: int) -> bool:
+        value = p[name]
+        if value < low:
+            problems.append(f"{name} must be >= {low} (got {value})")
+            return False
+        return True
+
+    ok_lookback = at_least("lookback_days", 2)
+    ok_history = at_least("min_history_days", 2)
+    ok_overlap = at_least("min_overlap", 2)
+    for name in ("k_neighbors", "k_leaders", "k_laggers"):
+        at_least(name, 1)
+    ok_lag = at_least("max_lag", 1)
+    at_least("working_memory_mb", 1)
+
+    if ok_overlap and ok_history and p["min_overlap"] > p["min_history_days"]:
+        problems.append(
+            f"min_overlap ({p['min_overlap']}) must be <= min_history_days "
+            f"({p['min_history_days']}): a kept symbol must be able to reach min_overlap"
+        )
+    if ok_history and ok_lookback and p["min_history_days"] > p["lookback_days"]:
+        problems.append(
+            f"min_history_days ({p['min_history_days']}) must be <= lookback_days "
+            f"({p['lookback_days']}): the window holds at most lookback_days returns"
+        )
+    if ok_lag and ok_lookback:
+        if p["max_lag"] >= p["lookback_days"]:
+            problems.append(
+                f"max_lag ({p['max_lag']}) must be < lookback_days ({p['lookback_days']})"
+            )
+        elif ok_history and p["max_lag"] >= p["min_history_days"]:
+            problems.append(
+                f"max_lag ({p['max_lag']}) must be < min_history_days "
+                f"({p['min_history_days']}): a window may hold only min_history_days returns"
+            )
+        elif ok_overlap and p["min_overlap"] > p["lookback_days"] - p["max_lag"]:
+            problems.append(
+                f"max_lag ({p['max_lag']}) leaves at most lookback_days - max_lag = "
+                f"{p['lookback_days'] - p['max_lag']} lagged returns, fewer than min_overlap "
+                f"({p['min_overlap']}): lower max_lag or min_overlap"
+            )
+    if p["linkage_method"] not in LINKAGE_METHODS:
+        problems.append(
+            f"linkage_method must be one of {', '.join(LINKAGE_METHODS)} "
+            f"(got {p['linkage_method']!r})"
+        )
+    threshold, n_clusters = p["distance_threshold"], p["n_clusters"]
+    if (threshold is None) == (n_clusters is None):
+        problems.append(
+            "distance_threshold / n_clusters: set exactly one cut "
+            f"(got distance_threshold={threshold}, n_clusters={n_clusters}); "
+            "set the other to null"
+        )
+    if threshold is not None and not (math.isfinite(threshold) and threshold > 0):
+        problems.append(f"distance_threshold must be a finite number > 0 (got {threshold})")
+    if n_clusters is not None and n_clusters < 1:
+        problems.append(f"n_clusters must be >= 1 (got {n_clusters})")
+    if not math.isfinite(p["min_improvement"]):
+        problems.append(f"min_improvement must be finite (got {p['min_improvement']})")
+    return problems
+
+
+#: The field names, in declaration order.
+FIELD_NAMES = tuple(f.name for f in dataclasses.fields(SnapshotParameters))
+#: The default parameters.
+DEFAULTS = SnapshotParameters()

@@ -1,0 +1,522 @@
+"""Verifications of each step's contract: each one re-derives a SPEC property from the stored
+arrays, blockwise, so it works on memory-mapped N x N matrices without N x N temporaries.
+
+Every function returns a :class:`Verdict` (passed, plain numeric/text facts, problems in words);
+the Dagster layer turns a verdict into an asset check result. Memory per function is stated in
+its docstring (``b`` = tile/block size derived from ``working_memory_mb``, see
+:mod:`corr_pipeline.compute.tiling`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, row_blocks, square_tile_side
+from corr_pipeline.db.publish import SnapshotResults
+
+
+@dataclass
+class Verdict:
+    """Outcome of one verification: ``passed``, facts for the UI, and problems in words."""
+
+    passed: bool
+    metadata: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    def fail(self, problem: str) -> None:
+        self.passed = False
+        self.problems.append(problem)
+
+
+# --------------------------------------------------------------------------------------------
+# Returns (SPEC §2)
+# --------------------------------------------------------------------------------------------
+
+
+def verify_returns(
+    R: np.ndarray,
+    symbols: Sequence[str],
+    *,
+    min_history_days: int,
+    lookback_days: int,
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
+) -> Verdict:
+    """SPEC §2 on the stored returns matrix.
+
+    ``R`` is float32 ``T x N`` with ``min_history_days <= T <= lookback_days``; no infinities
+    (bad prices became NaN); one column per symbol, symbols strictly ascending in code-point
+    order; every kept column has ``>= min_history_days`` finite returns and non-zero variance.
+    Memory: one column block of ``T x b`` in float64.
+    """
+    verdict = Verdict(passed=True)
+    if R.ndim != 2:
+        verdict.fail(f"returns matrix must be 2-D, got shape {R.shape}")
+        return verdict
+    n_rows, n_cols = R.shape
+    verdict.metadata.update({"n_returns": int(n_rows), "n_symbols": int(n_cols)})
+    if R.dtype != np.float32:
+        verdict.fail(f"returns matrix dtype is {R.dtype}, expected float32")
+    if len(symbols) != n_cols:
+        verdict.fail(f"{len(symbols)} symbols for {n_cols} columns")
+    elif any(a >= b for a, b in zip(symbols, symbols[1:], strict=False)):
+        verdict.fail("symbols are not strictly ascending (code-point order)")
+    if n_rows < min_history_days:
+        verdict.fail(f"window has {n_rows} returns < min_history_days ({min_history_days})")
+    if n_rows > lookback_days:
+        verdict.fail(f"window has {n_rows} returns > lookback_days ({lookback_days})")
+    if n_cols < 2:
+        verdict.fail(f"only {n_cols} symbol(s) kept: nothing to correlate")
+
+    n_infinite = 0
+    short_columns: list[int] = []
+    flat_columns: list[int] = []
+    finite_total = 0
+    for start, stop in row_blocks(n_cols, n_rows * 8 * 3, working_memory_mb):
+        block = np.asarray(R[:, start:stop], dtype=np.float64)
+        finite = np.isfinite(block)
+        n_infinite += int(np.isinf(block).sum())
+        counts = finite.sum(axis=0)
+        finite_total += int(counts.sum())
+        short_columns.extend((start + np.flatnonzero(counts < min_history_days)).tolist())
+        filled = np.where(finite, block, 0.0)
+        safe = np.maximum(counts, 1)
+        mean = filled.sum(axis=0) / safe
+        spread = np.where(finite, block - mean, 0.0)
+        var = (spread * spread).sum(axis=0)
+        flat_columns.extend((start + np.flatnonzero(var <= 0.0)).tolist())
+    if n_infinite:
+        verdict.fail(f"{n_infinite} infinite returns (bad prices must give NaN, SPEC §1)")
+    if short_columns:
+        names = ", ".join(symbols[j] for j in short_columns[:10]) if symbols else ""
+        verdict.fail(
+            f"{len(short_columns)} kept symbols have < {min_history_days} finite returns: {names}"
+        )
+    if flat_columns:
+        names = ", ".join(symbols[j] for j in flat_columns[:10]) if symbols else ""
+        verdict.fail(f"{len(flat_columns)} kept symbols have zero variance: {names}")
+    cells = n_rows * n_cols
+    verdict.metadata["missing_return_share"] = (
+        round(1.0 - finite_total / cells, 6) if cells else 0.0
+    )
+    return verdict
+
+
+# --------------------------------------------------------------------------------------------
+# Correlation and overlap (SPEC §3)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CorrelationStats:
+    """Facts gathered in one tiled pass over ``corr`` and ``overlap`` (strict upper triangle)."""
+
+    n: int
+    asymmetric_corr: int = 0
+    asymmetric_overlap: int = 0
+    diagonal_not_one: int = 0
+    out_of_range: int = 0
+    finite_below_min_overlap: int = 0
+    nan_at_or_above_min_overlap: int = 0
+    overlap_diagonal_mismatch: int = 0
+    pairs_total: int = 0
+    pairs_defined: int = 0
+    sum_abs_corr: float = 0.0
+    max_abs_offdiag: float = 0.0
+    mean_overlap: float = 0.0
+
+    @property
+    def mean_abs_corr(self) -> float:
+        return self.sum_abs_corr / self.pairs_defined if self.pairs_defined else float("nan")
+
+
+def correlation_stats(
+    corr: np.ndarray,
+    overlap: np.ndarray,
+    *,
+    min_overlap: int,
+    finite_counts: np.ndarray | None = None,
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
+) -> CorrelationStats:
+    """One tiled pass over the upper-triangle tiles ``(I, J), J >= I`` of ``corr``/``overlap``.
+
+    Per tile pair, ``corr[I, J]`` is compared bit for bit (as uint32) with ``corr[J, I].T``
+    (SPEC §3: exactly symmetric, NaN patterns included), likewise ``overlap``. On the strict
+    upper triangle: finite values must lie in ``[-1, 1]``; ``overlap < min_overlap`` must give
+    NaN; ``overlap >= min_overlap`` with NaN is counted (legitimate only for zero variance on
+    the overlap, reported, not failed). Diagonal: ``corr[i, i] == 1`` and, when
+    ``finite_counts`` (finite returns per column) is given, ``overlap[i, i] == finite_counts[i]``.
+    Also accumulates the mean ``|corr|`` over defined pairs (float64) and the mean overlap.
+    Memory: about 8 tiles of ``b x b`` 4-byte values alive at once.
+    """
+    n = int(corr.shape[0])
+    stats = CorrelationStats(n=n)
+    if n == 0:
+        return stats
+    b = square_tile_side(48, working_memory_mb, n, minimum=64)
+    blocks = row_blocks(n, 48 * b, block_rows=b)
+    sum_overlap = 0.0
+    for bi, (i0, i1) in enumerate(blocks):
+        diag = np.asarray(corr[np.arange(i0, i1), np.arange(i0, i1)])
+        stats.diagonal_not_one += int(np.count_nonzero(diag != np.float32(1.0)))
+        if finite_counts is not None:
+            diag_overlap = np.asarray(overlap[np.arange(i0, i1), np.arange(i0, i1)])
+            stats.overlap_diagonal_mismatch += int(
+                np.count_nonzero(diag_overlap.astype(np.int64) != finite_counts[i0:i1])
+            )
+        for j0, j1 in blocks[bi:]:
+            upper = np.ascontiguousarray(corr[i0:i1, j0:j1])
+            lower_t = np.ascontiguousarray(corr[j0:j1, i0:i1]).T
+            stats.asymmetric_corr += int(
+                np.count_nonzero(upper.view(np.uint32) != lower_t.view(np.uint32))
+            )
+            ov_upper = np.asarray(overlap[i0:i1, j0:j1])
+            ov_lower_t = np.asarray(overlap[j0:j1, i0:i1]).T
+            stats.asymmetric_overlap += int(np.count_nonzero(ov_upper != ov_lower_t))
+            if i0 == j0:
+                keep = np.triu(np.ones(upper.shape, dtype=bool), k=1)
+                values, ov = upper[keep], ov_upper[keep]
+            else:
+                values, ov = upper.ravel(), ov_upper.ravel()
+            finite = np.isfinite(values)
+            enough = ov >= min_overlap
+            abs_values = np.abs(values[finite])
+            stats.out_of_range += int(np.count_nonzero(abs_values > 1.0))
+            stats.finite_below_min_overlap += int(np.count_nonzero(finite & ~enough))
+            stats.nan_at_or_above_min_overlap += int(np.count_nonzero(~finite & enough))
+            stats.pairs_total += int(values.size)
+            stats.pairs_defined += int(abs_values.size)
+            stats.sum_abs_corr += float(abs_values.sum(dtype=np.float64))
+            if abs_values.size:
+                stats.max_abs_offdiag = max(stats.max_abs_offdiag, float(abs_values.max()))
+            sum_overlap += float(ov.sum(dtype=np.float64))
+    stats.mean_overlap = sum_overlap / stats.pairs_total if stats.pairs_total else 0.0
+    return stats
+
+
+def verify_correlation(stats: CorrelationStats) -> dict[str, Verdict]:
+    """Verdicts for the three correlation checks from one :func:`correlation_stats` pass."""
+    symmetry = Verdict(
+        passed=True,
+        metadata={
+            "asymmetric_corr_entries": stats.asymmetric_corr,
+            "asymmetric_overlap_entries": stats.asymmetric_overlap,
+        },
+    )
+    if stats.asymmetric_corr:
+        symmetry.fail(f"{stats.asymmetric_corr} entries differ from their transpose (bitwise)")
+    if stats.asymmetric_overlap:
+        symmetry.fail(f"{stats.asymmetric_overlap} overlap entries differ from their transpose")
+
+    diagonal = Verdict(
+        passed=True,
+        metadata={
+            "diagonal_not_one": stats.diagonal_not_one,
+            "overlap_diagonal_mismatch": stats.overlap_diagonal_mismatch,
+        },
+    )
+    if stats.diagonal_not_one:
+        diagonal.fail(f"{stats.diagonal_not_one} diagonal entries are not exactly 1")
+    if stats.overlap_diagonal_mismatch:
+        diagonal.fail(
+            f"{stats.overlap_diagonal_mismatch} overlap diagonal entries differ from the "
+            "symbol's finite-return count"
+        )
+
+    value_range = Verdict(
+        passed=True,
+        metadata={
+            "out_of_range": stats.out_of_range,
+            "finite_below_min_overlap": stats.finite_below_min_overlap,
+            "nan_at_or_above_min_overlap": stats.nan_at_or_above_min_overlap,
+            "pairs_defined": stats.pairs_defined,
+            "pairs_total": stats.pairs_total,
+            "max_abs_offdiag_corr": round(stats.max_abs_offdiag, 6),
+        },
+    )
+    if stats.out_of_range:
+        value_range.fail(f"{stats.out_of_range} finite correlations outside [-1, 1]")
+    if stats.finite_below_min_overlap:
+        value_range.fail(
+            f"{stats.finite_below_min_overlap} correlations are finite although their overlap "
+            "is below min_overlap (SPEC §3 requires NaN)"
+        )
+    return {"symmetry": symmetry, "unit_diagonal": diagonal, "range": value_range}
+
+
+# --------------------------------------------------------------------------------------------
+# Top-k neighbors (SPEC §4)
+# --------------------------------------------------------------------------------------------
+
+
+def verify_neighbors(
+    index: np.ndarray,
+    neighbor_corr: np.ndarray,
+    corr: np.ndarray,
+    *,
+    k: int,
+    neighbor_overlap: np.ndarray | None = None,
+    overlap: np.ndarray | None = None,
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
+) -> Verdict:
+    """SPEC §4 against the correlation matrix, row block by row block.
+
+    For each row ``i``: filled entries form a prefix of length ``min(k, #finite corr[i, j != i])``
+    (rows are "filled" exactly as far as the data allows; the rest is ``-1`` / NaN); indices are
+    distinct, in ``[0, N)``, never ``i``; each ``neighbor_corr`` equals ``corr[i, index]`` bit for
+    bit (and ``neighbor_overlap`` equals ``overlap[i, index]``); ``|corr|`` is non-increasing;
+    and no unselected finite entry has a strictly larger ``|corr|`` than the last selected one.
+    Memory: a row block ``b x N`` of float32 plus masks (~10 bytes per element).
+    """
+    n = int(corr.shape[0])
+    verdict = Verdict(passed=True)
+    if index.shape != (n, k) or neighbor_corr.shape != (n, k):
+        verdict.fail(
+            f"neighbor arrays have shapes {index.shape}/{neighbor_corr.shape}, expected ({n}, {k})"
+        )
+        return verdict
+    counts = dict.fromkeys(
+        (
+            "rows_short_of_k",
+            "bad_padding",
+            "bad_index",
+            "self_or_duplicate",
+            "value_mismatch",
+            "overlap_mismatch",
+            "not_sorted",
+            "missed_larger",
+        ),
+        0,
+    )
+    filled_total = 0
+    for i0, i1 in row_blocks(n, n * 16, working_memory_mb):
+        block = np.asarray(corr[i0:i1, :])
+        height = i1 - i0
+        local = np.arange(height)
+        finite = np.isfinite(block)
+        finite[local, np.arange(i0, i1)] = False
+        available = finite.sum(axis=1)
+        idx = np.asarray(index[i0:i1], dtype=np.int64)
+        vals = np.asarray(neighbor_corr[i0:i1])
+        filled_mask = idx >= 0
+        filled = filled_mask.sum(axis=1)
+        filled_total += int(filled.sum())
+        expected = np.minimum(k, available)
+        counts["rows_short_of_k"] += int(np.count_nonzero(expected < min(k, n - 1)))
+        prefix_ok = (filled_mask == (np.arange(k)[None, :] < filled[:, None])).all(axis=1)
+        pad_ok = np.where(filled_mask, True, (idx == -1) & np.isnan(vals)).all(axis=1)
+        counts["bad_padding"] += int(np.count_nonzero(~prefix_ok | ~pad_ok | (filled != expected)))
+        in_range = ~filled_mask | ((idx >= 0) & (idx < n))
+        counts["bad_index"] += int(np.count_nonzero(~in_range))
+        safe = np.where(filled_mask & in_range, idx, 0)
+        is_self = filled_mask & (safe == (i0 + local)[:, None])
+        sorted_idx = np.sort(np.where(filled_mask, safe, -1 - np.arange(k)[None, :]), axis=1)
+        dup = (sorted_idx[:, 1:] == sorted_idx[:, :-1]).sum(axis=1)
+        counts["self_or_duplicate"] += int(np.count_nonzero(is_self)) + int(dup.sum())
+        gathered = np.take_along_axis(block, safe, axis=1)
+        mismatch = filled_mask & (gathered.view(np.uint32) != vals.view(np.uint32))
+        counts["value_mismatch"] += int(np.count_nonzero(mismatch))
+        if overlap is not None and neighbor_overlap is not None:
+            ov_block = np.asarray(overlap[i0:i1, :])
+            ov_gathered = np.take_along_axis(ov_block, safe, axis=1)
+            nov = np.asarray(neighbor_overlap[i0:i1])
+            counts["overlap_mismatch"] += int(
+                np.count_nonzero(filled_mask & (ov_gathered.astype(np.int64) != nov))
+            )
+        abs_vals = np.where(filled_mask, np.abs(gathered), -np.inf)
+        counts["not_sorted"] += int(
+            np.count_nonzero(filled_mask[:, 1:] & (abs_vals[:, 1:] > abs_vals[:, :-1]))
+        )
+        # no unselected finite entry strictly above the weakest selected one
+        selected = np.zeros_like(finite)
+        rows_idx = np.repeat(local[:, None], k, axis=1)
+        selected[rows_idx[filled_mask], safe[filled_mask]] = True
+        weakest = np.where(
+            filled > 0, np.min(np.where(filled_mask, abs_vals, np.inf), axis=1), np.inf
+        )
+        abs_block = np.abs(np.where(finite & ~selected, block, 0.0))
+        larger = (abs_block > weakest[:, None]) & finite & ~selected
+        full_rows = filled == k
+        counts["missed_larger"] += int(np.count_nonzero(larger[full_rows]))
+        # rows not full must have selected every finite entry: checked via filled == expected
+    verdict.metadata.update(counts)
+    verdict.metadata["neighbors_published"] = filled_total
+    verdict.metadata["fill_rate"] = round(filled_total / (n * k), 6) if n * k else 1.0
+    labels = {
+        "bad_padding": "rows whose filled prefix is not min(k, finite entries) or padding is not -1/NaN",
+        "bad_index": "indices outside [0, N)",
+        "self_or_duplicate": "self or duplicate neighbors",
+        "value_mismatch": "neighbor correlations that differ from corr[i, j]",
+        "overlap_mismatch": "neighbor overlaps that differ from overlap[i, j]",
+        "not_sorted": "rows not ordered by |corr| descending",
+        "missed_larger": "unselected entries with a larger |corr| than a selected one",
+    }
+    for key, label in labels.items():
+        if counts[key]:
+            verdict.fail(f"{counts[key]} {label}")
+    return verdict
+
+
+# --------------------------------------------------------------------------------------------
+# Clusters (SPEC §5)
+# --------------------------------------------------------------------------------------------
+
+
+def verify_clusters(labels: np.ndarray, n_symbols: int, *, top: int = 10) -> Verdict:
+    """SPEC §5 labelling: one int32 label per symbol, ``0..K-1`` all used, numbered by first
+    appearance in column order. Facts: K, the ``top`` largest sizes, singletons, largest share."""
+    verdict = Verdict(passed=True)
+    labels = np.asarray(labels)
+    if labels.shape != (n_symbols,):
+        verdict.fail(f"{labels.shape[0] if labels.ndim else 0} labels for {n_symbols} symbols")
+        return verdict
+    if labels.dtype != np.int32:
+        verdict.fail(f"labels dtype is {labels.dtype}, expected int32")
+    if n_symbols == 0:
+        verdict.metadata["n_clusters"] = 0
+        return verdict
+    if labels.min() < 0:
+        verdict.fail(f"{int(np.count_nonzero(labels < 0))} symbols have a negative label")
+        return verdict
+    uniques, first = np.unique(labels, return_index=True)
+    n_clusters = int(uniques.size)
+    if uniques[-1] != n_clusters - 1:
+        verdict.fail(f"labels are not 0..K-1 (K = {n_clusters}, max = {int(uniques[-1])})")
+    elif not np.all(np.diff(first) > 0):
+        verdict.fail("labels are not numbered by first appearance in column order")
+    sizes = np.bincount(labels.astype(np.int64))
+    largest = np.sort(sizes)[::-1][:top]
+    verdict.metadata.update(
+        {
+            "n_clusters": n_clusters,
+            "n_singletons": int(np.count_nonzero(sizes == 1)),
+            "largest_cluster_size": int(largest[0]),
+            "largest_cluster_share": round(float(largest[0]) / n_symbols, 6),
+            "largest_sizes": ", ".join(str(int(s)) for s in largest),
+        }
+    )
+    return verdict
+
+
+# --------------------------------------------------------------------------------------------
+# Lead-lag pairs (SPEC §6)
+# --------------------------------------------------------------------------------------------
+
+
+def verify_lead_lag_pairs(
+    pairs: np.ndarray,
+    n_symbols: int,
+    *,
+    max_lag: int,
+    min_overlap: int,
+    min_improvement: float,
+) -> Verdict:
+    """SPEC §6 on the selected pairs: ``1 <= lag <= max_lag``; leader and lagger distinct
+    indices in ``[0, N)``; each ordered pair once; ``|lagged_corr| <= 1``; ``overlap >=
+    min_overlap``; ``improvement > min_improvement`` and equal to ``|lagged_corr| - |sync_corr|``
+    (NaN sync as 0) within 1e-6; rows sorted by improvement descending, then leader, lagger."""
+    verdict = Verdict(passed=True)
+    n_pairs = int(pairs.shape[0])
+    verdict.metadata["n_pairs"] = n_pairs
+    if n_pairs == 0:
+        return verdict
+    leader = pairs["leader"].astype(np.int64)
+    lagger = pairs["lagger"].astype(np.int64)
+    lag = pairs["lag"].astype(np.int64)
+    lagged = pairs["lagged_corr"].astype(np.float64)
+    sync = pairs["sync_corr"].astype(np.float64)
+    improvement = pairs["improvement"].astype(np.float64)
+    overlap = pairs["overlap"].astype(np.int64)
+
+    def count(mask: np.ndarray, label: str) -> None:
+        bad = int(np.count_nonzero(mask))
+        verdict.metadata[label.replace(" ", "_")] = bad
+        if bad:
+            verdict.fail(f"{bad} pairs: {label}")
+
+    count((lag < 1) | (lag > max_lag), "lag out of range")
+    count(
+        (leader < 0) | (leader >= n_symbols) | (lagger < 0) | (lagger >= n_symbols),
+        "index out of range",
+    )
+    count(leader == lagger, "leader equals lagger")
+    keys = leader * max(1, n_symbols) + lagger
+    count(np.r_[False, np.diff(np.sort(keys)) == 0], "duplicate pair")
+    count(~np.isfinite(lagged) | (np.abs(lagged) > 1.0), "lagged corr not in [-1, 1]")
+    count(overlap < min_overlap, "overlap below min_overlap")
+    count(~(improvement > min_improvement), "improvement not above min_improvement")
+    expected = np.abs(lagged) - np.abs(np.nan_to_num(sync, nan=0.0))
+    count(np.abs(expected - improvement) > 1e-6, "improvement inconsistent")
+    order = np.lexsort((lagger, leader, -improvement))
+    count(order != np.arange(n_pairs), "not in SPEC order")
+    verdict.metadata["lags_seen"] = ", ".join(
+        f"{int(v)}: {int(c)}" for v, c in zip(*np.unique(lag, return_counts=True), strict=True)
+    )
+    verdict.metadata["max_improvement"] = round(float(improvement.max()), 6)
+    return verdict
+
+
+def verify_injected_pairs(
+    pairs: np.ndarray, symbols: Sequence[str], truth: Iterable[tuple[str, str, int]]
+) -> Verdict:
+    """Recall of the synthetic injected pairs (``synthetic_lead_lag_truth``): every injected
+    ``(leader, lagger, lag)`` whose two symbols were kept must appear with that exact lag.
+    Passes trivially (and says so) when the database holds no synthetic truth."""
+    truth = list(truth)
+    verdict = Verdict(passed=True, metadata={"injected_pairs": len(truth)})
+    if not truth:
+        verdict.metadata["note"] = "no synthetic truth in the database (real data)"
+        return verdict
+    column = {s: j for j, s in enumerate(symbols)}
+    found_lag = {
+        (int(a), int(b)): int(c)
+        for a, b, c in zip(pairs["leader"], pairs["lagger"], pairs["lag"], strict=True)
+    }
+    eligible = found = 0
+    missed: list[str] = []
+    for leader, lagger, lag in truth:
+        if leader not in column or lagger not in column:
+            continue
+        eligible += 1
+        got = found_lag.get((column[leader], column[lagger]))
+        if got == int(lag):
+            found += 1
+        else:
+            missed.append(f"{leader}->{lagger} (lag {lag}, got {got})")
+    verdict.metadata.update(
+        {
+            "injected_pairs_kept": eligible,
+            "injected_pairs_found": found,
+            "recall": round(found / eligible, 6) if eligible else 1.0,
+        }
+    )
+    if missed:
+        verdict.fail(f"{len(missed)} injected pairs not found: " + ", ".join(missed[:10]))
+    return verdict
+
+
+# --------------------------------------------------------------------------------------------
+# Publication (SPEC §7)
+# --------------------------------------------------------------------------------------------
+
+
+def verify_published_counts(results: SnapshotResults, counts: dict[str, int]) -> Verdict:
+    """The rows read back for the snapshot date (``counts`` per table) equal what ``results``
+    publishes: one ``snapshots`` row, one ``peer_neighbors`` row per filled neighbor, one
+    ``symbol_clusters`` row per symbol, one ``lead_lag_pairs`` row per pair."""
+    expected = {
+        "snapshots": 1,
+        "peer_neighbors": int(np.count_nonzero(np.asarray(results.neighbor_index) >= 0)),
+        "symbol_clusters": len(results.symbols),
+        "lead_lag_pairs": int(np.asarray(results.lead_lag_pairs).shape[0]),
+    }
+    verdict = Verdict(passed=True, metadata={f"{k}_rows": v for k, v in counts.items()})
+    for table, want in expected.items():
+        if counts.get(table) != want:
+            verdict.fail(
+                f"{table}: {counts.get(table)} rows for {results.snapshot_date}, expected {want}"
+            )
+    return verdict
