@@ -57,7 +57,14 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster
 
 from corr_pipeline.compute.intrinsics import prefetch
-from corr_pipeline.compute.tiling import block_rows_for
+from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, block_rows_for, row_blocks
+from corr_pipeline.compute.validation import (
+    check_array,
+    check_finite_number,
+    check_output,
+    check_square_corr,
+    check_working_memory,
+)
 from corr_pipeline.compute.workers import available_cores, worker_pool
 
 __all__ = [
@@ -141,19 +148,22 @@ def _fill_rows(block, row0, n, G, F, run_shift, out):  # pragma: no cover - comp
 def _fill(corr, G, F, run_shift: int, out: np.ndarray, working_memory_mb: float) -> None:
     """All distances into ``out``, blocks of rows in parallel threads (``_fill_rows`` is nogil).
 
-    Blocks are at most 1/64 of the rows so the shrinking triangle rows balance out; each
-    thread holds one block of ``corr`` (together within ``working_memory_mb``).
+    Rows ``0 .. N−2`` (the last row has no pair ``j > i``), in :func:`row_blocks` of at most
+    1/64 of the rows so the shrinking triangle rows balance out; each thread holds one block of
+    ``corr`` (together within ``working_memory_mb``).
     """
     n = corr.shape[0]
-    rows = block_rows_for(n * corr.dtype.itemsize * available_cores(), working_memory_mb, n)
+    row_bytes = n * corr.dtype.itemsize * available_cores()
+    rows = block_rows_for(row_bytes, working_memory_mb, n)
     rows = max(1, min(rows, -(-n // 64)))
 
-    def fill_block(row0: int) -> int:
-        block = np.asarray(corr[row0 : min(row0 + rows, n - 1)])  # a view for ndarray / memmap
+    def fill_block(rows_range: tuple[int, int]) -> int:
+        row0, row1 = rows_range
+        block = np.asarray(corr[row0:row1])  # a view for ndarray / memmap
         return int(_fill_rows(block, row0, n, G, F, run_shift, out))
 
     with worker_pool() as pool:
-        n_inf = sum(pool.map(fill_block, range(0, n - 1, rows)))
+        n_inf = sum(pool.map(fill_block, row_blocks(n - 1, row_bytes, block_rows=rows)))
     if n_inf:
         raise ValueError(
             f"corr holds {n_inf} infinite value(s) above the diagonal; correlations must be "
@@ -161,52 +171,26 @@ def _fill(corr, G, F, run_shift: int, out: np.ndarray, working_memory_mb: float)
         )
 
 
-def _check_square(corr, name: str):
-    if not hasattr(corr, "ndim") or not hasattr(corr, "dtype"):
-        corr = np.asarray(corr)
-    if corr.ndim != 2 or corr.shape[0] != corr.shape[1]:
-        raise ValueError(f"{name} must be a square 2-D array (N × N); got shape {corr.shape}")
-    if not np.issubdtype(corr.dtype, np.floating):
-        raise ValueError(
-            f"{name} must have a floating dtype (float32 per SPEC §3); got {corr.dtype}"
-        )
-    return corr
-
-
-def _check_buffer(buf: np.ndarray, length: int, name: str) -> None:
-    if (
-        not isinstance(buf, np.ndarray)
-        or buf.dtype != np.float64
-        or buf.ndim != 1
-        or buf.shape[0] != length
-        or not buf.flags.c_contiguous
-        or not buf.flags.writeable
-    ):
-        raise ValueError(
-            f"{name} must be a writeable, C-contiguous 1-D float64 array of length {length}; got "
-            f"{type(buf).__name__} dtype {getattr(buf, 'dtype', '?')} shape "
-            f"{getattr(buf, 'shape', '?')}"
-        )
-
-
 def condensed_distances(
-    corr: np.ndarray, *, working_memory_mb: float = 256, out: np.ndarray | None = None
+    corr: np.ndarray,
+    *,
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """scipy-layout condensed float64 Mantegna distance vector of ``corr`` (SPEC §5).
 
     ``out[N·i − i(i+1)/2 + j − i − 1] = sqrt(max(0, 2·(1 − c)))`` for ``i < j``, with
     ``c = float64(corr[i, j])`` and NaN → 0 — exactly what ``scipy.spatial.distance.squareform``
     of that distance matrix gives. Only the upper triangle of ``corr`` is read (SPEC §3 makes
-    ``corr`` exactly symmetric), in blocks of rows, never copied. ``out`` (float64, length
-    ``N(N−1)/2``) may be supplied, e.g. a ``np.memmap``.
+    ``corr`` exactly symmetric), in blocks of rows, never copied. ``out`` (writeable,
+    C-contiguous float64, length ``N(N−1)/2``) may be supplied, e.g. a ``np.memmap``. Argument
+    errors as in :func:`hierarchical_clusters`.
     """
-    corr = _check_square(corr, "corr")
+    check_square_corr(corr)
+    check_working_memory(working_memory_mb)
     n = corr.shape[0]
     G, F, length = _layout(n, 0)
-    if out is None:
-        out = np.empty(length, dtype=np.float64)
-    else:
-        _check_buffer(out, length, "out")
+    out = check_output(out, "out", (length,), np.dtype(np.float64), contiguous=True)
     if n >= 2:
         _fill(corr, G, F, 0, out, working_memory_mb)
     return out
@@ -433,20 +417,24 @@ def linkage_matrix(condensed: np.ndarray, method: str = "average") -> np.ndarray
 
     Equals ``scipy.cluster.hierarchy.linkage(condensed, method)`` bit for bit (module
     docstring). For ``average``, ``complete`` and ``weighted`` ``condensed`` is **overwritten**
-    (it is the NN-chain's working matrix); ``single`` only reads it. Values must be finite.
+    (it is the NN-chain's working matrix, so it must be writeable); ``single`` only reads it.
+    ``condensed`` must be a C-contiguous 1-D float64 array of finite values whose length is
+    ``N(N−1)/2`` for an integer ``N`` (``TypeError`` for a non-array or another dtype,
+    ``ValueError`` otherwise).
     """
     _check_method(method)
-    if not isinstance(condensed, np.ndarray) or condensed.ndim != 1:
-        raise ValueError("condensed must be a 1-D numpy array of N(N-1)/2 float64 distances")
+    check_array(
+        condensed,
+        "condensed",
+        np.float64,
+        ndim=1,
+        contiguous=True,
+        writeable=method != "single",
+    )
     m = condensed.shape[0]
     n = int(math.ceil(math.sqrt(2 * m))) if m else 1
     if n * (n - 1) // 2 != m:
         raise ValueError(f"length {m} of condensed is not N(N-1)/2 for any integer N")
-    if method == "single":
-        if condensed.dtype != np.float64 or not condensed.flags.c_contiguous:
-            raise ValueError("condensed must be a C-contiguous float64 array")
-    else:
-        _check_buffer(condensed, m, "condensed")
     if not np.isfinite(condensed).all():
         raise ValueError("condensed distances must be finite")
     G, F, _ = _layout(n, 0)
@@ -472,7 +460,7 @@ def hierarchical_clusters(
     method: str = "average",
     distance_threshold: float | None = None,
     n_clusters: int | None = None,
-    working_memory_mb: float = 256,
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
     work: np.ndarray | None = None,
 ) -> np.ndarray:
     """Flat clusters of the symbols from agglomerative linkage on Mantegna distances (SPEC §5).
@@ -486,51 +474,50 @@ def hierarchical_clusters(
 
     Parameters
     ----------
-    corr : (N, N) floating array, float32 per SPEC §3, possibly a read-only ``np.memmap``.
-        Only the upper triangle is read (``corr`` is exactly symmetric by SPEC §3), in blocks of
-        rows sized by ``working_memory_mb``; it is never copied.
+    corr : float32 (N, N) array (SPEC §3), possibly a read-only ``np.memmap``. Only the upper
+        triangle is read (``corr`` is exactly symmetric by SPEC §3), in blocks of rows sized by
+        ``working_memory_mb``; it is never copied.
     method : linkage method; anything else raises ``ValueError``.
-    distance_threshold, n_clusters : exactly one must be given (``ValueError`` otherwise).
-    work : optional float64 buffer of :func:`distance_buffer_length` ``(N)`` elements (e.g. a
-        ``np.memmap``) to hold the distances instead of a fresh 8·N²/2-byte allocation;
-        overwritten.
+    distance_threshold, n_clusters : exactly one must be given (``ValueError`` otherwise);
+        ``distance_threshold`` a finite number, ``n_clusters`` a whole number ``>= 1`` (an
+        integer, or a float with an integral value).
+    working_memory_mb : budget in MiB for the per-block temporaries; the result does not
+        depend on it.
+    work : optional writeable, C-contiguous float64 buffer of :func:`distance_buffer_length`
+        ``(N)`` elements (e.g. a ``np.memmap``) to hold the distances instead of a fresh
+        8·N²/2-byte allocation; overwritten.
 
     Returns
     -------
     labels : int32 (N,), ``0..K−1`` numbered by first appearance in column order.
+
+    Raises
+    ------
+    TypeError : ``corr`` or ``work`` not a numpy array, ``corr`` not float32, ``work`` not
+        float64, ``distance_threshold`` / ``n_clusters`` / ``working_memory_mb`` not a number.
+    ValueError : ``corr`` not square or holding ±inf above the diagonal, an unknown
+        ``method``, not exactly one cut, a non-finite threshold, ``n_clusters`` not a whole
+        number ``>= 1``, ``working_memory_mb`` not > 0, ``work`` of the wrong length, not
+        C-contiguous or read-only.
     """
-    corr = _check_square(corr, "corr")
+    check_square_corr(corr)
     _check_method(method)
     if (distance_threshold is None) == (n_clusters is None):
         raise ValueError("give exactly one of distance_threshold and n_clusters")
     if distance_threshold is not None:
-        if isinstance(distance_threshold, bool) or not np.isfinite(float(distance_threshold)):
-            raise ValueError(
-                f"distance_threshold must be a finite number; got {distance_threshold!r}"
-            )
-        t, criterion = float(distance_threshold), "distance"
+        t, criterion = check_finite_number(distance_threshold, "distance_threshold"), "distance"
     else:
-        count = n_clusters
-        if (
-            isinstance(count, bool)
-            or not isinstance(count, (int, np.integer, float, np.floating))
-            or not np.isfinite(count)
-            or count != int(count)
-            or count < 1
-        ):
-            raise ValueError(f"n_clusters must be an integer >= 1; got {n_clusters!r}")
+        count = check_finite_number(n_clusters, "n_clusters")
+        if count != int(count) or count < 1:
+            raise ValueError(f"n_clusters must be a whole number >= 1, got {n_clusters!r}")
         t, criterion = int(count), "maxclust"
-    if not working_memory_mb > 0:
-        raise ValueError(f"working_memory_mb must be > 0; got {working_memory_mb!r}")
+    check_working_memory(working_memory_mb)
 
     n = corr.shape[0]
     if n <= 1:
         return np.zeros(n, dtype=np.int32)
     G, F, length = _layout(n, TILE_SHIFT)
-    if work is None:
-        work = np.empty(length, dtype=np.float64)
-    else:
-        _check_buffer(work, length, "work")
+    work = check_output(work, "work", (length,), np.dtype(np.float64), contiguous=True)
     _fill(corr, G, F, TILE_SHIFT, work, working_memory_mb)
     Z = _linkage(work, n, method, G, F)
     del work

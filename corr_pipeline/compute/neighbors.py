@@ -6,14 +6,14 @@ by ``j`` ascending. A row with fewer than ``k`` finite off-diagonal entries is p
 −1, corr NaN and overlap 0.
 
 Algorithm and memory (N = 24,000, float32 ``corr`` possibly a read-only 2.3 GB ``np.memmap``):
-``corr`` is walked in blocks of ``rows = max(1, working_memory_mb·2^20 // (N·itemsize))`` rows
-(as scikit-learn's ``get_chunk_n_rows``; blocks are views, never copies), and each row is
-reduced in one pass by a compiled kernel holding a ``2k + 16``-entry candidate buffer: once
-``k`` candidates are known a later column enters only with ``|corr|`` strictly above the
-current k-th best (an equal value loses the tie to the smaller column already held); a full
-buffer is cut back to its best ``k`` with a stable sort on ``−|corr|``. Cost O(N²) reads plus
-O(k log k) per buffer cut; no temporary larger than the buffer; outputs N × k. ``overlap`` is
-only gathered at the selected positions.
+``corr`` is walked in the row blocks of :func:`corr_pipeline.compute.tiling.row_blocks` for rows
+of ``N · 4`` bytes and the ``working_memory_mb`` budget (blocks are views, never copies), and
+each row is reduced in one pass by a compiled kernel holding a ``2k + 16``-entry candidate
+buffer: once ``k`` candidates are known a later column enters only with ``|corr|`` strictly
+above the current k-th best (an equal value loses the tie to the smaller column already held);
+a full buffer is cut back to its best ``k`` with a stable sort on ``−|corr|``. Cost O(N²) reads
+plus O(k log k) per buffer cut; no temporary larger than the buffer; outputs N × k. ``overlap``
+is only gathered at the selected positions.
 """
 
 from __future__ import annotations
@@ -23,7 +23,13 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from corr_pipeline.compute.tiling import block_rows_for
+from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, row_blocks
+from corr_pipeline.compute.validation import (
+    check_array,
+    check_positive_int,
+    check_square_corr,
+    check_working_memory,
+)
 
 __all__ = ["Neighbors", "top_k_neighbors"]
 
@@ -128,7 +134,7 @@ def top_k_neighbors(
     *,
     k: int,
     overlap: np.ndarray | None = None,
-    working_memory_mb: float = 64,
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
 ) -> Neighbors:
     """The ``k`` strongest neighbours of every symbol (SPEC §4).
 
@@ -139,39 +145,31 @@ def top_k_neighbors(
 
     Parameters
     ----------
-    corr : (N, N) floating array (float32 per SPEC §3), possibly a read-only ``np.memmap``;
-        read in blocks of rows sized by ``working_memory_mb``.
-    k : number of neighbours per row, ``>= 1``.
+    corr : float32 (N, N) array (SPEC §3), possibly a read-only ``np.memmap``; read in blocks
+        of rows sized by ``working_memory_mb``.
+    k : number of neighbours per row, an integer ``>= 1``.
     overlap : optional (N, N) integer array (e.g. the int16 overlap matrix of SPEC §3); its
         values at the selected positions are returned in the same dtype.
-    working_memory_mb : budget in MiB for the per-block temporaries.
+    working_memory_mb : budget in MiB for the per-block temporaries; the result does not
+        depend on it.
 
     Returns
     -------
     Neighbors(index int32 (N, k), corr float32 (N, k) signed, overlap (N, k) or None)
+
+    Raises
+    ------
+    TypeError : ``corr`` or ``overlap`` not a numpy array, ``corr`` not float32, ``overlap`` not
+        of an integer dtype, ``k`` not an integer.
+    ValueError : ``corr`` not square, ``overlap`` not of ``corr``'s shape, ``k < 1``,
+        ``working_memory_mb`` not > 0.
     """
-    if not hasattr(corr, "ndim") or not hasattr(corr, "dtype"):
-        corr = np.asarray(corr)
-    if corr.ndim != 2 or corr.shape[0] != corr.shape[1]:
-        raise ValueError(f"corr must be a square 2-D array (N × N); got shape {corr.shape}")
-    if not np.issubdtype(corr.dtype, np.floating):
-        raise ValueError(f"corr must have a floating dtype (float32 per SPEC §3); got {corr.dtype}")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise ValueError(f"k must be an integer >= 1; got {k!r}")
-    if k < 1:
-        raise ValueError(f"k must be >= 1; got {k}")
+    check_square_corr(corr)
+    check_positive_int(k, "k")
     k = int(k)
     if overlap is not None:
-        if not hasattr(overlap, "ndim") or not hasattr(overlap, "dtype"):
-            overlap = np.asarray(overlap)
-        if overlap.shape != corr.shape:
-            raise ValueError(
-                f"overlap must have the shape of corr {corr.shape}; got {overlap.shape}"
-            )
-        if not np.issubdtype(overlap.dtype, np.integer):
-            raise ValueError(f"overlap must have an integer dtype; got {overlap.dtype}")
-    if not working_memory_mb > 0:
-        raise ValueError(f"working_memory_mb must be > 0; got {working_memory_mb!r}")
+        check_array(overlap, "overlap", np.integer, shape=corr.shape)
+    check_working_memory(working_memory_mb)
 
     n = corr.shape[0]
     index = np.full((n, k), -1, dtype=np.int32)
@@ -180,9 +178,7 @@ def top_k_neighbors(
     if n == 0:
         return Neighbors(index, values, overlap_out)
 
-    block_rows = block_rows_for(n * corr.dtype.itemsize, working_memory_mb, n)
-    for row0 in range(0, n, block_rows):
-        row1 = min(row0 + block_rows, n)
+    for row0, row1 in row_blocks(n, n * corr.dtype.itemsize, working_memory_mb):
         block = np.asarray(corr[row0:row1])  # a view for ndarray / memmap input
         _top_k_rows(block, row0, k, index[row0:row1], values[row0:row1])
         if overlap is not None and overlap_out is not None:

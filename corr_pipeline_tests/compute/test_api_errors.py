@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation
+from corr_pipeline.compute.clusters import distance_buffer_length
 
 try:
     from corr_pipeline.compute import hierarchical_clusters, top_k_neighbors
@@ -24,7 +25,6 @@ T, N = 50, 6
 RNG = np.random.default_rng(0)
 R = RNG.standard_normal((T, N)).astype(np.float32)
 CORR = np.corrcoef(R.T).astype(np.float32)
-BOTH = (TypeError, ValueError)
 
 
 def test_public_api_exports() -> None:
@@ -124,9 +124,10 @@ def test_neighbors_rejects_bad_k(k) -> None:
         top_k_neighbors(CORR, k=k)
 
 
-def test_neighbors_rejects_non_integer_k() -> None:
-    with pytest.raises(BOTH, match="k"):
-        top_k_neighbors(CORR, k=2.5)
+@pytest.mark.parametrize("k", [2.5, 2.0, "2", True], ids=["2.5", "2.0", "str", "bool"])
+def test_neighbors_rejects_non_integer_k(k) -> None:
+    with pytest.raises(TypeError, match="k"):
+        top_k_neighbors(CORR, k=k)
 
 
 @pytest.mark.parametrize(
@@ -137,16 +138,29 @@ def test_neighbors_rejects_bad_corr_shape(corr) -> None:
         top_k_neighbors(corr, k=2)
 
 
-def test_neighbors_rejects_non_float_corr() -> None:
-    with pytest.raises(BOTH, match="corr"):
-        top_k_neighbors(np.ones((N, N), dtype=np.int16), k=2)
+@pytest.mark.parametrize(
+    "corr",
+    [np.ones((N, N), dtype=np.int16), CORR.astype(np.float64), CORR.tolist()],
+    ids=["int16", "float64", "list"],
+)
+def test_neighbors_rejects_non_float32_corr(corr) -> None:
+    with pytest.raises(TypeError, match="corr"):
+        top_k_neighbors(corr, k=2)
 
 
 def test_neighbors_rejects_bad_overlap() -> None:
     with pytest.raises(ValueError, match="overlap"):
         top_k_neighbors(CORR, k=2, overlap=np.ones((N, N + 1), dtype=np.int16))
-    with pytest.raises(BOTH, match="overlap"):
+    with pytest.raises(TypeError, match="overlap"):
         top_k_neighbors(CORR, k=2, overlap=np.ones((N, N), dtype=np.float32))
+    with pytest.raises(TypeError, match="overlap"):
+        top_k_neighbors(CORR, k=2, overlap=np.ones((N, N), dtype=np.int16).tolist())
+
+
+@pytest.mark.parametrize("budget", [0, -1.0, float("nan")])
+def test_neighbors_rejects_bad_working_memory(budget) -> None:
+    with pytest.raises(ValueError, match="working_memory_mb"):
+        top_k_neighbors(CORR, k=2, working_memory_mb=budget)
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,6 +187,28 @@ def test_clusters_rejects_bad_n_clusters(n_clusters) -> None:
         hierarchical_clusters(CORR, n_clusters=n_clusters)
 
 
+@pytest.mark.parametrize("n_clusters", [2.5, float("inf")])
+def test_clusters_rejects_non_whole_n_clusters(n_clusters) -> None:
+    with pytest.raises(ValueError, match="n_clusters"):
+        hierarchical_clusters(CORR, n_clusters=n_clusters)
+
+
+def test_clusters_accepts_integral_float_n_clusters() -> None:
+    np.testing.assert_array_equal(
+        hierarchical_clusters(CORR, n_clusters=2.0), hierarchical_clusters(CORR, n_clusters=2)
+    )
+
+
+@pytest.mark.parametrize(
+    ("cut", "value"),
+    [("n_clusters", "2"), ("n_clusters", True), ("distance_threshold", "1.0")],
+    ids=["n_clusters-str", "n_clusters-bool", "threshold-str"],
+)
+def test_clusters_rejects_non_number_cut(cut, value) -> None:
+    with pytest.raises(TypeError, match=cut):
+        hierarchical_clusters(CORR, **{cut: value})
+
+
 @pytest.mark.parametrize("threshold", [float("nan"), float("inf")])
 def test_clusters_rejects_non_finite_threshold(threshold) -> None:
     with pytest.raises(ValueError, match="distance_threshold"):
@@ -183,6 +219,32 @@ def test_clusters_rejects_non_finite_threshold(threshold) -> None:
 def test_clusters_rejects_bad_corr_shape(corr) -> None:
     with pytest.raises(ValueError, match="corr"):
         hierarchical_clusters(corr, distance_threshold=1.0)
+
+
+@pytest.mark.parametrize(
+    "corr",
+    [np.ones((N, N), dtype=np.int32), CORR.astype(np.float64), CORR.tolist()],
+    ids=["int32", "float64", "list"],
+)
+def test_clusters_rejects_non_float32_corr(corr) -> None:
+    with pytest.raises(TypeError, match="corr"):
+        hierarchical_clusters(corr, distance_threshold=1.0)
+
+
+def test_clusters_rejects_bad_work_buffer() -> None:
+    length = distance_buffer_length(N)
+    with pytest.raises(TypeError, match="work"):
+        hierarchical_clusters(CORR, n_clusters=2, work=np.empty(length, np.float32))
+    with pytest.raises(TypeError, match="work"):
+        hierarchical_clusters(CORR, n_clusters=2, work=[0.0] * length)
+    with pytest.raises(ValueError, match="work"):
+        hierarchical_clusters(CORR, n_clusters=2, work=np.empty(length + 1))
+    with pytest.raises(ValueError, match="work"):
+        hierarchical_clusters(CORR, n_clusters=2, work=np.empty(2 * length)[::2])
+    read_only = np.empty(length)
+    read_only.flags.writeable = False
+    with pytest.raises(ValueError, match="work"):
+        hierarchical_clusters(CORR, n_clusters=2, work=read_only)
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,12 +304,12 @@ def test_lead_lag_rejects_bad_corr() -> None:
         _lead_lag(corr=CORR[:-1, :-1])
     with pytest.raises(ValueError, match="corr"):
         _lead_lag(corr=CORR[:, :-1])
-    with pytest.raises(BOTH, match="corr"):
+    with pytest.raises(TypeError, match="corr"):
         _lead_lag(corr=CORR.astype(np.float64))
 
 
 def test_compute_imports_without_dagster_or_database() -> None:
-    """DESIGN: ``compute/`` imports numpy/scipy(/numba) only."""
+    """SPEC §9: ``corr_pipeline.compute`` imports numpy/scipy(/numba) only."""
     import subprocess
     import sys
 

@@ -145,7 +145,7 @@ def test_validation_errors():
         C.hierarchical_clusters(corr, distance_threshold=float("nan"))
     with pytest.raises(ValueError, match="square"):
         C.hierarchical_clusters(np.ones((3, 4), np.float32), n_clusters=2)
-    with pytest.raises(ValueError, match="floating"):
+    with pytest.raises(TypeError, match="float32"):
         C.hierarchical_clusters(np.eye(3, dtype=np.int32), n_clusters=2)
     with pytest.raises(ValueError, match="work"):
         C.hierarchical_clusters(corr, n_clusters=2, work=np.empty(3))

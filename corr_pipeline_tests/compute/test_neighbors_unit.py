@@ -123,15 +123,15 @@ def test_validation_errors():
     corr = np.eye(3, dtype=np.float32)
     with pytest.raises(ValueError, match="k must be >= 1"):
         top_k_neighbors(corr, k=0)
-    with pytest.raises(ValueError, match="integer"):
+    with pytest.raises(TypeError, match="integer"):
         top_k_neighbors(corr, k=2.5)
     with pytest.raises(ValueError, match="square"):
         top_k_neighbors(np.ones((2, 3), np.float32), k=1)
-    with pytest.raises(ValueError, match="floating"):
+    with pytest.raises(TypeError, match="float32"):
         top_k_neighbors(np.eye(3, dtype=np.int16), k=1)
     with pytest.raises(ValueError, match="shape"):
         top_k_neighbors(corr, k=1, overlap=np.ones((2, 2), np.int16))
-    with pytest.raises(ValueError, match="integer dtype"):
+    with pytest.raises(TypeError, match="integer dtype"):
         top_k_neighbors(corr, k=1, overlap=np.ones((3, 3), np.float32))
     with pytest.raises(ValueError, match="working_memory_mb"):
         top_k_neighbors(corr, k=1, working_memory_mb=0)
