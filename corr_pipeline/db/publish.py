@@ -35,12 +35,13 @@ Float32 values go into ``real`` columns bit for bit (binary COPY of float4).
 
 Speed (N = 24,000, k = 10: 240,000 + 24,000 + ~480,000 rows; ``corr-pipeline bench
 --publish-only``, docs/benchmarks.md): about 6 s for a new date, 10 s when replacing the same
-date (the old rows' index entries are still there during the unique checks). What it took:
-COPY into the tables instead of staging tables + ``INSERT ... SELECT`` (heap multi-insert, no
-join), primary-key order (sequential B-tree inserts), and the foreign keys replaced by
-per-statement triggers (a foreign key runs one query per inserted row). ``synchronous_commit =
-off`` would save nothing measurable (the commit takes ~10 ms; the WAL is written during the
-COPY) and would let a crash lose a publication the caller was told had committed.
+date (the old rows' index entries are still there during the unique checks). The rows are
+COPYed straight into the published tables (heap multi-insert, no staging table, no join), in
+primary-key order (sequential B-tree inserts), and their reference to ``snapshots`` is checked
+once per statement by a trigger rather than once per row as a foreign key would.
+``synchronous_commit`` stays on: turning it off would save nothing measurable (the commit takes
+~10 ms; the WAL is written during the COPY) and would let a crash lose a publication the caller
+was told had committed.
 
 :func:`delete_snapshot` withdraws a snapshot the same way (same lock, one transaction).
 """

@@ -197,7 +197,8 @@ def _snapshot_reference_triggers() -> dict[str, tuple[str, str]]:
 def install_snapshot_reference(conn: sa.Connection) -> list[str]:
     """Make the child tables reference ``snapshots`` through triggers; returns what it changed.
 
-    What it enforces, like the ``FOREIGN KEY ... ON DELETE CASCADE`` the schema used to have:
+    What it enforces, the semantics of ``FOREIGN KEY (snapshot_date) REFERENCES snapshots
+    ON DELETE CASCADE``:
 
     * an ``INSERT``/``COPY``/``UPDATE`` of child rows whose ``snapshot_date`` has no
       ``snapshots`` row fails with SQLSTATE 23503 (``foreign_key_violation``); the referenced
@@ -210,7 +211,7 @@ def install_snapshot_reference(conn: sa.Connection) -> list[str]:
     *statement* once, with one anti-join over its rows (transition table). Not covered:
     ``TRUNCATE snapshots`` alone (use :func:`truncate_all`, or delete).
 
-    Databases created by an earlier version still have the foreign keys: they are dropped here
+    A foreign key from a child table to ``snapshots`` is dropped, the triggers taking its place
     (looked up in the catalog, so only when present; nothing is locked otherwise). Idempotent;
     run by :func:`init_schema`.
     """
@@ -260,8 +261,8 @@ def install_snapshot_reference(conn: sa.Connection) -> list[str]:
 
 def init_schema(engine: sa.Engine) -> None:
     """Create every missing table, index and trigger (:func:`install_snapshot_reference`);
-    existing ones are left untouched (idempotent), except the foreign keys of databases created
-    by an earlier version, which the triggers replace.
+    existing ones are left untouched (idempotent), except a foreign key from a child table to
+    ``snapshots``, which the triggers replace.
 
     Safe to call from several processes at once (a transaction-scoped advisory lock serialises
     the catalog checks and CREATEs).
