@@ -1,40 +1,10 @@
-"""The one ``Definitions`` object the code location loads (``workspace.yaml``, ``[tool.dagster]``).
-
-Assets (group ``correlation_snapshot``, weekday partitions), their checks, ``snapshot_job``,
-the nightly schedule, and the resources:
-
-- ``snapshot_params`` (:class:`SnapshotParams`): one validated parameter set for the whole graph;
-- ``postgres`` (:class:`PostgresResource`): ``$CORR_PIPELINE_DATABASE_URL`` or the embedded server;
-- ``matrix_io_manager`` / ``matrix_store``: the matrix store under
-  ``$CORR_PIPELINE_STORE_DIR`` (default ``$CORR_PIPELINE_HOME/store``), resolved when the code
-  location loads; override both ``base_dir`` values together in run config if needed.
-"""
+"""The code location (``workspace.yaml``, ``[tool.dagster]``): the one ``Definitions`` object,
+built by :func:`corr_pipeline.defs.definitions.build_definitions`."""
 
 from __future__ import annotations
 
-import dagster as dg
+from corr_pipeline.defs.definitions import build_definitions, build_resources
 
-from corr_pipeline import settings
-from corr_pipeline.defs.assets import MATRIX_IO_MANAGER, snapshot_assets
-from corr_pipeline.defs.jobs import nightly_snapshot_schedule, snapshot_job
-from corr_pipeline.defs.resources import PostgresResource, SnapshotParams
-from corr_pipeline.store.io_manager import MatrixStoreIOManager, MatrixStoreResource
+__all__ = ["build_resources", "defs"]
 
-
-def build_resources(store_dir: str | None = None) -> dict[str, object]:
-    """Resources of the code location; ``store_dir`` defaults to :func:`settings.store_dir`."""
-    base_dir = str(store_dir or settings.store_dir())
-    return {
-        "snapshot_params": SnapshotParams(),
-        "postgres": PostgresResource(),
-        MATRIX_IO_MANAGER: MatrixStoreIOManager(base_dir=base_dir),
-        "matrix_store": MatrixStoreResource(base_dir=base_dir),
-    }
-
-
-defs = dg.Definitions(
-    assets=snapshot_assets,
-    jobs=[snapshot_job],
-    schedules=[nightly_snapshot_schedule],
-    resources=build_resources(),
-)
+defs = build_definitions()
