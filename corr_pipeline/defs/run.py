@@ -6,9 +6,9 @@ default (each step in its own process, exactly as the daemon would run it). The 
 in that instance, so ``dagster dev`` started with the same ``DAGSTER_HOME`` shows it (assets,
 checks, metadata plots) afterwards.
 
-Instance resolution: the ``instance`` argument, else ``$DAGSTER_HOME`` if set, else
-``$CORR_PIPELINE_HOME/dagster_home`` (created, with the repository's ``dagster.yaml`` copied in
-when available).
+Instance resolution: the ``instance`` argument, else :func:`corr_pipeline.settings.dagster_home`
+(``$DAGSTER_HOME`` if set, else ``$CORR_PIPELINE_HOME/dagster_home``; created, with the
+repository's ``dagster.yaml`` copied in when available).
 """
 
 from __future__ import annotations
@@ -24,32 +24,25 @@ import dagster as dg
 import sqlalchemy as sa
 
 from corr_pipeline import settings
+from corr_pipeline.db.reads import latest_trade_date
+from corr_pipeline.defs.definitions import build_definitions
 from corr_pipeline.defs.partitions import partition_key_for, snapshot_partitions
+from corr_pipeline.defs.resources import SnapshotParams
 
 SNAPSHOT_JOB_NAME = "snapshot_job"
 REPO_DAGSTER_YAML = Path(__file__).resolve().parents[2] / "dagster.yaml"
 
 
 def snapshot_job_def() -> dg.JobDefinition:
-    """``snapshot_job`` resolved from the code location (module-level, so it is reconstructable
-    in the step subprocesses of the multiprocess executor)."""
-    from corr_pipeline.definitions import defs
-
-    return defs.resolve_job_def(SNAPSHOT_JOB_NAME)
-
-
-def default_dagster_home() -> Path:
-    """``$DAGSTER_HOME`` if set, else ``$CORR_PIPELINE_HOME/dagster_home``."""
-    env = os.environ.get("DAGSTER_HOME", "").strip()
-    if env:
-        return Path(env).expanduser().resolve()
-    return settings.corr_pipeline_home() / "dagster_home"
+    """``snapshot_job`` resolved from :func:`build_definitions` (a module-level function, so it
+    is reconstructable in the step subprocesses of the multiprocess executor)."""
+    return build_definitions().resolve_job_def(SNAPSHOT_JOB_NAME)
 
 
 def open_instance(dagster_home: Path | None = None) -> dg.DagsterInstance:
-    """A persistent instance in ``dagster_home`` (default :func:`default_dagster_home`),
+    """A persistent instance in ``dagster_home`` (default :func:`settings.dagster_home`),
     created with the repository's ``dagster.yaml`` if the directory has none."""
-    home = settings.ensure_dir(dagster_home or default_dagster_home())
+    home = settings.ensure_dir(dagster_home or settings.dagster_home())
     config = home / "dagster.yaml"
     if not config.exists() and REPO_DAGSTER_YAML.is_file():
         shutil.copyfile(REPO_DAGSTER_YAML, config)
@@ -60,8 +53,7 @@ def latest_partition_key(engine: sa.Engine, today: dt.date | None = None) -> str
     """The partition containing the last ``trade_date`` in ``prices`` (a weekend date maps to
     the Friday before). Raises ValueError when ``prices`` is empty or the date is outside the
     partitions (before ``$CORR_PIPELINE_PARTITION_START`` or in the future)."""
-    with engine.connect() as conn:
-        last = conn.execute(sa.text("SELECT max(trade_date) FROM prices")).scalar_one()
+    last = latest_trade_date(engine)
     if last is None:
         raise ValueError(
             "the prices table is empty: load prices first (corr-pipeline demo seeds it)"
@@ -189,8 +181,6 @@ def materialize_snapshot(
     check_partition_key(partition_key)
     resources: dict[str, Any] = {}
     if params:
-        from corr_pipeline.defs.resources import SnapshotParams
-
         # Mistyped and inconsistent values are refused here, before a run starts, as one
         # ValueError naming every field (inside the run Dagster reports them only as the cause
         # of a generic resource-initialisation error). Unknown keys are refused by Dagster's
@@ -219,7 +209,7 @@ def materialize_snapshot(
 
     owned = instance is None
     instance = instance or open_instance()
-    home = Path(instance.root_directory) if instance.is_persistent else default_dagster_home()
+    home = Path(instance.root_directory) if instance.is_persistent else settings.dagster_home()
     try:
         with dg.execute_job(
             dg.reconstructable(snapshot_job_def),
@@ -232,87 +222,3 @@ def materialize_snapshot(
     finally:
         if owned:
             instance.dispose()
-
-
-# --------------------------------------------------------------------------------------------
-# corr-pipeline demo: the pipeline step
-# --------------------------------------------------------------------------------------------
-
-
-class SnapshotRunError(ValueError):
-    """A snapshot run did not succeed (the CLI reports it in one line, exit status 2)."""
-
-
-def demo_params(engine: sa.Engine, partition_key: str) -> dict[str, Any]:
-    """Parameter overrides for the demo: none when the data holds a full default window
-    (252 returns), otherwise a lookback shrunk to the history available (so a short CSV or a
-    small synthetic universe still gives a snapshot), with the other windows scaled to fit."""
-    from corr_pipeline.defs.resources import SnapshotParams
-
-    defaults = SnapshotParams()
-    with engine.connect() as conn:
-        n_dates = conn.execute(
-            sa.text(
-                "SELECT count(*) FROM (SELECT DISTINCT trade_date FROM prices "
-                "WHERE trade_date <= :d ORDER BY trade_date DESC LIMIT :n) AS w"
-            ),
-            {"d": partition_key, "n": defaults.lookback_days + 1},
-        ).scalar_one()
-    n_returns = int(n_dates) - 1
-    if n_returns >= defaults.lookback_days:
-        return {}
-    if n_returns < 12:
-        raise SnapshotRunError(
-            f"only {n_dates} trade dates on or before {partition_key} in prices: a snapshot "
-            "needs at least 13 (load more history, or let the demo seed a synthetic universe "
-            "into an empty database)"
-        )
-    min_history = max(10, n_returns // 2)
-    min_overlap = min(defaults.min_overlap, max(5, min_history // 2))
-    max_lag = min(defaults.max_lag, min_history - 1, n_returns - min_overlap)
-    return {
-        "lookback_days": n_returns,
-        "min_history_days": min_history,
-        "min_overlap": min_overlap,
-        "max_lag": max_lag,
-    }
-
-
-def demo_step_pipeline(ctx: Any) -> SnapshotRunSummary:
-    """Materialize the whole graph for the partition of the last trade date and print a summary
-    and how to open the UI. ``ctx`` is the CLI's ``DemoContext`` (``require_engine()``,
-    ``echo``); raises :class:`SnapshotRunError` when the run fails."""
-    engine = ctx.require_engine()
-    key = latest_partition_key(engine)
-    params = demo_params(engine, key)
-    instance = open_instance()
-    home = Path(instance.root_directory)
-    try:
-        ctx.echo(
-            f"[3] pipeline: materializing snapshot_job for partition {key} "
-            f"(one process per step; Dagster instance {home})"
-        )
-        if params:
-            ctx.echo(f"    short price history: using {params}")
-        summary = materialize_snapshot(key, instance=instance, params=params or None)
-    finally:
-        instance.dispose()
-    for line in str(summary).splitlines():
-        ctx.echo(f"    {line}")
-    if not summary.success:
-        raise SnapshotRunError(
-            f"the snapshot run for {key} failed (steps: {', '.join(summary.failed_steps) or '?'}); "
-            f"open the UI (below) or see run {summary.run_id} in {home}"
-        )
-    env = f"CORR_PIPELINE_HOME={settings.corr_pipeline_home()} DAGSTER_HOME={home}"
-    ctx.echo("[4] explore the results:")
-    ctx.echo(f"    Dagster UI:  {env} dagster dev")
-    ctx.echo(
-        "                 (from the repository root, which holds workspace.yaml; then open "
-        "http://127.0.0.1:3000 -> Assets -> correlation_snapshot; this run is in Runs)"
-    )
-    ctx.echo(f"    tables:      snapshots, peer_neighbors, symbol_clusters, lead_lag_pairs ({key})")
-    ctx.echo(
-        f"    matrices:    {summary.store_dir}/<asset>/{key}/*.npy (np.load(..., mmap_mode='r'))"
-    )
-    return summary

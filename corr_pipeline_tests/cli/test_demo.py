@@ -6,15 +6,15 @@ import os
 
 import sqlalchemy as sa
 
-from corr_pipeline import cli, settings
-from corr_pipeline.defs.run import demo_params
+from corr_pipeline import settings
+from corr_pipeline.cli.demo import DemoContext, demo_params, run_demo
 
 
 def test_demo_seeds_materializes_and_explains_the_ui(clean_db: sa.Engine, monkeypatch) -> None:
     lines: list[str] = []
     monkeypatch.setenv(settings.ENV_DATABASE_URL, os.environ[settings.ENV_DATABASE_URL])
-    ctx = cli.DemoContext(symbols=200, days=80, seed=11, echo=lines.append)
-    cli.run_demo(ctx)
+    ctx = DemoContext(symbols=200, days=80, seed=11, echo=lines.append)
+    run_demo(ctx)
     text = "\n".join(lines)
     assert "seeding a synthetic universe of 200 symbols" in text
     assert "pipeline: materializing snapshot_job for partition 2026-11-27" in text

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from corr_pipeline import cli, settings
+from corr_pipeline import settings
+from corr_pipeline.cli.demo import DemoContext, demo_step_database, demo_step_prices, run_demo
 from corr_pipeline.db.schema import prices
 
 
@@ -94,15 +95,15 @@ def test_prices_synth_small(clean_db: sa.Engine) -> None:
 def test_demo_steps_seed_once(clean_db: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """The database + prices steps of the demo: seed when empty, keep data afterwards."""
     lines: list[str] = []
-    steps = [cli.demo_step_database, cli.demo_step_prices]
-    ctx = cli.DemoContext(symbols=15, days=30, seed=5, echo=lines.append)
+    steps = [demo_step_database, demo_step_prices]
+    ctx = DemoContext(symbols=15, days=30, seed=5, echo=lines.append)
     monkeypatch.setenv(settings.ENV_DATABASE_URL, os.environ[settings.ENV_DATABASE_URL])
-    cli.run_demo(ctx, steps=steps)
+    run_demo(ctx, steps=steps)
     assert any("seeding a synthetic universe of 15 symbols" in line for line in lines)
     seeded = _count(clean_db)
     assert seeded > 0
 
     lines.clear()
-    cli.run_demo(cli.DemoContext(symbols=15, days=30, seed=5, echo=lines.append), steps=steps)
+    run_demo(DemoContext(symbols=15, days=30, seed=5, echo=lines.append), steps=steps)
     assert any("keeping the existing" in line for line in lines)
     assert _count(clean_db) == seeded

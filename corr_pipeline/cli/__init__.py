@@ -1,0 +1,97 @@
+"""The ``corr-pipeline`` command: a thin argparse layer over the library. Logic lives in the
+library; the command modules parse, call, print.
+
+    corr-pipeline db init                    create the tables (idempotent)         (cli.db)
+    corr-pipeline db url                     where the database is (credentials redacted)
+    corr-pipeline prices import FILE         load a CSV (symbol,trade_date,close)   (cli.prices)
+    corr-pipeline prices synth [--symbols N --days T --seed S --end-date D]
+                                             replace prices with a synthetic universe
+    corr-pipeline query peers|cluster|lead-lag|corr|snapshots ...
+                                             answers from the published snapshot (cli.query)
+    corr-pipeline demo                       embedded database + schema + demo universe (+ pipeline)
+                                                                                    (cli.demo)
+    corr-pipeline bench [--n N --t T ...]    time the whole chain (or --publish-only) on a synthetic
+                                             universe, in a scratch embedded database by default
+                                                                                    (cli.bench)
+
+User errors (bad input file, unreachable database, invalid arguments) print one line
+``corr-pipeline: error: ...`` on stderr and exit with status 2, without a traceback
+(``--debug`` shows it). An interrupt prints ``corr-pipeline: interrupted`` and exits with 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from corr_pipeline.cli.bench import add_bench_command
+from corr_pipeline.cli.common import UsageError
+from corr_pipeline.cli.db import add_db_commands
+from corr_pipeline.cli.demo import add_demo_command
+from corr_pipeline.cli.prices import add_prices_commands
+from corr_pipeline.cli.query import add_query_commands
+from corr_pipeline.db import engine as db_engine
+from corr_pipeline.db.prices_import import PricesImportError
+
+__all__ = ["PROG", "USER_ERRORS", "UsageError", "build_parser", "main"]
+
+PROG = "corr-pipeline"
+
+#: Exceptions that are the user's to fix: reported in one line, exit status 2.
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    db_engine.DatabaseUnavailableError,
+    PricesImportError,
+    FileNotFoundError,
+    IsADirectoryError,
+    PermissionError,
+    ValueError,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``corr-pipeline`` parser; every command sets ``func(args) -> exit status``."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Nightly correlation snapshot for large equity universes.",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="show tracebacks for errors instead of one line"
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_db_commands(commands)
+    add_prices_commands(commands)
+    add_demo_command(commands)
+    add_bench_command(commands)
+    add_query_commands(commands)
+    return parser
+
+
+def _configure_logging() -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("corr_pipeline").setLevel(logging.INFO)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return db_engine.redact_url(text) or type(exc).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``corr-pipeline``; returns the process exit status (0 success, 2 user
+    error in one line on stderr unless ``--debug``, 130 interrupted)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _configure_logging()
+    try:
+        return int(args.func(args) or 0)
+    except USER_ERRORS as exc:
+        if args.debug:
+            raise
+        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,92 @@
+"""Small pieces shared by the ``corr-pipeline`` command modules: printing, argument types, the
+project database, and the usage error."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from corr_pipeline.db import engine as db_engine
+from corr_pipeline.db.schema import init_schema
+
+if TYPE_CHECKING:
+    from corr_pipeline.db.synth import SynthReport
+
+__all__ = [
+    "UsageError",
+    "echo",
+    "iso_date",
+    "open_engine",
+    "positive_float",
+    "positive_int",
+    "write_synthetic",
+]
+
+
+class UsageError(ValueError):
+    """Invalid command-line usage detected after argparse (exit status 2)."""
+
+
+def echo(message: str = "") -> None:
+    """Print ``message`` on stdout and flush (the commands' output)."""
+    print(message, flush=True)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer > 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def iso_date(text: str) -> dt.date:
+    """argparse type: a date ``YYYY-MM-DD``."""
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a date YYYY-MM-DD, got {text!r}") from None
+
+
+def open_engine() -> sa.Engine:
+    """The project database (:func:`corr_pipeline.db.engine.get_engine`) with the schema created
+    (idempotent)."""
+    engine = db_engine.get_engine()
+    init_schema(engine)
+    return engine
+
+
+def write_synthetic(
+    engine: sa.Engine, *, symbols: int, days: int, seed: int, end_date: dt.date | None
+) -> SynthReport:
+    """Replace ``prices`` with a synthetic universe
+    (:func:`corr_pipeline.db.synth.write_synthetic_universe`), its progress lines on stderr;
+    returns its report."""
+    from corr_pipeline.db.synth import write_synthetic_universe  # heavy; only when needed
+
+    return write_synthetic_universe(
+        engine,
+        n_symbols=symbols,
+        n_days=days,
+        seed=seed,
+        end_date=end_date,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )

@@ -1,0 +1,220 @@
+"""``corr-pipeline demo``: the embedded database, the schema, a demo universe, one snapshot.
+
+The demo is a list of steps (:data:`DEMO_STEPS`) sharing a :class:`DemoContext`:
+
+1. start (or attach to) the database and create the schema;
+2. seed a synthetic universe of :data:`DEMO_SYMBOLS` x :data:`DEMO_DAYS` (seed
+   :data:`DEMO_SEED`) if ``prices`` is empty, else keep what is there;
+3. materialize the snapshot graph for the partition of the last trade date
+   (:func:`corr_pipeline.defs.run.materialize_snapshot`) and print its summary;
+4. print how to explore the results (Dagster UI, tables, matrices).
+
+Every line goes through ``DemoContext.echo`` (stdout by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from corr_pipeline import settings
+from corr_pipeline.cli.common import echo, open_engine, positive_int, write_synthetic
+from corr_pipeline.cli.db import where_is_the_database
+from corr_pipeline.db import engine as db_engine
+from corr_pipeline.db.reads import count_trade_dates, prices_extent
+
+__all__ = [
+    "DEMO_DAYS",
+    "DEMO_SEED",
+    "DEMO_STEPS",
+    "DEMO_SYMBOLS",
+    "DemoContext",
+    "SnapshotRunError",
+    "add_demo_command",
+    "cmd_demo",
+    "demo_params",
+    "demo_step_database",
+    "demo_step_pipeline",
+    "demo_step_prices",
+    "run_demo",
+]
+
+DEMO_SYMBOLS = 3_000
+DEMO_DAYS = 300
+DEMO_SEED = 7
+
+
+class SnapshotRunError(ValueError):
+    """A snapshot run did not succeed (the CLI reports it in one line, exit status 2)."""
+
+
+@dataclass
+class DemoContext:
+    """State passed from one demo step to the next."""
+
+    symbols: int = DEMO_SYMBOLS
+    days: int = DEMO_DAYS
+    seed: int = DEMO_SEED
+    echo: Callable[[str], None] = echo
+    engine: sa.Engine | None = None
+    database_url: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def require_engine(self) -> sa.Engine:
+        if self.engine is None:
+            raise RuntimeError("demo step needs the database step to have run first")
+        return self.engine
+
+
+def demo_step_database(ctx: DemoContext) -> None:
+    """Start (or attach to) the database and create the schema.
+
+    The URL is exported as CORR_PIPELINE_DATABASE_URL for the rest of this process
+    (:func:`settings.export_database_url`), so subprocesses started by later steps (Dagster's
+    executor) connect to the same server directly; this process keeps the embedded server alive
+    until it exits.
+    """
+    url = db_engine.database_url()
+    ctx.database_url = url
+    ctx.engine = open_engine()
+    settings.export_database_url(url)
+    ctx.echo(f"[1] database: {where_is_the_database()}")
+    ctx.echo(
+        "    schema ready (prices, snapshots, peer_neighbors, symbol_clusters, lead_lag_pairs)"
+    )
+
+
+def demo_step_prices(ctx: DemoContext) -> None:
+    """Seed a synthetic universe if ``prices`` is empty; otherwise keep what is there."""
+    engine = ctx.require_engine()
+    extent = prices_extent(engine)
+    if extent.rows:
+        ctx.echo(
+            f"[2] prices: keeping the existing {extent.rows:,} rows ({extent.symbols:,} symbols, "
+            f"{extent.first}..{extent.last}); nothing seeded"
+        )
+        return
+    ctx.echo(
+        f"[2] prices: empty, seeding a synthetic universe of {ctx.symbols:,} symbols x "
+        f"{ctx.days:,} days (seed {ctx.seed})"
+    )
+    report = write_synthetic(
+        engine, symbols=ctx.symbols, days=ctx.days, seed=ctx.seed, end_date=None
+    )
+    for line in str(report).splitlines():
+        ctx.echo(f"    {line}")
+
+
+def demo_params(engine: sa.Engine, partition_key: str) -> dict[str, Any]:
+    """Parameter overrides for the demo: none when the data holds a full default window
+    (252 returns), otherwise a lookback shrunk to the history available (so a short CSV or a
+    small synthetic universe still gives a snapshot), with the other windows scaled to fit.
+    Raises :class:`SnapshotRunError` when fewer than 13 trade dates are available."""
+    from corr_pipeline.defs.resources import SnapshotParams  # heavy: Dagster
+
+    defaults = SnapshotParams()
+    n_dates = count_trade_dates(engine, partition_key, defaults.lookback_days + 1)
+    n_returns = n_dates - 1
+    if n_returns >= defaults.lookback_days:
+        return {}
+    if n_returns < 12:
+        raise SnapshotRunError(
+            f"only {n_dates} trade dates on or before {partition_key} in prices: a snapshot "
+            "needs at least 13 (load more history, or let the demo seed a synthetic universe "
+            "into an empty database)"
+        )
+    min_history = max(10, n_returns // 2)
+    min_overlap = min(defaults.min_overlap, max(5, min_history // 2))
+    max_lag = min(defaults.max_lag, min_history - 1, n_returns - min_overlap)
+    return {
+        "lookback_days": n_returns,
+        "min_history_days": min_history,
+        "min_overlap": min_overlap,
+        "max_lag": max_lag,
+    }
+
+
+def demo_step_pipeline(ctx: DemoContext) -> None:
+    """Materialize the whole graph for the partition of the last trade date and print a summary
+    and how to open the UI. Raises :class:`SnapshotRunError` when the run fails."""
+    from corr_pipeline.defs.run import (  # heavy: Dagster
+        latest_partition_key,
+        materialize_snapshot,
+        open_instance,
+    )
+
+    engine = ctx.require_engine()
+    key = latest_partition_key(engine)
+    params = demo_params(engine, key)
+    instance = open_instance()
+    home = Path(instance.root_directory)
+    try:
+        ctx.echo(
+            f"[3] pipeline: materializing snapshot_job for partition {key} "
+            f"(one process per step; Dagster instance {home})"
+        )
+        if params:
+            ctx.echo(f"    short price history: using {params}")
+        summary = materialize_snapshot(key, instance=instance, params=params or None)
+    finally:
+        instance.dispose()
+    for line in str(summary).splitlines():
+        ctx.echo(f"    {line}")
+    if not summary.success:
+        raise SnapshotRunError(
+            f"the snapshot run for {key} failed (steps: {', '.join(summary.failed_steps) or '?'}); "
+            f"open the UI (below) or see run {summary.run_id} in {home}"
+        )
+    env = f"CORR_PIPELINE_HOME={settings.corr_pipeline_home()} DAGSTER_HOME={home}"
+    ctx.echo("[4] explore the results:")
+    ctx.echo(f"    Dagster UI:  {env} dagster dev")
+    ctx.echo(
+        "                 (from the repository root, which holds workspace.yaml; then open "
+        "http://127.0.0.1:3000 -> Assets -> correlation_snapshot; this run is in Runs)"
+    )
+    ctx.echo(f"    tables:      snapshots, peer_neighbors, symbol_clusters, lead_lag_pairs ({key})")
+    ctx.echo(
+        f"    matrices:    {summary.store_dir}/<asset>/{key}/*.npy (np.load(..., mmap_mode='r'))"
+    )
+
+
+#: The demo, in order. Each step takes the shared DemoContext.
+DEMO_STEPS: list[Callable[[DemoContext], None]] = [
+    demo_step_database,
+    demo_step_prices,
+    demo_step_pipeline,
+]
+
+
+def run_demo(
+    ctx: DemoContext | None = None,
+    steps: Sequence[Callable[[DemoContext], None]] | None = None,
+) -> DemoContext:
+    """Run ``steps`` (default: every step of :data:`DEMO_STEPS`) in order; return the context."""
+    ctx = ctx or DemoContext()
+    for step in DEMO_STEPS if steps is None else steps:
+        step(ctx)
+    return ctx
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the whole demo with the sizes of the arguments."""
+    run_demo(DemoContext(symbols=args.symbols, days=args.days, seed=args.seed))
+    return 0
+
+
+def add_demo_command(commands: Any) -> None:
+    """Register ``demo`` on the sub-command parser ``commands``."""
+    demo = commands.add_parser(
+        "demo",
+        help="start the embedded database, seed a demo universe if prices is empty, run the demo",
+    )
+    demo.add_argument("--symbols", type=positive_int, default=DEMO_SYMBOLS, metavar="N")
+    demo.add_argument("--days", type=positive_int, default=DEMO_DAYS, metavar="T")
+    demo.add_argument("--seed", type=int, default=DEMO_SEED, metavar="S")
+    demo.set_defaults(func=cmd_demo)
