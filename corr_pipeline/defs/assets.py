@@ -26,6 +26,7 @@ from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
 from corr_pipeline.db.synth import read_truth
 from corr_pipeline.defs import metadata, pictures
 from corr_pipeline.defs.checks import check_result
+from corr_pipeline.defs.io_manager import MatrixStoreResource
 from corr_pipeline.defs.partitions import snapshot_date
 from corr_pipeline.defs.progress import dagster_progress
 from corr_pipeline.defs.resources import PostgresResource, SnapshotParams
@@ -41,7 +42,6 @@ from corr_pipeline.defs.step_options import (
 )
 from corr_pipeline.snapshot import steps, verify
 from corr_pipeline.snapshot.measure import measure_stage
-from corr_pipeline.store.io_manager import MatrixStoreResource
 from corr_pipeline.store.matrix_store import MatrixBundle, StoredArray
 
 

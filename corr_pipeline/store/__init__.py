@@ -1,8 +1,5 @@
-"""Matrix store (atomic memory-mapped .npy + JSON sidecar) and its Dagster IO manager (SPEC §8).
-
-``corr_pipeline.store.matrix_store`` has no Dagster dependency; the IO manager and resource
-live in ``corr_pipeline.store.io_manager``.
-"""
+"""Matrix store: atomic memory-mapped .npy + JSON sidecar (SPEC §8), without Dagster (its IO
+manager is :mod:`corr_pipeline.defs.io_manager`)."""
 
 from corr_pipeline.store.matrix_store import (
     BundleWriteReport,

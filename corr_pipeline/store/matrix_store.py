@@ -155,7 +155,9 @@ class MatrixStoreSpaceError(MatrixStoreError, OSError):
 # --------------------------------------------------------------------------------------
 
 
-def _validate_asset(asset: str) -> str:
+def validate_asset_name(asset: str) -> str:
+    """``asset`` if it is a valid asset directory name (``^[A-Za-z0-9_]+$``, 1-200 characters);
+    :class:`InvalidStoreKeyError` otherwise."""
     if not isinstance(asset, str) or not _ASSET_RE.fullmatch(asset):
         raise InvalidStoreKeyError(
             f"invalid asset name {asset!r}: must match ^[A-Za-z0-9_]+$ (1-200 chars)"
@@ -575,7 +577,7 @@ class MatrixStore:
 
     def partition_dir(self, asset: str, partition: str) -> Path:
         """``<base>/<asset>/<partition>`` after validating both keys (not created)."""
-        _validate_asset(asset)
+        validate_asset_name(asset)
         _validate_partition(partition)
         path = self.base_dir / asset / partition
         # defence in depth: the regexes already forbid separators and '..'
@@ -803,7 +805,7 @@ class MatrixStore:
 
     def partitions(self, asset: str) -> list[str]:
         """Partition keys present for an asset (sorted)."""
-        directory = self.base_dir / _validate_asset(asset)
+        directory = self.base_dir / validate_asset_name(asset)
         if not directory.is_dir():
             return []
         return sorted(
@@ -1002,7 +1004,7 @@ class MatrixStore:
         if asset is None:
             asset_dirs = sorted(p for p in self.base_dir.iterdir() if p.is_dir())
         else:
-            asset_dirs = [self.base_dir / _validate_asset(asset)]
+            asset_dirs = [self.base_dir / validate_asset_name(asset)]
         removed: list[Path] = []
         now = time.time()
         for asset_dir in asset_dirs:

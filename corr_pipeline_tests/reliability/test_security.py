@@ -33,9 +33,9 @@ from sqlalchemy.engine import make_url
 from corr_pipeline import cli, settings
 from corr_pipeline import query as q
 from corr_pipeline.db import engine as db_engine
+from corr_pipeline.defs.io_manager import MatrixStoreIOManager
 from corr_pipeline.defs.partitions import snapshot_date
 from corr_pipeline.defs.run import materialize_snapshot
-from corr_pipeline.store.io_manager import MatrixStoreIOManager
 from corr_pipeline.store.matrix_store import InvalidStoreKeyError, MatrixBundle, MatrixStore
 from corr_pipeline_tests.reliability import helpers as h
 

@@ -6,7 +6,7 @@ Module-level so that the multiprocess executor can reconstruct the job in step s
 import dagster as dg
 import numpy as np
 
-from corr_pipeline.store.io_manager import MatrixStoreIOManager, MatrixStoreResource
+from corr_pipeline.defs.io_manager import MatrixStoreIOManager, MatrixStoreResource
 from corr_pipeline.store.matrix_store import MatrixBundle
 
 PARTITIONS = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-02-01")

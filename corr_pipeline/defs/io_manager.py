@@ -54,7 +54,7 @@ from corr_pipeline.store.matrix_store import (
     MatrixBundle,
     MatrixStore,
     PendingArray,
-    _validate_asset,
+    validate_asset_name,
 )
 
 __all__ = [
@@ -72,7 +72,7 @@ UNPARTITIONED = "_unpartitioned"
 def asset_store_name(asset_key: dg.AssetKey) -> str:
     """Directory name of an asset in the store: the last element of its key (validated)."""
     name = asset_key.path[-1]
-    _validate_asset(name)
+    validate_asset_name(name)
     return name
 
 

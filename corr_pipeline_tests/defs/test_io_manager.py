@@ -7,14 +7,14 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from corr_pipeline.store.io_manager import (
+from corr_pipeline.defs.io_manager import (
     UNPARTITIONED,
     MatrixStoreIOManager,
     MatrixStoreResource,
 )
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
-from corr_pipeline_tests.store import io_assets
-from corr_pipeline_tests.store.io_assets import ASSETS, SYMBOLS, multiprocess_job
+from corr_pipeline_tests.defs import io_assets
+from corr_pipeline_tests.defs.io_assets import ASSETS, SYMBOLS, multiprocess_job
 
 PK = "2024-01-03"
 
