@@ -1,0 +1,85 @@
+"""Pictures as Dagster metadata: the PNGs of :mod:`corr_pipeline.viz` in ``MetadataValue.md``.
+
+Each picture is a markdown image ``![alt](data:image/png;base64,...)`` (see
+:func:`corr_pipeline.viz.png_markdown`), which the Dagster UI renders inline; the ``*_metadata``
+builders return ready-made metadata dicts for the assets. Memory is that of the reductions in
+:mod:`corr_pipeline.viz.reductions` (row blocks within ``working_memory_mb``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import dagster as dg
+import numpy as np
+
+from corr_pipeline import viz
+from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
+from corr_pipeline.snapshot import markdown
+
+__all__ = ["heatmap_metadata", "histogram_metadata", "lead_lag_metadata", "png_metadata"]
+
+
+def png_metadata(png: bytes, alt: str = "image") -> dg.MarkdownMetadataValue:
+    """``MetadataValue.md`` showing the PNG in the Dagster UI."""
+    return dg.MetadataValue.md(viz.png_markdown(png, alt))
+
+
+def heatmap_metadata(
+    corr: np.ndarray,
+    labels: Sequence[int] | np.ndarray | None = None,
+    *,
+    order: Sequence[int] | np.ndarray | None = None,
+    max_pixels: int = 512,
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
+) -> dict[str, Any]:
+    """``{"heatmap": <clustered heatmap>}`` (:func:`corr_pipeline.viz.clustered_heatmap_png`)."""
+    png = viz.clustered_heatmap_png(
+        corr, labels, order=order, max_pixels=max_pixels, working_memory_mb=working_memory_mb
+    )
+    return {"heatmap": png_metadata(png, "clustered correlation heatmap")}
+
+
+def histogram_metadata(
+    corr: np.ndarray,
+    *,
+    max_values: int | None = 20_000_000,
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
+) -> dict[str, Any]:
+    """Histogram picture plus numeric facts (plotted by the UI across partitions):
+    ``correlation_histogram`` (md), ``corr_mean``, ``corr_median`` (linear inside its bin),
+    ``corr_nan_share``, each rounded to 6 decimals and left out when not finite."""
+    h = viz.correlation_histogram(corr, max_values=max_values, working_memory_mb=working_memory_mb)
+    png = viz.correlation_histogram_png(histogram=h)
+    out: dict[str, Any] = {"correlation_histogram": png_metadata(png, "correlation histogram")}
+    for key, value in (
+        ("corr_mean", h.mean),
+        ("corr_median", h.quantile(0.5)),
+        ("corr_nan_share", h.nan_share),
+    ):
+        if math.isfinite(value):
+            out[key] = float(round(value, 6))
+    return out
+
+
+def lead_lag_metadata(
+    pairs: np.ndarray, symbols: Sequence[str], *, top: int = 30, table_rows: int = 20
+) -> dict[str, Any]:
+    """``lead_lag_network`` (md picture of the ``top`` pairs,
+    :func:`corr_pipeline.viz.lead_lag_network_png`) and ``lead_lag_top_pairs`` (md table of the
+    ``table_rows`` pairs of largest improvement, ties in array order,
+    :func:`corr_pipeline.snapshot.markdown.strongest_pairs`).
+
+    ``pairs``: the structured array of :func:`corr_pipeline.compute.find_lead_lag_pairs`
+    (leader/lagger column indices into ``symbols``), in any order.
+    """
+    png = viz.lead_lag_network_png(pairs, symbols, top=top)
+    ranked = pairs[np.argsort(-pairs["improvement"], kind="stable")]
+    return {
+        "lead_lag_network": png_metadata(png, "lead-lag network"),
+        "lead_lag_top_pairs": dg.MetadataValue.md(
+            markdown.strongest_pairs(ranked, symbols, top=table_rows)
+        ),
+    }

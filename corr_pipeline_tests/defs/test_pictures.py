@@ -1,0 +1,103 @@
+"""Pictures as Dagster metadata (corr_pipeline.defs.pictures): markdown images with base64 PNG
+data URIs, escaped tables, and the pictures a real materialization attaches."""
+
+from __future__ import annotations
+
+import base64
+
+import numpy as np
+import pytest
+
+from corr_pipeline import viz
+from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
+from corr_pipeline.defs import pictures
+from corr_pipeline_tests.viz.helpers import (
+    PNG_MAGIC,
+    corr_with_clusters,
+    decode,
+    lead_lag_pairs,
+)
+
+
+def test_lead_lag_markdown_table_escapes_symbols():
+    symbols = ["A|B", "*C*", "D"]
+    pairs = np.zeros(1, dtype=LEAD_LAG_DTYPE)
+    pairs[0] = (0, 1, 2, 0.5, np.nan, 0.45, 100)
+    table = pictures.lead_lag_metadata(pairs, symbols)["lead_lag_top_pairs"].value
+    lines = table.splitlines()
+    assert lines[0].startswith("| leader | lagger | lag |")
+    assert lines[2] == "| A\\|B | \\*C\\* | 2 | +0.500 | NaN | 0.450 | 100 |"
+
+
+def test_markdown_embedding_round_trips_and_is_dagster_metadata():
+    import dagster as dg
+
+    corr, groups = corr_with_clusters(50, 3, seed=9)
+    png = viz.clustered_heatmap_png(corr, groups)
+    md = viz.png_markdown(png, "heat [map]")
+    assert md.startswith("![heat (map)](data:image/png;base64,") and md.endswith(")")
+    payload = md[len("![heat (map)](data:image/png;base64,") : -1]
+    assert base64.b64decode(payload) == png
+    value = pictures.png_metadata(png, "heatmap")
+    assert isinstance(value, dg.MarkdownMetadataValue)
+    with pytest.raises(ValueError, match="PNG"):
+        viz.png_data_uri(b"GIF89a....")
+
+    meta = pictures.heatmap_metadata(corr, groups)
+    assert set(meta) == {"heatmap"}
+    meta = pictures.histogram_metadata(corr)
+    assert set(meta) == {"correlation_histogram", "corr_mean", "corr_median", "corr_nan_share"}
+    meta = pictures.lead_lag_metadata(lead_lag_pairs(5, 50), [f"S{i}" for i in range(50)])
+    assert set(meta) == {"lead_lag_network", "lead_lag_top_pairs"}
+    for key in ("lead_lag_network",):
+        text = meta[key].value
+        assert base64.b64decode(text.split("base64,")[1][:-1])[:8] == PNG_MAGIC
+
+
+def test_assets_attach_valid_png_pictures(clean_db, tmp_path):
+    """Materialize the snapshot graph on a small synthetic universe and decode every picture
+    from the materialization metadata (markdown with a base64 PNG data URI)."""
+    import dagster as dg
+
+    from corr_pipeline.db.synth import write_synthetic_universe
+    from corr_pipeline.definitions import build_resources
+    from corr_pipeline.defs.assets import snapshot_assets
+    from corr_pipeline.defs.resources import SnapshotParams
+
+    report = write_synthetic_universe(clean_db, n_symbols=80, n_days=100, seed=11)
+    resources = build_resources(str(tmp_path / "store"))
+    resources["snapshot_params"] = SnapshotParams(
+        lookback_days=60,
+        min_history_days=40,
+        min_overlap=30,
+        k_neighbors=5,
+        max_lag=3,
+        k_leaders=3,
+        k_laggers=3,
+        working_memory_mb=16,
+    )
+    result = dg.materialize(
+        snapshot_assets, partition_key=str(report.last_date), resources=resources
+    )
+    assert result.success
+    metadata = {
+        mat.asset_key.to_user_string(): mat.metadata
+        for mat in result.asset_materializations_for_node("correlation_and_overlap")
+        + result.asset_materializations_for_node("clusters")
+        + result.asset_materializations_for_node("lead_lag_pairs")
+    }
+    picture_keys = {
+        "correlation_matrix": "correlation_histogram",
+        "clusters": "heatmap",
+        "lead_lag_pairs": "lead_lag_network",
+    }
+    for asset, key in picture_keys.items():
+        value = metadata[asset][key]
+        assert isinstance(value, dg.MarkdownMetadataValue), (asset, key)
+        text = value.value
+        assert text.startswith("![") and "](data:image/png;base64," in text and text.endswith(")")
+        png = base64.b64decode(text.split("base64,", 1)[1][:-1])
+        assert len(png) <= viz.DEFAULT_MAX_PNG_BYTES
+        pixels = decode(png)
+        assert pixels.shape[0] >= 200 and pixels.shape[1] >= 200
+    assert -1.0 <= metadata["correlation_matrix"]["corr_mean"].value <= 1.0
