@@ -19,7 +19,6 @@ process. Retries: see :mod:`corr_pipeline.defs.retries`.
 import dagster as dg
 import numpy as np
 
-from corr_pipeline import viz
 from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
@@ -414,11 +413,7 @@ def lead_lag_pairs(
                 **metadata.pictures(
                     context,
                     "lead-lag network",
-                    lambda: {
-                        "lead_lag_network": pictures.png_metadata(
-                            viz.lead_lag_network_png(pairs, symbols, top=30), "lead-lag network"
-                        )
-                    },
+                    lambda: pictures.lead_lag_network_metadata(pairs, symbols),
                 ),
             },
             check_results=[

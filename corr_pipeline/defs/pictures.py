@@ -17,9 +17,13 @@ import numpy as np
 
 from corr_pipeline import viz
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
-from corr_pipeline.snapshot import markdown
 
-__all__ = ["heatmap_metadata", "histogram_metadata", "lead_lag_metadata", "png_metadata"]
+__all__ = [
+    "heatmap_metadata",
+    "histogram_metadata",
+    "lead_lag_network_metadata",
+    "png_metadata",
+]
 
 
 def png_metadata(png: bytes, alt: str = "image") -> dg.MarkdownMetadataValue:
@@ -64,22 +68,11 @@ def histogram_metadata(
     return out
 
 
-def lead_lag_metadata(
-    pairs: np.ndarray, symbols: Sequence[str], *, top: int = 30, table_rows: int = 20
+def lead_lag_network_metadata(
+    pairs: np.ndarray, symbols: Sequence[str], *, top: int = 30
 ) -> dict[str, Any]:
-    """``lead_lag_network`` (md picture of the ``top`` pairs,
-    :func:`corr_pipeline.viz.lead_lag_network_png`) and ``lead_lag_top_pairs`` (md table of the
-    ``table_rows`` pairs of largest improvement, ties in array order,
-    :func:`corr_pipeline.snapshot.markdown.strongest_pairs`).
-
-    ``pairs``: the structured array of :func:`corr_pipeline.compute.find_lead_lag_pairs`
-    (leader/lagger column indices into ``symbols``), in any order.
-    """
+    """``{"lead_lag_network": <picture of the top pairs>}``
+    (:func:`corr_pipeline.viz.lead_lag_network_png`); ``pairs`` is the structured array of
+    :func:`corr_pipeline.compute.find_lead_lag_pairs`."""
     png = viz.lead_lag_network_png(pairs, symbols, top=top)
-    ranked = pairs[np.argsort(-pairs["improvement"], kind="stable")]
-    return {
-        "lead_lag_network": png_metadata(png, "lead-lag network"),
-        "lead_lag_top_pairs": dg.MetadataValue.md(
-            markdown.strongest_pairs(ranked, symbols, top=table_rows)
-        ),
-    }
+    return {"lead_lag_network": png_metadata(png, "lead-lag network")}

@@ -81,7 +81,7 @@ class SnapshotParams(dg.ConfigurableResource):
         "(then set distance_threshold to null).",
     )
     working_memory_mb: int = Field(
-        default=DEFAULTS.working_memory_mb,
+        default=int(DEFAULTS.working_memory_mb),
         description="Budget in MiB for the temporaries of one tile (correlation, neighbors, "
         "lead-lag); results are memory-mapped and not counted.",
     )

@@ -1,15 +1,13 @@
 """Pictures as Dagster metadata (corr_pipeline.defs.pictures): markdown images with base64 PNG
-data URIs, escaped tables, and the pictures a real materialization attaches."""
+data URIs, and the pictures a real materialization attaches."""
 
 from __future__ import annotations
 
 import base64
 
-import numpy as np
 import pytest
 
 from corr_pipeline import viz
-from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.defs import pictures
 from corr_pipeline_tests.viz.helpers import (
     PNG_MAGIC,
@@ -17,16 +15,6 @@ from corr_pipeline_tests.viz.helpers import (
     decode,
     lead_lag_pairs,
 )
-
-
-def test_lead_lag_markdown_table_escapes_symbols():
-    symbols = ["A|B", "*C*", "D"]
-    pairs = np.zeros(1, dtype=LEAD_LAG_DTYPE)
-    pairs[0] = (0, 1, 2, 0.5, np.nan, 0.45, 100)
-    table = pictures.lead_lag_metadata(pairs, symbols)["lead_lag_top_pairs"].value
-    lines = table.splitlines()
-    assert lines[0].startswith("| leader | lagger | lag |")
-    assert lines[2] == "| A\\|B | \\*C\\* | 2 | +0.500 | NaN | 0.450 | 100 |"
 
 
 def test_markdown_embedding_round_trips_and_is_dagster_metadata():
@@ -47,8 +35,8 @@ def test_markdown_embedding_round_trips_and_is_dagster_metadata():
     assert set(meta) == {"heatmap"}
     meta = pictures.histogram_metadata(corr)
     assert set(meta) == {"correlation_histogram", "corr_mean", "corr_median", "corr_nan_share"}
-    meta = pictures.lead_lag_metadata(lead_lag_pairs(5, 50), [f"S{i}" for i in range(50)])
-    assert set(meta) == {"lead_lag_network", "lead_lag_top_pairs"}
+    meta = pictures.lead_lag_network_metadata(lead_lag_pairs(5, 50), [f"S{i}" for i in range(50)])
+    assert set(meta) == {"lead_lag_network"}
     for key in ("lead_lag_network",):
         text = meta[key].value
         assert base64.b64decode(text.split("base64,")[1][:-1])[:8] == PNG_MAGIC
