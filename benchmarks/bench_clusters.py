@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from corr_pipeline.bench import machine_line
+
 VARIANTS = ("scipy", "fc_public", "fc_inplace", "ours", "ours_memmap")
 
 
@@ -188,19 +190,6 @@ def child(args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------- main
-
-
-def machine_line() -> str:
-    model = "?"
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                model = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{model}, {os.cpu_count()} cores, {ram:.1f} GiB RAM"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,7 +22,7 @@ import numpy as np
 from common import PeakMemory, best_of, gemm_floor, git_commit, machine_line
 
 from corr_pipeline.compute import pairwise_correlation
-from corr_pipeline.compute.tiling import overlap_dtype
+from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, overlap_dtype
 from corr_pipeline.synth import ragged_returns
 
 
@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=4000)
     parser.add_argument("--t", type=int, default=252)
     parser.add_argument("--min-overlap", type=int, default=60)
-    parser.add_argument("--working-memory-mb", type=float, default=256)
+    parser.add_argument("--working-memory-mb", type=float, default=DEFAULT_WORKING_MEMORY_MB)
     parser.add_argument("--pandas", action="store_true", help="also time pandas.DataFrame.corr")
     parser.add_argument("--memmap", type=Path, help="write outputs as .npy memory maps here")
     parser.add_argument("--repeat", type=int, default=3)

@@ -1,4 +1,4 @@
-"""Benchmark: `corr-pipeline prices import` of a large CSV (issue 2: 6 M rows "well under a minute").
+"""Benchmark: `corr-pipeline prices import` of a large CSV (6 M rows).
 
     python benchmarks/bench_import.py --symbols 20000 --days 300 --home /tmp/corr_import_bench
 

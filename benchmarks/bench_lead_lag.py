@@ -22,6 +22,7 @@ import numpy as np
 from common import PeakMemory, best_of, gemm_floor, git_commit, machine_line
 
 from corr_pipeline.compute import find_lead_lag_pairs
+from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 from corr_pipeline.synth import ragged_returns
 
 
@@ -99,7 +100,7 @@ def main() -> None:
     parser.add_argument("--max-lag", type=int, default=5)
     parser.add_argument("--k", type=int, default=10, help="k_leaders = k_laggers")
     parser.add_argument("--min-overlap", type=int, default=60)
-    parser.add_argument("--working-memory-mb", type=float, default=256)
+    parser.add_argument("--working-memory-mb", type=float, default=DEFAULT_WORKING_MEMORY_MB)
     parser.add_argument("--brute-force", action="store_true")
     parser.add_argument("--corr-memmap", type=Path)
     parser.add_argument("--repeat", type=int, default=1)

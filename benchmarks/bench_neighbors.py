@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_clusters import ensure_corr, machine_line, read_status, run_sampled  # noqa: E402
 
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--t", type=int, default=252, help="number of daily returns T")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--k", type=int, default=50, help="neighbours per symbol")
-    p.add_argument("--working-memory-mb", type=float, default=64)
+    p.add_argument("--working-memory-mb", type=float, default=DEFAULT_WORKING_MEMORY_MB)
     p.add_argument("--variants", default="ours,full_sort", help="comma-separated subset")
     p.add_argument(
         "--workdir", type=Path, default=Path(tempfile.gettempdir()) / "corr_pipeline_bench"

@@ -1,4 +1,4 @@
-"""Benchmark: the whole nightly chain, database to publish, stage by stage (issue 6).
+"""Benchmark: the whole nightly chain, database to publish, stage by stage.
 
 A thin wrapper around ``corr-pipeline bench`` (the logic is :mod:`corr_pipeline.bench`);
 every option of the command works here::

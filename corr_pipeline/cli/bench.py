@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from corr_pipeline import settings
 from corr_pipeline.cli.common import UsageError, echo, positive_float, positive_int
+from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db.schema import init_schema
 
@@ -92,7 +93,9 @@ def add_bench_command(commands: Any) -> None:
         default=10,
         help="k_neighbors = k_leaders = k_laggers (default 10)",
     )
-    bench.add_argument("--working-memory-mb", type=positive_float, default=256.0, metavar="MB")
+    bench.add_argument(
+        "--working-memory-mb", type=positive_float, default=DEFAULT_WORKING_MEMORY_MB, metavar="MB"
+    )
     bench.add_argument("--seed", type=int, default=11, metavar="S")
     bench.add_argument(
         "--home",

@@ -27,6 +27,7 @@ from corr_pipeline.cli.common import echo, open_engine, positive_int, write_synt
 from corr_pipeline.cli.db import where_is_the_database
 from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db.reads import count_trade_dates, prices_extent
+from corr_pipeline.snapshot.params import DEFAULTS
 
 __all__ = [
     "DEMO_DAYS",
@@ -115,9 +116,7 @@ def demo_params(engine: sa.Engine, partition_key: str) -> dict[str, Any]:
     (252 returns), otherwise a lookback shrunk to the history available (so a short CSV or a
     small synthetic universe still gives a snapshot), with the other windows scaled to fit.
     Raises :class:`SnapshotRunError` when fewer than 13 trade dates are available."""
-    from corr_pipeline.defs.resources import SnapshotParams  # heavy: Dagster
-
-    defaults = SnapshotParams()
+    defaults = DEFAULTS
     n_dates = count_trade_dates(engine, partition_key, defaults.lookback_days + 1)
     n_returns = n_dates - 1
     if n_returns >= defaults.lookback_days:

@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
+from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.db.bulk import driver_connection
 from corr_pipeline.db.dates import as_iso_date
 from corr_pipeline.db.schema import PUBLISHED_TABLES, SNAPSHOT_CHILD_TABLES
@@ -74,15 +75,7 @@ __all__ = [
 ]
 
 #: Fields a lead-lag structured array must have (SPEC §6 / §9).
-LEAD_LAG_FIELDS = (
-    "leader",
-    "lagger",
-    "lag",
-    "lagged_corr",
-    "sync_corr",
-    "improvement",
-    "overlap",
-)
+LEAD_LAG_FIELDS: tuple[str, ...] = LEAD_LAG_DTYPE.names or ()
 
 _LOCK_NAMESPACE = "corr_pipeline.snapshot"
 _EPOCH = dt.date(1970, 1, 1)

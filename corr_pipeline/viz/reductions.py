@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, block_rows_for, row_blocks
 
 __all__ = [
@@ -387,7 +388,7 @@ def correlation_histogram(
 # lead-lag pairs
 # --------------------------------------------------------------------------------------------
 
-_PAIR_FIELDS = ("leader", "lagger", "lag", "lagged_corr", "sync_corr", "improvement", "overlap")
+_PAIR_FIELDS: tuple[str, ...] = LEAD_LAG_DTYPE.names or ()
 
 
 def normalize_pairs(

@@ -1,4 +1,4 @@
-"""``corr-pipeline bench`` (issue 6): the whole chain on a tiny universe, as a real subprocess
+"""``corr-pipeline bench``: the whole chain on a tiny universe, as a real subprocess
 against the test database, and the memory sampler it uses."""
 
 from __future__ import annotations
