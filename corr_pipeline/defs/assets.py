@@ -26,7 +26,7 @@ from corr_pipeline.db.synth import read_truth
 from corr_pipeline.defs import metadata, pictures
 from corr_pipeline.defs.checks import check_result
 from corr_pipeline.defs.io_manager import MatrixStoreResource
-from corr_pipeline.defs.partitions import snapshot_date
+from corr_pipeline.defs.partitions import snapshot_date, snapshot_partitions
 from corr_pipeline.defs.progress import dagster_progress
 from corr_pipeline.defs.resources import PostgresResource, SnapshotParams
 from corr_pipeline.defs.retries import (
@@ -37,6 +37,7 @@ from corr_pipeline.defs.step_options import (
     MATRIX_IO_MANAGER,
     MATRIX_STEP,
     SNAPSHOT_GROUP,
+    SNAPSHOT_POOL,
     SNAPSHOT_STEP,
 )
 from corr_pipeline.snapshot import steps, verify
@@ -349,7 +350,6 @@ def clusters(
 
 @dg.asset(
     **MATRIX_STEP,
-    retry_policy=DATABASE_RETRY_POLICY,
     kinds={"numpy", "numba"},
     check_specs=[
         dg.AssetCheckSpec(
@@ -360,12 +360,6 @@ def clusters(
             "pair once, overlap >= min_overlap, improvement > min_improvement and consistent, "
             "SPEC order.",
         ),
-        dg.AssetCheckSpec(
-            "injected_pairs_found",
-            asset="lead_lag_pairs",
-            description="Synthetic data only: every injected (leader, lagger, lag) whose "
-            "symbols were kept is found with its lag (warns otherwise).",
-        ),
     ],
     description="Lead-lag pairs (SPEC §6): exact best-lag scan over lags 1..max_lag, "
     "per-symbol top leaders/laggers by improvement over the synchronous correlation.",
@@ -375,57 +369,65 @@ def lead_lag_pairs(
     returns_matrix: MatrixBundle,
     correlation_matrix: MatrixBundle,
     snapshot_params: SnapshotParams,
-    postgres: PostgresResource,
 ):
-    with retry_only_if_database_unavailable(f"lead_lag_pairs {context.partition_key}"):
-        params = snapshot_params.to_parameters()
-        R, corr = returns_matrix["returns"], correlation_matrix["corr"]
-        symbols = _symbols(returns_matrix)
-        # the (cheap) database read first, so that a retry never repeats the scan
-        truth = read_truth(postgres.get_engine())
-        with measure_stage() as stats:
-            pairs = steps.lead_lag(
-                R, corr, params, progress=dagster_progress(context, "lead-lag scan")
-            )
-            contract = verify.verify_lead_lag_pairs(
-                pairs,
-                len(symbols),
-                max_lag=params.max_lag,
-                min_overlap=params.min_overlap,
-                min_improvement=params.min_improvement,
-            )
-            injected = verify.verify_injected_pairs(pairs, symbols, truth)
-        metadata.log_stage(context, f"lead_lag_pairs ({pairs.shape[0]} pairs)", stats)
-        return dg.MaterializeResult(
-            value=MatrixBundle(
-                {"pairs": pairs},
-                labels={"symbols": symbols},
-                params={
-                    "max_lag": params.max_lag,
-                    "k_leaders": params.k_leaders,
-                    "k_laggers": params.k_laggers,
-                    "min_overlap": params.min_overlap,
-                    "min_improvement": params.min_improvement,
-                },
-            ),
-            metadata={
-                **metadata.lead_lag(pairs, symbols, injected if truth else None, stats),
-                **metadata.pictures(
-                    context,
-                    "lead-lag network",
-                    lambda: pictures.lead_lag_network_metadata(pairs, symbols),
-                ),
-            },
-            check_results=[
-                check_result(contract, "lead_lag_contract", "lead_lag_pairs"),
-                check_result(
-                    injected,
-                    "injected_pairs_found",
-                    "lead_lag_pairs",
-                    severity=dg.AssetCheckSeverity.WARN,
-                ),
-            ],
+    params = snapshot_params.to_parameters()
+    R, corr = returns_matrix["returns"], correlation_matrix["corr"]
+    symbols = _symbols(returns_matrix)
+    with measure_stage() as stats:
+        pairs = steps.lead_lag(R, corr, params, progress=dagster_progress(context, "lead-lag scan"))
+        contract = verify.verify_lead_lag_pairs(
+            pairs,
+            len(symbols),
+            max_lag=params.max_lag,
+            min_overlap=params.min_overlap,
+            min_improvement=params.min_improvement,
         )
+    metadata.log_stage(context, f"lead_lag_pairs ({pairs.shape[0]} pairs)", stats)
+    return dg.MaterializeResult(
+        value=MatrixBundle(
+            {"pairs": pairs},
+            labels={"symbols": symbols},
+            params={
+                "max_lag": params.max_lag,
+                "k_leaders": params.k_leaders,
+                "k_laggers": params.k_laggers,
+                "min_overlap": params.min_overlap,
+                "min_improvement": params.min_improvement,
+            },
+        ),
+        metadata={
+            **metadata.lead_lag(pairs, symbols, stats),
+            **metadata.pictures(
+                context,
+                "lead-lag network",
+                lambda: pictures.lead_lag_network_metadata(pairs, symbols),
+            ),
+        },
+        check_results=[check_result(contract, "lead_lag_contract", "lead_lag_pairs")],
+    )
+
+
+@dg.asset_check(
+    asset=lead_lag_pairs,
+    name="injected_pairs_found",
+    partitions_def=snapshot_partitions,
+    pool=SNAPSHOT_POOL,
+    retry_policy=DATABASE_RETRY_POLICY,
+    description="Synthetic data only: every injected (leader, lagger, lag) whose symbols were "
+    "kept is found with its lag (warns otherwise). On real data (no synthetic truth in the "
+    "database) it passes and says it does not apply.",
+)
+def injected_pairs_found(
+    context: dg.AssetCheckExecutionContext,
+    lead_lag_pairs: MatrixBundle,
+    postgres: PostgresResource,
+) -> dg.AssetCheckResult:
+    with retry_only_if_database_unavailable(f"injected_pairs_found {context.partition_key}"):
+        truth = read_truth(postgres.get_engine())
+    verdict = verify.verify_injected_pairs(lead_lag_pairs["pairs"], _symbols(lead_lag_pairs), truth)
+    return check_result(
+        verdict, "injected_pairs_found", "lead_lag_pairs", severity=dg.AssetCheckSeverity.WARN
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -524,5 +526,6 @@ snapshot_assets = [
     top_k_neighbors_asset,
     clusters,
     lead_lag_pairs,
+    injected_pairs_found,
     snapshot_publication,
 ]

@@ -354,9 +354,9 @@ def test_only_database_outages_are_retried():
     assert err.value.allow_retries is False
     assert "window failed: ValueError: too short" in err.value.description
     ops = {a.op.name: a.op for a in snapshot_assets}
-    for name in ("returns_matrix", "snapshot_publication", "lead_lag_pairs"):
+    for name in ("returns_matrix", "snapshot_publication", "lead_lag_pairs_injected_pairs_found"):
         assert ops[name].retry_policy == DATABASE_RETRY_POLICY, name
-    for name in ("correlation_and_overlap", "top_k_neighbors", "clusters"):
+    for name in ("correlation_and_overlap", "top_k_neighbors", "clusters", "lead_lag_pairs"):
         assert ops[name].retry_policy is None, name
 
 
