@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from corr_pipeline import settings
+from corr_pipeline import cli, settings
 from corr_pipeline.cli.demo import DemoContext, demo_step_database
 from corr_pipeline.db import migrate
 from corr_pipeline.db.migrate import SchemaVersionError
@@ -27,6 +28,25 @@ UPGRADE = f"run {migrate.UPGRADE_COMMAND}"
 
 def _env(url: str) -> dict[str, str]:
     return {**os.environ, settings.ENV_DATABASE_URL: url}
+
+
+class InProcess:
+    """``corr-pipeline ARGS`` run in this process (``cli.main``) against ``url``: the same
+    code as the installed command, without a Python start-up per call (the refusals themselves
+    are checked through real subprocesses)."""
+
+    def __init__(
+        self, url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    ):
+        self.url, self.monkeypatch, self.capsys = url, monkeypatch, capsys
+
+    def __call__(self, *args: str) -> subprocess.CompletedProcess[str]:
+        self.capsys.readouterr()
+        with self.monkeypatch.context() as mp:
+            mp.setenv(settings.ENV_DATABASE_URL, self.url)
+            code = cli.main(list(args))
+        out = self.capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, out.out, out.err)
 
 
 def _error_line(result) -> str:  # type: ignore[no-untyped-def]
@@ -58,9 +78,13 @@ def _prices_count(url: str) -> int:
 
 
 def test_older_schema_is_refused_until_db_upgrade(
-    new_database: Callable[[], str], tmp_path: Path
+    new_database: Callable[[], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     url = new_database()
+    corr_pipeline = InProcess(url, monkeypatch, capsys)
     engine = sa.create_engine(url)
     try:
         migrate.upgrade(engine, "0002")
@@ -82,19 +106,24 @@ def test_older_schema_is_refused_until_db_upgrade(
     assert "pending:         2 migration(s)\n  0003  " in status.stdout
     assert f"status:          database schema is at 0002, the code needs {HEAD}" in status.stdout
 
-    upgraded = run_cli("db", "upgrade", env=env)
+    upgraded = corr_pipeline("db", "upgrade")
     assert upgraded.returncode == 0, upgraded.stderr
     assert f"revision {HEAD} (upgraded from 0002 to {HEAD}: applied 0003, 0004)" in upgraded.stdout
-    status = run_cli("db", "status", env=env)
+    status = corr_pipeline("db", "status")
     assert status.returncode == 0 and "status:          up to date" in status.stdout
-    again = run_cli("db", "init", env=env)  # = upgrade, idempotent
+    again = corr_pipeline("db", "init")  # = upgrade, idempotent
     assert again.returncode == 0 and "nothing to do" in again.stdout
-    assert run_cli("prices", "import", str(csv), env=env).returncode == 0
+    assert corr_pipeline("prices", "import", str(csv)).returncode == 0
     assert _prices_count(url) == 1
 
 
-def test_newer_schema_is_refused(new_database: Callable[[], str]) -> None:
+def test_newer_schema_is_refused(
+    new_database: Callable[[], str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     url = new_database()
+    corr_pipeline = InProcess(url, monkeypatch, capsys)
     engine = sa.create_engine(url)
     try:
         migrate.upgrade(engine)
@@ -108,32 +137,37 @@ def test_newer_schema_is_refused(new_database: Callable[[], str]) -> None:
         "corr_pipeline), or restore the backup taken before"
     )
     assert _error_line(run_cli("query", "snapshots", env=env)) == expected
-    assert _error_line(run_cli("db", "upgrade", env=env)) == expected
-    status = run_cli("db", "status", env=env)
+    assert _error_line(corr_pipeline("db", "upgrade")) == expected
+    status = corr_pipeline("db", "status")
     assert status.returncode == 1
     assert "schema revision: 0005 (unknown to this code: written by a newer version)" in (
         status.stdout
     )
 
 
-def test_fresh_database_query_refused_db_init_creates(new_database: Callable[[], str]) -> None:
+def test_fresh_database_query_refused_db_init_creates(
+    new_database: Callable[[], str],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """A query never creates the schema: on a fresh database it says to run db init."""
     url = new_database()
+    corr_pipeline = InProcess(url, monkeypatch, capsys)
     env = _env(url)
     assert _error_line(run_cli("query", "snapshots", env=env)) == (
         f"corr-pipeline: error: the database has no corr_pipeline schema, the code needs "
         f"{HEAD}: run corr-pipeline db init"
     )
-    status = run_cli("db", "status", env=env)
+    status = corr_pipeline("db", "status")
     assert status.returncode == 1 and "schema revision: none (no corr_pipeline tables" in (
         status.stdout
     )
-    created = run_cli("db", "init", env=env)
+    created = corr_pipeline("db", "init")
     assert created.returncode == 0, created.stderr
     assert "schema ready at" in created.stdout and "created: applied 0001, 0002, 0003" in (
         created.stdout
     )
-    answered = run_cli("query", "snapshots", env=env)
+    answered = corr_pipeline("query", "snapshots")
     assert answered.returncode == 0 and "no snapshot has been published yet" in answered.stdout
 
 
