@@ -9,8 +9,11 @@
   ``<db>_<worker>`` created on the test server), so ``clean_db`` in one worker never empties
   tables another worker is using. The URL is exported as ``CORR_PIPELINE_DATABASE_URL`` so
   subprocesses (the CLI, Dagster's multiprocess executor) reach the same database.
-- ``engine`` (session): SQLAlchemy engine with the schema initialised.
+- ``engine`` (session): SQLAlchemy engine with the schema created through the migrations
+  (:func:`corr_pipeline.db.migrate.upgrade` to the newest revision; ~40 ms, once per worker).
 - ``clean_db`` (function): ``engine`` after truncating every table.
+- ``new_database`` (function): a factory of new empty databases on the test server, each
+  dropped after the test (migration tests).
 - ``pg_parent_dir`` (function): an empty directory for a test's own embedded server (see below).
 
 Embedded servers live in ``tempfile.mkdtemp`` directories, not under pytest's ``tmp_path``: when
@@ -26,7 +29,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -35,7 +39,8 @@ from sqlalchemy.engine import make_url
 
 from corr_pipeline import settings
 from corr_pipeline.db import engine as db_engine
-from corr_pipeline.db.schema import init_schema, truncate_all
+from corr_pipeline.db.migrate import upgrade
+from corr_pipeline.db.schema import truncate_all
 
 
 def _xdist_worker() -> str:
@@ -115,9 +120,9 @@ def pg_parent_dir() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def engine(database_url: str) -> sa.Engine:
-    """Engine on the test database, schema initialised."""
+    """Engine on the test database, its schema created by the migrations (newest revision)."""
     eng = db_engine.get_engine(database_url)
-    init_schema(eng)
+    upgrade(eng)
     return eng
 
 
@@ -126,3 +131,26 @@ def clean_db(engine: sa.Engine) -> sa.Engine:
     """``engine`` with every table of the schema emptied before the test."""
     truncate_all(engine)
     return engine
+
+
+@pytest.fixture
+def new_database(database_url: str) -> Iterator[Callable[[], str]]:
+    """A factory: each call creates an empty database on the test server and returns its URL;
+    every one is dropped (connections and all) after the test."""
+    admin = sa.create_engine(make_url(database_url), isolation_level="AUTOCOMMIT")
+    created: list[str] = []
+
+    def create() -> str:
+        name = f"corr_scratch_{_xdist_worker() or 'main'}_{uuid.uuid4().hex[:10]}"
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        created.append(name)
+        return make_url(database_url).set(database=name).render_as_string(hide_password=False)
+
+    try:
+        yield create
+    finally:
+        with admin.connect() as conn:
+            for name in created:
+                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

@@ -1,7 +1,9 @@
 """The ``corr-pipeline`` command: a thin argparse layer over the library. Logic lives in the
 library; the command modules parse, call, print.
 
-    corr-pipeline db init                    create the tables (idempotent)         (cli.db)
+    corr-pipeline db init                    create or upgrade the schema (= db upgrade) (cli.db)
+    corr-pipeline db upgrade                 apply the pending schema migrations
+    corr-pipeline db status                  schema revision, the code's, pending migrations
     corr-pipeline db url                     where the database is (credentials redacted)
     corr-pipeline prices import FILE         load a CSV (symbol,trade_date,close)   (cli.prices)
     corr-pipeline prices synth [--symbols N --days T --seed S --end-date D]
@@ -33,6 +35,7 @@ from corr_pipeline.cli.demo import add_demo_command
 from corr_pipeline.cli.prices import add_prices_commands
 from corr_pipeline.cli.query import add_query_commands
 from corr_pipeline.db import engine as db_engine
+from corr_pipeline.db.migrate import SchemaVersionError
 from corr_pipeline.db.prices_import import PricesImportError
 
 __all__ = ["PROG", "USER_ERRORS", "UsageError", "build_parser", "main"]
@@ -42,6 +45,7 @@ PROG = "corr-pipeline"
 #: Exceptions that are the user's to fix: reported in one line, exit status 2.
 USER_ERRORS: tuple[type[BaseException], ...] = (
     db_engine.DatabaseUnavailableError,
+    SchemaVersionError,
     PricesImportError,
     FileNotFoundError,
     IsADirectoryError,

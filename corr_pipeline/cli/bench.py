@@ -17,7 +17,7 @@ from corr_pipeline import settings
 from corr_pipeline.cli.common import UsageError, echo, positive_float, positive_int
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 from corr_pipeline.db import engine as db_engine
-from corr_pipeline.db.schema import init_schema
+from corr_pipeline.db.migrate import ensure_schema, upgrade
 
 __all__ = ["add_bench_command", "bench_engine", "cmd_bench"]
 
@@ -25,16 +25,20 @@ __all__ = ["add_bench_command", "bench_engine", "cmd_bench"]
 def bench_engine(args: argparse.Namespace, home: Path) -> tuple[sa.Engine, str]:
     """The benchmark's database and a description of it: ``--database-url`` if given, else a
     scratch embedded server in ``home/pgdata`` (never the project database: the benchmark
-    replaces ``prices``)."""
+    replaces ``prices``). The scratch database is brought to the code's schema revision; a
+    ``--database-url`` one gets the schema if it is fresh and is refused if it is older or
+    newer (``corr-pipeline db upgrade`` is for the user to run on their databases)."""
     if args.database_url:
         url = db_engine.normalize_url(args.database_url)
         where = f"{db_engine.redact_url(url)} (--database-url; its prices are replaced)"
+        engine = db_engine.get_engine(url)
+        ensure_schema(engine, create_if_fresh=True)
     else:
         server = db_engine.start_embedded_server(home / "pgdata")
         url = server.url()
         where = f"scratch embedded PostgreSQL in {server.pgdata}"
-    engine = db_engine.get_engine(url)
-    init_schema(engine)
+        engine = db_engine.get_engine(url)
+        upgrade(engine)  # a scratch database of the benchmark's own: kept at the code's revision
     return engine, where
 
 

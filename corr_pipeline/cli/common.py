@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from corr_pipeline.db import engine as db_engine
-from corr_pipeline.db.schema import init_schema
+from corr_pipeline.db.migrate import ensure_schema
 
 if TYPE_CHECKING:
     from corr_pipeline.db.synth import SynthReport
@@ -66,11 +66,14 @@ def iso_date(text: str) -> dt.date:
         raise argparse.ArgumentTypeError(f"expected a date YYYY-MM-DD, got {text!r}") from None
 
 
-def open_engine() -> sa.Engine:
-    """The project database (:func:`corr_pipeline.db.engine.get_engine`) with the schema created
-    (idempotent)."""
+def open_engine(*, create_if_fresh: bool = True) -> sa.Engine:
+    """The project database (:func:`corr_pipeline.db.engine.get_engine`), its schema at the
+    code's revision: a fresh database (none of our tables) is created when ``create_if_fresh``
+    (the commands that load data); an older or newer schema raises
+    :class:`~corr_pipeline.db.migrate.SchemaVersionError` naming the command to run (existing
+    tables are migrated only by ``corr-pipeline db upgrade``)."""
     engine = db_engine.get_engine()
-    init_schema(engine)
+    ensure_schema(engine, create_if_fresh=create_if_fresh)
     return engine
 
 

@@ -1,4 +1,11 @@
-"""``corr-pipeline db init|url``: create the schema, say where the database is."""
+"""``corr-pipeline db init|upgrade|status|downgrade|url``: the schema's migrations, and where the
+database is.
+
+``init`` and ``upgrade`` are the same thing: bring the schema to the code's revision (create it
+in a fresh database, apply the pending migrations to an older one; idempotent). ``status`` says
+where it is and exits 0 when it is current, 1 when not (pending migrations, newer than the code,
+absent or unrecognised).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +13,20 @@ import argparse
 from typing import Any
 
 from corr_pipeline import settings
-from corr_pipeline.cli.common import echo, open_engine
+from corr_pipeline.cli.common import echo
 from corr_pipeline.db import engine as db_engine
+from corr_pipeline.db import migrate
 
-__all__ = ["add_db_commands", "cmd_db_init", "cmd_db_url", "where_is_the_database"]
+__all__ = [
+    "add_db_commands",
+    "cmd_db_downgrade",
+    "cmd_db_init",
+    "cmd_db_status",
+    "cmd_db_upgrade",
+    "cmd_db_url",
+    "describe_status",
+    "where_is_the_database",
+]
 
 
 def where_is_the_database() -> str:
@@ -27,10 +44,66 @@ def where_is_the_database() -> str:
     )
 
 
+def _where(engine: Any) -> str:
+    return db_engine.describe_url(engine.url.render_as_string(hide_password=False))
+
+
+def cmd_db_upgrade(args: argparse.Namespace) -> int:
+    """Apply the pending migrations (create the schema in a fresh database); print what was
+    done and the schema's revision."""
+    engine = db_engine.get_engine()
+    report = migrate.upgrade(engine)
+    echo(f"schema ready at {_where(engine)}: revision {report.after} ({report.summary()})")
+    return 0
+
+
 def cmd_db_init(args: argparse.Namespace) -> int:
-    """Create the missing tables; print where."""
-    engine = open_engine()
-    echo(f"schema ready at {db_engine.describe_url(engine.url.render_as_string())}")
+    """``db upgrade`` under its historical name."""
+    return cmd_db_upgrade(args)
+
+
+def describe_status(status: migrate.SchemaStatus) -> list[str]:
+    """The lines ``db status`` prints for ``status``."""
+    if status.fresh:
+        current = "none (no corr_pipeline tables: a fresh database)"
+    elif status.unrecognised is not None:
+        current = "unrecognised"
+    elif not status.versioned:
+        current = f"{status.current} (no version table: created before versioned migrations)"
+    elif not status.known:
+        current = f"{status.current} (unknown to this code: written by a newer version)"
+    else:
+        current = str(status.current)
+    lines = [f"schema revision: {current}", f"code revision:   {status.head}"]
+    if status.pending:
+        lines.append(f"pending:         {len(status.pending)} migration(s)")
+        lines.extend(f"  {rev}" for rev in status.pending)
+    elif status.known and status.unrecognised is None:
+        lines.append("pending:         none")
+    problem = status.problem()
+    lines.append(
+        "status:          up to date" if problem is None else f"status:          {problem}"
+    )
+    return lines
+
+
+def cmd_db_status(args: argparse.Namespace) -> int:
+    """Print the schema's revision, the code's, the pending migrations; exit 0 when current,
+    1 otherwise. Changes nothing."""
+    engine = db_engine.get_engine()
+    status = migrate.schema_status(engine)
+    echo(f"database:        {_where(engine)}")
+    for line in describe_status(status):
+        echo(line)
+    return 0 if status.up_to_date else 1
+
+
+def cmd_db_downgrade(args: argparse.Namespace) -> int:
+    """Downgrade the schema to ``args.revision`` (for going back to an older release of the
+    code; a backup restore is the other way)."""
+    engine = db_engine.get_engine()
+    report = migrate.downgrade(engine, args.revision)
+    echo(f"{report.summary()} ({_where(engine)})")
     return 0
 
 
@@ -41,12 +114,31 @@ def cmd_db_url(args: argparse.Namespace) -> int:
 
 
 def add_db_commands(commands: Any) -> None:
-    """Register ``db init`` and ``db url`` on the sub-command parser ``commands``."""
-    db = commands.add_parser("db", help="database: create the schema, show where it is")
-    db_commands = db.add_subparsers(dest="db_command", metavar="SUBCOMMAND", required=True)
-    db_commands.add_parser("init", help="create missing tables (idempotent)").set_defaults(
-        func=cmd_db_init
+    """Register ``db init|upgrade|status|downgrade|url`` on the sub-command parser
+    ``commands``."""
+    db = commands.add_parser(
+        "db", help="database: create or upgrade the schema, its status, where it is"
     )
+    db_commands = db.add_subparsers(dest="db_command", metavar="SUBCOMMAND", required=True)
+    db_commands.add_parser(
+        "init", help="create the schema, or upgrade it to the code's revision (= db upgrade)"
+    ).set_defaults(func=cmd_db_init)
+    db_commands.add_parser(
+        "upgrade",
+        help="apply the pending schema migrations in one transaction (back up first); idempotent",
+    ).set_defaults(func=cmd_db_upgrade)
+    db_commands.add_parser(
+        "status",
+        help="the schema's revision, the code's, and the pending migrations "
+        "(exit 0 when up to date, 1 otherwise)",
+    ).set_defaults(func=cmd_db_status)
+    downgrade = db_commands.add_parser(
+        "downgrade",
+        help="downgrade the schema to REVISION (base = drop everything), before going back "
+        "to an older release",
+    )
+    downgrade.add_argument("revision", metavar="REVISION", help="e.g. 0002, or base")
+    downgrade.set_defaults(func=cmd_db_downgrade)
     db_commands.add_parser(
         "url", help="print the database URL (credentials redacted) and where it lives"
     ).set_defaults(func=cmd_db_url)

@@ -61,18 +61,20 @@ def run_query(
     status (0, or 2 for a :class:`QueryError`, whose message goes to stderr — and, with
     ``--json``, also to stdout as ``{"error": {...}}``).
 
-    ``engine_factory`` defaults to the project's database (``get_engine()``) with its schema
-    created if missing, so a fresh database answers "nothing published".
+    ``engine_factory`` defaults to the project's database (``get_engine()``), whose schema must
+    be at the code's revision: an older, newer or absent schema raises
+    :class:`~corr_pipeline.db.migrate.SchemaVersionError` (one line naming ``corr-pipeline db
+    upgrade`` or ``db init``; exit status 2). A query never creates or changes the schema.
     """
     out = out or sys.stdout
     err = err or sys.stderr
     if engine_factory is None:
         from corr_pipeline.db.engine import get_engine
-        from corr_pipeline.db.schema import init_schema
+        from corr_pipeline.db.migrate import require_current
 
         def engine_factory() -> sa.Engine:
             engine = get_engine()
-            init_schema(engine)  # idempotent; a fresh database answers "nothing published"
+            require_current(engine)
             return engine
 
     try:

@@ -12,8 +12,8 @@
 4. the child rows: one ``COPY <table> (...) FROM STDIN (FORMAT BINARY)`` per table, straight
    into the published table, in primary-key order; the payload (symbol text included) is built
    with numpy, chunk by chunk, with no per-row Python. The schema's statement-level trigger
-   checks once per COPY that the date has its ``snapshots`` row
-   (:func:`corr_pipeline.db.schema.install_snapshot_reference`);
+   checks once per COPY that the date has its ``snapshots`` row (migration 0002,
+   ``db/migrations/versions/r0002_reference_triggers.py``);
 5. ``COMMIT``. Readers (any isolation level) see the previous snapshot until this commit and the
    new one after it, never a mix; on any error everything rolls back and the previous snapshot
    stays as it was.

@@ -1,10 +1,10 @@
 """Load a synthetic universe (:mod:`corr_pipeline.synth.universe`) into PostgreSQL.
 
 ``write_synthetic_universe(engine, n_symbols=..., n_days=..., seed=...)`` generates the universe
-and **replaces the whole content** of ``prices`` and ``synthetic_lead_lag_truth`` with it, in one
-transaction:
+and **replaces the whole content** of ``prices`` and of the synthetic ground truth
+``synthetic.lead_lag_truth`` with it, in one transaction:
 
-1. ``TRUNCATE prices, synthetic_lead_lag_truth``, then drop the indexes of ``prices`` (its
+1. ``TRUNCATE prices, synthetic.lead_lag_truth``, then drop the indexes of ``prices`` (its
    primary key and ``ix_prices_trade_date``, read from the catalog, so whatever the schema holds;
    ``bulk.prices_indexes_deferred_if_empty``, shared with the CSV import);
 2. ``COPY prices (symbol, trade_date, close) FROM STDIN (FORMAT BINARY, FREEZE)`` of every existing
@@ -12,7 +12,7 @@ transaction:
    are stored as is, SPEC §1 makes the pipeline turn the returns touching them into NaN);
 3. recreate the dropped indexes with their original names and definitions (a sorted build is
    ~4x faster than maintaining the B-trees row by row during the COPY);
-4. ``INSERT`` the injected pairs (by symbol name) with the seed into ``synthetic_lead_lag_truth``;
+4. ``INSERT`` the injected pairs (by symbol name) with the seed into ``synthetic.lead_lag_truth``;
 5. ``ANALYZE prices`` so the window query is planned on fresh statistics.
 
 Why replace everything rather than upsert: the truth pairs are only the truth for a table that
@@ -40,8 +40,11 @@ import numpy as np
 import sqlalchemy as sa
 
 from corr_pipeline.db.bulk import driver_connection, prices_indexes_deferred_if_empty
-from corr_pipeline.db.schema import init_schema, synthetic_lead_lag_truth
+from corr_pipeline.db.schema import synthetic_lead_lag_truth
 from corr_pipeline.synth import BAD_PRINT_KINDS, SyntheticUniverse, generate_universe
+
+#: The synthetic ground truth: the injected lead-lag pairs (its own schema, apart from production).
+TRUTH_TABLE = synthetic_lead_lag_truth.fullname
 
 #: Target rows per COPY chunk (~32 bytes each): bounds the payload held in memory at once.
 COPY_ROWS_PER_CHUNK = 1_000_000
@@ -164,7 +167,7 @@ class SynthReport:
             f"(prices table replaced)\n"
             f"  ragged: {self.n_listed_late:,} listed late, {self.n_delisted_early:,} delisted "
             f"early; {self.n_halts:,} single-day halts; {self.n_bad_prints:,} bad prints ({bad})\n"
-            f"  {len(self.truth):,} injected lead-lag pairs in synthetic_lead_lag_truth{example}\n"
+            f"  {len(self.truth):,} injected lead-lag pairs in {TRUTH_TABLE}{example}\n"
             f"  generated in {self.generate_seconds:.1f} s, loaded in {self.load_seconds:.1f} s"
         )
 
@@ -176,9 +179,9 @@ def write_universe(
     generate_seconds: float = 0.0,
     log: Callable[[str], None] | None = None,
 ) -> SynthReport:
-    """Replace ``prices`` and ``synthetic_lead_lag_truth`` with ``universe`` (one transaction;
-    see the module docstring). Creates missing tables first. Returns the :class:`SynthReport`."""
-    init_schema(engine)
+    """Replace ``prices`` and ``synthetic.lead_lag_truth`` with ``universe`` (one transaction;
+    see the module docstring). Needs the schema at the newest revision. Returns the
+    :class:`SynthReport`."""
     timings: dict[str, float] = {}
     started = time.perf_counter()
     truth_rows = [
@@ -186,7 +189,7 @@ def write_universe(
         for leader, lagger, lag in universe.truth_symbols()
     ]
     with engine.begin() as conn:
-        conn.execute(sa.text("TRUNCATE prices, synthetic_lead_lag_truth"))
+        conn.execute(sa.text(f"TRUNCATE prices, {TRUTH_TABLE}"))
         copy_started = time.perf_counter()
         with prices_indexes_deferred_if_empty(conn, index_memory=INDEX_BUILD_MEMORY) as deferred:
             rows_written, timings["copy_build"] = _copy_prices(conn, universe)
@@ -235,7 +238,7 @@ def write_synthetic_universe(
     log: Callable[[str], None] | None = None,
 ) -> SynthReport:
     """Generate ``generate_universe(n_symbols, n_days, seed, end_date)`` and replace ``prices``
-    and ``synthetic_lead_lag_truth`` with it (see the module docstring). ``log`` receives
+    and ``synthetic.lead_lag_truth`` with it (see the module docstring). ``log`` receives
     progress lines. Invalid sizes raise before the database is touched."""
     started = time.perf_counter()
     universe = generate_universe(n_symbols, n_days, seed, end_date)

@@ -10,7 +10,8 @@ Each asset loads its inputs (read-only memory maps through the matrix-store IO m
 one step of :mod:`corr_pipeline.snapshot.steps`, verifies the result
 (:mod:`corr_pipeline.snapshot.verify`, returned as asset checks) and describes it
 (:mod:`corr_pipeline.defs.metadata`). Only ``snapshot_publication`` writes to PostgreSQL, in
-one transaction for the three result tables (SPEC §7). The memory of each step is listed in
+one transaction for the three result tables (SPEC §7); only ``returns_matrix`` reads prices. The
+synthetic ground truth is read by the separate check ``injected_pairs_found`` alone. The memory of each step is listed in
 :mod:`corr_pipeline.snapshot.steps`; with the multiprocess executor each step is its own
 process. Retries: see :mod:`corr_pipeline.defs.retries`.
 """
@@ -26,7 +27,7 @@ from corr_pipeline.db.synth import read_truth
 from corr_pipeline.defs import metadata, pictures
 from corr_pipeline.defs.checks import check_result
 from corr_pipeline.defs.io_manager import MatrixStoreResource
-from corr_pipeline.defs.partitions import snapshot_date, snapshot_partitions
+from corr_pipeline.defs.partitions import snapshot_date
 from corr_pipeline.defs.progress import dagster_progress
 from corr_pipeline.defs.resources import PostgresResource, SnapshotParams
 from corr_pipeline.defs.retries import (
@@ -37,7 +38,6 @@ from corr_pipeline.defs.step_options import (
     MATRIX_IO_MANAGER,
     MATRIX_STEP,
     SNAPSHOT_GROUP,
-    SNAPSHOT_POOL,
     SNAPSHOT_STEP,
 )
 from corr_pipeline.snapshot import steps, verify
@@ -370,64 +370,75 @@ def lead_lag_pairs(
     correlation_matrix: MatrixBundle,
     snapshot_params: SnapshotParams,
 ):
-    params = snapshot_params.to_parameters()
-    R, corr = returns_matrix["returns"], correlation_matrix["corr"]
-    symbols = _symbols(returns_matrix)
-    with measure_stage() as stats:
-        pairs = steps.lead_lag(R, corr, params, progress=dagster_progress(context, "lead-lag scan"))
-        contract = verify.verify_lead_lag_pairs(
-            pairs,
-            len(symbols),
-            max_lag=params.max_lag,
-            min_overlap=params.min_overlap,
-            min_improvement=params.min_improvement,
-        )
-    metadata.log_stage(context, f"lead_lag_pairs ({pairs.shape[0]} pairs)", stats)
-    return dg.MaterializeResult(
-        value=MatrixBundle(
-            {"pairs": pairs},
-            labels={"symbols": symbols},
-            params={
-                "max_lag": params.max_lag,
-                "k_leaders": params.k_leaders,
-                "k_laggers": params.k_laggers,
-                "min_overlap": params.min_overlap,
-                "min_improvement": params.min_improvement,
-            },
-        ),
-        metadata={
-            **metadata.lead_lag(pairs, symbols, stats),
-            **metadata.pictures(
-                context,
-                "lead-lag network",
-                lambda: pictures.lead_lag_network_metadata(pairs, symbols),
+    with retry_only_if_database_unavailable(f"lead_lag_pairs {context.partition_key}"):
+        params = snapshot_params.to_parameters()
+        R, corr = returns_matrix["returns"], correlation_matrix["corr"]
+        symbols = _symbols(returns_matrix)
+        with measure_stage() as stats:
+            pairs = steps.lead_lag(
+                R, corr, params, progress=dagster_progress(context, "lead-lag scan")
+            )
+            contract = verify.verify_lead_lag_pairs(
+                pairs,
+                len(symbols),
+                max_lag=params.max_lag,
+                min_overlap=params.min_overlap,
+                min_improvement=params.min_improvement,
+            )
+        metadata.log_stage(context, f"lead_lag_pairs ({pairs.shape[0]} pairs)", stats)
+        return dg.MaterializeResult(
+            value=MatrixBundle(
+                {"pairs": pairs},
+                labels={"symbols": symbols},
+                params={
+                    "max_lag": params.max_lag,
+                    "k_leaders": params.k_leaders,
+                    "k_laggers": params.k_laggers,
+                    "min_overlap": params.min_overlap,
+                    "min_improvement": params.min_improvement,
+                },
             ),
-        },
-        check_results=[check_result(contract, "lead_lag_contract", "lead_lag_pairs")],
-    )
+            metadata={
+                **metadata.lead_lag(pairs, symbols, stats),
+                **metadata.pictures(
+                    context,
+                    "lead-lag network",
+                    lambda: pictures.lead_lag_network_metadata(pairs, symbols),
+                ),
+            },
+            check_results=[check_result(contract, "lead_lag_contract", "lead_lag_pairs")],
+        )
 
 
-@dg.asset_check(
+@dg.asset_check(  # type: ignore[arg-type]  # returning None (no result) is deliberate
     asset=lead_lag_pairs,
     name="injected_pairs_found",
-    partitions_def=snapshot_partitions,
-    pool=SNAPSHOT_POOL,
+    partitions_def=SNAPSHOT_STEP["partitions_def"],
+    pool=SNAPSHOT_STEP["pool"],
     retry_policy=DATABASE_RETRY_POLICY,
-    description="Synthetic data only: every injected (leader, lagger, lag) whose symbols were "
-    "kept is found with its lag (warns otherwise). On real data (no synthetic truth in the "
-    "database) it passes and says it does not apply.",
+    description="Synthetic data only: every injected (leader, lagger, lag) of "
+    "synthetic.lead_lag_truth whose symbols were kept is found with its lag (warns otherwise). "
+    "Reports nothing when there is no synthetic ground truth (production data).",
 )
 def injected_pairs_found(
     context: dg.AssetCheckExecutionContext,
     lead_lag_pairs: MatrixBundle,
     postgres: PostgresResource,
-) -> dg.AssetCheckResult:
+) -> dg.AssetCheckResult | None:
+    """The recall of the synthetic universe's injected pairs, apart from the production asset
+    (which never reads the synthetic ground truth). Without ground truth it returns no result:
+    the check shows as not evaluated for that partition, and the run is unaffected."""
     with retry_only_if_database_unavailable(f"injected_pairs_found {context.partition_key}"):
         truth = read_truth(postgres.get_engine())
-    verdict = verify.verify_injected_pairs(lead_lag_pairs["pairs"], _symbols(lead_lag_pairs), truth)
-    return check_result(
-        verdict, "injected_pairs_found", "lead_lag_pairs", severity=dg.AssetCheckSeverity.WARN
-    )
+        if not truth:
+            context.log.info("no synthetic ground truth (synthetic.lead_lag_truth is empty)")
+            return None
+        verdict = verify.verify_injected_pairs(
+            lead_lag_pairs["pairs"], _symbols(lead_lag_pairs), truth
+        )
+        return check_result(
+            verdict, "injected_pairs_found", "lead_lag_pairs", severity=dg.AssetCheckSeverity.WARN
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -526,6 +537,6 @@ snapshot_assets = [
     top_k_neighbors_asset,
     clusters,
     lead_lag_pairs,
-    injected_pairs_found,
     snapshot_publication,
+    injected_pairs_found,  # the one separate asset check (synthetic data only)
 ]

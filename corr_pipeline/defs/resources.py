@@ -121,14 +121,21 @@ class PostgresResource(dg.ConfigurableResource):
     )
 
     def get_engine(self) -> sa.Engine:
-        """A pooled engine (cached per URL by :func:`corr_pipeline.db.engine.get_engine`).
+        """A pooled engine (cached per URL by :func:`corr_pipeline.db.engine.get_engine`) on a
+        database whose schema is at the code's revision.
 
         Raises :class:`corr_pipeline.db.engine.DatabaseUnavailableError` (retryable, no
-        credentials in the message) when the server cannot be reached.
+        credentials in the message) when the server cannot be reached, and
+        :class:`corr_pipeline.db.migrate.SchemaVersionError` (not retried; one line naming
+        ``corr-pipeline db upgrade`` or ``db init``) when the schema is older, newer or absent:
+        the pipeline never migrates.
         """
         from corr_pipeline.db.engine import get_engine
+        from corr_pipeline.db.migrate import require_current
 
-        return get_engine(self.database_url)
+        engine = get_engine(self.database_url)
+        require_current(engine)
+        return engine
 
     def describe(self) -> str:
         """``host[:port]/database`` of the configured server, without credentials."""

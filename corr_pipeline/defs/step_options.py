@@ -10,14 +10,13 @@ import dagster as dg
 
 from corr_pipeline.defs.partitions import snapshot_partitions
 
-# BackfillPolicy is "beta" and partitioned asset checks are "preview" in Dagster 1.13; both are
-# relied on deliberately (one partition per run; a check per partition), so exactly those
-# warnings are silenced instead of printed for every asset in every process.
+# BackfillPolicy is "beta" in Dagster 1.13; it is relied on deliberately (one partition per
+# run), so exactly that warning is silenced instead of printed for every asset in every process.
 warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", category=dg.BetaWarning)
+# Likewise a partitioned asset check ("preview" in 1.13; Dagster is pinned to an exact version):
+# the injected_pairs_found check must load the one partition of lead_lag_pairs its run computed.
 warnings.filterwarnings(
-    "ignore",
-    message="Specifying a partitions_def on an AssetCheckSpec",
-    category=dg.PreviewWarning,
+    "ignore", message="Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning
 )
 
 #: The asset group of the snapshot (the job selects it).

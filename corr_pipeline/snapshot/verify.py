@@ -462,7 +462,7 @@ def verify_lead_lag_pairs(
 def verify_injected_pairs(
     pairs: np.ndarray, symbols: Sequence[str], truth: Iterable[tuple[str, str, int]]
 ) -> Verdict:
-    """Recall of the synthetic injected pairs (``synthetic_lead_lag_truth``): every injected
+    """Recall of the synthetic injected pairs (``synthetic.lead_lag_truth``): every injected
     ``(leader, lagger, lag)`` whose two symbols were kept must appear with that exact lag.
     Passes trivially (and says so) when the database holds no synthetic truth."""
     truth = list(truth)

@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 
 from corr_pipeline import settings
 from corr_pipeline.db import engine as db_engine
-from corr_pipeline.db import schema
+from corr_pipeline.db import migrate, schema
 
 # ---------------------------------------------------------------------------------------------
 # URL handling
@@ -110,12 +110,15 @@ def test_get_engine_is_cached_per_url(database_url: str) -> None:
 
 
 def _columns(conn: sa.Connection, table: str) -> dict[str, str]:
+    """Column -> type of ``table`` (``schema.table``, or a table of the current schema)."""
+    namespace, _, name = table.rpartition(".")
     rows = conn.execute(
         sa.text(
             "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND table_name = :t"
+            "WHERE table_schema = coalesce(CAST(:s AS text), current_schema()) "
+            "AND table_name = :t"
         ),
-        {"t": table},
+        {"s": namespace or None, "t": name},
     )
     return {name: dtype for name, dtype in rows}
 
@@ -134,8 +137,9 @@ def _primary_key(conn: sa.Connection, table: str) -> list[str]:
 
 
 def test_init_schema_is_idempotent_and_matches_spec(engine: sa.Engine) -> None:
-    schema.init_schema(engine)
+    schema.init_schema(engine)  # = corr-pipeline db init: upgrade to the newest revision
     schema.init_schema(engine)  # a second (third) run changes nothing and does not fail
+    assert migrate.schema_status(engine).up_to_date
     with engine.connect() as conn:
         assert _columns(conn, "prices") == {
             "symbol": "text",
@@ -154,9 +158,11 @@ def test_init_schema_is_idempotent_and_matches_spec(engine: sa.Engine) -> None:
             "lookback_days",
             "params",
             "created_at",
+            "matrix_versions",
         }
         assert _columns(conn, "snapshots")["params"] == "jsonb"
         assert _columns(conn, "snapshots")["created_at"] == "timestamp with time zone"
+        assert _columns(conn, "snapshots")["matrix_versions"] == "jsonb"
         assert _primary_key(conn, "snapshots") == ["snapshot_date"]
 
         expected = {
@@ -181,11 +187,13 @@ def test_init_schema_is_idempotent_and_matches_spec(engine: sa.Engine) -> None:
                 },
                 ["snapshot_date", "leader", "lagger"],
             ),
-            "synthetic_lead_lag_truth": ({"leader", "lagger", "lag", "seed"}, ["leader", "lagger"]),
+            "synthetic.lead_lag_truth": ({"leader", "lagger", "lag", "seed"}, ["leader", "lagger"]),
         }
         for table, (columns, key) in expected.items():
             assert set(_columns(conn, table)) == columns, table
             assert _primary_key(conn, table) == key, table
+        # the synthetic ground truth is not among the production tables
+        assert _columns(conn, "synthetic_lead_lag_truth") == {}
 
 
 def test_snapshot_children_cascade_and_created_at_default(clean_db: sa.Engine) -> None:

@@ -10,7 +10,13 @@ import pytest
 import sqlalchemy as sa
 
 from corr_pipeline.db.bulk import copy_text, create_prices_staging, upsert_prices_from_staging
-from corr_pipeline.db.prices_import import ImportReport, PricesImportError, import_prices_csv
+from corr_pipeline.db.prices_import import (
+    MAX_LINE_BYTES,
+    ImportReport,
+    PricesImportError,
+    checked_lines,
+    import_prices_csv,
+)
 from corr_pipeline.db.schema import prices
 
 HEADER = "symbol,trade_date,close\n"
@@ -308,3 +314,188 @@ def test_progress_reports_bytes_up_to_the_file_size(clean_db: sa.Engine, tmp_pat
     assert calls and calls[-1] == (size, size)
     assert all(total == size for _, total in calls)
     assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile input: symbols, line lengths, COPY's end-of-data marker
+# ---------------------------------------------------------------------------------------------
+
+ROW = "2024-01-02,1\n"
+
+
+def _csv_field(symbol: str) -> str:
+    """``symbol`` as one CSV field (quoted when it has to be)."""
+    if any(c in symbol for c in ',"\r\n'):
+        return '"' + symbol.replace('"', '""') + '"'
+    return symbol
+
+
+@pytest.mark.parametrize(
+    ("symbol", "fragment"),
+    [
+        pytest.param("X" * 65, "longer than 64 characters", id="65-chars"),
+        pytest.param("日" * 65, "longer than 64 characters", id="65-multibyte-chars"),
+        pytest.param("Y" * 4_000, "... (4,000 characters) is longer than 64", id="4000-chars"),
+        pytest.param("Y" * 100_000, "line longer than 4,096 bytes", id="100KB"),
+        pytest.param("A\rB", "U+000D", id="CR"),
+        pytest.param("A\nB", "U+000A", id="LF"),
+        pytest.param("A\tB", "U+0009", id="TAB"),
+        pytest.param("A\x1bB", "U+001B", id="ESC"),
+        pytest.param("A\x7f", "U+007F", id="DEL"),
+        pytest.param("A\x85", "U+0085", id="C1-NEL"),
+        pytest.param("A\u200bB", "U+200B ZERO WIDTH SPACE", id="zero-width-space"),
+        pytest.param("A\u202eB", "U+202E RIGHT-TO-LEFT OVERRIDE", id="bidi-override"),
+        pytest.param("\ufeffA", "U+FEFF ZERO WIDTH NO-BREAK SPACE", id="BOM-inside"),
+        pytest.param("A\u00adB", "U+00AD SOFT HYPHEN", id="soft-hyphen"),
+        pytest.param("A\u2028B", "U+2028 LINE SEPARATOR", id="line-separator"),
+        pytest.param("AAA\u00a0", "leading or trailing whitespace", id="trailing-NBSP"),
+        pytest.param("\u00a0AAA", "leading or trailing whitespace", id="leading-NBSP"),
+        pytest.param("AAA\u3000", "leading or trailing whitespace", id="ideographic-space"),
+        pytest.param("AAA\u2009", "leading or trailing whitespace", id="thin-space"),
+        pytest.param("AAA ", "leading or trailing whitespace", id="trailing-space"),
+        pytest.param('""', "empty symbol", id="quoted-empty"),
+    ],
+)
+def test_hostile_symbols_are_refused_with_their_line(
+    clean_db: sa.Engine, tmp_path: Path, symbol: str, fragment: str
+) -> None:
+    before = _seed(clean_db)
+    field = symbol if symbol == '""' else _csv_field(symbol)
+    text = HEADER + "AAA,2024-01-02,1\nBBB," + ROW + f"{field},{ROW}" + "CCC," + ROW
+    path = _write(tmp_path, text.encode("utf-8"))
+    with pytest.raises(PricesImportError) as info:
+        import_prices_csv(clean_db, path)
+    assert info.value.line == 4, str(info.value)
+    assert str(info.value).startswith(f"{path} line 4: ")
+    assert fragment in str(info.value)
+    assert len(str(info.value)) < len(str(path)) + 250  # a huge symbol is cut in the message
+    assert _rows(clean_db) == before
+
+
+def test_nul_byte_is_refused_by_copy_with_its_line(clean_db: sa.Engine, tmp_path: Path) -> None:
+    path = _write(tmp_path, HEADER.encode() + b"AAA,2024-01-02,1\nA\x00B,2024-01-02,1\n")
+    with pytest.raises(PricesImportError, match=r"line 3: invalid byte sequence .* 0x00"):
+        import_prices_csv(clean_db, path)
+
+
+@pytest.mark.parametrize(
+    "symbol",
+    [
+        "Z" * 64,
+        "日" * 64,  # 64 characters, 192 bytes
+        "BRK B",
+        "BRK\u00a0B",  # inner whitespace of any kind is part of the name
+        "📈 emoji",
+        "\\.",  # COPY's end-of-data marker, inside a row: an ordinary symbol
+        "Cafe\u0301",  # a combining accent is a letter (Mn), not a format character
+    ],
+)
+def test_symbols_at_the_limits_are_accepted(
+    clean_db: sa.Engine, tmp_path: Path, symbol: str
+) -> None:
+    path = _write(tmp_path, (HEADER + f"{_csv_field(symbol)},{ROW}ZZZ,{ROW}").encode("utf-8"))
+    assert import_prices_csv(clean_db, path).inserted == 2
+    assert set(_rows(clean_db)) == {(symbol, dt.date(2024, 1, 2)), ("ZZZ", dt.date(2024, 1, 2))}
+
+
+def test_first_offending_line_wins_between_symbols_and_values(
+    clean_db: sa.Engine, tmp_path: Path
+) -> None:
+    later_symbol = HEADER + "A,2024-01-02,1\nB,2024-13-01,1\nC\u200b,2024-01-02,1\n"
+    with pytest.raises(PricesImportError, match=r"line 3: unparsable trade_date"):
+        import_prices_csv(clean_db, _write(tmp_path, later_symbol.encode()))
+    earlier_symbol = HEADER + "A\u200b,2024-01-02,1\nB,2024-13-01,1\nA,2024-01-02,1\n"
+    with pytest.raises(PricesImportError, match=r"line 2: symbol .* U\+200B"):
+        import_prices_csv(clean_db, _write(tmp_path, earlier_symbol.encode()))
+
+
+def _line_of(n_bytes: int) -> bytes:
+    """A valid price row of exactly ``n_bytes`` bytes (a close with many zeros)."""
+    start = b"LONG,2024-01-02,1."
+    return start + b"0" * (n_bytes - len(start))
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"], ids=["LF", "CRLF"])
+def test_line_length_limit(clean_db: sa.Engine, tmp_path: Path, eol: bytes) -> None:
+    """4096 bytes (line break not counted) load; 4097 are refused with the line number, in
+    the header, in a data row, in the last row without a line break, and deep in the file
+    (past the first 1 MiB chunk)."""
+    assert MAX_LINE_BYTES == 4096
+    header = HEADER.encode().replace(b"\n", eol)
+    ok = _write(tmp_path, header + b"AAA,2024-01-02,1" + eol + _line_of(4096) + eol, "ok.csv")
+    assert import_prices_csv(clean_db, ok).inserted == 2
+    before = _rows(clean_db)
+
+    cases = {
+        "data": (header + b"AAA,2024-01-02,1" + eol + _line_of(4097) + eol, 3),
+        "last": (header + b"AAA,2024-01-02,1" + eol + _line_of(4097), 3),
+        "header": (b"symbol,trade_date,close" + b" " * 4080 + eol + b"A,2024-01-02,1" + eol, 1),
+        "deep": (
+            header
+            + b"".join(b"D%06d,2024-01-02,1" % i + eol for i in range(60_000))  # ~1.1 MiB
+            + _line_of(50_000)
+            + eol,
+            60_002,
+        ),
+    }
+    for name, (content, line) in cases.items():
+        path = _write(tmp_path, content, f"{name}.csv")
+        with pytest.raises(PricesImportError) as info:
+            import_prices_csv(clean_db, path)
+        assert info.value.line == line, (name, str(info.value))
+        assert str(info.value) == (
+            f"{path} line {line}: line longer than 4,096 bytes (not a price row; a line ends "
+            "with \\n or \\r\\n)"
+        )
+        assert _rows(clean_db) == before, name
+
+
+def test_an_over_long_line_never_reaches_the_server(tmp_path: Path) -> None:
+    """What the importer hands to COPY: whole lines only, checked first; an over-long first
+    data line raises before a single byte is handed over, after reading one chunk."""
+    path = _write(tmp_path, HEADER.encode() + b"A" * (5 << 20) + b"\nB,2024-01-02,1\n")
+    sent: list[bytes] = []
+    with path.open("rb") as stream:
+        stream.readline()
+        with pytest.raises(PricesImportError, match="line 2: line longer than"):
+            for piece in checked_lines(path, stream):
+                sent.append(piece)
+        assert stream.tell() <= len(HEADER) + (1 << 20)  # one chunk read, not the line
+    assert sent == []
+
+    rows = b"".join(b"S%d,2024-01-02,1\n" % i for i in range(100_000))  # > 1 MiB
+    path = _write(tmp_path, HEADER.encode() + rows + b"\\.\n" + rows, "marker.csv")
+    with path.open("rb") as stream:
+        stream.readline()
+        with pytest.raises(PricesImportError, match="line 100002: a line holding only"):
+            for piece in checked_lines(path, stream):
+                sent.append(piece)
+    assert b"".join(sent) == rows[: len(b"".join(sent))] and b"\\." not in b"".join(sent)
+
+
+@pytest.mark.parametrize(
+    ("content", "line"),
+    [
+        pytest.param(HEADER + "A,2024-01-02,1\n\\.\nB,2024-01-02,2\n", 3, id="middle"),
+        pytest.param(HEADER + "A,2024-01-02,1\n\\.\n", 3, id="last-line"),
+        pytest.param(HEADER + "A,2024-01-02,1\n\\.", 3, id="end-without-line-break"),
+        pytest.param(
+            (HEADER + "A,2024-01-02,1\n\\.\nB,2024-01-02,2\n").replace("\n", "\r\n"), 3, id="CRLF"
+        ),
+        pytest.param(HEADER + "\\.\n" + "A,2024-01-02,1\n", 2, id="first-row"),
+    ],
+)
+def test_lone_end_of_data_marker_is_refused(
+    clean_db: sa.Engine, tmp_path: Path, content: str, line: int
+) -> None:
+    """``\\.`` alone on a line (COPY's end-of-data marker; see test_prices_import_servers.py
+    for what PostgreSQL 15-17 would do with it)."""
+    before = _seed(clean_db)
+    path = _write(tmp_path, content.encode())
+    with pytest.raises(PricesImportError) as info:
+        import_prices_csv(clean_db, path)
+    assert str(info.value) == (
+        f"{path} line {line}: a line holding only \\. (COPY's end-of-data marker: PostgreSQL "
+        "17 and older would silently drop every line after it)"
+    )
+    assert _rows(clean_db) == before

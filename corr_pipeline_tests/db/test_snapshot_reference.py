@@ -1,5 +1,6 @@
-"""The child tables reference ``snapshots`` through triggers (schema.install_snapshot_reference),
-which replaced the foreign keys: same guarantees, checked per statement instead of per row."""
+"""The child tables reference ``snapshots`` through triggers (migration 0002), which replaced the
+foreign keys: same guarantees, checked per statement instead of per row. The upgrade of a
+database that still has the foreign keys is in test_migrations.py."""
 
 from __future__ import annotations
 
@@ -76,8 +77,14 @@ def test_no_foreign_keys_but_triggers(clean_db: sa.Engine) -> None:
     with clean_db.connect() as conn:
         fks = conn.execute(sa.text("SELECT conname FROM pg_constraint WHERE contype = 'f'")).all()
         assert fks == []
-        assert schema.install_snapshot_reference(conn) == []  # idempotent: nothing to do
-        conn.rollback()
+        triggers = set(
+            conn.execute(sa.text("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")).scalars()
+        )
+    assert triggers == {"snapshots_children"} | {
+        f"{table}_snapshot_ref_{event}"
+        for table in schema.SNAPSHOT_CHILD_TABLES
+        for event in ("insert", "update")
+    }
 
 
 def test_multirow_insert_with_one_missing_date_is_rejected_whole(clean_db: sa.Engine) -> None:
@@ -137,43 +144,3 @@ def test_a_delete_waits_for_a_transaction_inserting_children(clean_db: sa.Engine
         deleter.execute(sa.text("DELETE FROM snapshots WHERE snapshot_date = :d"), {"d": D1})
         deleter.commit()
     assert _counts(clean_db, D1) == [0, 0, 0, 0] and _orphans(clean_db) == 0
-
-
-def test_init_schema_replaces_the_foreign_keys_of_an_older_database(clean_db: sa.Engine) -> None:
-    """A database created before the triggers: foreign keys with ON DELETE CASCADE, no
-    triggers. init_schema drops the keys and installs the triggers; data stays."""
-    _publish(clean_db, D1)
-    with clean_db.begin() as conn:
-        for table in schema.SNAPSHOT_CHILD_TABLES:
-            for event in ("insert", "update"):
-                conn.execute(sa.text(f"DROP TRIGGER {table}_snapshot_ref_{event} ON {table}"))
-            conn.execute(
-                sa.text(
-                    f"ALTER TABLE {table} ADD CONSTRAINT {table}_snapshot_date_fkey FOREIGN KEY "
-                    "(snapshot_date) REFERENCES snapshots (snapshot_date) ON DELETE CASCADE"
-                )
-            )
-        conn.execute(sa.text("DROP TRIGGER snapshots_children ON snapshots"))
-    try:
-        schema.init_schema(clean_db)
-    finally:  # whatever happens, leave the session database with the current schema
-        with clean_db.begin() as conn:
-            for table in schema.SNAPSHOT_CHILD_TABLES:
-                conn.execute(
-                    sa.text(
-                        f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {table}_snapshot_date_fkey"
-                    )
-                )
-            schema.install_snapshot_reference(conn)
-    with clean_db.connect() as conn:
-        assert (
-            conn.execute(sa.text("SELECT count(*) FROM pg_constraint WHERE contype = 'f'")).scalar()
-            == 0
-        )
-        triggers = set(
-            conn.execute(sa.text("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")).scalars()
-        )
-    assert {"snapshots_children", "lead_lag_pairs_snapshot_ref_insert"} <= triggers
-    assert _counts(clean_db, D1) == [1, 90, 30, 30]
-    _publish(clean_db, D1, n=10)
-    assert _counts(clean_db, D1) == [1, 30, 10, 10] and _orphans(clean_db) == 0

@@ -94,7 +94,7 @@ def test_truth_table_readable(clean_db):
     u = generate_universe(120, 30, seed=9)
     assert read_truth(clean_db) == u.truth_symbols() == report.truth
     with clean_db.connect() as conn:
-        seeds = conn.execute(sa.text("SELECT DISTINCT seed FROM synthetic_lead_lag_truth")).all()
+        seeds = conn.execute(sa.text("SELECT DISTINCT seed FROM synthetic.lead_lag_truth")).all()
     assert seeds == [(9,)]
 
 

@@ -175,6 +175,22 @@ def test_full_graph_for_two_partitions(two_partitions, engine):
     assert np.array_equal(corr.view(np.uint32), corr.T.view(np.uint32))
 
 
+def test_injected_pairs_check_runs_only_on_synthetic_data(universe, tmp_path, engine):
+    """The production lead-lag asset never reads the synthetic ground truth; the separate
+    injected_pairs_found check reports only when there is one (here: none, as in production)."""
+    ops = {a.op.name: a.op for a in snapshot_assets}
+    assert "postgres" not in ops["lead_lag_pairs"].required_resource_keys
+    assert "postgres" in ops["lead_lag_pairs_injected_pairs_found"].required_resource_keys
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM synthetic.lead_lag_truth"))
+    result = _materialize(tmp_path / "store", LAST)
+    assert result.success
+    outcomes = _check_outcomes(result)
+    assert len(outcomes) == 8 and "injected_pairs_found" not in outcomes
+    assert all(outcomes.values()), outcomes
+    assert _counts(engine, LAST)["snapshots"] == 1
+
+
 @pytest.fixture
 def one_partition(universe, tmp_path):
     store = tmp_path / "store"
@@ -354,6 +370,8 @@ def test_only_database_outages_are_retried():
     assert err.value.allow_retries is False
     assert "window failed: ValueError: too short" in err.value.description
     ops = {a.op.name: a.op for a in snapshot_assets}
+    # the steps that touch the database (lead_lag_pairs no longer does: the synthetic truth is
+    # read by the separate injected_pairs_found check)
     for name in ("returns_matrix", "snapshot_publication", "lead_lag_pairs_injected_pairs_found"):
         assert ops[name].retry_policy == DATABASE_RETRY_POLICY, name
     for name in ("correlation_and_overlap", "top_k_neighbors", "clusters", "lead_lag_pairs"):

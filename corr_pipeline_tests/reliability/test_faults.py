@@ -248,6 +248,7 @@ def fast_retries(monkeypatch):
         if asset.op.retry_policy == DATABASE_RETRY_POLICY:
             monkeypatch.setattr(asset.op, "_retry_policy", fast)
             swapped.append(asset.op.name)
+    # the steps that touch the database (the synthetic-truth check, not lead_lag_pairs itself)
     assert set(swapped) == {
         "returns_matrix",
         "lead_lag_pairs_injected_pairs_found",

@@ -1,0 +1,1 @@
+"""One module per schema revision (``rNNNN_*.py``, revision id ``"NNNN"``), oldest first."""
