@@ -32,6 +32,7 @@ from corr_pipeline.query.answers import (
     SnapshotsResult,
 )
 from corr_pipeline.query.errors import (
+    MatricesPrunedError,
     MatrixUnavailableError,
     NoSnapshotError,
     QueryError,
@@ -59,6 +60,7 @@ __all__ = [
     "ClusterResult",
     "CorrResult",
     "LeadLagResult",
+    "MatricesPrunedError",
     "MatrixUnavailableError",
     "NoSnapshotError",
     "PeersResult",

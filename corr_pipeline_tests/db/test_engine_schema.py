@@ -154,8 +154,10 @@ def test_init_schema_is_idempotent_and_matches_spec(engine: sa.Engine) -> None:
             "lookback_days",
             "params",
             "created_at",
+            "matrix_versions",
         }
         assert _columns(conn, "snapshots")["params"] == "jsonb"
+        assert _columns(conn, "snapshots")["matrix_versions"] == "jsonb"  # SPEC §8 pins
         assert _columns(conn, "snapshots")["created_at"] == "timestamp with time zone"
         assert _primary_key(conn, "snapshots") == ["snapshot_date"]
 
