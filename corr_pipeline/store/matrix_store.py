@@ -164,6 +164,11 @@ _VERSION_FILE_RE = re.compile(
     rf"(?P<name>[A-Za-z0-9_]{{1,200}})\.(?P<version>{_VERSION_PATTERN})\.(?P<kind>npy|json)"
 )
 _TEMP_RE = re.compile(r"\.(?P<target>.+)\.tmp-(?P<uid>[0-9a-f]{32})")
+#: Files of the format-1 layout (one replaceable ``<name>.npy`` + ``<name>.json`` per array,
+#: ``.<name>.lock`` / ``.bundle.writer.lock`` / ``.bundle.lock`` commit locks).
+_LEGACY_FILE_RE = re.compile(
+    r"[A-Za-z0-9_]{1,200}\.(npy|json)|\.(?:[A-Za-z0-9_]{1,200}|bundle\.writer|bundle)\.lock"
+)
 
 _SPACE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 _MANIFEST_ATTEMPTS = 40
@@ -646,6 +651,8 @@ class GarbageReport:
     kept_busy: list[VersionInfo] = field(default_factory=list)
     temps_removed: list[Path] = field(default_factory=list)
     busy_partitions: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+    legacy_removed: list[Path] = field(default_factory=list)
     dry_run: bool = False
 
     @property
@@ -657,6 +664,8 @@ class GarbageReport:
         self.kept_busy += other.kept_busy
         self.temps_removed += other.temps_removed
         self.busy_partitions += other.busy_partitions
+        self.unreadable += other.unreadable
+        self.legacy_removed += other.legacy_removed
 
 
 @dataclass
@@ -1180,7 +1189,10 @@ class MatrixStore:
         assert held is not None
         try:
             with self._manifest_lock(directory):
-                previous = self._read_manifest(directory)
+                try:
+                    previous = self._read_manifest(directory)
+                except CorruptMatrixError:
+                    previous = None  # unreadable or of an older format: replaced whole
                 manifest = update(previous)
                 for name, entry in manifest["arrays"].items():
                     if not self._has_version(directory, name, entry["version"]):
@@ -1806,7 +1818,7 @@ class MatrixStore:
         try:
             needed = self.needed_versions(partition, pinned)
         except CorruptMatrixError:
-            report.busy_partitions.append(partition)  # unreadable manifest: keep everything
+            report.unreadable.append(partition)  # unreadable manifest: keep everything
             return report
         for asset in self.assets():
             directory = self.base_dir / asset / partition
@@ -1820,6 +1832,15 @@ class MatrixStore:
             }
             keep = needed.get(asset, {})
             deleted_any = False
+            # files of the format-1 layout: no format-2 manifest or pin can name them
+            for p in sorted(directory.iterdir()):
+                if _LEGACY_FILE_RE.fullmatch(p.name) and p.name not in (
+                    PARTITION_LOCK,
+                    MANIFEST_LOCK,
+                ):
+                    if dry_run or _unlink_quiet(p):
+                        report.legacy_removed.append(p)
+                        deleted_any = not dry_run
             for info in self.versions(asset, partition):
                 if info.version in keep.get(info.name, ()):
                     continue

@@ -999,3 +999,27 @@ def test_bundle_errors(tmp_path):
     os.unlink(report.bundle.stored("x").path)  # deleted outside the store's protocol
     with pytest.raises(CorruptMatrixError, match="expects"):
         store.load_bundle("a", P)
+
+
+def test_a_partition_of_the_older_format_is_refused_clearly_then_replaced(tmp_path):
+    """A store written by the format-1 code (one replaceable ``<name>.npy`` per array): loads
+    say to re-materialize; re-materializing writes a format-2 manifest over the old one, and
+    garbage collection removes the old files."""
+    directory = tmp_path / "a" / P
+    directory.mkdir(parents=True)
+    np.save(directory / "x.npy", np.zeros(3))
+    (directory / "x.json").write_text(json.dumps({"format": 1, "version": "ab" * 16}))
+    (directory / "bundle.manifest.json").write_text(
+        json.dumps({"format": 1, "arrays": {"x": {"version": "ab" * 16}}})
+    )
+    (directory / ".x.lock").write_text("")
+    store = MatrixStore(tmp_path)
+    with pytest.raises(CorruptMatrixError, match="older corr_pipeline .* re-materialize"):
+        store.load("a", P, "x")
+    report = store.save_bundle("a", P, MatrixBundle({"x": np.ones(3)}))
+    np.testing.assert_array_equal(store.load("a", P, "x").array, 1.0)
+    garbage = store.collect_garbage()
+    assert sorted(p.name for p in garbage.legacy_removed) == [".x.lock", "x.json", "x.npy"]
+    assert final_files(directory) == sorted(
+        ["bundle.manifest.json"] + [report.bundle.stored("x").path.name[: -len("npy")] + k for k in ("json", "npy")]
+    )
