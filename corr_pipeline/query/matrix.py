@@ -203,9 +203,7 @@ def corr(
     raise _unavailable(engine, store, snap.snapshot_date, missing)
 
 
-def _current(
-    store: MatrixStore, day: dt.date, a: str, b: str, snap: Snapshot | None
-) -> CorrResult:
+def _current(store: MatrixStore, day: dt.date, a: str, b: str, snap: Snapshot | None) -> CorrResult:
     """The element from the store's current corr and overlap of ``day`` (no pinned versions)."""
     partition = day.isoformat()
     try:

@@ -107,9 +107,7 @@ class RetentionReport:
                 + ", ".join(sorted({v.partition for v in deleted}))
             )
         if self.collected.temps_removed:
-            out.append(
-                f"  {would}delete {len(self.collected.temps_removed)} stale temp file(s)"
-            )
+            out.append(f"  {would}delete {len(self.collected.temps_removed)} stale temp file(s)")
         if self.busy:
             out.append(f"  left alone (in use, a run in flight): {', '.join(sorted(self.busy))}")
         if self.unpublished_kept:
@@ -117,7 +115,9 @@ class RetentionReport:
                 "  kept, not published (newer than the kept window): "
                 + ", ".join(self.unpublished_kept)
             )
-        out.append(f"  {'would free' if self.dry_run else 'freed'} {format_bytes(self.freed_bytes)}")
+        out.append(
+            f"  {'would free' if self.dry_run else 'freed'} {format_bytes(self.freed_bytes)}"
+        )
         return out
 
 
@@ -142,9 +142,7 @@ def apply_retention(
             if key in in_flight and key != writing:
                 report.busy.append(key)
                 continue
-            held = stack.enter_context(
-                store.exclusive_partition(key, allow_upgrade=key == writing)
-            )
+            held = stack.enter_context(store.exclusive_partition(key, allow_upgrade=key == writing))
             if held:
                 locked.append(key)
             else:
@@ -156,8 +154,10 @@ def apply_retention(
         oldest_kept = kept[0] if kept else None
         for key in locked:
             pins: Any = published.get(dt.date.fromisoformat(key))
-            remove = key != writing and key not in kept and (
-                key in published_keys or (oldest_kept is not None and key < oldest_kept)
+            remove = (
+                key != writing
+                and key not in kept
+                and (key in published_keys or (oldest_kept is not None and key < oldest_kept))
             )
             if remove:
                 try:

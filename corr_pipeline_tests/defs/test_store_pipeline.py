@@ -122,9 +122,10 @@ def test_publication_records_the_versions_it_was_computed_from(universe, tmp_pat
         "correlation_matrix": current["correlation_matrix"],
         "overlap_matrix": current["overlap_matrix"],
     }
-    assert store.load_bundle("lead_lag_pairs", key).inputs["returns_matrix"] == current[
-        "returns_matrix"
-    ]
+    assert (
+        store.load_bundle("lead_lag_pairs", key).inputs["returns_matrix"]
+        == current["returns_matrix"]
+    )
     assert _publication_metadata(result)["matrix_versions"] == recorded
     answer = q.corr(universe, SYM, "S01", LAST, store=store)
     assert answer.versions == {
@@ -179,9 +180,10 @@ def test_corr_and_peers_agree_through_a_rerun_a_killed_rerun_and_retention(unive
     proc = _start_rerun(store_dir, LAST)
     try:
         deadline = time.monotonic() + 120
-        while store.current_version("correlation_matrix", key, "corr") == old_pins[
-            "correlation_matrix"
-        ]["corr"]:
+        while (
+            store.current_version("correlation_matrix", key, "corr")
+            == old_pins["correlation_matrix"]["corr"]
+        ):
             assert proc.poll() is None, proc.stderr.read()
             assert time.monotonic() < deadline
             time.sleep(0.005)
@@ -189,9 +191,10 @@ def test_corr_and_peers_agree_through_a_rerun_a_killed_rerun_and_retention(unive
     finally:
         proc.wait(30)
     assert published_matrix_versions(universe)[LAST] == old_pins  # not published
-    assert store.current_version("correlation_matrix", key, "corr") != old_pins[
-        "correlation_matrix"
-    ]["corr"]
+    assert (
+        store.current_version("correlation_matrix", key, "corr")
+        != old_pins["correlation_matrix"]["corr"]
+    )
     assert _check_agreement(universe, store, LAST) == old
     # the store's current matrix is the new one: an unpinned read would disagree with peers
     peer = q.peers(universe, SYM, LAST).peers[0]
@@ -419,7 +422,8 @@ def test_a_copied_or_restored_store_answers_every_query(universe, tmp_path, how)
         assert out["corr_json"]["published"] and out["corr_json"]["snapshot_date"] == str(day)
         assert np.float32(out["corr_json"]["corr"]) == np.float32(out["peer"]["corr"])
         assert out["corr_json"]["overlap"] == out["peer"]["overlap"]
-        assert out["corr_json"]["versions"]["corr"] == (
-            published_matrix_versions(universe)[day]["correlation_matrix"]["corr"]
+        assert (
+            out["corr_json"]["versions"]["corr"]
+            == (published_matrix_versions(universe)[day]["correlation_matrix"]["corr"])
         )
     assert not (tmp_path / "store").exists()

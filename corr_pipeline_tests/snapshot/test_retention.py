@@ -100,7 +100,9 @@ def test_keeps_exactly_the_newest_k_published_partitions(clean_db, store):
     pins[DAYS[2]] = {a: store.load_bundle(a, DAYS[2].isoformat()).versions for a in superseded}
     with clean_db.begin() as conn:  # the last computation of DAYS[2] is the published one
         conn.execute(
-            sa.text("UPDATE snapshots SET matrix_versions = CAST(:v AS jsonb) WHERE snapshot_date = :d"),
+            sa.text(
+                "UPDATE snapshots SET matrix_versions = CAST(:v AS jsonb) WHERE snapshot_date = :d"
+            ),
             {"v": json.dumps(pins[DAYS[2]]), "d": DAYS[2]},
         )
 
@@ -229,7 +231,9 @@ def test_store_inventory(clean_db, store):
     # one pinned version of DAYS[1] vanishes outside the store's protocol
     pins = published_matrix_versions(clean_db)[DAYS[1]]
     os.unlink(
-        store.array_path("overlap_matrix", DAYS[1].isoformat(), "overlap", pins["overlap_matrix"]["overlap"])
+        store.array_path(
+            "overlap_matrix", DAYS[1].isoformat(), "overlap", pins["overlap_matrix"]["overlap"]
+        )
     )
     entries = {e.partition: e for e in store_inventory(store, published_matrix_versions(clean_db))}
     assert list(entries) == [d.isoformat() for d in DAYS]

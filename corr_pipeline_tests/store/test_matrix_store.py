@@ -212,7 +212,11 @@ def test_replace_is_atomic_and_readers_keep_their_version(tmp_path):
     )
     np.testing.assert_array_equal(store.load("a", P, "x", version=v1).array, np.full((3, 3), 1.0))
     assert [v.version for v in store.collect_garbage().deleted] == [v1]
-    assert final_files(tmp_path / "a" / P) == ["bundle.manifest.json", f"x.{v2}.json", f"x.{v2}.npy"]
+    assert final_files(tmp_path / "a" / P) == [
+        "bundle.manifest.json",
+        f"x.{v2}.json",
+        f"x.{v2}.npy",
+    ]
     np.testing.assert_array_equal(held.array, np.full((3, 3), 1.0))  # the map outlives the file
 
 
@@ -573,9 +577,7 @@ def test_stale_temp_cleanup_follows_the_lock_not_the_pid(tmp_path, how):
 
 def _holds_file(pid: int, path: Path) -> bool:
     try:
-        return any(
-            os.readlink(fd) == str(path) for fd in Path(f"/proc/{pid}/fd").iterdir()
-        )
+        return any(os.readlink(fd) == str(path) for fd in Path(f"/proc/{pid}/fd").iterdir())
     except OSError:
         return False
 
@@ -952,7 +954,9 @@ def test_bundle_zero_copy_link_and_copy(tmp_path):
     assert report.copied == ["small"]
     assert report.copied_bytes == 3 * np.dtype(np.int_).itemsize
     assert os.stat(committed.path).st_ino == inode_before  # not rewritten
-    assert os.stat(report.bundle.stored("returns_copy").path).st_ino == os.stat(upstream.path).st_ino
+    assert (
+        os.stat(report.bundle.stored("returns_copy").path).st_ino == os.stat(upstream.path).st_ino
+    )
 
     bundle = store.load_bundle("corr", P)
     assert bundle.names == ["corr", "returns_copy", "small"]
@@ -1021,5 +1025,6 @@ def test_a_partition_of_the_older_format_is_refused_clearly_then_replaced(tmp_pa
     garbage = store.collect_garbage()
     assert sorted(p.name for p in garbage.legacy_removed) == [".x.lock", "x.json", "x.npy"]
     assert final_files(directory) == sorted(
-        ["bundle.manifest.json"] + [report.bundle.stored("x").path.name[: -len("npy")] + k for k in ("json", "npy")]
+        ["bundle.manifest.json"]
+        + [report.bundle.stored("x").path.name[: -len("npy")] + k for k in ("json", "npy")]
     )
