@@ -679,10 +679,12 @@ class RemovalReport:
     dry_run: bool = False
 
 
-def _discard_temp(path: Path, lock: locks.FileLock) -> None:
-    """Finalizer of a :class:`PendingArray` left neither committed nor aborted."""
-    _unlink_quiet(path)
-    lock.release()
+def _discard_temp(path: Path, lock: locks.FileLock, pid: int) -> None:
+    """Finalizer of a :class:`PendingArray` left neither committed nor aborted (in the process
+    that created it: a forked child exiting normally must not delete its parent's temp file)."""
+    if os.getpid() == pid:
+        _unlink_quiet(path)
+        lock.release()
 
 
 class PendingArray:
@@ -726,7 +728,7 @@ class PendingArray:
         self._array: np.ndarray | None = array
         self._state = "open"
         self._stored: StoredArray | None = None
-        self._finalizer = weakref.finalize(self, _discard_temp, temp_path, lock)
+        self._finalizer = weakref.finalize(self, _discard_temp, temp_path, lock, os.getpid())
 
     @property
     def array(self) -> np.ndarray:
