@@ -16,6 +16,8 @@ Environment variables (all optional):
   own embedded one in a temporary directory.
 - ``CORR_PIPELINE_PARTITION_START``: the first snapshot date (``YYYY-MM-DD``, default 2020-01-01).
 - ``CORR_PIPELINE_MAX_RUNTIME_SECONDS``: the run-level maximum runtime (default 4 h).
+- ``CORR_PIPELINE_KEEP_MATRICES``: how many of the newest published partitions keep their
+  matrices in the store after each publication (retention, default 5).
 - ``DAGSTER_HOME``: the Dagster instance directory (default ``home/dagster_home`` for the
   project's own entry points).
 
@@ -35,10 +37,12 @@ ENV_STORE_DIR = "CORR_PIPELINE_STORE_DIR"
 ENV_TEST_DATABASE_URL = "CORR_PIPELINE_TEST_DATABASE_URL"
 ENV_PARTITION_START = "CORR_PIPELINE_PARTITION_START"
 ENV_MAX_RUNTIME = "CORR_PIPELINE_MAX_RUNTIME_SECONDS"
+ENV_KEEP_MATRICES = "CORR_PIPELINE_KEEP_MATRICES"
 ENV_DAGSTER_HOME = "DAGSTER_HOME"
 
 DEFAULT_PARTITION_START = "2020-01-01"
 DEFAULT_MAX_RUNTIME_SECONDS = 4 * 3600
+DEFAULT_KEEP_MATRICES = 5
 
 DEFAULT_HOME_DIRNAME = ".corr_pipeline"
 
@@ -119,6 +123,25 @@ def max_runtime_seconds() -> int:
         value = 0
     if value < 1:
         raise ValueError(f"{ENV_MAX_RUNTIME}={raw!r} must be a whole number of seconds >= 1")
+    return value
+
+
+def keep_matrices() -> int:
+    """``$CORR_PIPELINE_KEEP_MATRICES`` (a whole number >= 1) or :data:`DEFAULT_KEEP_MATRICES`:
+    how many of the newest published partitions keep their matrices (retention); ValueError
+    naming the variable otherwise."""
+    raw = os.environ.get(ENV_KEEP_MATRICES, "").strip()
+    if not raw:
+        return DEFAULT_KEEP_MATRICES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(
+            f"{ENV_KEEP_MATRICES}={raw!r} must be a whole number >= 1 (how many of the newest "
+            "published partitions keep their matrices)"
+        )
     return value
 
 

@@ -30,7 +30,7 @@ from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.snapshot import steps
 from corr_pipeline.snapshot.measure import measure_stage
 from corr_pipeline.snapshot.params import SnapshotParameters
-from corr_pipeline.store.matrix_store import MatrixStore
+from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore, StoredArray
 from corr_pipeline.synth import DEFAULT_END_DATE
 
 #: Stage names, in the order the nightly chain runs them.
@@ -140,7 +140,8 @@ def run_pipeline_benchmark(
     date (:data:`corr_pipeline.synth.DEFAULT_END_DATE`), replacing any earlier snapshot of that
     date; parameters: :func:`bench_parameters`. The correlation and overlap maps go to a
     :class:`~corr_pipeline.store.matrix_store.MatrixStore` under ``store_root`` and are deleted
-    at the end unless ``keep_matrices``. Each stage's line is passed to ``echo`` as soon as it
+    at the end unless ``keep_matrices`` (also when a stage fails or Ctrl-C interrupts it: the
+    temp files of an unfinished correlation are removed as well). Each stage's line is passed to ``echo`` as soon as it
     finishes.
     """
     params = bench_parameters(t, max_lag=max_lag, k=k, working_memory_mb=working_memory_mb)
@@ -168,6 +169,7 @@ def run_pipeline_benchmark(
     partition = day.isoformat()
     store = MatrixStore(store_root)
     state: dict[str, Any] = {}
+    committed: dict[str, StoredArray] = {}
 
     def load() -> tuple[int | None, str]:
         window = steps.load_returns(engine, day, params)
@@ -177,15 +179,18 @@ def run_pipeline_benchmark(
     def correlation() -> tuple[int | None, str]:
         returns = state["window"].returns
         cols = returns.shape[1]
-        pending_corr = store.allocate("correlation_matrix", partition, "corr", (cols, cols), "f4")
-        pending_overlap = store.allocate(
-            "overlap_matrix", partition, "overlap", (cols, cols), overlap_dtype(returns.shape[0])
-        )
-        steps.correlation(
-            returns, params, out_corr=pending_corr.array, out_overlap=pending_overlap.array
-        )
-        state["corr"] = pending_corr.commit().array
-        state["overlap"] = pending_overlap.commit().array
+        # with-blocks: an exception or Ctrl-C mid-computation deletes both temp files at once
+        with (
+            store.allocate("correlation_matrix", partition, "corr", (cols, cols), "f4") as p_corr,
+            store.allocate(
+                "overlap_matrix", partition, "overlap", (cols, cols), overlap_dtype(returns.shape[0])
+            ) as p_overlap,
+        ):
+            steps.correlation(returns, params, out_corr=p_corr.array, out_overlap=p_overlap.array)
+            committed["correlation_matrix"] = p_corr.commit()
+            committed["overlap_matrix"] = p_overlap.commit()
+        state["corr"] = committed["correlation_matrix"].array
+        state["overlap"] = committed["overlap_matrix"].array
         size = (state["corr"].nbytes + state["overlap"].nbytes) / 2**30
         return None, f"{size:.2f} GiB memory-mapped"
 
@@ -238,9 +243,18 @@ def run_pipeline_benchmark(
             report.stages.append(stage)
             echo(_stage_line(stage))
     finally:
+        # also on Ctrl-C (KeyboardInterrupt) and any error: the matrices (gigabytes at large N)
+        # never outlive the benchmark unless asked to
         state.clear()  # drop the memory maps before deleting their files
-        if not keep_matrices:
-            store.delete("correlation_matrix", partition, "corr")
-            store.delete("overlap_matrix", partition, "overlap")
+        if keep_matrices:
+            for asset, stored in committed.items():
+                store.save_bundle(asset, partition, MatrixBundle({stored.name: stored}))
+        else:
+            for stored in committed.values():
+                stored.release_writer_lock()
+            committed.clear()
+            assets = ("correlation_matrix", "overlap_matrix")
+            if any(store.partition_dir(asset, partition).is_dir() for asset in assets):
+                store.remove_partition(partition)
     echo(f"  {'total':<12} {report.total_seconds:8.1f} s")
     return report

@@ -5,11 +5,15 @@ library; the command modules parse, call, print.
     corr-pipeline db upgrade                 apply the pending schema migrations
     corr-pipeline db status                  schema revision, the code's, pending migrations
     corr-pipeline db url                     where the database is (credentials redacted)
+    corr-pipeline db prune --before DATE     delete the published snapshots before DATE
     corr-pipeline prices import FILE         load a CSV (symbol,trade_date,close)   (cli.prices)
     corr-pipeline prices synth [--symbols N --days T --seed S --end-date D]
                                              replace prices with a synthetic universe
     corr-pipeline query peers|cluster|lead-lag|corr|snapshots ...
                                              answers from the published snapshot (cli.query)
+    corr-pipeline store list                 the matrix store's partitions          (cli.store)
+    corr-pipeline store prune [--keep K --dry-run]
+                                             retention: matrices of the newest K published dates
     corr-pipeline demo                       embedded database + schema + demo universe (+ pipeline)
                                                                                     (cli.demo)
     corr-pipeline bench [--n N --t T ...]    time the whole chain (or --publish-only) on a synthetic
@@ -34,6 +38,7 @@ from corr_pipeline.cli.db import add_db_commands
 from corr_pipeline.cli.demo import add_demo_command
 from corr_pipeline.cli.prices import add_prices_commands
 from corr_pipeline.cli.query import add_query_commands
+from corr_pipeline.cli.store import add_store_commands
 from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db.migrate import SchemaVersionError
 from corr_pipeline.db.prices_import import PricesImportError
@@ -69,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_demo_command(commands)
     add_bench_command(commands)
     add_query_commands(commands)
+    add_store_commands(commands)
     return parser
 
 

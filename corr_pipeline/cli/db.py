@@ -1,10 +1,11 @@
-"""``corr-pipeline db init|upgrade|status|downgrade|url``: the schema's migrations, and where the
-database is.
+"""``corr-pipeline db init|upgrade|status|downgrade|url|prune``: the schema's migrations, where
+the database is, and deleting old published snapshots.
 
 ``init`` and ``upgrade`` are the same thing: bring the schema to the code's revision (create it
 in a fresh database, apply the pending migrations to an older one; idempotent). ``status`` says
 where it is and exits 0 when it is current, 1 when not (pending migrations, newer than the code,
-absent or unrecognised).
+absent or unrecognised). ``prune --before DATE`` deletes the published snapshots dated before
+DATE.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ import argparse
 from typing import Any
 
 from corr_pipeline import settings
-from corr_pipeline.cli.common import echo
+from corr_pipeline.cli.common import echo, iso_date, open_engine
 from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db import migrate
+from corr_pipeline.db.publish import delete_snapshot
+from corr_pipeline.db.reads import published_dates
 
 __all__ = [
     "add_db_commands",
     "cmd_db_downgrade",
     "cmd_db_init",
+    "cmd_db_prune",
     "cmd_db_status",
     "cmd_db_upgrade",
     "cmd_db_url",
@@ -113,11 +117,34 @@ def cmd_db_url(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_db_prune(args: argparse.Namespace) -> int:
+    """Delete the published snapshots dated before ``--before`` (each in its own transaction,
+    :func:`corr_pipeline.db.publish.delete_snapshot`); ``--dry-run`` only lists them."""
+    engine = open_engine()
+    dates = published_dates(engine, before=args.before)
+    if not dates:
+        echo(f"no published snapshot before {args.before}")
+        return 0
+    span = f"{dates[0]} .. {dates[-1]}" if len(dates) > 1 else str(dates[0])
+    if args.dry_run:
+        echo(f"would delete {len(dates)} published snapshot(s) before {args.before}: {span}")
+        echo("dry run: nothing was deleted")
+        return 0
+    deleted = sum(bool(delete_snapshot(engine, day)) for day in dates)
+    echo(
+        f"deleted {deleted} published snapshot(s) before {args.before}: {span} (their matrices, "
+        "now unpublished, go at the next store retention)"
+    )
+    return 0
+
+
 def add_db_commands(commands: Any) -> None:
     """Register ``db init|upgrade|status|downgrade|url`` on the sub-command parser
     ``commands``."""
     db = commands.add_parser(
-        "db", help="database: create or upgrade the schema, its status, where it is"
+        "db",
+        help="database: create or upgrade the schema, its status, where it is, delete old "
+        "snapshots",
     )
     db_commands = db.add_subparsers(dest="db_command", metavar="SUBCOMMAND", required=True)
     db_commands.add_parser(
@@ -142,3 +169,15 @@ def add_db_commands(commands: Any) -> None:
     db_commands.add_parser(
         "url", help="print the database URL (credentials redacted) and where it lives"
     ).set_defaults(func=cmd_db_url)
+    prune = db_commands.add_parser(
+        "prune",
+        help="delete the published snapshots dated before DATE (all their rows)",
+        description="Deletes every published snapshot (snapshots row, neighbors, clusters, "
+        "lead-lag pairs) whose snapshot_date is before DATE, one date per transaction. The "
+        "prices are kept.",
+    )
+    prune.add_argument("--before", type=iso_date, required=True, metavar="DATE")
+    prune.add_argument(
+        "--dry-run", action="store_true", help="list what would be deleted, delete nothing"
+    )
+    prune.set_defaults(func=cmd_db_prune)

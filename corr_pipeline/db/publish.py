@@ -8,7 +8,8 @@
    last — instead of a unique violation or a mix;
 2. ``DELETE`` the date's rows from the three child tables, then its ``snapshots`` row
    (explicitly, so this does not depend on the schema's cascade trigger);
-3. ``INSERT`` the ``snapshots`` row (``params`` as jsonb, ``created_at = now()``);
+3. ``INSERT`` the ``snapshots`` row (``params`` and ``matrix_versions`` as jsonb,
+   ``created_at = now()``);
 4. the child rows: one ``COPY <table> (...) FROM STDIN (FORMAT BINARY)`` per table, straight
    into the published table, in primary-key order; the payload (symbol text included) is built
    with numpy, chunk by chunk, with no per-row Python. The schema's statement-level trigger
@@ -373,7 +374,10 @@ class SnapshotResults:
     (int, N × k, −1 = padding), ``neighbor_corr`` (float, N × k), ``neighbor_overlap``
     (int, N × k): SPEC §4 top-k. ``cluster_labels``: int, N (SPEC §5). ``lead_lag_pairs``:
     structured array with :data:`LEAD_LAG_FIELDS`, leader/lagger as indices into ``symbols``
-    (SPEC §6). ``params``: JSON-able run parameters stored as jsonb.
+    (SPEC §6). ``params``: JSON-able run parameters stored as jsonb. ``matrix_versions``:
+    the matrix-store versions the results were computed from, ``{asset: {array: version}}``
+    (SPEC §8; e.g. ``{"correlation_matrix": {"corr": "<version>"}, ...}``), stored in
+    ``snapshots.matrix_versions``; None (NULL) when no store is involved.
     """
 
     snapshot_date: dt.date | str
@@ -387,6 +391,22 @@ class SnapshotResults:
     neighbor_overlap: Any
     cluster_labels: Any
     lead_lag_pairs: Any
+    matrix_versions: Mapping[str, Mapping[str, str]] | None = None
+
+
+def _json_versions(versions: Mapping[str, Mapping[str, str]] | None) -> str | None:
+    if versions is None:
+        return None
+    out: dict[str, dict[str, str]] = {}
+    for asset, arrays in versions.items():
+        if not isinstance(asset, str) or not isinstance(arrays, Mapping):
+            raise PublishError(f"matrix_versions[{asset!r}] must map array names to versions")
+        out[asset] = {}
+        for name, version in arrays.items():
+            if not isinstance(name, str) or not isinstance(version, str):
+                raise PublishError(f"matrix_versions[{asset!r}][{name!r}] must be a str version")
+            out[asset][name] = version
+    return json.dumps(out, sort_keys=True)
 
 
 def publish_snapshot(engine: sa.Engine, results: SnapshotResults) -> PublishReport:
@@ -414,6 +434,7 @@ def publish_snapshot(engine: sa.Engine, results: SnapshotResults) -> PublishRepo
     if int(n_dropped) < 0 or int(lookback_days) < 1:
         raise PublishError(f"n_dropped ({n_dropped}) must be >= 0, lookback_days >= 1")
     params_json = _json_params(results.params)
+    versions_json = _json_versions(results.matrix_versions)
 
     nb_i, nb_rank, nb_j, nb_corr, nb_overlap = _neighbor_rows(
         n, results.neighbor_index, results.neighbor_corr, results.neighbor_overlap
@@ -477,9 +498,9 @@ def publish_snapshot(engine: sa.Engine, results: SnapshotResults) -> PublishRepo
             replaced = _delete_snapshot_rows(cur, d)
             cur.execute(
                 "INSERT INTO snapshots (snapshot_date, as_of_trade_date, n_symbols, n_dropped, "
-                "lookback_days, params, created_at) "
-                "VALUES (%s, %s, %s, %s, %s, %s::jsonb, now())",
-                (d, as_of, n, int(n_dropped), int(lookback_days), params_json),
+                "lookback_days, params, matrix_versions, created_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, now())",
+                (d, as_of, n, int(n_dropped), int(lookback_days), params_json, versions_json),
             )
             rows["snapshots"] = cur.rowcount
             timings["replace_snapshot_row_s"] = time.perf_counter() - t

@@ -1,4 +1,5 @@
-"""Small reads of the ``prices`` table (SQLAlchemy Core): its extent and its trade dates."""
+"""Small reads other layers need (SQLAlchemy Core): the extent and trade dates of ``prices``; the
+published snapshot dates and the matrix-store versions each one pins (retention, SPEC §8)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,16 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from corr_pipeline.db.dates import as_iso_date
-from corr_pipeline.db.schema import prices
+from corr_pipeline.db.schema import prices, snapshots
 
-__all__ = ["PricesExtent", "count_trade_dates", "latest_trade_date", "prices_extent"]
+__all__ = [
+    "PricesExtent",
+    "count_trade_dates",
+    "latest_trade_date",
+    "prices_extent",
+    "published_dates",
+    "published_matrix_versions",
+]
 
 
 @dataclass(frozen=True)
@@ -63,3 +71,26 @@ def count_trade_dates(engine: sa.Engine, on_or_before: dt.date | str, limit: int
     )
     with engine.connect() as conn:
         return int(conn.execute(sa.select(sa.func.count()).select_from(window)).scalar_one())
+
+
+def published_matrix_versions(engine: sa.Engine) -> dict[dt.date, dict[str, dict[str, str]] | None]:
+    """Every published ``snapshot_date`` (oldest first) with the matrix-store versions its
+    snapshot pins (``snapshots.matrix_versions``, ``{asset: {array: version}}``; None when it
+    recorded none), read in one statement."""
+    statement = sa.select(snapshots.c.snapshot_date, snapshots.c.matrix_versions).order_by(
+        snapshots.c.snapshot_date
+    )
+    with engine.connect() as conn:
+        return {
+            day: (None if versions is None else {str(a): dict(v) for a, v in versions.items()})
+            for day, versions in conn.execute(statement)
+        }
+
+
+def published_dates(engine: sa.Engine, *, before: dt.date | str | None = None) -> list[dt.date]:
+    """Published ``snapshot_date`` values (oldest first), only those ``< before`` when given."""
+    statement = sa.select(snapshots.c.snapshot_date).order_by(snapshots.c.snapshot_date)
+    if before is not None:
+        statement = statement.where(snapshots.c.snapshot_date < as_iso_date(before, "before"))
+    with engine.connect() as conn:
+        return list(conn.execute(statement).scalars())

@@ -11,7 +11,8 @@ Tables
 ``prices``                   (symbol, trade_date) -> close. Index on trade_date for the window query
                              (SPEC §2 filters by a date range).
 ``snapshots``                one row per snapshot_date; params is the jsonb of the run config;
-                             matrix_versions (jsonb, NULL) the matrix-store versions it pins.
+                             matrix_versions (jsonb, NULL-able) the matrix-store versions the
+                             snapshot was computed from, ``{asset: {array: version}}`` (SPEC §8).
 ``peer_neighbors``           (snapshot_date, symbol, rank) -> neighbor, corr, overlap; rank starts at 1.
                              Padding entries (fewer than k finite neighbors, SPEC §4) are not stored.
 ``symbol_clusters``          (snapshot_date, symbol) -> cluster_id; indexed by (snapshot_date, cluster_id)
@@ -68,6 +69,8 @@ snapshots = sa.Table(
     sa.Column(
         "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
     ),
+    # {asset: {array: version}} pinned in the matrix store; NULL: published without a store
+    # (or before versions were recorded), readers then use the store's current versions
     sa.Column("matrix_versions", JSONB, nullable=True),
 )
 

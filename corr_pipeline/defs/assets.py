@@ -10,8 +10,11 @@ Each asset loads its inputs (read-only memory maps through the matrix-store IO m
 one step of :mod:`corr_pipeline.snapshot.steps`, verifies the result
 (:mod:`corr_pipeline.snapshot.verify`, returned as asset checks) and describes it
 (:mod:`corr_pipeline.defs.metadata`). Only ``snapshot_publication`` writes to PostgreSQL, in
-one transaction for the three result tables (SPEC §7); only ``returns_matrix`` reads prices. The
-synthetic ground truth is read by the separate check ``injected_pairs_found`` alone. The memory of each step is listed in
+one transaction for the three result tables (SPEC §7), recording the matrix-store versions the
+results come from (each bundle records the versions it read as its ``inputs``); it then applies
+the store's retention (SPEC §8). Only ``returns_matrix`` reads prices; the synthetic ground
+truth is read by the separate check ``injected_pairs_found`` alone. The memory of each step is
+listed in
 :mod:`corr_pipeline.snapshot.steps`; with the multiprocess executor each step is its own
 process. Retries: see :mod:`corr_pipeline.defs.retries`.
 """
@@ -23,6 +26,7 @@ import numpy as np
 from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
+from corr_pipeline.db.reads import published_matrix_versions
 from corr_pipeline.db.synth import read_truth
 from corr_pipeline.defs import metadata, pictures
 from corr_pipeline.defs.checks import check_result
@@ -34,15 +38,16 @@ from corr_pipeline.defs.retries import (
     DATABASE_RETRY_POLICY,
     retry_only_if_database_unavailable,
 )
+from corr_pipeline.defs.runs import partitions_in_flight
 from corr_pipeline.defs.step_options import (
     MATRIX_IO_MANAGER,
     MATRIX_STEP,
     SNAPSHOT_GROUP,
     SNAPSHOT_STEP,
 )
-from corr_pipeline.snapshot import steps, verify
+from corr_pipeline.snapshot import retention, steps, verify
 from corr_pipeline.snapshot.measure import measure_stage
-from corr_pipeline.store.matrix_store import MatrixBundle, StoredArray
+from corr_pipeline.store.matrix_store import MatrixBundle, StoredArray, sources
 
 
 def _symbols(bundle: MatrixBundle) -> list[str]:
@@ -210,7 +215,12 @@ def correlation_and_overlap(
     metadata.log_stage(context, "correlation checks", check_stats)
     yield dg.MaterializeResult(
         asset_key="correlation_matrix",
-        value=MatrixBundle({"corr": stored_corr}, labels=labels, params=store_params),
+        value=MatrixBundle(
+            {"corr": stored_corr},
+            labels=labels,
+            params=store_params,
+            inputs=sources(returns_matrix),
+        ),
         metadata={
             **metadata.correlation(n, corr_stats, stats, check_stats),
             **metadata.pictures(
@@ -224,7 +234,12 @@ def correlation_and_overlap(
     )
     yield dg.MaterializeResult(
         asset_key="overlap_matrix",
-        value=MatrixBundle({"overlap": stored_overlap}, labels=labels, params=store_params),
+        value=MatrixBundle(
+            {"overlap": stored_overlap},
+            labels=labels,
+            params=store_params,
+            inputs=sources(returns_matrix),
+        ),
         metadata=metadata.overlap(n, corr_stats, stored_overlap.dtype),
     )
     for check_name, verdict_name in CORRELATION_VERDICTS.items():
@@ -278,7 +293,12 @@ def top_k_neighbors_asset(
     if found.overlap is not None:
         arrays["overlap"] = found.overlap
     return dg.MaterializeResult(
-        value=MatrixBundle(arrays, labels={"symbols": symbols}, params={"k": params.k_neighbors}),
+        value=MatrixBundle(
+            arrays,
+            labels={"symbols": symbols},
+            params={"k": params.k_neighbors},
+            inputs=sources(correlation_matrix, overlap_matrix),
+        ),
         metadata=metadata.neighbors(len(symbols), params.k_neighbors, verdict, stats),
         check_results=[check_result(verdict, "neighbors_rows_filled", "top_k_neighbors")],
     )
@@ -328,6 +348,7 @@ def clusters(
                 "distance_threshold": params.distance_threshold,
                 "n_clusters": params.n_clusters,
             },
+            inputs=sources(correlation_matrix),
         ),
         metadata={
             **metadata.clusters(labels, symbols, verdict, stats),
@@ -397,6 +418,7 @@ def lead_lag_pairs(
                     "min_overlap": params.min_overlap,
                     "min_improvement": params.min_improvement,
                 },
+                inputs=sources(returns_matrix, correlation_matrix),
             ),
             metadata={
                 **metadata.lead_lag(pairs, symbols, stats),
@@ -462,7 +484,9 @@ def injected_pairs_found(
     ],
     description="Publishes neighbors, clusters and lead-lag pairs of the partition to "
     "PostgreSQL (snapshots, peer_neighbors, symbol_clusters, lead_lag_pairs) in ONE "
-    "transaction, replacing any earlier version of the same snapshot date (SPEC §7).",
+    "transaction, replacing any earlier version of the same snapshot date (SPEC §7), with the "
+    "matrix-store versions they were computed from (snapshots.matrix_versions, SPEC §8); then "
+    "applies the store's retention (matrix_store.keep_matrices).",
 )
 def snapshot_publication(
     context: dg.AssetExecutionContext,
@@ -472,6 +496,7 @@ def snapshot_publication(
     lead_lag_pairs: MatrixBundle,
     snapshot_params: SnapshotParams,
     postgres: PostgresResource,
+    matrix_store: MatrixStoreResource,
 ):
     with retry_only_if_database_unavailable(f"snapshot_publication {context.partition_key}"):
         params = snapshot_params.to_parameters()
@@ -488,6 +513,17 @@ def snapshot_publication(
                     f"{day}: re-materialize the whole partition",
                     allow_retries=False,
                 )
+        try:
+            versions = steps.matrix_versions(
+                matrix_store.store,
+                context.partition_key,
+                returns=returns_matrix,
+                neighbors=top_k_neighbors,
+                clusters=clusters,
+                lead_lag=lead_lag_pairs,
+            )
+        except steps.InconsistentInputsError as exc:
+            raise dg.Failure(description=str(exc), allow_retries=False) from None
         window = returns_matrix.params
         results = steps.results_for_publication(
             day,
@@ -506,6 +542,7 @@ def snapshot_publication(
                 "window_first_date": str(returns_matrix.labels["dates"][0]),
                 "dagster_run_id": context.run.run_id,
             },
+            matrix_versions=versions,
         )
         with measure_stage() as stats:
             engine = postgres.get_engine()
@@ -513,22 +550,57 @@ def snapshot_publication(
             counts = read_snapshot_counts(engine, day)
         metadata.log_stage(context, f"published snapshot {day}", stats)
         verdict = verify.verify_published_counts(results, counts)
-        return dg.MaterializeResult(
-            metadata={
-                "snapshot_date": dg.MetadataValue.text(day.isoformat()),
-                "as_of_trade_date": dg.MetadataValue.text(str(window["as_of_trade_date"])),
-                **{f"{k}_rows": dg.MetadataValue.int(v) for k, v in counts.items()},
-                "database": dg.MetadataValue.text(postgres.describe()),
-                "replaced_previous": dg.MetadataValue.bool(report.replaced_previous),
-                "lock_wait_seconds": dg.MetadataValue.float(round(report.lock_wait_seconds, 3)),
-                **{
-                    f"publish_{k}": dg.MetadataValue.float(round(v, 3))
-                    for k, v in report.timings.items()
-                },
-                **metadata.stage(stats),
+    retention_metadata = _apply_retention(context, matrix_store, engine)
+    return dg.MaterializeResult(
+        metadata={
+            "snapshot_date": dg.MetadataValue.text(day.isoformat()),
+            "as_of_trade_date": dg.MetadataValue.text(str(window["as_of_trade_date"])),
+            **{f"{k}_rows": dg.MetadataValue.int(v) for k, v in counts.items()},
+            "database": dg.MetadataValue.text(postgres.describe()),
+            "replaced_previous": dg.MetadataValue.bool(report.replaced_previous),
+            "lock_wait_seconds": dg.MetadataValue.float(round(report.lock_wait_seconds, 3)),
+            **{
+                f"publish_{k}": dg.MetadataValue.float(round(v, 3))
+                for k, v in report.timings.items()
             },
-            check_results=[check_result(verdict, "published_rows_match", "snapshot_publication")],
+            "matrix_versions": dg.MetadataValue.json(versions),
+            **retention_metadata,
+            **metadata.stage(stats),
+        },
+        check_results=[check_result(verdict, "published_rows_match", "snapshot_publication")],
+    )
+
+
+def _apply_retention(
+    context: dg.AssetExecutionContext, matrix_store: MatrixStoreResource, engine
+) -> dict[str, dg.MetadataValue]:
+    """Retention after a committed publication (:mod:`corr_pipeline.snapshot.retention`): never
+    fails the publication, which is committed; a problem is logged and shown in the metadata
+    (the next publication, or ``corr-pipeline store prune``, applies it again)."""
+    try:
+        keep = matrix_store.keep()
+        in_flight = partitions_in_flight(context.instance, exclude_run_id=context.run.run_id)
+        report = retention.apply_retention(
+            matrix_store.store,
+            lambda: published_matrix_versions(engine),
+            keep,
+            writing=context.partition_key,
+            in_flight=in_flight,
         )
+    except Exception as exc:  # noqa: BLE001 - the publication itself succeeded
+        context.log.warning(
+            f"matrix-store retention skipped: {type(exc).__name__}: {exc} (the publication is "
+            "committed; run `corr-pipeline store prune` or let the next publication apply it)"
+        )
+        return {"retention_error": dg.MetadataValue.text(f"{type(exc).__name__}: {exc}")}
+    for line in report.lines():
+        context.log.info(line)
+    return {
+        "retention_keep": dg.MetadataValue.int(keep),
+        "retention_removed": dg.MetadataValue.json(report.removed_partitions),
+        "retention_freed_bytes": dg.MetadataValue.int(report.freed_bytes),
+        "retention_left_alone": dg.MetadataValue.json(sorted(report.busy)),
+    }
 
 
 snapshot_assets = [

@@ -8,6 +8,8 @@ the nightly schedule, and the resources:
 - ``matrix_io_manager`` / ``matrix_store``: the matrix store under
   ``$CORR_PIPELINE_STORE_DIR`` (default ``$CORR_PIPELINE_HOME/store``), resolved when the
   definitions are built; override both ``base_dir`` values together in run config if needed.
+  ``matrix_store.keep_matrices`` (default ``$CORR_PIPELINE_KEEP_MATRICES``, else 5) is the
+  retention ``snapshot_publication`` applies after each publication.
 
 The code location itself is :mod:`corr_pipeline.definitions` (``defs = build_definitions()``).
 """

@@ -8,17 +8,23 @@ An asset that uses :class:`MatrixStoreIOManager` returns a
 ``MatrixBundle`` whose arrays are :class:`StoredArray` objects wrapping **read-only
 memmaps** (``bundle["corr"]`` is the ``np.memmap``; ``bundle.labels`` the shared labels).
 
-Files: ``<base_dir>/<asset name>/<partition key>/<array>.npy`` + ``<array>.json`` and one
-``bundle.manifest.json``, where *asset name* is the **last element** of the asset key
-(key prefixes are not part of the path, so two assets may not share a last element) and
-*partition key* is the asset partition (``"_unpartitioned"`` for unpartitioned assets).
-Multi-assets work per output: each output goes to its own asset's directory.
+Files: ``<base_dir>/<asset name>/<partition key>/``, holding ``<array>.<version>.npy`` +
+``<array>.<version>.json`` per committed version and one ``bundle.manifest.json`` naming the
+current version of each array (layout: :mod:`corr_pipeline.store.matrix_store`), where *asset
+name* is the **last element** of the asset key (key prefixes are not part of the path, so two
+assets may not share a last element) and *partition key* is the asset partition
+(``"_unpartitioned"`` for unpartitioned assets). Multi-assets work per output: each output goes
+to its own asset's directory.
+
+Versions: every bundle handed downstream carries the versions it was loaded from
+(``bundle.versions``, ``{array name: version}``) and its ``asset``, so a consumer records what
+it read: ``MatrixBundle(..., inputs=sources(upstream, ...))`` (kept by garbage collection while
+the consumer's bundle is current) and publication pins them in PostgreSQL.
 
 Zero-copy for large arrays: the asset allocates its outputs *inside the store* at exactly
 the location the IO manager will use, fills them, commits, and puts the returned
-:class:`StoredArray` in the bundle. ``handle_output`` sees that the array is already the
-committed current version at that location and only writes the manifest — no byte is
-copied. ::
+:class:`StoredArray` in the bundle. ``handle_output`` sees that the array is already a committed
+version at that location and only writes the manifest — no byte is copied. ::
 
     @dg.asset(partitions_def=..., io_manager_key="matrix_io_manager")
     def correlation_matrix(context, matrix_store: MatrixStoreResource, returns_matrix: MatrixBundle):
@@ -29,16 +35,19 @@ copied. ::
             pairwise_correlation(R, min_overlap=..., out_corr=corr.array, out_overlap=overlap.array)
             stored_corr, stored_overlap = corr.commit(), overlap.commit()
         return MatrixBundle({"corr": stored_corr, "overlap": stored_overlap},
-                            labels={"symbols": returns_matrix.labels["symbols"]})
+                            labels={"symbols": returns_matrix.labels["symbols"]},
+                            inputs=sources(returns_matrix))
 
 Small arrays can simply be returned as plain ``np.ndarray`` values (copied once into the
 store); a :class:`StoredArray` from *another* location (e.g. an upstream input passed
 through) is hard-linked, also without copying.
 
-Process model: the IO manager and the resource are configured only by ``base_dir`` and keep
-no in-memory state, so they work identically with the in-process and the multiprocess
-executor (each step subprocess rebuilds them from config). Configure both with the same
-``base_dir``.
+Process model: the IO manager and the resource are configured only by ``base_dir`` (and
+``keep_matrices``), so they work identically with the in-process and the multiprocess executor
+(each step subprocess rebuilds them from config). Configure both with the same ``base_dir``.
+While a step runs, both hold a shared lock on every partition directory they touched (inputs
+loaded, outputs written, arrays allocated), released when the step's resources are torn down:
+retention and garbage collection leave a partition alone while a step uses it.
 """
 
 from __future__ import annotations
@@ -48,12 +57,15 @@ from typing import Any
 
 import dagster as dg
 import numpy as np
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
+from corr_pipeline import settings
+from corr_pipeline.store.locks import Hold
 from corr_pipeline.store.matrix_store import (
     MatrixBundle,
     MatrixStore,
     PendingArray,
+    StoredArray,
     validate_asset_name,
 )
 
@@ -103,19 +115,53 @@ def store_location(context: Any, asset_key: dg.AssetKey | None = None) -> tuple[
     return asset_store_name(key), partition
 
 
+class _PartitionHolds:
+    """The shared partition holds one resource instance took during a step (see the module
+    docstring); released at teardown."""
+
+    def __init__(self) -> None:
+        self.holds: dict[tuple[str, str], Hold] = {}
+
+    def take(self, store: MatrixStore, asset: str, partition: str) -> None:
+        if (asset, partition) not in self.holds:
+            self.holds[(asset, partition)] = store.hold_partition(asset, partition)
+
+    def release(self) -> None:
+        holds, self.holds = self.holds, {}
+        for held in holds.values():
+            held.release()
+
+
 class MatrixStoreResource(dg.ConfigurableResource):
-    """Gives assets direct access to the matrix store at ``base_dir``.
+    """Gives assets direct access to the matrix store at ``base_dir``, and its retention.
 
     Use the same ``base_dir`` as :class:`MatrixStoreIOManager`. ``.store`` is a
     :class:`MatrixStore`; :meth:`allocate_for` allocates an output array exactly where the
     IO manager will look for it (the zero-copy hand-off, see module docstring).
+    ``keep_matrices``: how many of the newest published partitions keep their matrices after
+    each publication (:meth:`keep`).
     """
 
     base_dir: str = Field(description="Root directory of the matrix store (created if missing).")
+    keep_matrices: int | None = Field(
+        default=None,
+        ge=1,
+        description="Retention: after each publication, only the newest keep_matrices published "
+        "partitions keep their matrices in the store (the published rows stay). Default: "
+        "$CORR_PIPELINE_KEEP_MATRICES, else 5.",
+    )
+    _holds: _PartitionHolds = PrivateAttr(default_factory=_PartitionHolds)
 
     @property
     def store(self) -> MatrixStore:
         return MatrixStore(self.base_dir)
+
+    def keep(self) -> int:
+        """``keep_matrices``, or :func:`corr_pipeline.settings.keep_matrices` when unset."""
+        return self.keep_matrices if self.keep_matrices is not None else settings.keep_matrices()
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self._holds.release()
 
     def allocate_for(
         self,
@@ -128,9 +174,12 @@ class MatrixStoreResource(dg.ConfigurableResource):
         labels: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> PendingArray:
-        """``store.allocate`` at :func:`store_location` ``(context, asset_key)``."""
+        """``store.allocate`` at :func:`store_location` ``(context, asset_key)``; the partition
+        directory stays held (shared) until the step ends."""
         asset, partition = store_location(context, asset_key)
-        return self.store.allocate(
+        store = self.store
+        self._holds.take(store, asset, partition)
+        return store.allocate(
             asset, partition, name, shape, np.dtype(dtype), labels=labels, params=params
         )
 
@@ -140,13 +189,18 @@ class MatrixStoreIOManager(dg.ConfigurableIOManager):
 
     * ``handle_output``: the value must be a :class:`MatrixBundle`; see
       :meth:`MatrixStore.save_bundle` for how each array is stored (reused / linked /
-      copied). Adds output metadata: ``path``, ``arrays`` (name, dtype, shape),
-      ``bytes``, ``copied_bytes``, ``zero_copy_arrays``.
+      copied). Adds output metadata: ``path``, ``arrays`` (name, dtype, shape, version),
+      ``versions``, ``bytes``, ``copied_bytes``, ``zero_copy_arrays``.
     * ``load_input``: returns the upstream partition's :class:`MatrixBundle` of read-only
-      memmaps; when the input spans several partitions, a ``dict`` partition key → bundle.
+      memmaps (with ``bundle.versions``); when the input spans several partitions, a ``dict``
+      partition key → bundle.
     """
 
     base_dir: str = Field(description="Root directory of the matrix store (created if missing).")
+    _holds: _PartitionHolds = PrivateAttr(default_factory=_PartitionHolds)
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self._holds.release()
 
     @property
     def store(self) -> MatrixStore:
@@ -174,18 +228,23 @@ class MatrixStoreIOManager(dg.ConfigurableIOManager):
                 "(corr_pipeline.store.matrix_store.MatrixBundle)"
             )
         asset, partition = self._output_location(context)
-        report = self.store.save_bundle(asset, partition, obj)
+        store = self.store
+        self._holds.take(store, asset, partition)
+        report = store.save_bundle(asset, partition, obj)
         rows = "\n".join(
             f"| `{name}` | {s.dtype} | {' × '.join(map(str, s.shape)) or 'scalar'} | "
-            f"{'reused' if name in report.reused else 'linked' if name in report.linked else 'copied'} |"
+            f"{'reused' if name in report.reused else 'linked' if name in report.linked else 'copied'} | "
+            f"`{s.version}` |"
             for name, s in report.bundle.arrays.items()
+            if isinstance(s, StoredArray)
         )
         context.add_output_metadata(
             {
                 "path": dg.MetadataValue.path(str(report.directory)),
                 "arrays": dg.MetadataValue.md(
-                    "| array | dtype | shape | stored |\n|---|---|---|---|\n" + rows
+                    "| array | dtype | shape | stored | version |\n|---|---|---|---|---|\n" + rows
                 ),
+                "versions": dg.MetadataValue.json(report.bundle.versions),
                 "bytes": dg.MetadataValue.int(report.nbytes),
                 "copied_bytes": dg.MetadataValue.int(report.copied_bytes),
                 "zero_copy_arrays": dg.MetadataValue.int(len(report.reused) + len(report.linked)),
@@ -193,8 +252,8 @@ class MatrixStoreIOManager(dg.ConfigurableIOManager):
         )
         if report.removed:
             context.log.info(
-                f"matrix store: removed arrays {report.removed} left in {report.directory} "
-                "by an earlier materialization"
+                f"matrix store: arrays {report.removed} of an earlier materialization are no "
+                f"longer current in {report.directory} (garbage collection removes them)"
             )
 
     def load_input(self, context: dg.InputContext) -> MatrixBundle | dict[str, MatrixBundle]:
@@ -204,9 +263,12 @@ class MatrixStoreIOManager(dg.ConfigurableIOManager):
             )
         asset = asset_store_name(context.asset_key)
         store = self.store
-        if not context.has_asset_partitions:
-            return store.load_bundle(asset, UNPARTITIONED)
-        keys = list(context.asset_partition_keys)
-        if len(keys) == 1:
-            return store.load_bundle(asset, keys[0])
-        return {key: store.load_bundle(asset, key) for key in keys}
+        keys = list(context.asset_partition_keys) if context.has_asset_partitions else []
+        bundles = {}
+        for key in keys or [UNPARTITIONED]:
+            if store.partition_dir(asset, key).is_dir():
+                self._holds.take(store, asset, key)  # before reading: retention waits for us
+            bundles[key] = store.load_bundle(asset, key)
+        if len(bundles) == 1:
+            return next(iter(bundles.values()))
+        return bundles

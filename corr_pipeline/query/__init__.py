@@ -8,7 +8,8 @@
                                         (``lead_lag_pairs``, SPEC §6)
 ``corr(engine, a, b, date, store=)``    ``corr[a, b]`` and ``overlap[a, b]`` (SPEC §3) of the
                                         published snapshot, one element of each memory-mapped
-                                        matrix in the matrix store, nothing recomputed
+                                        matrix in the matrix store, at the versions the
+                                        snapshot pins (SPEC §8), nothing recomputed
 ``corr_from_store(store, a, b, date)``  the same from the matrix store alone (no database)
 
 ``date=None`` means the latest snapshot. Each function returns a typed answer
@@ -32,6 +33,7 @@ from corr_pipeline.query.answers import (
     SnapshotsResult,
 )
 from corr_pipeline.query.errors import (
+    MatricesPrunedError,
     MatrixUnavailableError,
     NoSnapshotError,
     QueryError,
@@ -59,6 +61,7 @@ __all__ = [
     "ClusterResult",
     "CorrResult",
     "LeadLagResult",
+    "MatricesPrunedError",
     "MatrixUnavailableError",
     "NoSnapshotError",
     "PeersResult",

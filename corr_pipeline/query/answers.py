@@ -49,6 +49,9 @@ class Snapshot:
     lookback_days: int
     params: dict[str, Any]
     created_at: dt.datetime | None = None
+    #: matrix-store versions the snapshot pins, ``{asset: {array: version}}`` (SPEC §8); None
+    #: when it recorded none (published without a store, or before versions were recorded)
+    matrix_versions: dict[str, dict[str, str]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -191,7 +194,9 @@ class CorrResult:
     """``corr[a, b]`` and ``overlap[a, b]`` of one snapshot (SPEC §3), read from the matrix
     store (SPEC §8): ``index_a``/``index_b`` are the symbols' positions in the matrix of
     ``n_symbols``, ``path`` its file; ``overlap`` is None when no overlap matrix with the same
-    symbols is stored. ``published`` is False for matrices whose snapshot is not published."""
+    symbols is stored. ``published`` is False for matrices whose snapshot is not published.
+    ``versions``: the store versions read, ``{"corr": ..., "overlap": ...}`` (for a published
+    snapshot, the ones it pins: SPEC §8)."""
 
     snapshot_date: dt.date
     a: str
@@ -204,6 +209,7 @@ class CorrResult:
     n_symbols: int
     published: bool
     path: Path
+    versions: dict[str, str] = field(default_factory=dict)
 
     @property
     def reason(self) -> str | None:
@@ -229,6 +235,7 @@ class CorrResult:
             "min_overlap": self.min_overlap,
             "undefined_reason": self.reason,
             "published": self.published,
+            "versions": dict(self.versions),
         }
 
 

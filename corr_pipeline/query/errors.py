@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from corr_pipeline.query.answers import Snapshot
 
 __all__ = [
+    "MatricesPrunedError",
     "MatrixUnavailableError",
     "NoSnapshotError",
     "QueryError",
@@ -147,3 +148,33 @@ class MatrixUnavailableError(QueryError):
     """The snapshot's correlation matrix cannot be read from the matrix store (SPEC §8)."""
 
     kind = "matrix_unavailable"
+
+
+class MatricesPrunedError(MatrixUnavailableError):
+    """Retention removed the matrices of a published date (SPEC §8); ``available`` lists the
+    newest dates that still have theirs. The published rows (peers, cluster, lead-lag) stay."""
+
+    kind = "matrices_pruned"
+
+    def __init__(self, day: dt.date, available: Sequence[dt.date], total: int) -> None:
+        self.day = day
+        self.available = list(available)
+        self.total = total
+        if self.available:
+            more = f" (newest {len(self.available)} of {total:,})" if total > len(self.available) else ""
+            still = "dates that still have them" + more + ": " + ", ".join(
+                d.isoformat() for d in self.available
+            )
+        else:
+            still = "no date has matrices in the store any more"
+        super().__init__(
+            f"the matrices of {day} were pruned by retention (CORR_PIPELINE_KEEP_MATRICES); "
+            f"{still}; query peers/cluster/lead-lag still answer for {day}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **super().to_json(),
+            "snapshot_date": self.day.isoformat(),
+            "available": [d.isoformat() for d in self.available],
+        }

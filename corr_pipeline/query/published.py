@@ -96,6 +96,7 @@ _SNAPSHOT_COLUMNS = (
     t_snapshots.c.lookback_days,
     t_snapshots.c.params,
     t_snapshots.c.created_at,
+    t_snapshots.c.matrix_versions,
 )
 
 
@@ -109,6 +110,9 @@ def _snapshot_from_row(row: Any) -> Snapshot:
         lookback_days=int(m["lookback_days"]),
         params=dict(m["params"] or {}),
         created_at=m["created_at"],
+        matrix_versions=None
+        if m["matrix_versions"] is None
+        else {str(a): dict(v) for a, v in m["matrix_versions"].items()},
     )
 
 

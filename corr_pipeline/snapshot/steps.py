@@ -9,7 +9,7 @@
 Each step maps the :class:`~corr_pipeline.snapshot.params.SnapshotParameters` onto one function
 of :mod:`corr_pipeline.compute` (or the window query of :mod:`corr_pipeline.db.window`) and
 returns its arrays; where the result goes (matrix store, memory, database) is the caller's
-choice. Memory at N = 24,000 (T = 252, int16 overlap) per step:
+choice. :func:`matrix_versions` gathers the matrix-store versions a publication pins (SPEC §8). Memory at N = 24,000 (T = 252, int16 overlap) per step:
 
 - load_returns: the COPY buffer (~180 MB) and the close/returns pivots (~120 MB), then R 24 MB.
 - correlation: R standardised plus one block of tiles (``working_memory_mb``); the outputs
@@ -39,8 +39,17 @@ from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.db.publish import SnapshotResults
 from corr_pipeline.db.window import ReturnsWindow, load_returns_window
 from corr_pipeline.snapshot.params import SnapshotParameters
+from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
 
 Progress = Callable[[int, int], None]
+
+#: Rows compared per block when two versions of a matrix must be checked for equal contents.
+_COMPARE_BLOCK_BYTES = 64 << 20
+
+
+class InconsistentInputsError(ValueError):
+    """The results to publish were computed from different store versions with different
+    contents (concurrent runs of one partition with other inputs): re-materialize it whole."""
 
 
 def load_returns(engine: sa.Engine, day: dt.date, params: SnapshotParameters) -> ReturnsWindow:
@@ -126,9 +135,12 @@ def results_for_publication(
     labels: np.ndarray,
     pairs: np.ndarray,
     recorded: Mapping[str, Any],
+    matrix_versions: Mapping[str, Mapping[str, str]] | None = None,
 ) -> SnapshotResults:
     """The value :func:`corr_pipeline.db.publish.publish_snapshot` writes (SPEC §7):
-    ``snapshots.params`` holds every parameter plus ``recorded`` (window facts, run id)."""
+    ``snapshots.params`` holds every parameter plus ``recorded`` (window facts, run id);
+    ``snapshots.matrix_versions`` the store versions the results come from
+    (:func:`matrix_versions`; None when the matrices are not kept in a store)."""
     return SnapshotResults(
         snapshot_date=snapshot_date,
         as_of_trade_date=as_of_trade_date,
@@ -141,4 +153,82 @@ def results_for_publication(
         neighbor_overlap=np.asarray(found.overlap),
         cluster_labels=np.asarray(labels),
         lead_lag_pairs=np.asarray(pairs),
+        matrix_versions=None
+        if matrix_versions is None
+        else {asset: dict(arrays) for asset, arrays in matrix_versions.items()},
     )
+
+
+def _same_contents(store: MatrixStore, asset: str, partition: str, a: dict, b: dict) -> bool:
+    """Whether two version sets ``{name: version}`` of ``asset`` hold byte-identical arrays."""
+    if set(a) != set(b):
+        return False
+    for name in a:
+        x = store.load(asset, partition, name, version=a[name]).array
+        y = store.load(asset, partition, name, version=b[name]).array
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        if x.ndim == 0 or x.size == 0:
+            if np.asarray(x).tobytes() != np.asarray(y).tobytes():
+                return False
+            continue
+        row_bytes = max(1, x.nbytes // max(1, x.shape[0]))
+        step = max(1, _COMPARE_BLOCK_BYTES // row_bytes)
+        for start in range(0, x.shape[0], step):
+            if np.asarray(x[start : start + step]).tobytes() != np.asarray(
+                y[start : start + step]
+            ).tobytes():
+                return False
+    return True
+
+
+def matrix_versions(
+    store: MatrixStore,
+    partition: str,
+    *,
+    returns: MatrixBundle,
+    neighbors: MatrixBundle,
+    clusters: MatrixBundle,
+    lead_lag: MatrixBundle,
+) -> dict[str, dict[str, str]]:
+    """The matrix-store versions a publication records (``snapshots.matrix_versions``, SPEC §8):
+    ``{asset: {array: version}}`` of the bundles it publishes from, and of the correlation and
+    overlap matrices *those* were computed from (their ``inputs``), so every later reader of the
+    published date reads exactly the matrices behind its neighbors, clusters and pairs.
+
+    Neighbors, clusters and lead-lag must have read one correlation matrix (and lead-lag the
+    published returns): versions that differ (two runs of the partition at once) are accepted
+    only when their contents are identical, else :class:`InconsistentInputsError`. The pinned
+    correlation and overlap versions must still be in the store.
+    """
+    consumers = {"top_k_neighbors": neighbors, "clusters": clusters, "lead_lag_pairs": lead_lag}
+    versions: dict[str, dict[str, str]] = {"returns_matrix": returns.versions}
+    versions.update({asset: bundle.versions for asset, bundle in consumers.items()})
+    upstream = {
+        "correlation_matrix": list(consumers.values()),
+        "overlap_matrix": [neighbors],
+        "returns_matrix": [lead_lag],
+    }
+    for asset, readers in upstream.items():
+        seen = [(r, r.inputs[asset]) for r in readers if asset in r.inputs]
+        if asset == "returns_matrix":
+            seen.insert(0, (returns, returns.versions))
+        if not seen:
+            continue  # bundles stored before inputs were recorded: nothing to pin
+        chosen = seen[0][1]
+        for reader, read in seen[1:]:
+            if read != chosen and not _same_contents(store, asset, partition, chosen, read):
+                raise InconsistentInputsError(
+                    f"{reader.asset or 'a bundle'} of {partition} was computed from "
+                    f"{asset} {read}, the others from {chosen}, with different contents (two "
+                    "runs of the partition at once?): re-materialize the whole partition"
+                )
+        for name, version in chosen.items():
+            if not store.has_version(asset, partition, name, version):
+                raise InconsistentInputsError(
+                    f"version {version} of {asset}/{partition}/{name}, which the results to "
+                    "publish were computed from, is no longer in the store: re-materialize the "
+                    "whole partition"
+                )
+        versions[asset] = dict(chosen)
+    return versions

@@ -1,20 +1,45 @@
-"""Matrix store: crash-safe, memory-mapped ``.npy`` arrays with JSON sidecars (SPEC §8).
+"""Matrix store: immutable, versioned, memory-mapped ``.npy`` arrays with JSON sidecars (SPEC §8).
 
 Layout
 ------
 ::
 
-    <base_dir>/<asset>/<partition>/<name>.npy            the array (standard NumPy .npy format)
-    <base_dir>/<asset>/<partition>/<name>.json           its sidecar (labels, shape, dtype, params, ...)
-    <base_dir>/<asset>/<partition>/bundle.manifest.json  optional: the set of arrays one materialization
-                                                         handed over (see :meth:`MatrixStore.save_bundle`)
-    <base_dir>/<asset>/<partition>/.<file>.tmp-<pid>-<hex>   in-flight temp files (never read)
-    <base_dir>/<asset>/<partition>/.<name>.lock              commit lock (flock), empty
+    <base_dir>/                                      0700, like every directory of the store
+      <asset>/<partition>/                           one directory per asset and partition
+        bundle.manifest.json                         the CURRENT pointer: which version of each
+                                                     array (+ the bundle's labels, params, inputs)
+        <name>.<version>.npy                         one immutable version of an array (standard
+                                                     .npy); files are 0600
+        <name>.<version>.json                        its sidecar: labels, shape, dtype, params,
+                                                     version, size and content fingerprint
+        .<file>.tmp-<hex32>                          a temp file being written (locked by its writer)
+        .partition.lock                              shared by users of the directory, exclusive
+                                                     for retention and garbage collection
+        .manifest.lock                               serializes manifest updates
+      .retention/<partition>.json                    what retention removed from a partition
 
 ``asset`` and array ``name`` match ``^[A-Za-z0-9_]+$``; ``partition`` matches
-``^[A-Za-z0-9_][A-Za-z0-9_.-]*$`` (an ISO date such as ``2024-03-28`` qualifies) and may
-not contain ``..``. Every path is checked to lie inside ``base_dir``, so no key can steer a
-write or a read outside the store.
+``^[A-Za-z0-9_][A-Za-z0-9_.-]*$`` (an ISO date such as ``2024-03-28`` qualifies) and may not
+contain ``..``; ``version`` is ``YYYYMMDDTHHMMSSffffffZ-<8 hex>`` (UTC time of the commit, then
+random), so versions sort by age. Every path is checked to lie inside ``base_dir``, so no key can
+steer a write or a read outside the store.
+
+Versions and the current pointer
+--------------------------------
+A committed version is never modified, renamed or replaced: a new result is a new version
+next to the old ones. What is *current* is only what ``bundle.manifest.json`` says, and the
+manifest changes by one ``os.replace`` (then a directory ``fsync``): a reader sees the whole old
+bundle or the whole new one. :meth:`MatrixStore.load` reads the current version of an array
+(``version=None``) or exactly the version asked for (a *pinned* version, e.g. the one a published
+snapshot records); :meth:`MatrixStore.load_bundle` reads the current bundle and exposes the
+versions it read (``bundle.versions``). A manifest may record ``inputs``: the versions of other
+assets of the partition the bundle was computed from.
+
+Old versions stay on disk until :meth:`MatrixStore.collect_garbage` finds that nothing needs them:
+a version is deleted only when no current manifest of its partition names it (as an array or as
+an input), the caller's ``pinned`` set (the versions recorded by published snapshots, which the
+store does not read itself) does not name it, and no live writer holds it. Retention removes whole
+partitions (:meth:`MatrixStore.remove_partition`) and records what it removed in ``.retention/``.
 
 Writing (producer side)
 -----------------------
@@ -23,45 +48,52 @@ Large arrays are written in place, tile by tile, without a second copy in RAM::
     with store.allocate("correlation_matrix", "2024-03-28", "corr", (n, n), np.float32,
                         labels={"symbols": symbols}) as pending:
         pairwise_correlation(R, min_overlap=30, out_corr=pending.array, ...)
-        stored = pending.commit()          # -> StoredArray (read-only memmap of the final file)
+        stored = pending.commit()          # -> StoredArray: a new immutable version
+    store.save_bundle("correlation_matrix", "2024-03-28", MatrixBundle({"corr": stored}))
 
-:meth:`MatrixStore.allocate` creates ``.<name>.npy.tmp-<pid>-<hex>`` in the partition
-directory (same filesystem, so the final rename is atomic), writes the ``.npy`` header,
-**reserves the disk blocks** with ``posix_fallocate`` (so a full disk is reported *now*, as a
-clean :class:`MatrixStoreSpaceError`, instead of a ``SIGBUS`` when a page of the memory map
-is first touched), and maps it writable (``np.lib.format.open_memmap``; fresh contents are
-zero). :meth:`PendingArray.commit`:
+:meth:`MatrixStore.allocate` creates the temp file ``.<name>.<version>.npy.tmp-<hex>`` in the
+partition directory (same file system, so the final rename is atomic), **locked** by the writer
+(``fcntl``, see :mod:`corr_pipeline.store.locks`), writes the ``.npy`` header, **reserves the disk
+blocks** with ``posix_fallocate`` (a full disk is reported now, as a clean
+:class:`MatrixStoreSpaceError`, instead of a ``SIGBUS`` when a page of the map is first touched)
+and maps it writable (fresh contents are zero). :meth:`PendingArray.commit`:
 
-1. ``flush()`` (``msync``) the map and ``fsync`` the temp file;
-2. writes the sidecar to its own temp file (``fsync``); the sidecar records the array file's
-   identity ``(inode, size, mtime_ns)`` and a fresh ``version`` id;
-3. under an exclusive ``flock`` on ``.<name>.lock``: ``os.replace`` the array into
-   ``<name>.npy`` (**the commit point**), then ``os.replace`` the sidecar into ``<name>.json``;
-4. ``fsync`` the directory.
+1. ``flush()`` (``msync``) the map, ``fsync`` the file, fingerprint it;
+2. write the sidecar ``<name>.<version>.json`` (temp file, ``fsync``, rename);
+3. rename the array to ``<name>.<version>.npy``, ``fsync`` the directory.
 
-Any failure before step 3 removes both temp files and leaves the previous version untouched.
+The version now exists but is not current: :meth:`MatrixStore.save_bundle` (the IO manager's
+hand-off, reusing the committed file without a copy) or :meth:`MatrixStore.set_current` names it
+in the manifest — the commit point. Until then its writer keeps the lock on the version file, so
+garbage collection leaves it alone; once named, the manifest protects it. :meth:`MatrixStore.save`
+does all of it for an in-memory array.
+
+Any failure, exception or ``KeyboardInterrupt`` before the commit removes the temp files (and a
+:class:`PendingArray` dropped without commit or abort removes its temp file when it is garbage
+collected or the interpreter exits). A SIGKILL leaves a temp file whose lock died with its
+writer: :meth:`MatrixStore.cleanup_stale_temps` (run by every :meth:`allocate` on its partition
+and by garbage collection) deletes temp files nobody holds locked — never one whose writer is
+alive, on this host or another one sharing the store.
 
 Reading (consumer side)
 -----------------------
-:meth:`MatrixStore.load` reads the sidecar, opens the array, ``fstat``s the *opened* file and
-checks its identity against the sidecar; header shape/dtype and the exact file size are
-checked too. So a reader never pairs an array with another version's sidecar:
+:meth:`MatrixStore.load` checks the sidecar against the data: the sidecar's version and name
+against the file name, the ``.npy`` header's shape and dtype against the sidecar's, the file size
+against the header and the sidecar, and a content fingerprint (SHA-256 of the size, the header
+and 17 blocks of 64 KiB spread over the file) against the sidecar's. Nothing in the sidecar
+depends on the inode, the mtime or the path, so a faithful copy of the store (``cp -a``,
+``rsync -a``, a restored ``tar``) loads, while a sidecar that does not match its data is reported
+as :class:`CorruptMatrixError`. The array comes back as a read-only ``np.memmap`` (``mmap=True``)
+of the checked file. A map held by a reader stays valid even after garbage collection deletes its
+file (POSIX keeps an unlinked file until its last map closes).
 
-* between the two renames of step 3 (or after a writer died exactly there) the array is new
-  and the sidecar old; the loader then uses the writer's already-complete temp sidecar that
-  matches the array's identity (and :meth:`MatrixStore.cleanup_stale_temps` rolls it forward
-  once the writer is dead);
-* any other mismatch (a concurrent re-write) is retried briefly, then reported.
-
-The array comes back as a read-only ``np.memmap`` (``mmap=True``) mapped from the very file
-descriptor that was checked. Files are immutable once committed (a re-write replaces the
-directory entry, never the bytes), so a map held by a reader stays valid and unchanged even
-if a newer version is committed meanwhile.
-
-Crash safety (SPEC §8): a process killed at any point before the commit point leaves the
-previous version readable and only a ``.…tmp-<pid>-…`` file behind, which
-:meth:`MatrixStore.cleanup_stale_temps` deletes once ``<pid>`` is gone. Nothing partial ever
-appears under ``<name>.npy`` or ``<name>.json``.
+Durability
+----------
+New directories are created 0700 and ``fsync``ed into their parents; files are created 0600
+(``fchmod``, whatever the umask); every file is ``fsync``ed before its rename and every rename is
+followed by an ``fsync`` of the directory. A SIGKILL at any point therefore leaves: the previous
+manifest (naming complete versions) or the new one (naming complete versions); at worst some
+unreferenced version or temp files, which garbage collection removes.
 
 Labels and params are JSON: numpy arrays become lists, ``datetime.date`` / ``datetime64``
 become ISO strings, numpy scalars become Python numbers. They come back in that JSON form
@@ -73,48 +105,78 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
-import fcntl
+import hashlib
 import json
 import math
 import os
 import re
+import secrets
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from corr_pipeline.store import locks
+
 __all__ = [
     "FORMAT_VERSION",
+    "MANIFEST_FILE",
     "BundleWriteReport",
     "CorruptMatrixError",
+    "GarbageReport",
     "InvalidStoreKeyError",
     "MatrixBundle",
     "MatrixNotFoundError",
     "MatrixStore",
     "MatrixStoreError",
     "MatrixStoreSpaceError",
+    "PartitionBusyError",
     "PendingArray",
+    "RemovalReport",
     "StoredArray",
+    "VersionInfo",
+    "VersionNotFoundError",
+    "validate_asset_name",
+    "validate_version",
 ]
 
-FORMAT_VERSION = 1
-"""Sidecar / manifest format version written into every JSON file (``"format"``)."""
+FORMAT_VERSION = 2
+"""Sidecar / manifest format written into every JSON file (``"format"``); format 1 (one
+replaceable ``<name>.npy`` per array, identified by inode) is refused with a clear message."""
 
 MANIFEST_FILE = "bundle.manifest.json"
+PARTITION_LOCK = ".partition.lock"
+MANIFEST_LOCK = ".manifest.lock"
+RETENTION_DIR = ".retention"
 
 _ASSET_RE = re.compile(r"[A-Za-z0-9_]{1,200}")
 _NAME_RE = _ASSET_RE
 _PARTITION_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
-_TEMP_RE = re.compile(r"\.(?P<target>.+)\.tmp-(?P<pid>\d+)-(?P<uid>[0-9a-f]{32})")
+_VERSION_PATTERN = r"\d{8}T\d{12}Z-[0-9a-f]{8}"
+_VERSION_RE = re.compile(_VERSION_PATTERN)
+_VERSION_FILE_RE = re.compile(
+    rf"(?P<name>[A-Za-z0-9_]{{1,200}})\.(?P<version>{_VERSION_PATTERN})\.(?P<kind>npy|json)"
+)
+_TEMP_RE = re.compile(r"\.(?P<target>.+)\.tmp-(?P<uid>[0-9a-f]{32})")
+#: Files of the format-1 layout (one replaceable ``<name>.npy`` + ``<name>.json`` per array,
+#: ``.<name>.lock`` / ``.bundle.writer.lock`` / ``.bundle.lock`` commit locks).
+_LEGACY_FILE_RE = re.compile(
+    r"[A-Za-z0-9_]{1,200}\.(npy|json)|\.(?:[A-Za-z0-9_]{1,200}|bundle\.writer|bundle)\.lock"
+)
 
 _SPACE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
-_CONSISTENCY_ATTEMPTS = 40
-_CONSISTENCY_SLEEP_S = 0.025
+_MANIFEST_ATTEMPTS = 40
+_MANIFEST_SLEEP_S = 0.025
+_SAMPLE_BLOCKS = 17
+_SAMPLE_BYTES = 1 << 16
+_DIR_MODE = 0o700
+_FILE_MODE = 0o600
 
 
 # --------------------------------------------------------------------------------------
@@ -131,15 +193,31 @@ class MatrixStoreError(Exception):
 
 
 class InvalidStoreKeyError(MatrixStoreError, ValueError):
-    """An asset name, partition key or array name that is not allowed (path safety)."""
+    """An asset name, partition key, array name or version that is not allowed (path safety)."""
 
 
 class MatrixNotFoundError(MatrixStoreError, FileNotFoundError):
     """The requested array (or bundle manifest) was never committed, or was deleted."""
 
 
+class VersionNotFoundError(MatrixNotFoundError):
+    """An explicitly requested version is not in the store (garbage-collected or removed by
+    retention: see :meth:`MatrixStore.pruned`)."""
+
+    def __init__(
+        self, message: str, path: str | os.PathLike[str], asset: str, partition: str,
+        name: str, version: str,
+    ) -> None:  # fmt: skip
+        super().__init__(message, path)
+        self.asset, self.partition, self.name, self.version = asset, partition, name, version
+
+
 class CorruptMatrixError(MatrixStoreError):
     """Files exist but are unreadable or disagree with each other (truncated, bad JSON, ...)."""
+
+
+class PartitionBusyError(MatrixStoreError):
+    """Another process uses the partition (a writer, a run in flight): nothing was removed."""
 
 
 class MatrixStoreSpaceError(MatrixStoreError, OSError):
@@ -186,6 +264,22 @@ def _validate_partition(partition: str) -> str:
     return partition
 
 
+def validate_version(version: str) -> str:
+    """``version`` if it is a version id of this store (``YYYYMMDDTHHMMSSffffffZ-<8 hex>``);
+    :class:`InvalidStoreKeyError` otherwise."""
+    if not isinstance(version, str) or not _VERSION_RE.fullmatch(version):
+        raise InvalidStoreKeyError(
+            f"invalid version {version!r}: expected YYYYMMDDTHHMMSSffffffZ-<8 hex digits>"
+        )
+    return version
+
+
+def new_version() -> str:
+    """A fresh version id: UTC time of now to the microsecond, then 32 random bits."""
+    now = _dt.datetime.now(_dt.UTC)
+    return f"{now.strftime('%Y%m%dT%H%M%S%f')}Z-{secrets.token_hex(4)}"
+
+
 def _now_iso() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
 
@@ -226,32 +320,63 @@ def _jsonable(value: Any, where: str) -> Any:
 
 
 def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def _unlink_quiet(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
+def _mkdir(path: Path) -> bool:
+    """Create one directory 0700 (exactly, whatever the umask) and fsync it into its parent;
+    False if it existed."""
+    try:
+        os.mkdir(path, _DIR_MODE)
+    except FileExistsError:
+        return False
+    os.chmod(path, _DIR_MODE)
+    _fsync_dir(path.parent)
+    return True
+
+
+def _mkdirs(path: Path) -> None:
+    """``mkdir -p`` where every directory created is 0700 and fsynced into its parent."""
+    missing: list[Path] = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for directory in reversed(missing):
+        _mkdir(directory)
+    if not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(path))
+
+
+def _unlink_quiet(path: Path) -> bool:
+    try:
         os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _temp_path(final: Path) -> Path:
-    return final.with_name(f".{final.name}.tmp-{os.getpid()}-{uuid.uuid4().hex}")
+    return final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex}")
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
+def _create_temp(final: Path) -> tuple[Path, locks.FileLock]:
+    """A new temp file for ``final``, 0600, exclusively locked by the caller."""
+    for _ in range(8):
+        temp = _temp_path(final)
+        try:
+            return temp, locks.create_locked(temp, _FILE_MODE)
+        except FileNotFoundError:
+            if not final.parent.is_dir():
+                raise
+            continue  # a cleaner raced us between create and lock: take another name
+    raise MatrixStoreError(f"could not create a temp file next to {final}", final)
 
 
 def _space_or_io_error(action: str, path: Path, exc: OSError) -> MatrixStoreError:
@@ -265,22 +390,35 @@ def _space_or_io_error(action: str, path: Path, exc: OSError) -> MatrixStoreErro
     return MatrixStoreError(f"I/O error while {action} {path}: {exc}", path)
 
 
-def _write_json_file(path: Path, obj: Mapping[str, Any]) -> None:
-    """Write ``obj`` as JSON to a *new* file ``path`` and fsync it (no rename)."""
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _write_json_atomic(final: Path, obj: Mapping[str, Any], *, sync_dir: bool = True) -> None:
+    """Write ``obj`` as JSON to ``final`` atomically: locked 0600 temp file, fsync, rename
+    (then fsync of the directory). Temp file removed on any failure."""
     data = json.dumps(obj, indent=1, sort_keys=True).encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    temp, lock = _create_temp(final)
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
+        assert lock.fd is not None
+        _write_all(lock.fd, data)
+        os.fsync(lock.fd)
+        os.replace(temp, final)
+    except BaseException:
+        _unlink_quiet(temp)
+        raise
     finally:
-        os.close(fd)
+        lock.release()
+    if sync_dir:
+        _fsync_dir(final.parent)
 
 
 def _read_json_file(path: Path, what: str) -> dict[str, Any] | None:
-    """Parse a JSON file; ``None`` if it does not exist; CorruptMatrixError if unreadable."""
+    """Parse a store JSON file; ``None`` if it does not exist; CorruptMatrixError if unreadable
+    or of another format."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -290,17 +428,35 @@ def _read_json_file(path: Path, what: str) -> dict[str, Any] | None:
         obj = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptMatrixError(f"{what} {path} is not valid JSON: {exc}", path) from exc
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT_VERSION:
+    fmt = obj.get("format") if isinstance(obj, dict) else None
+    if fmt == 1:
         raise CorruptMatrixError(
-            f"{what} {path} is not a matrix-store v{FORMAT_VERSION} file "
-            f"(format={obj.get('format') if isinstance(obj, dict) else None!r})",
+            f"{what} {path} was written by an older corr_pipeline (matrix-store format 1, one "
+            "replaceable file per array): re-materialize the partition to rewrite it in "
+            f"format {FORMAT_VERSION}",
             path,
+        )
+    if not isinstance(obj, dict) or fmt != FORMAT_VERSION:
+        raise CorruptMatrixError(
+            f"{what} {path} is not a matrix-store v{FORMAT_VERSION} file (format={fmt!r})", path
         )
     return obj
 
 
-def _identity(st: os.stat_result) -> dict[str, int]:
-    return {"inode": int(st.st_ino), "size": int(st.st_size), "mtime_ns": int(st.st_mtime_ns)}
+def _fingerprint(fd: int, size: int) -> str:
+    """SHA-256 of the size and of 17 blocks of 64 KiB spread evenly over the file (the whole
+    file when it is smaller): cheap to check on every load, and two versions of a matrix differ
+    in it unless their sampled bytes are all equal."""
+    h = hashlib.sha256(size.to_bytes(8, "little"))
+    offsets: Sequence[int]
+    if size <= _SAMPLE_BLOCKS * _SAMPLE_BYTES:
+        offsets = range(0, size, _SAMPLE_BYTES)
+    else:
+        last = size - _SAMPLE_BYTES
+        offsets = [round(i * last / (_SAMPLE_BLOCKS - 1)) for i in range(_SAMPLE_BLOCKS)]
+    for offset in offsets:
+        h.update(os.pread(fd, _SAMPLE_BYTES, offset))
+    return "sha256:" + h.hexdigest()
 
 
 def _dtype_descr(dtype: np.dtype) -> Any:
@@ -317,6 +473,16 @@ def _descr_to_dtype(descr: Any) -> np.dtype:
     return np.lib.format.descr_to_dtype(fix(descr))
 
 
+def _check_inputs(inputs: Mapping[str, Mapping[str, str]], where: str) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for asset, arrays in inputs.items():
+        validate_asset_name(asset)
+        out[asset] = {}
+        for name, version in arrays.items():
+            out[asset][_validate_name(name)] = validate_version(str(version))
+    return out
+
+
 # --------------------------------------------------------------------------------------
 # value types
 # --------------------------------------------------------------------------------------
@@ -324,12 +490,14 @@ def _descr_to_dtype(descr: Any) -> np.dtype:
 
 @dataclass(frozen=True, eq=False)
 class StoredArray:
-    """A committed array, as loaded from the store.
+    """One committed, immutable version of an array, as loaded from the store.
 
     ``array`` is a read-only ``np.memmap`` (or, for ``load(..., mmap=False)``, an in-memory
     copy). ``labels``/``params`` come from the sidecar; ``meta`` is the whole sidecar
     (``version`` id, ``shape``, ``dtype``, ``created_at``, ``writer``, ...). Passing a
     ``StoredArray`` inside a :class:`MatrixBundle` is the zero-copy hand-off to the IO manager.
+    A ``StoredArray`` fresh from :meth:`PendingArray.commit` holds its writer's lock on the
+    version file until a manifest names it (:meth:`release_writer_lock`).
     """
 
     asset: str
@@ -340,10 +508,11 @@ class StoredArray:
     labels: dict[str, Any]
     params: dict[str, Any]
     meta: dict[str, Any]
+    writer_lock: locks.FileLock | None = field(default=None, repr=False)
 
     @property
     def version(self) -> str:
-        """Random id of this committed version (changes on every commit)."""
+        """Id of this committed version (a new one on every commit)."""
         return str(self.meta["version"])
 
     @property
@@ -357,6 +526,11 @@ class StoredArray:
     @property
     def dtype(self) -> np.dtype:
         return self.array.dtype
+
+    def release_writer_lock(self) -> None:
+        """Stop protecting this version as "being written" (a manifest names it now)."""
+        if self.writer_lock is not None:
+            self.writer_lock.release()
 
     def __repr__(self) -> str:
         return (
@@ -373,15 +547,23 @@ class MatrixBundle:
     ``arrays`` maps an array name (``^[A-Za-z0-9_]+$``) to either a plain ``np.ndarray``
     (the store copies it) or a :class:`StoredArray` (already committed; no copy — see
     :meth:`MatrixStore.save_bundle`). ``labels`` (e.g. ``{"symbols": [...], "dates": [...]}``)
-    and ``params`` are JSON-able dicts shared by all arrays of the bundle.
+    and ``params`` are JSON-able dicts shared by all arrays of the bundle. ``inputs`` records the
+    versions of other assets (of the same partition) the bundle was computed from,
+    ``{asset: {array name: version}}`` (see :meth:`source`); the store keeps those versions as
+    long as this bundle is current.
 
     ``bundle["corr"]`` returns the ``np.ndarray`` (the memmap for stored arrays);
-    ``bundle.stored("corr")`` the :class:`StoredArray` (``None`` for plain arrays).
+    ``bundle.stored("corr")`` the :class:`StoredArray` (``None`` for plain arrays);
+    ``bundle.versions`` the version of each stored array. A bundle loaded from the store also
+    carries its ``asset`` and ``partition``.
     """
 
     arrays: dict[str, np.ndarray | StoredArray]
     labels: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, dict[str, str]] = field(default_factory=dict)
+    asset: str | None = None
+    partition: str | None = None
 
     def __getitem__(self, name: str) -> np.ndarray:
         value = self.arrays[name]
@@ -398,6 +580,19 @@ class MatrixBundle:
         value = self.arrays[name]
         return value if isinstance(value, StoredArray) else None
 
+    @property
+    def versions(self) -> dict[str, str]:
+        """``{array name: version}`` of the stored arrays (what a reader of this bundle read)."""
+        return {n: v.version for n, v in self.arrays.items() if isinstance(v, StoredArray)}
+
+    def source(self) -> dict[str, dict[str, str]]:
+        """``{asset: versions}``: this bundle as the ``inputs`` of a bundle computed from it."""
+        assets = {v.asset for v in self.arrays.values() if isinstance(v, StoredArray)}
+        asset = self.asset or (assets.pop() if len(assets) == 1 else None)
+        if asset is None:
+            raise MatrixStoreError("source(): the bundle was not loaded from the store")
+        return {asset: self.versions}
+
     def __repr__(self) -> str:
         arrays = ", ".join(
             f"{n}: {'stored ' if isinstance(v, StoredArray) else ''}"
@@ -407,12 +602,22 @@ class MatrixBundle:
         return f"MatrixBundle({{{arrays}}}, labels={sorted(self.labels)}, params={self.params})"
 
 
+def sources(*bundles: MatrixBundle) -> dict[str, dict[str, str]]:
+    """The ``inputs`` of a bundle computed from ``bundles`` (each loaded from the store)."""
+    out: dict[str, dict[str, str]] = {}
+    for bundle in bundles:
+        out.update(bundle.source())
+    return out
+
+
 @dataclass(frozen=True)
 class BundleWriteReport:
     """Result of :meth:`MatrixStore.save_bundle`: the stored bundle and how each array got there.
 
     ``reused``: committed in place by the producer (zero copy); ``linked``: hard-linked from
-    another committed file (zero copy); ``copied``: written from an in-memory array.
+    another committed file (zero copy); ``copied``: written from an in-memory array;
+    ``removed``: names of the previous manifest the new one no longer has (their versions are
+    left to garbage collection); ``superseded``: versions the new manifest replaced.
     """
 
     bundle: MatrixBundle
@@ -423,17 +628,75 @@ class BundleWriteReport:
     removed: list[str]
     nbytes: int
     copied_bytes: int
+    superseded: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One version on disk: its files' total ``bytes``, whether both files exist."""
+
+    asset: str
+    partition: str
+    name: str
+    version: str
+    bytes: int
+    complete: bool
+
+
+@dataclass
+class GarbageReport:
+    """What :meth:`MatrixStore.collect_garbage` deleted (or, with ``dry_run``, would delete)."""
+
+    deleted: list[VersionInfo] = field(default_factory=list)
+    kept_busy: list[VersionInfo] = field(default_factory=list)
+    temps_removed: list[Path] = field(default_factory=list)
+    busy_partitions: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+    legacy_removed: list[Path] = field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(v.bytes for v in self.deleted)
+
+    def merge(self, other: GarbageReport) -> None:
+        self.deleted += other.deleted
+        self.kept_busy += other.kept_busy
+        self.temps_removed += other.temps_removed
+        self.busy_partitions += other.busy_partitions
+        self.unreadable += other.unreadable
+        self.legacy_removed += other.legacy_removed
+
+
+@dataclass
+class RemovalReport:
+    """What :meth:`MatrixStore.remove_partition` removed (or, with ``dry_run``, would remove)."""
+
+    partition: str
+    assets: list[str]
+    versions: list[VersionInfo]
+    bytes: int
+    dry_run: bool = False
+
+
+def _discard_temp(path: Path, lock: locks.FileLock, pid: int) -> None:
+    """Finalizer of a :class:`PendingArray` left neither committed nor aborted (in the process
+    that created it: a forked child exiting normally must not delete its parent's temp file)."""
+    if os.getpid() == pid:
+        _unlink_quiet(path)
+        lock.release()
 
 
 class PendingArray:
     """A writable array being produced inside the store; see :meth:`MatrixStore.allocate`.
 
     Fill ``pending.array`` (a writable ``np.memmap`` on the temp file), then call
-    :meth:`commit` (publish atomically, returns a :class:`StoredArray`) or :meth:`abort`
-    (delete). As a context manager it aborts when the block raises, and also aborts when
-    the block ends without ``commit()``/``abort()`` (then raising :class:`MatrixStoreError`,
-    because a silently dropped result is a bug). Do not write to ``pending.array`` (or any
-    view of it) after ``commit()``: the same inode is now the published file.
+    :meth:`commit` (a new immutable version, returns a :class:`StoredArray`) or :meth:`abort`
+    (delete). As a context manager it aborts when the block raises (``KeyboardInterrupt``
+    included), and also aborts when the block ends without ``commit()``/``abort()`` (then raising
+    :class:`MatrixStoreError`, because a silently dropped result is a bug). Dropped without
+    either, its temp file is deleted when it is garbage collected or the interpreter exits. Do
+    not write to ``pending.array`` (or any view of it) after ``commit()``.
     """
 
     def __init__(
@@ -442,8 +705,10 @@ class PendingArray:
         asset: str,
         partition: str,
         name: str,
+        version: str,
         final_path: Path,
         temp_path: Path,
+        lock: locks.FileLock,
         array: np.ndarray,
         labels: dict[str, Any],
         params: dict[str, Any],
@@ -454,13 +719,16 @@ class PendingArray:
         self.asset = asset
         self.partition = partition
         self.name = name
+        self.version = version
         self.path = final_path
         self.temp_path = temp_path
         self.labels = labels
         self.params = params
+        self._lock = lock
         self._array: np.ndarray | None = array
         self._state = "open"
         self._stored: StoredArray | None = None
+        self._finalizer = weakref.finalize(self, _discard_temp, temp_path, lock, os.getpid())
 
     @property
     def array(self) -> np.ndarray:
@@ -477,61 +745,70 @@ class PendingArray:
         """``"open"``, ``"committed"`` or ``"aborted"``."""
         return self._state
 
+    def _fail(self, *extra: Path) -> None:
+        self._state = "aborted"
+        self._array = None
+        self._finalizer.detach()
+        _unlink_quiet(self.temp_path)
+        for path in extra:
+            _unlink_quiet(path)
+        self._lock.release()
+
     def commit(self) -> StoredArray:
-        """Flush, fsync and atomically publish; returns the committed read-only array."""
+        """Flush, fsync and publish as a new immutable version (not yet current: see
+        :meth:`MatrixStore.save_bundle` / :meth:`MatrixStore.set_current`)."""
         if self._state != "open":
             raise MatrixStoreError(f"pending array {self.path} is already {self._state}", self.path)
         arr = self._array
         assert arr is not None
-        side_final = self.path.with_suffix(".json")
-        side_temp = _temp_path(side_final)
+        sidecar = self.path.with_suffix(".json")
+        wrote_sidecar = False
         try:
             if isinstance(arr, np.memmap):
                 arr.flush()
             self._array = None
             del arr
-            fd = os.open(self.temp_path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-                st = os.fstat(fd)
-            finally:
-                os.close(fd)
+            fd = self._lock.fd
+            assert fd is not None
+            os.fsync(fd)
+            size = os.fstat(fd).st_size
             meta = self.store._make_meta(
                 self.asset,
                 self.partition,
                 self.name,
+                self.version,
                 self.shape,
                 self.dtype,
                 self.labels,
                 self.params,
-                st,
+                size,
+                _fingerprint(fd, size),
             )
-            _write_json_file(side_temp, meta)
+            _write_json_atomic(sidecar, meta, sync_dir=False)
+            wrote_sidecar = True
+            os.replace(self.temp_path, self.path)
+            self._lock.path = self.path
+            _fsync_dir(self.path.parent)
+            stored = self.store._open_version(
+                self.asset, self.partition, self.name, self.version, mmap=True
+            )
         except OSError as exc:
-            self._state = "aborted"
-            self._array = None
-            _unlink_quiet(self.temp_path)
-            _unlink_quiet(side_temp)
+            self._fail(*([sidecar, self.path] if wrote_sidecar else []))
             raise _space_or_io_error("committing", self.path, exc) from exc
         except BaseException:
-            self._state = "aborted"
-            self._array = None
-            _unlink_quiet(self.temp_path)
-            _unlink_quiet(side_temp)
+            self._fail(*([sidecar, self.path] if wrote_sidecar else []))
             raise
-        self._stored = self.store._publish(
-            self.asset, self.partition, self.name, self.temp_path, side_temp, meta
-        )
+        self._finalizer.detach()
+        self._stored = StoredArray(**{**stored.__dict__, "writer_lock": self._lock})
         self._state = "committed"
         return self._stored
 
     def abort(self) -> None:
-        """Discard the temp file; the previously committed version (if any) stays."""
+        """Discard the temp file; the versions already committed stay as they are."""
         if self._state == "committed":
             raise MatrixStoreError(f"pending array {self.path} is already committed", self.path)
-        self._array = None
-        self._state = "aborted"
-        _unlink_quiet(self.temp_path)
+        if self._state == "open":
+            self._fail()
 
     def __enter__(self) -> PendingArray:
         return self
@@ -556,16 +833,16 @@ class PendingArray:
 
 
 class MatrixStore:
-    """Directory of committed arrays, one sub-directory per asset and partition (SPEC §8).
+    """Directory of versioned arrays, one sub-directory per asset and partition (SPEC §8).
 
-    Stateless apart from ``base_dir``: any number of processes may open the same store.
-    See the module docstring for the layout and the commit protocol.
+    Stateless apart from ``base_dir``: any number of processes (and hosts sharing the directory)
+    may open the same store. See the module docstring for the layout and the protocols.
     """
 
     def __init__(self, base_dir: str | os.PathLike[str], *, create: bool = True) -> None:
         base = Path(base_dir).expanduser()
         if create:
-            base.mkdir(parents=True, exist_ok=True)
+            _mkdirs(base.absolute())
         elif not base.is_dir():
             raise MatrixStoreError(f"matrix store directory {base} does not exist", base)
         self.base_dir = base.resolve()
@@ -585,26 +862,73 @@ class MatrixStore:
             raise InvalidStoreKeyError(f"{asset}/{partition} resolves outside {self.base_dir}")
         return path
 
-    def array_path(self, asset: str, partition: str, name: str) -> Path:
-        """Final path ``<base>/<asset>/<partition>/<name>.npy``."""
-        return self.partition_dir(asset, partition) / f"{_validate_name(name)}.npy"
+    def array_path(self, asset: str, partition: str, name: str, version: str) -> Path:
+        """``<base>/<asset>/<partition>/<name>.<version>.npy``."""
+        return (
+            self.partition_dir(asset, partition)
+            / f"{_validate_name(name)}.{validate_version(version)}.npy"
+        )
 
-    def sidecar_path(self, asset: str, partition: str, name: str) -> Path:
-        return self.partition_dir(asset, partition) / f"{_validate_name(name)}.json"
+    def sidecar_path(self, asset: str, partition: str, name: str, version: str) -> Path:
+        return self.array_path(asset, partition, name, version).with_suffix(".json")
+
+    def manifest_path(self, asset: str, partition: str) -> Path:
+        return self.partition_dir(asset, partition) / MANIFEST_FILE
 
     def _ensure_dir(self, asset: str, partition: str) -> Path:
         directory = self.partition_dir(asset, partition)
-        directory.mkdir(parents=True, exist_ok=True)
+        if not directory.is_dir():
+            _mkdir(self.base_dir / asset)
+            _mkdir(directory)
         return directory
 
+    def _hold(
+        self,
+        directory: Path,
+        *,
+        exclusive: bool,
+        blocking: bool,
+        create: bool,
+        allow_upgrade: bool = False,
+    ) -> locks.Hold | None:
+        """A share of ``directory``'s partition lock (see :mod:`corr_pipeline.store.locks`);
+        None if busy (``blocking=False``) or if the directory does not exist and ``create`` is
+        False."""
+        for _ in range(20):
+            if create and not directory.is_dir():
+                _mkdir(directory.parent)
+                _mkdir(directory)
+            try:
+                return locks.hold(
+                    directory / PARTITION_LOCK,
+                    exclusive=exclusive,
+                    blocking=blocking,
+                    allow_upgrade=allow_upgrade,
+                )
+            except FileNotFoundError:
+                if not create:
+                    return None
+        raise MatrixStoreError(f"could not lock {directory}: it keeps disappearing", directory)
+
     @contextlib.contextmanager
-    def _lock(self, directory: Path, lock_name: str) -> Iterator[None]:
-        fd = os.open(directory / f".{lock_name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    def _manifest_lock(self, directory: Path) -> Iterator[None]:
+        fd = os.open(directory / MANIFEST_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            with contextlib.suppress(OSError):
+                os.fchmod(fd, _FILE_MODE)
+            locks.lock_fd(fd, exclusive=True, blocking=True)
             yield
         finally:
-            os.close(fd)  # releases the flock
+            os.close(fd)
+
+    def hold_partition(self, asset: str, partition: str) -> locks.Hold:
+        """A shared hold on ``<asset>/<partition>`` (created if missing) for as long as the caller
+        uses it: retention and garbage collection leave the partition alone meanwhile. Call
+        ``.release()`` when done (the Dagster resources hold it for a step)."""
+        directory = self.partition_dir(asset, partition)
+        held = self._hold(directory, exclusive=False, blocking=True, create=True)
+        assert held is not None
+        return held
 
     # ---- writing -----------------------------------------------------------------------
 
@@ -620,7 +944,8 @@ class MatrixStore:
         params: Mapping[str, Any] | None = None,
         fortran_order: bool = False,
     ) -> PendingArray:
-        """Create a writable, zero-filled array destined for ``<asset>/<partition>/<name>.npy``.
+        """Create a writable, zero-filled array that :meth:`PendingArray.commit` turns into a new
+        version of ``<asset>/<partition>/<name>``.
 
         The disk space is reserved up front (``posix_fallocate``); if it is not available,
         raises :class:`MatrixStoreSpaceError` naming the path, with nothing left behind.
@@ -632,48 +957,61 @@ class MatrixStore:
         shp = (int(shape),) if isinstance(shape, int | np.integer) else tuple(int(s) for s in shape)
         if any(s < 0 for s in shp):
             raise ValueError(f"{asset}/{partition}/{name}: negative dimension in shape {shp}")
+        self.partition_dir(asset, partition)
         _validate_name(name)
         labels_j = _jsonable(dict(labels or {}), f"{name}.labels")
         params_j = _jsonable(dict(params or {}), f"{name}.params")
-        directory = self._ensure_dir(asset, partition)
+        version = new_version()
+        directory = self.partition_dir(asset, partition)
         with contextlib.suppress(OSError):  # best effort: free what a crashed attempt left
             self.cleanup_stale_temps(asset=asset, partition=partition)
-        final = directory / f"{name}.npy"
-        temp = _temp_path(final)
+        held = self._hold(directory, exclusive=False, blocking=True, create=True)
+        assert held is not None
+        final = directory / f"{name}.{version}.npy"
         try:
+            temp, lock = _create_temp(final)
+        except OSError as exc:
+            held.release()
+            raise _space_or_io_error("allocating", final, exc) from exc
+        except BaseException:
+            held.release()
+            raise
+        try:
+            # the file exists (0600, locked); open_memmap writes the header into it in place
             mm = np.lib.format.open_memmap(
                 temp, mode="w+", dtype=dt, shape=shp, fortran_order=fortran_order
             )
-            fd = os.open(temp, os.O_RDWR)
-            try:
-                size = os.fstat(fd).st_size
-                if hasattr(os, "posix_fallocate") and size > 0:
-                    try:
-                        os.posix_fallocate(fd, 0, size)
-                    except OSError as exc:
-                        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
-                            raise
-            finally:
-                os.close(fd)
+            assert lock.fd is not None
+            size = os.fstat(lock.fd).st_size
+            if hasattr(os, "posix_fallocate") and size > 0:
+                try:
+                    os.posix_fallocate(lock.fd, 0, size)
+                except OSError as exc:
+                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                        raise
         except OSError as exc:
             _unlink_quiet(temp)
+            lock.release()
             raise _space_or_io_error("allocating", final, exc) from exc
         except BaseException:
             _unlink_quiet(temp)
+            lock.release()
             raise
-        return PendingArray(self, asset, partition, name, final, temp, mm, labels_j, params_j)
+        finally:
+            held.release()
+        return PendingArray(
+            self, asset, partition, name, version, final, temp, lock, mm, labels_j, params_j
+        )
 
-    def save(
+    def _save_version(
         self,
         asset: str,
         partition: str,
         name: str,
         array: Any,
-        *,
-        labels: Mapping[str, Any] | None = None,
-        params: Mapping[str, Any] | None = None,
+        labels: Mapping[str, Any] | None,
+        params: Mapping[str, Any] | None,
     ) -> StoredArray:
-        """Copy an in-memory array into the store (same atomic path as :meth:`allocate`)."""
         arr = np.asarray(array)
         with self.allocate(
             asset,
@@ -689,6 +1027,22 @@ class MatrixStore:
                 pending.array[...] = arr
             return pending.commit()
 
+    def save(
+        self,
+        asset: str,
+        partition: str,
+        name: str,
+        array: Any,
+        *,
+        labels: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> StoredArray:
+        """Copy an in-memory array into the store as a new version and make it the current one
+        (:meth:`set_current`)."""
+        stored = self._save_version(asset, partition, name, array, labels, params)
+        self.set_current(stored)
+        return stored
+
     def link(
         self,
         source: StoredArray,
@@ -699,55 +1053,98 @@ class MatrixStore:
         labels: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> StoredArray:
-        """Publish a committed array under another location without copying (hard link).
+        """Make a committed array a new, current version at another location without copying
+        (hard link; a copy when hard links are impossible or the source file is gone)."""
+        stored = self._link_version(source, asset, partition, name, labels=labels, params=params)
+        self.set_current(stored)
+        return stored
 
-        Falls back to a copy if hard links are impossible (other filesystem) or if
-        ``source.path`` has been re-written since ``source`` was loaded.
-        """
+    def _link_version(
+        self,
+        source: StoredArray,
+        asset: str,
+        partition: str,
+        name: str,
+        *,
+        labels: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> StoredArray:
+        self.partition_dir(asset, partition)
         _validate_name(name)
-        directory = self._ensure_dir(asset, partition)
-        final = directory / f"{name}.npy"
-        temp = _temp_path(final)
-        side_temp = _temp_path(final.with_suffix(".json"))
         labels_j = _jsonable(dict(source.labels if labels is None else labels), "labels")
         params_j = _jsonable(dict(source.params if params is None else params), "params")
+        version = new_version()
+        directory = self.partition_dir(asset, partition)
+        held = self._hold(directory, exclusive=False, blocking=True, create=True)
+        assert held is not None
+        final = directory / f"{name}.{version}.npy"
+        sidecar = final.with_suffix(".json")
+        temp = _temp_path(final)
         try:
             os.link(source.path, temp)
-            st = os.stat(temp)
-            src_ident = source.meta.get("array_file", {})
-            if _identity(st) != src_ident:  # source re-written since loaded
-                _unlink_quiet(temp)
-                return self.save(
-                    asset, partition, name, source.array, labels=labels_j, params=params_j
-                )
-            meta = self._make_meta(
-                asset, partition, name, source.shape, source.dtype, labels_j, params_j, st
-            )
-            _write_json_file(side_temp, meta)
+            fd = os.open(temp, os.O_RDWR | os.O_CLOEXEC)
+            lock = locks.FileLock(fd, temp)
+            try:
+                locks.lock_fd(fd, exclusive=False, blocking=True)
+                if os.stat(temp).st_ino != os.fstat(fd).st_ino:
+                    raise FileNotFoundError(errno.ENOENT, "removed while being locked", str(temp))
+            except BaseException:
+                lock.release()
+                raise
         except OSError as exc:
             _unlink_quiet(temp)
-            _unlink_quiet(side_temp)
+            held.release()
             if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOENT):
-                return self.save(
-                    asset, partition, name, source.array, labels=labels_j, params=params_j
-                )
+                return self._save_version(asset, partition, name, source.array, labels_j, params_j)
             raise _space_or_io_error("linking", final, exc) from exc
-        return self._publish(asset, partition, name, temp, side_temp, meta)
+        try:
+            size = os.fstat(fd).st_size
+            fingerprint = _fingerprint(fd, size)
+            if source.meta.get("array_file", {}).get("fingerprint") != fingerprint:
+                raise OSError(errno.ENOENT, "the source file changed", str(source.path))
+            meta = self._make_meta(
+                asset, partition, name, version, source.shape, source.dtype, labels_j, params_j,
+                size, fingerprint,
+            )  # fmt: skip
+            _write_json_atomic(sidecar, meta, sync_dir=False)
+            os.replace(temp, final)
+            lock.path = final
+            _fsync_dir(directory)
+            stored = self._open_version(asset, partition, name, version, mmap=True)
+        except OSError as exc:
+            _unlink_quiet(temp)
+            _unlink_quiet(final)
+            _unlink_quiet(sidecar)
+            lock.release()
+            if exc.errno == errno.ENOENT:
+                return self._save_version(asset, partition, name, source.array, labels_j, params_j)
+            raise _space_or_io_error("linking", final, exc) from exc
+        except BaseException:
+            _unlink_quiet(temp)
+            _unlink_quiet(final)
+            _unlink_quiet(sidecar)
+            lock.release()
+            raise
+        finally:
+            held.release()
+        return StoredArray(**{**stored.__dict__, "writer_lock": lock})
 
     def _make_meta(
         self,
         asset: str,
         partition: str,
         name: str,
+        version: str,
         shape: tuple[int, ...],
         dtype: np.dtype,
         labels: dict[str, Any],
         params: dict[str, Any],
-        st: os.stat_result,
+        size: int,
+        fingerprint: str,
     ) -> dict[str, Any]:
         return {
             "format": FORMAT_VERSION,
-            "version": uuid.uuid4().hex,
+            "version": version,
             "asset": asset,
             "partition": partition,
             "name": name,
@@ -757,51 +1154,298 @@ class MatrixStore:
             "params": params,
             "created_at": _now_iso(),
             "writer": {"host": socket.gethostname(), "pid": os.getpid()},
-            "array_file": _identity(st),
+            "array_file": {"size": int(size), "fingerprint": fingerprint},
         }
 
-    def _publish(
+    # ---- manifests (the current pointer) ------------------------------------------------
+
+    def _read_manifest(self, directory: Path) -> dict[str, Any] | None:
+        manifest = _read_json_file(directory / MANIFEST_FILE, "bundle manifest")
+        if manifest is not None and not isinstance(manifest.get("arrays"), dict):
+            raise CorruptMatrixError(
+                f"bundle manifest {directory / MANIFEST_FILE} lacks 'arrays'",
+                directory / MANIFEST_FILE,
+            )
+        return manifest
+
+    def manifest(self, asset: str, partition: str) -> dict[str, Any] | None:
+        """The current manifest of ``<asset>/<partition>`` (None if there is none)."""
+        return self._read_manifest(self.partition_dir(asset, partition))
+
+    def _has_version(self, directory: Path, name: str, version: str) -> bool:
+        return (directory / f"{name}.{version}.npy").is_file() and (
+            directory / f"{name}.{version}.json"
+        ).is_file()
+
+    def _commit_manifest(
         self,
         asset: str,
         partition: str,
-        name: str,
-        array_temp: Path,
-        sidecar_temp: Path,
-        meta: dict[str, Any],
-    ) -> StoredArray:
-        """Steps 3-4 of the commit protocol; returns the freshly committed array."""
-        directory = array_temp.parent
-        final = directory / f"{name}.npy"
+        directory: Path,
+        update: Any,
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        """Read-modify-write of the manifest under the manifest lock (and a shared partition
+        hold): ``update(previous manifest or None) -> new manifest``; every version the new one
+        names must exist. Returns (previous, new)."""
+        held = self._hold(directory, exclusive=False, blocking=True, create=True)
+        assert held is not None
         try:
-            with self._lock(directory, name):
-                os.replace(array_temp, final)  # commit point
-                os.replace(sidecar_temp, final.with_suffix(".json"))
-                # open our own version while still holding the lock
-                stored = self._open_verified(asset, partition, name, final, meta, mmap=True)
-            _fsync_dir(directory)
-        except OSError as exc:
-            _unlink_quiet(array_temp)
-            _unlink_quiet(sidecar_temp)
-            raise _space_or_io_error("publishing", final, exc) from exc
-        return stored
+            with self._manifest_lock(directory):
+                try:
+                    previous = self._read_manifest(directory)
+                except CorruptMatrixError:
+                    previous = None  # unreadable or of an older format: replaced whole
+                manifest = update(previous)
+                for name, entry in manifest["arrays"].items():
+                    if not self._has_version(directory, name, entry["version"]):
+                        raise CorruptMatrixError(
+                            f"version {entry['version']} of {asset}/{partition}/{name} vanished "
+                            "before the manifest naming it was written",
+                            directory,
+                        )
+                final = directory / MANIFEST_FILE
+                try:
+                    _write_json_atomic(final, manifest)
+                except OSError as exc:
+                    raise _space_or_io_error("writing the bundle manifest", final, exc) from exc
+        finally:
+            held.release()
+        return previous, manifest
+
+    @staticmethod
+    def _entry(stored: StoredArray) -> dict[str, Any]:
+        return {
+            "version": stored.version,
+            "shape": list(stored.shape),
+            "dtype": _dtype_descr(stored.dtype),
+            "nbytes": int(stored.array.nbytes),
+        }
+
+    def _new_manifest(self, asset: str, partition: str) -> dict[str, Any]:
+        return {
+            "format": FORMAT_VERSION,
+            "asset": asset,
+            "partition": partition,
+            "created_at": _now_iso(),
+            "labels": {},
+            "params": {},
+            "inputs": {},
+            "arrays": {},
+        }
+
+    def set_current(self, stored: StoredArray) -> None:
+        """Make ``stored`` (a version of its own location) the current version of its name; the
+        other entries of the manifest stay as they are."""
+        asset, partition, name = stored.location
+        directory = self.partition_dir(asset, partition)
+
+        def update(previous: dict[str, Any] | None) -> dict[str, Any]:
+            manifest = previous or self._new_manifest(asset, partition)
+            manifest["arrays"][name] = self._entry(stored)
+            manifest["created_at"] = _now_iso()
+            return manifest
+
+        self._commit_manifest(asset, partition, directory, update)
+        stored.release_writer_lock()
+
+    def delete(self, asset: str, partition: str, name: str) -> bool:
+        """Drop ``name`` from the current manifest (True if it was there). Its versions stay on
+        disk until garbage collection finds nothing needs them (a published snapshot may pin
+        one)."""
+        _validate_name(name)
+        directory = self.partition_dir(asset, partition)
+        if not (directory / MANIFEST_FILE).is_file():
+            return False
+        found = []
+
+        def update(previous: dict[str, Any] | None) -> dict[str, Any]:
+            manifest = previous or self._new_manifest(asset, partition)
+            found.append(manifest["arrays"].pop(name, None) is not None)
+            return manifest
+
+        self._commit_manifest(asset, partition, directory, update)
+        return bool(found and found[0])
+
+    # ---- bundles (the unit the Dagster IO manager hands over) --------------------------
+
+    def save_bundle(self, asset: str, partition: str, bundle: MatrixBundle) -> BundleWriteReport:
+        """Store every array of ``bundle`` under ``<asset>/<partition>`` and commit its manifest.
+
+        Per array ``name``:
+
+        * a :class:`StoredArray` that is a version of ``<asset>/<partition>/<name>`` still on
+          disk (what :meth:`PendingArray.commit` returned, or any older version) is **reused as
+          is** — no byte is copied (the zero-copy hand-off);
+        * another :class:`StoredArray` is hard-linked as a new version (zero copy);
+        * anything else is converted with ``np.asarray`` and copied into a new version, with the
+          bundle's labels/params in its sidecar.
+
+        Then ``bundle.manifest.json`` (names, versions, shapes, dtypes, labels, params, inputs)
+        replaces the previous one atomically — the commit point of the bundle. Names of the
+        previous manifest missing from the bundle are dropped (``removed``); their versions,
+        like the superseded ones, are left to :meth:`collect_garbage`.
+        """
+        for name in bundle.arrays:  # every key is checked before anything touches the disk
+            _validate_name(name)
+        directory = self.partition_dir(asset, partition)
+        inputs = _check_inputs(bundle.inputs, "bundle.inputs")
+        labels = _jsonable(dict(bundle.labels), "bundle.labels")
+        params = _jsonable(dict(bundle.params), "bundle.params")
+        held = self._hold(directory, exclusive=False, blocking=True, create=True)
+        assert held is not None
+        try:
+            stored: dict[str, StoredArray] = {}
+            reused: list[str] = []
+            linked: list[str] = []
+            copied: list[str] = []
+            copied_bytes = 0
+            for name, value in bundle.arrays.items():
+                if isinstance(value, PendingArray):
+                    raise MatrixStoreError(
+                        f"bundle array {name!r} is a PendingArray in state {value.state}: "
+                        "call commit() and put the returned StoredArray in the bundle",
+                        value.path,
+                    )
+                if isinstance(value, StoredArray):
+                    if value.location == (asset, partition, name) and self._has_version(
+                        directory, name, value.version
+                    ):
+                        stored[name] = value
+                        reused.append(name)
+                    else:
+                        stored[name] = self._link_version(
+                            value, asset, partition, name, labels=value.labels, params=value.params
+                        )
+                        linked.append(name)
+                else:
+                    arr = np.asarray(value)
+                    stored[name] = self._save_version(
+                        asset, partition, name, arr, bundle.labels, bundle.params
+                    )
+                    copied.append(name)
+                    copied_bytes += int(arr.nbytes)
+
+            def update(previous: dict[str, Any] | None) -> dict[str, Any]:
+                manifest = self._new_manifest(asset, partition)
+                manifest.update(
+                    labels=labels,
+                    params=params,
+                    inputs=inputs,
+                    arrays={name: self._entry(s) for name, s in stored.items()},
+                )
+                return manifest
+
+            previous, manifest = self._commit_manifest(asset, partition, directory, update)
+        finally:
+            held.release()
+        for s in stored.values():
+            s.release_writer_lock()
+        before = (previous or {}).get("arrays", {})
+        out = MatrixBundle(
+            arrays=dict(stored),
+            labels=manifest["labels"],
+            params=manifest["params"],
+            inputs=manifest["inputs"],
+            asset=asset,
+            partition=partition,
+        )
+        return BundleWriteReport(
+            bundle=out,
+            directory=directory,
+            reused=reused,
+            linked=linked,
+            copied=copied,
+            removed=sorted(n for n in before if n not in stored),
+            nbytes=int(sum(s.array.nbytes for s in stored.values())),
+            copied_bytes=copied_bytes,
+            superseded={
+                n: str(e.get("version"))
+                for n, e in before.items()
+                if n in stored and e.get("version") != stored[n].version
+            },
+        )
+
+    def has_bundle(self, asset: str, partition: str) -> bool:
+        return (self.partition_dir(asset, partition) / MANIFEST_FILE).is_file()
+
+    def load_bundle(self, asset: str, partition: str, *, mmap: bool = True) -> MatrixBundle:
+        """Load the current bundle (arrays as :class:`StoredArray`, ``bundle.versions`` = the
+        versions read). A manifest replaced while it is being read is read again; a manifest
+        naming a version that is not on disk raises :class:`CorruptMatrixError`."""
+        directory = self.partition_dir(asset, partition)
+        path = directory / MANIFEST_FILE
+        problem = ""
+        previous_manifest: dict[str, Any] | None = None
+        for attempt in range(_MANIFEST_ATTEMPTS):
+            if attempt:
+                time.sleep(_MANIFEST_SLEEP_S)
+            manifest = self._read_manifest(directory)
+            if manifest is None:
+                raise MatrixNotFoundError(
+                    f"no bundle for {asset}/{partition}: {path} does not exist "
+                    "(was the asset materialized through the matrix-store IO manager?)",
+                    path,
+                )
+            if previous_manifest is not None and manifest == previous_manifest:
+                break  # unchanged and still naming a missing version: not a race
+            arrays: dict[str, np.ndarray | StoredArray] = {}
+            for name, entry in manifest["arrays"].items():
+                try:
+                    arrays[name] = self._open_version(
+                        asset, partition, name, str(entry.get("version")), mmap=mmap
+                    )
+                except VersionNotFoundError:
+                    problem = (
+                        f"array {name!r}: version {entry.get('version')} that {path} expects "
+                        "is not on disk"
+                    )
+                    break
+            else:
+                return MatrixBundle(
+                    arrays=arrays,
+                    labels=dict(manifest.get("labels") or {}),
+                    params=dict(manifest.get("params") or {}),
+                    inputs={k: dict(v) for k, v in (manifest.get("inputs") or {}).items()},
+                    asset=asset,
+                    partition=partition,
+                )
+            previous_manifest = manifest
+        raise CorruptMatrixError(f"bundle {asset}/{partition} is inconsistent: {problem}", path)
 
     # ---- reading -----------------------------------------------------------------------
 
+    def current_version(self, asset: str, partition: str, name: str) -> str | None:
+        """Version the current manifest names for the array (``None`` if none)."""
+        manifest = self.manifest(asset, partition)
+        entry = (manifest or {}).get("arrays", {}).get(_validate_name(name))
+        return None if entry is None else str(entry.get("version"))
+
     def exists(self, asset: str, partition: str, name: str) -> bool:
-        """True when a committed sidecar exists for the array."""
-        return self.sidecar_path(asset, partition, name).is_file()
+        """True when the current manifest names a version of the array."""
+        try:
+            return self.current_version(asset, partition, name) is not None
+        except CorruptMatrixError:
+            return False
+
+    def has_version(self, asset: str, partition: str, name: str, version: str) -> bool:
+        """True when that version's files are on disk."""
+        return self._has_version(
+            self.partition_dir(asset, partition), _validate_name(name), validate_version(version)
+        )
 
     def names(self, asset: str, partition: str) -> list[str]:
-        """Committed array names in a partition (sorted)."""
+        """Array names of the current manifest (sorted)."""
         directory = self.partition_dir(asset, partition)
         if not directory.is_dir():
             return []
-        out = []
-        for p in directory.iterdir():
-            stem = p.name[: -len(".json")] if p.name.endswith(".json") else None
-            if stem and _NAME_RE.fullmatch(stem) and (directory / f"{stem}.npy").exists():
-                out.append(stem)
-        return sorted(out)
+        manifest = self._read_manifest(directory)
+        return sorted((manifest or {}).get("arrays", {}))
+
+    def assets(self) -> list[str]:
+        """Asset directories of the store (sorted)."""
+        return sorted(
+            p.name for p in self.base_dir.iterdir() if p.is_dir() and _ASSET_RE.fullmatch(p.name)
+        )
 
     def partitions(self, asset: str) -> list[str]:
         """Partition keys present for an asset (sorted)."""
@@ -814,83 +1458,124 @@ class MatrixStore:
             if p.is_dir() and _PARTITION_RE.fullmatch(p.name) and ".." not in p.name
         )
 
-    def load(self, asset: str, partition: str, name: str, *, mmap: bool = True) -> StoredArray:
-        """Load a committed array: read-only ``np.memmap`` (``mmap=True``) or an in-memory copy.
+    def partition_keys(self) -> list[str]:
+        """Every partition key present under any asset (sorted)."""
+        return sorted({p for asset in self.assets() for p in self.partitions(asset)})
 
-        Raises :class:`MatrixNotFoundError` if it was never committed and
-        :class:`CorruptMatrixError` (naming the file) if the files are unreadable, truncated
-        or disagree with the sidecar.
-        """
-        npy = self.array_path(asset, partition, name)
-        side = npy.with_suffix(".json")
-        last_problem = ""
-        orphan = False
-        for attempt in range(_CONSISTENCY_ATTEMPTS):
-            if attempt:
-                time.sleep(_CONSISTENCY_SLEEP_S)
-            meta = _read_json_file(side, "sidecar")
-            try:
-                f = open(npy, "rb")
-            except FileNotFoundError:
-                if meta is None:
-                    raise MatrixNotFoundError(
-                        f"no array {asset}/{partition}/{name} in the store ({npy} does not exist)",
-                        npy,
-                    ) from None
-                orphan = False
-                last_problem = f"sidecar {side} exists but array {npy} does not"
+    def versions(self, asset: str, partition: str) -> list[VersionInfo]:
+        """The versions on disk in ``<asset>/<partition>`` (oldest first), current or not."""
+        directory = self.partition_dir(asset, partition)
+        found: dict[tuple[str, str], list[Path]] = {}
+        try:
+            entries = list(directory.iterdir())
+        except FileNotFoundError:
+            return []
+        for p in entries:
+            m = _VERSION_FILE_RE.fullmatch(p.name)
+            if m:
+                found.setdefault((m["name"], m["version"]), []).append(p)
+        out = []
+        for (name, version), paths in sorted(found.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            size = 0
+            for p in paths:
+                with contextlib.suppress(FileNotFoundError):
+                    size += p.stat().st_size
+            out.append(VersionInfo(asset, partition, name, version, size, len(paths) == 2))
+        return out
+
+    def disk_usage(self, partition: str) -> dict[str, int]:
+        """Bytes on disk per asset of ``partition`` (every file of its directories)."""
+        _validate_partition(partition)
+        usage: dict[str, int] = {}
+        for asset in self.assets():
+            directory = self.base_dir / asset / partition
+            if not directory.is_dir():
                 continue
-            with f:
-                ident = _identity(os.fstat(f.fileno()))
-                if meta is None or meta.get("array_file") != ident:
-                    pending_meta = self._find_pending_sidecar(side, ident)
-                    if pending_meta is not None:
-                        meta = pending_meta
-                    elif meta is None:
-                        orphan = True
-                        last_problem = f"array {npy} exists but its sidecar {side} does not"
-                        continue
-                    else:
-                        orphan = False
-                        last_problem = (
-                            f"array {npy} (inode {ident['inode']}) does not match its sidecar "
-                            f"{side} (inode {meta.get('array_file', {}).get('inode')})"
-                        )
-                        continue
-                return self._check_and_map(asset, partition, name, npy, f, ident, meta, mmap)
-        if orphan:
-            raise MatrixNotFoundError(
-                f"no committed array {asset}/{partition}/{name}: {last_problem} (orphan file)",
-                npy,
-            )
+            total = 0
+            for p in directory.iterdir():
+                with contextlib.suppress(FileNotFoundError):
+                    total += p.stat().st_size
+            usage[asset] = total
+        return usage
+
+    def load(
+        self,
+        asset: str,
+        partition: str,
+        name: str,
+        *,
+        version: str | None = None,
+        mmap: bool = True,
+    ) -> StoredArray:
+        """Load a version of an array: the current one (``version=None``, what the manifest
+        names) or exactly ``version`` (a pinned one). A read-only ``np.memmap`` (``mmap=True``)
+        or an in-memory copy.
+
+        Raises :class:`MatrixNotFoundError` when no version is current,
+        :class:`VersionNotFoundError` when the requested version is not on disk and
+        :class:`CorruptMatrixError` (naming the file) when files are unreadable, truncated or
+        disagree with their sidecar.
+        """
+        directory = self.partition_dir(asset, partition)
+        _validate_name(name)
+        if version is not None:
+            return self._open_version(asset, partition, name, validate_version(version), mmap=mmap)
+        seen: str | None = None
+        for attempt in range(_MANIFEST_ATTEMPTS):
+            if attempt:
+                time.sleep(_MANIFEST_SLEEP_S)
+            manifest = self._read_manifest(directory)
+            entry = (manifest or {}).get("arrays", {}).get(name)
+            if entry is None:
+                raise MatrixNotFoundError(
+                    f"no array {asset}/{partition}/{name}.npy in the store ({directory / MANIFEST_FILE} "
+                    "names no version of it)",
+                    directory / f"{name}.npy",
+                )
+            current = str(entry.get("version"))
+            if current == seen:
+                break  # the manifest still names a version that is not on disk
+            try:
+                return self._open_version(asset, partition, name, current, mmap=mmap)
+            except VersionNotFoundError:
+                seen = current  # replaced and collected meanwhile? read the manifest again
         raise CorruptMatrixError(
-            f"inconsistent array {asset}/{partition}/{name}: {last_problem}", npy
+            f"the current manifest of {asset}/{partition} names version {seen} of {name!r}, "
+            "which is not on disk (deleted outside the store's protocol)",
+            directory / MANIFEST_FILE,
         )
 
-    def _open_verified(
-        self, asset: str, partition: str, name: str, npy: Path, meta: dict[str, Any], *, mmap: bool
+    def _open_version(
+        self, asset: str, partition: str, name: str, version: str, *, mmap: bool
     ) -> StoredArray:
-        with open(npy, "rb") as f:
-            ident = _identity(os.fstat(f.fileno()))
-            if meta.get("array_file") != ident:
-                raise CorruptMatrixError(f"array {npy} changed while being published", npy)
-            return self._check_and_map(asset, partition, name, npy, f, ident, meta, mmap)
-
-    def _find_pending_sidecar(self, side: Path, ident: dict[str, int]) -> dict[str, Any] | None:
-        """A complete temp sidecar (writer between its two renames) matching ``ident``."""
-        prefix = f".{side.name}.tmp-"
+        npy = self.array_path(asset, partition, name, version)
+        side = npy.with_suffix(".json")
+        meta = _read_json_file(side, "sidecar")
         try:
-            candidates = [p for p in side.parent.iterdir() if p.name.startswith(prefix)]
+            f = open(npy, "rb")
         except FileNotFoundError:
-            return None
-        for cand in candidates:
-            try:
-                meta = _read_json_file(cand, "sidecar")
-            except CorruptMatrixError:
-                continue  # a temp sidecar is complete once renamed only; skip torn ones
-            if meta is not None and meta.get("array_file") == ident:
-                return meta
-        return None
+            f = None
+        if meta is None or f is None:
+            if f is not None:
+                f.close()
+            missing = side if meta is None else npy
+            raise VersionNotFoundError(
+                f"version {version} of {asset}/{partition}/{name} is not in the matrix store "
+                f"({missing} does not exist)",
+                npy,
+                asset,
+                partition,
+                name,
+                version,
+            )
+        with f:
+            if meta.get("version") != version or meta.get("name") != name:
+                raise CorruptMatrixError(
+                    f"sidecar {side} belongs to {meta.get('name')!r} version "
+                    f"{meta.get('version')}, not to the file it sits next to",
+                    side,
+                )
+            return self._check_and_map(asset, partition, name, npy, f, meta, mmap)
 
     def _check_and_map(
         self,
@@ -899,18 +1584,17 @@ class MatrixStore:
         name: str,
         npy: Path,
         f: Any,
-        ident: dict[str, int],
         meta: dict[str, Any],
         mmap: bool,
     ) -> StoredArray:
         try:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
+            fmt = np.lib.format.read_magic(f)
+            if fmt == (1, 0):
                 shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            elif version == (2, 0):
+            elif fmt == (2, 0):
                 shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
             else:
-                raise ValueError(f"unsupported .npy format version {version}")
+                raise ValueError(f"unsupported .npy format version {fmt}")
         except (ValueError, OSError, SyntaxError) as exc:
             raise CorruptMatrixError(
                 f"array {npy} has an unreadable .npy header: {exc}", npy
@@ -932,10 +1616,22 @@ class MatrixStore:
             raise CorruptMatrixError(f"array {npy} has an object dtype (refused)", npy)
         offset = f.tell()
         nbytes = math.prod(shape) * dtype.itemsize
-        if ident["size"] != offset + nbytes:
+        size = os.fstat(f.fileno()).st_size
+        if size != offset + nbytes:
             raise CorruptMatrixError(
-                f"array {npy} is {ident['size']} bytes, expected {offset + nbytes} "
+                f"array {npy} is {size} bytes, expected {offset + nbytes} "
                 f"(header {offset} + data {nbytes}): truncated or corrupt",
+                npy,
+            )
+        recorded = meta.get("array_file")
+        if (
+            not isinstance(recorded, dict)
+            or recorded.get("size") != size
+            or recorded.get("fingerprint") != _fingerprint(f.fileno(), size)
+        ):
+            raise CorruptMatrixError(
+                f"array {npy} does not match its sidecar {npy.with_suffix('.json')} (size or "
+                "content fingerprint differs: the data of another version, or damaged)",
                 npy,
             )
         order = "F" if fortran else "C"
@@ -945,6 +1641,7 @@ class MatrixStore:
             )
         else:
             count = math.prod(shape)
+            f.seek(offset)
             flat = np.fromfile(f, dtype=dtype, count=count)
             if flat.size != count:
                 raise CorruptMatrixError(f"array {npy}: short read", npy)
@@ -960,252 +1657,311 @@ class MatrixStore:
             meta=meta,
         )
 
-    def current_version(self, asset: str, partition: str, name: str) -> str | None:
-        """Version id of the committed array (``None`` if absent); cheap (sidecar only)."""
-        meta = _read_json_file(self.sidecar_path(asset, partition, name), "sidecar")
-        return None if meta is None else str(meta.get("version"))
-
-    # ---- deleting and cleaning -----------------------------------------------------------
-
-    def delete(self, asset: str, partition: str, name: str) -> bool:
-        """Remove a committed array (sidecar first, so it disappears atomically). True if it existed."""
-        npy = self.array_path(asset, partition, name)
-        directory = npy.parent
-        if not directory.is_dir():
-            return False
-        with self._lock(directory, name):
-            existed = npy.with_suffix(".json").exists()
-            _unlink_quiet(npy.with_suffix(".json"))
-            _unlink_quiet(npy)
-        _fsync_dir(directory)
-        return existed
+    # ---- temp files -----------------------------------------------------------------------
 
     def cleanup_stale_temps(
-        self,
-        *,
-        asset: str | None = None,
-        partition: str | None = None,
-        max_age_seconds: float | None = None,
+        self, *, asset: str | None = None, partition: str | None = None
     ) -> list[Path]:
-        """Delete temp files of writers that are gone; returns the paths removed.
+        """Delete temp files whose writer is gone; returns the paths removed.
 
         Scans the whole store, or only ``asset`` (and ``partition``) when given.
         :meth:`allocate` runs it on its own partition directory, so a re-materialization after
-        a crash removes the crashed attempt's leftovers.
-
-        A temp file ``.<file>.tmp-<pid>-<hex>`` is stale when process ``<pid>`` no longer
-        exists on this host or (if ``max_age_seconds`` is given, e.g. for a store shared by
-        several hosts) when it is older than that. A stale temp *sidecar* whose array was
-        already committed (the writer died between its two renames) is rolled forward into
-        place instead of deleted, so array and sidecar agree again.
+        a crash removes the crashed attempt's leftovers. A temp file is stale when no open file
+        description holds a lock on it: its writer (on this host or another one sharing the
+        store) released it or died. A live writer's temp file is never removed, however old.
         """
         if partition is not None and asset is None:
             raise ValueError("cleanup_stale_temps: partition given without asset")
-        if asset is None:
-            asset_dirs = sorted(p for p in self.base_dir.iterdir() if p.is_dir())
-        else:
-            asset_dirs = [self.base_dir / validate_asset_name(asset)]
         removed: list[Path] = []
-        now = time.time()
-        for asset_dir in asset_dirs:
-            if not _ASSET_RE.fullmatch(asset_dir.name) or not asset_dir.is_dir():
-                continue
-            if partition is None:
-                part_dirs = sorted(p for p in asset_dir.iterdir() if p.is_dir())
-            else:
-                part_dirs = [self.partition_dir(asset_dir.name, partition)]
-            for part_dir in part_dirs:
-                if not _PARTITION_RE.fullmatch(part_dir.name) or not part_dir.is_dir():
-                    continue
-                for p in sorted(part_dir.iterdir()):
-                    m = _TEMP_RE.fullmatch(p.name)
-                    if not m:
-                        continue
-                    stale = not _pid_alive(int(m["pid"]))
-                    if not stale and max_age_seconds is not None:
-                        with contextlib.suppress(FileNotFoundError):
-                            stale = now - p.stat().st_mtime > max_age_seconds
-                    if not stale:
-                        continue
-                    target = part_dir / m["target"]
-                    if target.suffix == ".json" and _NAME_RE.fullmatch(target.stem):
-                        if self._roll_forward(part_dir, target, p):
-                            continue
-                    _unlink_quiet(p)
-                    removed.append(p)
+        for part_dir in self._partition_dirs(asset, partition):
+            removed += self._cleanup_dir(part_dir)
         return removed
 
-    def _roll_forward(self, directory: Path, side_final: Path, side_temp: Path) -> bool:
+    def _partition_dirs(self, asset: str | None, partition: str | None) -> list[Path]:
+        if asset is None:
+            asset_dirs = [self.base_dir / a for a in self.assets()]
+        else:
+            asset_dirs = [self.base_dir / validate_asset_name(asset)]
+        out: list[Path] = []
+        for asset_dir in asset_dirs:
+            if not asset_dir.is_dir():
+                continue
+            if partition is None:
+                out += [asset_dir / p for p in self.partitions(asset_dir.name)]
+            else:
+                out.append(self.partition_dir(asset_dir.name, partition))
+        return [p for p in out if p.is_dir()]
+
+    def _cleanup_dir(self, part_dir: Path, *, dry_run: bool = False) -> list[Path]:
+        removed: list[Path] = []
         try:
-            meta = _read_json_file(side_temp, "sidecar")
-        except CorruptMatrixError:
-            return False
-        if meta is None:
-            return False
-        with self._lock(directory, side_final.stem):
+            entries = sorted(part_dir.iterdir())
+        except FileNotFoundError:
+            return removed
+        for p in entries:
+            if not _TEMP_RE.fullmatch(p.name):
+                continue
             try:
-                st = os.stat(side_final.with_suffix(".npy"))
+                fd = os.open(p, os.O_RDWR | os.O_CLOEXEC)
             except FileNotFoundError:
-                return False
-            if meta.get("array_file") != _identity(st):
-                return False
-            current = _read_json_file(side_final, "sidecar") if side_final.exists() else None
-            if current is not None and current.get("array_file") == _identity(st):
-                return False
-            os.replace(side_temp, side_final)
-        _fsync_dir(directory)
-        return True
-
-    # ---- bundles (the unit the Dagster IO manager hands over) --------------------------
-
-    def save_bundle(self, asset: str, partition: str, bundle: MatrixBundle) -> BundleWriteReport:
-        """Store every array of ``bundle`` under ``<asset>/<partition>`` and commit its manifest.
-
-        Per array ``name``:
-
-        * a :class:`StoredArray` already committed at ``<asset>/<partition>/<name>`` whose
-          version is still the current one (what :meth:`PendingArray.commit` returned)
-          is **reused as is** — no byte is copied (the zero-copy hand-off);
-        * another :class:`StoredArray` is hard-linked (:meth:`link`, zero copy);
-        * anything else is converted with ``np.asarray`` and copied (:meth:`save`), with the
-          bundle's labels/params in its sidecar.
-
-        Then ``bundle.manifest.json`` (names, versions, shapes, dtypes, labels, params) is
-        replaced atomically — the commit point of the bundle — and arrays of the partition
-        that are not in the bundle (left by an earlier materialization) are deleted.
-        """
-        for name in bundle.arrays:  # every key is checked before anything touches the disk
-            _validate_name(name)
-        directory = self._ensure_dir(asset, partition)
-        # Writers of one bundle take turns: storing the arrays and committing the manifest is
-        # one critical section, so two concurrent materializations of the same partition cannot
-        # leave a manifest naming array versions the other one has replaced meanwhile (a bundle
-        # that load_bundle would refuse until the partition is re-materialized). The lock file
-        # name has a dot, so it can never be an array's own commit lock.
-        with self._lock(directory, "bundle.writer"):
-            return self._save_bundle_locked(asset, partition, directory, bundle)
-
-    def _save_bundle_locked(
-        self, asset: str, partition: str, directory: Path, bundle: MatrixBundle
-    ) -> BundleWriteReport:
-        stored: dict[str, StoredArray] = {}
-        reused: list[str] = []
-        linked: list[str] = []
-        copied: list[str] = []
-        copied_bytes = 0
-        for name, value in bundle.arrays.items():
-            _validate_name(name)
-            if isinstance(value, PendingArray):
-                raise MatrixStoreError(
-                    f"bundle array {name!r} is a PendingArray in state {value.state}: "
-                    "call commit() and put the returned StoredArray in the bundle",
-                    value.path,
-                )
-            if isinstance(value, StoredArray):
-                if (
-                    value.location == (asset, partition, name)
-                    and self.current_version(asset, partition, name) == value.version
-                ):
-                    stored[name] = value
-                    reused.append(name)
-                else:
-                    stored[name] = self.link(
-                        value, asset, partition, name, labels=value.labels, params=value.params
-                    )
-                    linked.append(name)
-            else:
-                arr = np.asarray(value)
-                stored[name] = self.save(
-                    asset, partition, name, arr, labels=bundle.labels, params=bundle.params
-                )
-                copied.append(name)
-                copied_bytes += int(arr.nbytes)
-        manifest = {
-            "format": FORMAT_VERSION,
-            "asset": asset,
-            "partition": partition,
-            "created_at": _now_iso(),
-            "labels": _jsonable(dict(bundle.labels), "bundle.labels"),
-            "params": _jsonable(dict(bundle.params), "bundle.params"),
-            "arrays": {
-                name: {
-                    "version": s.version,
-                    "shape": list(s.shape),
-                    "dtype": _dtype_descr(s.dtype),
-                }
-                for name, s in stored.items()
-            },
-        }
-        final = directory / MANIFEST_FILE
-        temp = _temp_path(final)
-        try:
-            with self._lock(directory, "bundle"):
-                _write_json_file(temp, manifest)
-                os.replace(temp, final)
-            _fsync_dir(directory)
-        except OSError as exc:
-            _unlink_quiet(temp)
-            raise _space_or_io_error("writing the bundle manifest", final, exc) from exc
-        removed = [n for n in self.names(asset, partition) if n not in stored]
-        for n in removed:
-            self.delete(asset, partition, n)
-        out = MatrixBundle(
-            arrays=dict(stored), labels=manifest["labels"], params=manifest["params"]
-        )
-        return BundleWriteReport(
-            bundle=out,
-            directory=directory,
-            reused=reused,
-            linked=linked,
-            copied=copied,
-            removed=removed,
-            nbytes=int(sum(s.array.nbytes for s in stored.values())),
-            copied_bytes=copied_bytes,
-        )
-
-    def has_bundle(self, asset: str, partition: str) -> bool:
-        return (self.partition_dir(asset, partition) / MANIFEST_FILE).is_file()
-
-    def load_bundle(self, asset: str, partition: str, *, mmap: bool = True) -> MatrixBundle:
-        """Load the bundle last committed by :meth:`save_bundle` (arrays as :class:`StoredArray`).
-
-        Every array's version must equal the manifest's; a concurrent re-materialization is
-        retried, anything else raises :class:`CorruptMatrixError`.
-        """
-        path = self.partition_dir(asset, partition) / MANIFEST_FILE
-        problem = ""
-        for attempt in range(_CONSISTENCY_ATTEMPTS):
-            if attempt:
-                time.sleep(_CONSISTENCY_SLEEP_S)
-            manifest = _read_json_file(path, "bundle manifest")
-            if manifest is None:
-                raise MatrixNotFoundError(
-                    f"no bundle for {asset}/{partition}: {path} does not exist "
-                    "(was the asset materialized through the matrix-store IO manager?)",
-                    path,
-                )
-            arrays: dict[str, np.ndarray | StoredArray] = {}
+                continue
             try:
-                entries = dict(manifest["arrays"])
-            except (KeyError, TypeError, ValueError) as exc:
-                raise CorruptMatrixError(f"bundle manifest {path} lacks 'arrays'", path) from exc
-            for name, entry in entries.items():
-                try:
-                    s = self.load(asset, partition, name, mmap=mmap)
-                except MatrixNotFoundError:
-                    problem = f"array {name!r} listed in {path} is missing"
-                    break
-                if s.version != entry.get("version"):
-                    problem = (
-                        f"array {name!r} is version {s.version}, {path} expects "
-                        f"{entry.get('version')}"
-                    )
-                    break
-                arrays[name] = s
-            else:
-                return MatrixBundle(
-                    arrays=arrays,
-                    labels=dict(manifest.get("labels") or {}),
-                    params=dict(manifest.get("params") or {}),
+                # the probe lock is held while unlinking: a writer that locks its new temp file
+                # just after our probe finds the name gone and takes another one
+                if locks.lock_fd(fd, exclusive=True, blocking=False):
+                    if dry_run or _unlink_quiet(p):
+                        removed.append(p)
+            finally:
+                os.close(fd)
+        return removed
+
+    # ---- garbage collection and removal ---------------------------------------------------
+
+    @contextlib.contextmanager
+    def exclusive_partition(self, partition: str, *, allow_upgrade: bool = False) -> Iterator[bool]:
+        """Hold every ``<asset>/<partition>`` directory exclusively while the block runs, or
+        nothing: yields False (holding nothing) when one is in use by another process (a Dagster
+        step, a writer, retention elsewhere). ``allow_upgrade`` lets this process upgrade the
+        shared holds it has itself (the partition a step is publishing). Never waits."""
+        _validate_partition(partition)
+        held: list[locks.Hold] = []
+        ok = True
+        try:
+            for asset in self.assets():
+                directory = self.base_dir / asset / partition
+                if not directory.is_dir():
+                    continue
+                h = self._hold(
+                    directory,
+                    exclusive=True,
+                    blocking=False,
+                    create=False,
+                    allow_upgrade=allow_upgrade,
                 )
-        raise CorruptMatrixError(f"bundle {asset}/{partition} is inconsistent: {problem}", path)
+                if h is None:
+                    if directory.is_dir():
+                        ok = False
+                        break
+                    continue
+                held.append(h)
+            if not ok:
+                for h in reversed(held):
+                    h.release()
+                held = []
+            yield ok
+        finally:
+            for h in reversed(held):
+                h.release()
+
+    def needed_versions(
+        self, partition: str, pinned: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> dict[str, dict[str, set[str]]]:
+        """``{asset: {name: versions}}`` of ``partition`` that garbage collection keeps: named by
+        a current manifest (as an array, or as an input of another asset's bundle) or by
+        ``pinned`` (``{asset: {name: version or versions}}``)."""
+        needed: dict[str, dict[str, set[str]]] = {}
+
+        def add(asset: str, name: str, version: Any) -> None:
+            versions = [version] if isinstance(version, str) else list(version)
+            needed.setdefault(asset, {}).setdefault(name, set()).update(str(v) for v in versions)
+
+        for asset, arrays in (pinned or {}).items():
+            for name, version in (arrays or {}).items():
+                add(asset, name, version)
+        for asset in self.assets():
+            directory = self.base_dir / asset / partition
+            if not directory.is_dir():
+                continue
+            manifest = self._read_manifest(directory)  # CorruptMatrixError: the caller keeps all
+            for name, entry in (manifest or {}).get("arrays", {}).items():
+                add(asset, name, str(entry.get("version")))
+            for input_asset, arrays in ((manifest or {}).get("inputs") or {}).items():
+                for name, version in (arrays or {}).items():
+                    add(input_asset, name, version)
+        return needed
+
+    def collect_garbage(
+        self,
+        pinned: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
+        *,
+        partitions: Collection[str] | None = None,
+        dry_run: bool = False,
+        allow_upgrade: Collection[str] = (),
+    ) -> GarbageReport:
+        """Delete the versions nothing needs, and stale temp files, in ``partitions`` (default:
+        all). ``pinned``: ``{partition: {asset: {name: version}}}``, the versions published
+        snapshots record (the caller reads them from PostgreSQL; the store does not).
+
+        A version is deleted only if no current manifest of its partition names it (as an
+        array or an input), ``pinned`` does not name it, and no writer holds it (a version
+        committed but not yet named by a manifest). A partition used by another process is
+        skipped whole (``busy_partitions``); ``allow_upgrade``: partitions this process holds
+        itself (see :meth:`exclusive_partition`).
+        """
+        report = GarbageReport(dry_run=dry_run)
+        keys = self.partition_keys() if partitions is None else list(partitions)
+        for partition in keys:
+            with self.exclusive_partition(
+                partition, allow_upgrade=partition in allow_upgrade
+            ) as ok:
+                if not ok:
+                    report.busy_partitions.append(partition)
+                    continue
+                report.merge(
+                    self._collect_locked(partition, (pinned or {}).get(partition), dry_run)
+                )
+        return report
+
+    def _collect_locked(
+        self, partition: str, pinned: Mapping[str, Mapping[str, Any]] | None, dry_run: bool
+    ) -> GarbageReport:
+        """Garbage collection of one partition whose directories the caller holds exclusively."""
+        report = GarbageReport(dry_run=dry_run)
+        try:
+            needed = self.needed_versions(partition, pinned)
+        except CorruptMatrixError:
+            report.unreadable.append(partition)  # unreadable manifest: keep everything
+            return report
+        for asset in self.assets():
+            directory = self.base_dir / asset / partition
+            if not directory.is_dir():
+                continue
+            report.temps_removed += self._cleanup_dir(directory, dry_run=dry_run)
+            live_temps = {
+                m["target"]
+                for p in directory.iterdir()
+                if (m := _TEMP_RE.fullmatch(p.name)) and p.exists()
+            }
+            keep = needed.get(asset, {})
+            deleted_any = False
+            # files of the format-1 layout: no format-2 manifest or pin can name them
+            for p in sorted(directory.iterdir()):
+                if _LEGACY_FILE_RE.fullmatch(p.name) and p.name not in (
+                    PARTITION_LOCK,
+                    MANIFEST_LOCK,
+                ):
+                    if dry_run or _unlink_quiet(p):
+                        report.legacy_removed.append(p)
+                        deleted_any = not dry_run
+            for info in self.versions(asset, partition):
+                if info.version in keep.get(info.name, ()):
+                    continue
+                npy = directory / f"{info.name}.{info.version}.npy"
+                side = npy.with_suffix(".json")
+                if not npy.exists():
+                    if npy.name in live_temps:  # its writer is still writing the data
+                        report.kept_busy.append(info)
+                        continue
+                    if not dry_run:
+                        _unlink_quiet(side)
+                        deleted_any = True
+                    report.deleted.append(info)
+                    continue
+                try:
+                    fd = os.open(npy, os.O_RDWR | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    continue
+                try:
+                    if not locks.lock_fd(fd, exclusive=True, blocking=False):
+                        report.kept_busy.append(info)  # committed, not yet in a manifest
+                        continue
+                    if not dry_run:
+                        _unlink_quiet(side)
+                        _unlink_quiet(npy)
+                        deleted_any = True
+                    report.deleted.append(info)
+                finally:
+                    os.close(fd)
+            if deleted_any:
+                _fsync_dir(directory)
+        return report
+
+    def pruned(self, partition: str) -> dict[str, Any] | None:
+        """What retention removed from ``partition`` (``.retention/<partition>.json``: when,
+        why, and ``versions`` ``{asset: {name: [versions]}}``), or None."""
+        path = self.base_dir / RETENTION_DIR / f"{_validate_partition(partition)}.json"
+        try:
+            return _read_json_file(path, "retention record")
+        except CorruptMatrixError:
+            return None
+
+    def remove_partition(
+        self,
+        partition: str,
+        *,
+        reason: str | None = None,
+        dry_run: bool = False,
+    ) -> RemovalReport:
+        """Remove every asset directory of ``partition`` (all versions, manifests, locks).
+
+        Takes the partition exclusively first; raises :class:`PartitionBusyError` (removing
+        nothing) when another process uses it or a writer holds one of its files. With a
+        ``reason`` (retention), the removed versions are recorded in
+        ``.retention/<partition>.json`` *before* anything is deleted, so a reader that finds a
+        pinned version missing can tell it was pruned. Manifests go first, so a partition is
+        never left half-removed with a manifest naming missing versions.
+        """
+        report = RemovalReport(partition, [], [], 0, dry_run)
+        with self.exclusive_partition(partition) as ok:
+            if not ok:
+                raise PartitionBusyError(
+                    f"partition {partition} is in use by another process; nothing removed",
+                    self.base_dir,
+                )
+            directories = [
+                self.base_dir / asset / partition
+                for asset in self.assets()
+                if (self.base_dir / asset / partition).is_dir()
+            ]
+            for directory in directories:
+                for p in directory.iterdir():
+                    busy = (
+                        _TEMP_RE.fullmatch(p.name) or p.name.endswith(".npy")
+                    ) and locks.is_locked(p)
+                    if busy:
+                        raise PartitionBusyError(
+                            f"{p} is held by a live writer; partition {partition} not removed", p
+                        )
+                report.assets.append(directory.parent.name)
+                report.versions += self.versions(directory.parent.name, partition)
+                for p in directory.iterdir():
+                    with contextlib.suppress(FileNotFoundError):
+                        report.bytes += p.stat().st_size
+            if dry_run or not directories:
+                return report
+            if reason is not None:
+                self._record_removal(partition, reason, report.versions)
+            for directory in directories:  # manifests first: nothing current names a gap
+                _unlink_quiet(directory / MANIFEST_FILE)
+                _fsync_dir(directory)
+            for directory in directories:
+                for p in directory.iterdir():
+                    _unlink_quiet(p)
+                with contextlib.suppress(OSError):
+                    os.rmdir(directory)
+                _fsync_dir(directory.parent)
+        return report
+
+    def _record_removal(self, partition: str, reason: str, versions: list[VersionInfo]) -> None:
+        retention_dir = self.base_dir / RETENTION_DIR
+        _mkdir(retention_dir)
+        path = retention_dir / f"{partition}.json"
+        try:
+            record = _read_json_file(path, "retention record") or {}
+        except CorruptMatrixError:
+            record = {}
+        recorded: dict[str, dict[str, list[str]]] = record.get("versions") or {}
+        for v in versions:
+            names = recorded.setdefault(v.asset, {}).setdefault(v.name, [])
+            if v.version not in names:
+                names.append(v.version)
+        _write_json_atomic(
+            path,
+            {
+                "format": FORMAT_VERSION,
+                "partition": partition,
+                "pruned_at": _now_iso(),
+                "reason": reason,
+                "versions": recorded,
+            },
+        )

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import sqlalchemy as sa
 
 from corr_pipeline.bench import PIPELINE_STAGES, synthetic_results
@@ -106,3 +109,48 @@ def test_synthetic_results_have_the_pipeline_shapes() -> None:
     assert 0.9 * 2 * 500 * 7 <= res.pairs.size <= 2 * 500 * 7
     assert np.all(np.diff(res.pairs["improvement"]) <= 0)
     assert res.symbols == sorted(res.symbols)
+
+
+@pytest.mark.parametrize("moment", ["during correlation", "after correlation"])
+def test_ctrl_c_leaves_no_matrix_behind(
+    clean_db: sa.Engine, database_url: str, tmp_path: Path, moment: str
+) -> None:
+    """Ctrl-C (SIGINT) while the correlation is being written (temp files, gigabytes at large
+    N) or after it was committed (during the later stages): the command exits 130 and the
+    store holds no matrix and no temp file afterwards."""
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "corr_pipeline.cli", "bench", "--n", "3000", "--t", "252",
+            "--working-memory-mb", "1", "--max-lag", "5", "--database-url", database_url,
+            "--home", str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )  # fmt: skip
+    store = tmp_path / "store"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline
+            if moment == "during correlation":
+                if any(".tmp-" in p.name for p in store.rglob("*.npy.tmp-*")):
+                    break
+                time.sleep(0.01)
+            else:
+                line = proc.stdout.readline()
+                if line.strip().startswith("correlation"):
+                    assert any(p.suffix == ".npy" for p in store.rglob("*.npy")), line
+                    break
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out + err
+    assert "corr-pipeline: interrupted" in err
+    leftovers = [p for p in store.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+    assert leftovers == []

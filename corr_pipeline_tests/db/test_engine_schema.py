@@ -161,6 +161,7 @@ def test_init_schema_is_idempotent_and_matches_spec(engine: sa.Engine) -> None:
             "matrix_versions",
         }
         assert _columns(conn, "snapshots")["params"] == "jsonb"
+        assert _columns(conn, "snapshots")["matrix_versions"] == "jsonb"  # SPEC §8 pins
         assert _columns(conn, "snapshots")["created_at"] == "timestamp with time zone"
         assert _columns(conn, "snapshots")["matrix_versions"] == "jsonb"
         assert _primary_key(conn, "snapshots") == ["snapshot_date"]

@@ -7,7 +7,7 @@ import dagster as dg
 import numpy as np
 
 from corr_pipeline.defs.io_manager import MatrixStoreIOManager, MatrixStoreResource
-from corr_pipeline.store.matrix_store import MatrixBundle
+from corr_pipeline.store.matrix_store import MatrixBundle, sources
 
 PARTITIONS = dg.DailyPartitionsDefinition(start_date="2024-01-01", end_date="2024-02-01")
 SYMBOLS = ["AAA", "BBB", "CCC"]
@@ -41,6 +41,7 @@ def correlation_matrix(
         "input_is_memmap": isinstance(R, np.memmap),
         "input_read_only": not R.flags.writeable,
         "input_labels": returns_matrix.labels,
+        "input_versions": returns_matrix.versions,
     }
     n = R.shape[1]
     with matrix_store.allocate_for(
@@ -52,6 +53,7 @@ def correlation_matrix(
         value=MatrixBundle(
             {"corr": stored, "returns_sum": np.asarray(R.sum(axis=0))},
             labels=returns_matrix.labels,
+            inputs=sources(returns_matrix),
         ),
         metadata={"seen": dg.MetadataValue.json(seen)},
     )

@@ -33,17 +33,22 @@ def expected_returns(partition_key: str) -> np.ndarray:
 def check_store(base_dir, partition_key: str, *, multi_asset: bool = True) -> None:
     store = MatrixStore(base_dir)
     part = base_dir / "returns_matrix" / partition_key
-    assert sorted(p.name for p in part.iterdir() if not p.name.startswith(".")) == [
-        "bundle.manifest.json",
-        "returns.json",
-        "returns.npy",
-        "valid.json",
-        "valid.npy",
-    ]
-    np.testing.assert_array_equal(np.load(part / "returns.npy"), expected_returns(partition_key))
-    sidecar = json.loads((part / "returns.json").read_text())
+    manifest = json.loads((part / "bundle.manifest.json").read_text())
+    versions = {name: entry["version"] for name, entry in manifest["arrays"].items()}
+    assert sorted(versions) == ["returns", "valid"]
+    current = sorted(
+        f"{name}.{version}.{kind}" for name, version in versions.items() for kind in ("json", "npy")
+    )
+    # the current versions are there (older versions may remain until garbage collection)
+    visible = sorted(p.name for p in part.iterdir() if not p.name.startswith("."))
+    assert set(current) <= set(visible) and "bundle.manifest.json" in visible
+    returns_file = part / f"returns.{versions['returns']}.npy"
+    np.testing.assert_array_equal(np.load(returns_file), expected_returns(partition_key))
+    sidecar = json.loads(returns_file.with_suffix(".json").read_text())
     assert sidecar["labels"] == {"symbols": SYMBOLS, "partition": partition_key}
     assert sidecar["shape"] == [4, 3] and sidecar["dtype"] == "<f4"
+    assert sidecar["version"] == versions["returns"]
+    assert store.load_bundle("returns_matrix", partition_key).versions == versions
 
     corr = store.load_bundle("correlation_matrix", partition_key)
     ref = np.corrcoef(expected_returns(partition_key).astype(np.float64), rowvar=False)
@@ -77,13 +82,33 @@ def test_materialize_partitioned_assets(tmp_path):
     assert meta["copied_bytes"].value == 3 * 4
     assert meta["path"].value == str(base.resolve() / "correlation_matrix" / PK)
 
-    # a second partition lands next to the first; re-materializing replaces in place
-    inode_before = os.stat(base / "returns_matrix" / PK / "returns.npy").st_ino
+    # the bundle handed downstream exposes the versions it was loaded from
+    store = MatrixStore(base)
+    assert seen["input_versions"] == store.load_bundle("returns_matrix", PK).versions
+    assert store.load_bundle("correlation_matrix", PK).inputs == {
+        "returns_matrix": seen["input_versions"]
+    }
+    versions = meta["versions"].value
+    assert versions == store.load_bundle("correlation_matrix", PK).versions
+
+    # a second partition lands next to the first; re-materializing commits new versions and a
+    # new manifest; the old versions stay (immutable) until garbage collection
+    before = store.load_bundle("returns_matrix", PK).versions
+    held = store.load_bundle("returns_matrix", PK)
     assert dg.materialize(ASSETS, partition_key="2024-01-04", resources=resources(base)).success
     assert dg.materialize(ASSETS, partition_key=PK, resources=resources(base)).success
     check_store(base, "2024-01-04")
     check_store(base, PK)
-    assert os.stat(base / "returns_matrix" / PK / "returns.npy").st_ino != inode_before
+    after = store.load_bundle("returns_matrix", PK).versions
+    assert set(after) == set(before) and all(after[n] != before[n] for n in after)
+    np.testing.assert_array_equal(held["returns"], expected_returns(PK))  # old map still valid
+    assert store.has_version("returns_matrix", PK, "returns", before["returns"])
+    report = store.collect_garbage()
+    assert {(v.partition, v.name, v.version) for v in report.deleted if v.asset == "returns_matrix"} == {
+        (PK, name, version) for name, version in before.items()
+    }
+    assert not store.has_version("returns_matrix", PK, "returns", before["returns"])
+    check_store(base, PK)
     assert MatrixStore(base).partitions("returns_matrix") == ["2024-01-03", "2024-01-04"]
 
 

@@ -146,8 +146,9 @@ def all_event_text(result: Any) -> str:
 
 
 def snapshot_rows(engine: sa.Engine, day: dt.date | str) -> dict[str, list[tuple]]:
-    """Every published row of ``day`` (ordered), ``snapshots.created_at`` and the recorded
-    ``dagster_run_id`` left out so that two runs producing the same snapshot compare equal."""
+    """Every published row of ``day`` (ordered), ``snapshots.created_at``, the recorded
+    ``dagster_run_id`` and ``snapshots.matrix_versions`` (store version ids, new on every run)
+    left out so that two runs producing the same snapshot compare equal."""
     out: dict[str, list[tuple]] = {}
     with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
         for table in PUBLISHED_TABLES:
@@ -159,6 +160,7 @@ def snapshot_rows(engine: sa.Engine, day: dt.date | str) -> dict[str, list[tuple
             for row in rows:
                 row = dict(row)
                 row.pop("created_at", None)
+                row.pop("matrix_versions", None)
                 if "params" in row:
                     row["params"] = {
                         k: v for k, v in row["params"].items() if k != "dagster_run_id"

@@ -1,15 +1,21 @@
-"""Matrix store (SPEC §8): round trips, read-only memmaps, atomic replace, crash and disk-full safety."""
+"""Matrix store (SPEC §8): round trips, read-only memmaps, immutable versions and the manifest
+pointer, crash and disk-full safety, stale temp files, garbage collection, removal, permissions
+and copies."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import json
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +29,10 @@ from corr_pipeline.store.matrix_store import (
     MatrixNotFoundError,
     MatrixStore,
     MatrixStoreError,
+    MatrixStoreSpaceError,
+    PartitionBusyError,
     StoredArray,
+    VersionNotFoundError,
 )
 
 P = "2024-03-28"
@@ -71,7 +80,7 @@ def test_save_load_round_trip(tmp_path, array, mmap):
         assert s.params == {"k": 10}
     assert loaded.version == saved.version
     assert loaded.meta["shape"] == list(array.shape)
-    assert loaded.path == tmp_path.resolve() / "asset_x" / P / "m.npy"
+    assert loaded.path == tmp_path.resolve() / "asset_x" / P / f"m.{saved.version}.npy"
     # the file is a standard .npy any tool can read
     assert np.load(loaded.path).tobytes("A") == array.tobytes("A")
     assert isinstance(loaded.array, np.memmap) == mmap
@@ -99,12 +108,12 @@ def test_labels_are_converted_to_json(tmp_path):
         "ratio": 0.5,
         "nested": {"a": [1, 2]},
     }
-    sidecar = json.loads((tmp_path / "a" / P / "x.json").read_text())
+    sidecar = json.loads(store.load("a", P, "x").path.with_suffix(".json").read_text())
     assert sidecar["labels"]["symbols"] == ["BRK.B", "AAPL"]
     assert {"shape", "dtype", "params", "created_at", "version"} <= set(sidecar)
     with pytest.raises(TypeError, match="not JSON-serialisable"):
         store.save("a", P, "y", np.zeros(2), labels={"bad": object()})
-    assert not (tmp_path / "a" / P / "y.npy").exists()
+    assert not [p for p in (tmp_path / "a" / P).iterdir() if p.name.startswith("y.")]
 
 
 def test_object_dtype_refused(tmp_path):
@@ -114,13 +123,13 @@ def test_object_dtype_refused(tmp_path):
 
 def test_memmap_loads_are_read_only(tmp_path):
     store = MatrixStore(tmp_path)
-    store.save("a", P, "x", np.ones((4, 4), np.float32))
+    saved = store.save("a", P, "x", np.ones((4, 4), np.float32))
     arr = store.load("a", P, "x").array
     assert isinstance(arr, np.memmap)
     assert not arr.flags.writeable
     with pytest.raises(ValueError, match="read-only"):
         arr[0, 0] = 5.0
-    np.testing.assert_array_equal(np.load(tmp_path / "a" / P / "x.npy"), 1.0)
+    np.testing.assert_array_equal(np.load(saved.path), 1.0)
 
 
 # ---- allocate / commit / abort ------------------------------------------------------------
@@ -141,8 +150,15 @@ def test_allocate_fill_commit(tmp_path):
     assert pending.state == "committed"
     assert isinstance(stored, StoredArray) and not stored.array.flags.writeable
     np.testing.assert_array_equal(stored.array[:, 0], np.arange(64))
-    assert final_files(directory) == ["corr.json", "corr.npy"]
+    v = stored.version
+    assert final_files(directory) == [f"corr.{v}.json", f"corr.{v}.npy"]
     assert temp_files(directory) == []
+    # a committed version exists but is not current until a manifest names it
+    assert not store.exists("corr", P, "corr")
+    assert store.load("corr", P, "corr", version=v).version == v
+    store.set_current(stored)
+    assert store.load("corr", P, "corr").version == v
+    assert final_files(directory) == ["bundle.manifest.json", f"corr.{v}.json", f"corr.{v}.npy"]
     with pytest.raises(MatrixStoreError, match="committed"):
         pending.array  # noqa: B018
     with pytest.raises(MatrixStoreError, match="already committed"):
@@ -189,7 +205,19 @@ def test_replace_is_atomic_and_readers_keep_their_version(tmp_path):
     np.testing.assert_array_equal(held.array, np.full((3, 3), 1.0))
     now = store.load("a", P, "x")
     assert now.array.shape == (5, 2) and now.array.dtype == np.float32 and now.labels == {"v": 2}
-    assert final_files(tmp_path / "a" / P) == ["x.json", "x.npy"]
+    # both versions are on disk (immutable) until garbage collection; the old one stays loadable
+    v1, v2 = first.version, second.version
+    assert final_files(tmp_path / "a" / P) == sorted(
+        ["bundle.manifest.json"] + [f"x.{v}.{k}" for v in (v1, v2) for k in ("json", "npy")]
+    )
+    np.testing.assert_array_equal(store.load("a", P, "x", version=v1).array, np.full((3, 3), 1.0))
+    assert [v.version for v in store.collect_garbage().deleted] == [v1]
+    assert final_files(tmp_path / "a" / P) == [
+        "bundle.manifest.json",
+        f"x.{v2}.json",
+        f"x.{v2}.npy",
+    ]
+    np.testing.assert_array_equal(held.array, np.full((3, 3), 1.0))  # the map outlives the file
 
 
 def test_concurrent_writers_and_reader_never_see_a_mismatch(tmp_path):
@@ -206,7 +234,7 @@ def test_concurrent_writers_and_reader_never_see_a_mismatch(tmp_path):
                 v = base + i
                 with store.allocate("a", P, "x", (1000,), np.float64, labels={"value": v}) as p:
                     p.array[:] = v
-                    p.commit()
+                    store.set_current(p.commit())
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -259,7 +287,7 @@ def test_truncated_array_is_reported(tmp_path):
     st = os.stat(s.path)
     meta["array_file"] = {"inode": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
     s.path.with_suffix(".json").write_text(json.dumps(meta))
-    with pytest.raises(CorruptMatrixError, match=r"x\.npy is 920 bytes, expected 928"):
+    with pytest.raises(CorruptMatrixError, match=r"x\.\S+\.npy is 920 bytes, expected 928"):
         store.load("a", P, "x")
 
 
@@ -267,7 +295,7 @@ def test_bad_sidecar_json_is_reported(tmp_path):
     store = MatrixStore(tmp_path)
     s = store.save("a", P, "x", np.arange(3))
     s.path.with_suffix(".json").write_text("{not json")
-    with pytest.raises(CorruptMatrixError, match=r"x\.json is not valid JSON"):
+    with pytest.raises(CorruptMatrixError, match=r"x\.\S+\.json is not valid JSON"):
         store.load("a", P, "x")
 
 
@@ -284,9 +312,9 @@ def test_sidecar_header_disagreement_is_reported(tmp_path):
 def test_array_swapped_under_sidecar_is_detected(tmp_path):
     """Another version's array under this sidecar (same shape/dtype) is caught by identity."""
     store = MatrixStore(tmp_path)
-    store.save("a", P, "x", np.zeros(4))
+    mine = store.save("a", P, "x", np.zeros(4))
     other = store.save("a", "other", "x", np.ones(4))
-    os.replace(other.path, tmp_path / "a" / P / "x.npy")
+    os.replace(other.path, mine.path)
     with pytest.raises(CorruptMatrixError, match="does not match its sidecar"):
         store.load("a", P, "x")
 
@@ -354,18 +382,28 @@ time.sleep(120)                                  # killed here
 """
 
 
+def _start(script: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
 def test_sigkill_mid_write_leaves_previous_version(tmp_path):
     store = MatrixStore(tmp_path)
     previous = store.save(
         "corr", P, "corr", np.full((8, 8), 3.0, np.float32), labels={"version": "old"}
     )
     before = previous.path.read_bytes()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CRASH_WRITER, str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _start(CRASH_WRITER, str(tmp_path))
     try:
         temp_line = proc.stdout.readline().strip()
         assert temp_line, proc.stderr.read()
@@ -377,8 +415,9 @@ def test_sigkill_mid_write_leaves_previous_version(tmp_path):
     assert proc.returncode == -signal.SIGKILL
 
     directory = tmp_path / "corr" / P
-    # the previous version is intact and readable; nothing partial under the final name
-    assert final_files(directory) == ["corr.json", "corr.npy"]
+    # the previous version is intact and readable; nothing partial under a final name
+    v = previous.version
+    assert final_files(directory) == ["bundle.manifest.json", f"corr.{v}.json", f"corr.{v}.npy"]
     assert previous.path.read_bytes() == before
     again = store.load("corr", P, "corr")
     np.testing.assert_array_equal(again.array, np.full((8, 8), 3.0, np.float32))
@@ -395,12 +434,7 @@ def test_sigkill_mid_write_leaves_previous_version(tmp_path):
 
 def test_allocate_cleans_up_a_crashed_attempt(tmp_path):
     store = MatrixStore(tmp_path)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", CRASH_WRITER, str(tmp_path)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _start(CRASH_WRITER, str(tmp_path))
     try:
         temp = Path(proc.stdout.readline().strip())
         os.kill(proc.pid, signal.SIGKILL)
@@ -413,13 +447,13 @@ def test_allocate_cleans_up_a_crashed_attempt(tmp_path):
         retry.commit()
 
 
-CRASH_BETWEEN_RENAMES = """
+CRASH_AFTER_RENAME = """
 import os, signal, sys, numpy as np
 from corr_pipeline.store.matrix_store import MatrixStore
 real_replace = os.replace
 def replace_then_die(src, dst):
     real_replace(src, dst)
-    if str(dst).endswith(".npy"):                 # right after the commit point
+    if str(dst).endswith(sys.argv[2]):
         os.kill(os.getpid(), signal.SIGKILL)
 os.replace = replace_then_die
 store = MatrixStore(sys.argv[1])
@@ -427,88 +461,472 @@ store.save("a", "2024-03-28", "x", np.full(10, 9.0), labels={"version": "new"})
 """
 
 
-def test_sigkill_between_array_and_sidecar_rename(tmp_path):
-    """The array rename is the commit point: the new version is readable at once (its
-    complete temp sidecar is used) and cleanup rolls the sidecar forward."""
+def test_sigkill_before_the_manifest_commit_keeps_the_previous_version(tmp_path):
+    """Killed right after the new version's array is renamed into place (sidecar written, both
+    fsynced), before the manifest names it: the previous version stays current and whole; the
+    new version is unreferenced and garbage collection removes it."""
     store = MatrixStore(tmp_path)
-    store.save("a", P, "x", np.full(4, 1.0), labels={"version": "old"})
+    old = store.save("a", P, "x", np.full(4, 1.0), labels={"version": "old"})
     proc = subprocess.run(
-        [sys.executable, "-c", CRASH_BETWEEN_RENAMES, str(tmp_path)], capture_output=True, text=True
+        [sys.executable, "-c", CRASH_AFTER_RENAME, str(tmp_path), ".npy"],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     directory = tmp_path / "a" / P
-    assert len(temp_files(directory)) == 1 and temp_files(directory)[0].startswith(".x.json.tmp-")
-    old_sidecar = json.loads((directory / "x.json").read_text())
-    assert old_sidecar["labels"] == {"version": "old"}  # stale sidecar on disk...
-    loaded = store.load("a", P, "x")  # ...yet the load is consistent
-    np.testing.assert_array_equal(loaded.array, np.full(10, 9.0))
-    assert loaded.labels == {"version": "new"}
-    assert store.cleanup_stale_temps() == []  # rolled forward, nothing deleted
     assert temp_files(directory) == []
-    assert json.loads((directory / "x.json").read_text())["labels"] == {"version": "new"}
-    assert store.load("a", P, "x").version == loaded.version
+    (new,) = [v for v in store.versions("a", P) if v.version != old.version]
+    assert new.complete
+    loaded = store.load("a", P, "x")
+    assert loaded.version == old.version and loaded.labels == {"version": "old"}
+    np.testing.assert_array_equal(loaded.array, np.full(4, 1.0))
+    report = store.collect_garbage()
+    assert [v.version for v in report.deleted] == [new.version]
+    assert [v.version for v in store.versions("a", P)] == [old.version]
+
+
+def test_sigkill_right_after_the_manifest_commit_shows_the_new_version(tmp_path):
+    store = MatrixStore(tmp_path)
+    old = store.save("a", P, "x", np.full(4, 1.0), labels={"version": "old"})
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASH_AFTER_RENAME, str(tmp_path), "bundle.manifest.json"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    loaded = store.load("a", P, "x")
+    assert loaded.version != old.version and loaded.labels == {"version": "new"}
+    np.testing.assert_array_equal(loaded.array, np.full(10, 9.0))
+    assert temp_files(tmp_path / "a" / P) == []
+    # the superseded version goes at the next garbage collection, unless pinned
+    assert store.collect_garbage({P: {"a": {"x": old.version}}}).deleted == []
+    assert [v.version for v in store.collect_garbage().deleted] == [old.version]
+
+
+# ---- stale temp files: a writer is alive while it holds its lock --------------------------
+
+LIVE_WRITER = """
+import os, sys, time, numpy as np
+from corr_pipeline.store.matrix_store import MatrixStore
+store = MatrixStore(sys.argv[1])
+pending = store.allocate("a", "2024-03-28", "x", (1000,), np.float64)
+if sys.argv[2] == "fork":                        # the lock outlives the process that took it
+    if os.fork() == 0:
+        time.sleep(120)
+        os._exit(0)
+print(pending.temp_path, flush=True)
+if sys.argv[2] == "fork":
+    os._exit(0)                                  # the writer process itself is gone
+time.sleep(120)
+"""
 
 
 def test_cleanup_keeps_live_writers_temps(tmp_path):
+    """A temp file whose writer holds its lock is kept however old it is (even in this very
+    process), and deleted once the lock is gone."""
     store = MatrixStore(tmp_path)
     pending = store.allocate("a", P, "x", (10,), np.float32)
     assert store.cleanup_stale_temps() == []
     assert pending.temp_path.exists()
-    assert store.cleanup_stale_temps(max_age_seconds=3600) == []
-    os.utime(pending.temp_path, (0, 0))  # ancient: stale by age (shared-filesystem mode)
-    assert store.cleanup_stale_temps(max_age_seconds=3600) == [pending.temp_path]
+    os.utime(pending.temp_path, (0, 0))  # ancient: still alive, still kept
+    assert store.cleanup_stale_temps() == []
+    assert pending.temp_path.exists()
     pending.abort()
+    assert not pending.temp_path.exists()
 
 
-# ---- disk full (RLIMIT_FSIZE in a subprocess) ----------------------------------------------
-
-DISK_FULL = """
-import json, resource, sys, numpy as np
-from corr_pipeline.store.matrix_store import MatrixStore, MatrixStoreSpaceError
-store = MatrixStore(sys.argv[1])
-limit = 1 << 20                                            # 1 MiB per file
-resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-out = {}
-def attempt(key, fn):
+@pytest.mark.parametrize("how", ["plain", "fork"])
+def test_stale_temp_cleanup_follows_the_lock_not_the_pid(tmp_path, how):
+    """Another process writes: while it (or, ``fork``, a process that inherited its lock after
+    the writer itself exited, as a writer on another host would look from here) holds the lock,
+    cleanup, garbage collection and partition removal leave its temp file alone; once killed,
+    the file is stale and removed."""
+    store = MatrixStore(tmp_path)
+    proc = _start(LIVE_WRITER, str(tmp_path), how)
+    holder: int | None = None
     try:
-        fn()
-        out[key] = None
-    except MatrixStoreSpaceError as exc:
-        out[key] = {"type": type(exc).__name__, "errno": exc.errno, "msg": str(exc),
-                    "path": str(exc.path)}
-# 1) the array itself does not fit (allocate reserves the space up front)
-attempt("allocate", lambda: store.allocate("a", "2024-03-28", "x", (1024, 1024), np.float32))
-# 2) the copy path of save()
-attempt("save", lambda: store.save("a", "2024-03-28", "x", np.ones((600, 600))))
-# 3) the array fits but its sidecar does not
-attempt("sidecar", lambda: store.save("a", "2024-03-28", "x", np.ones(10),
-                                      labels={"big": "s" * (2 << 20)}))
-print(json.dumps(out))
+        temp = Path(proc.stdout.readline().strip())
+        assert temp.exists(), proc.stderr.read()
+        if how == "fork":
+            assert proc.wait(30) == 0  # the writer's own pid is gone...
+            holders = [
+                int(p.name)
+                for p in Path("/proc").iterdir()
+                if p.name.isdigit() and _holds_file(int(p.name), temp)
+            ]
+            assert len(holders) == 1 and holders[0] != proc.pid  # ...its lock is not
+            holder = holders[0]
+        os.utime(temp, (0, 0))
+        assert store.cleanup_stale_temps() == []
+        assert store.collect_garbage().temps_removed == []
+        with pytest.raises(PartitionBusyError):
+            store.remove_partition(P)
+        assert temp.exists()
+    finally:
+        _kill(proc)
+        if holder is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(holder, signal.SIGKILL)
+            for _ in range(200):
+                if not _holds_file(holder, temp):
+                    break
+                time.sleep(0.05)
+    assert store.cleanup_stale_temps() == [temp]
+    assert not temp.exists()
+
+
+def _holds_file(pid: int, path: Path) -> bool:
+    try:
+        return any(os.readlink(fd) == str(path) for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+
+
+INTERRUPTED_WRITER = """
+import os, signal, sys, numpy as np
+from corr_pipeline.store.matrix_store import MatrixStore
+store = MatrixStore(sys.argv[1])
+held = store.allocate("a", "2024-03-28", "held", (4096,), np.float64)   # no with-block
+with store.allocate("a", "2024-03-28", "y", (4096,), np.float64) as pending:
+    pending.array[:10] = 1.0
+    print(pending.temp_path, held.temp_path, flush=True)
+    os.kill(os.getpid(), signal.SIGINT)           # Ctrl-C: KeyboardInterrupt right here
 """
 
 
-def test_disk_full_gives_clean_error_and_consistent_store(tmp_path):
-    store = MatrixStore(tmp_path)
-    previous = store.save("a", P, "x", np.arange(5.0), labels={"version": "old"})
+def test_keyboard_interrupt_removes_temp_files(tmp_path):
+    """Ctrl-C while writing: the with-block's temp file is removed at once, the one of a
+    PendingArray held without a with-block when the interpreter exits."""
     proc = subprocess.run(
-        [sys.executable, "-c", DISK_FULL, str(tmp_path)], capture_output=True, text=True
+        [sys.executable, "-c", INTERRUPTED_WRITER, str(tmp_path)], capture_output=True, text=True
+    )
+    # Python ends an unhandled KeyboardInterrupt by dying of SIGINT, like any Ctrl-C'd program
+    assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in proc.stderr, proc.stderr
+    temps = [Path(p) for p in proc.stdout.split()]
+    assert len(temps) == 2 and all(t.parent == tmp_path / "a" / P for t in temps)
+    assert not any(t.exists() for t in temps)
+    assert temp_files(tmp_path / "a" / P) == []
+
+
+# ---- disk full: a real, small file system --------------------------------------------------
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 64 MiB tmpfs mounted at ``tmp_path / "fs"`` (unmounted afterwards). Mounting needs
+    root (CAP_SYS_ADMIN); elsewhere the test is skipped, saying why."""
+    mount_point = tmp_path / "fs"
+    mount_point.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CAP_SYS_ADMIN); run the suite as root")
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"mounting a tmpfs is not permitted here: {proc.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _fill(path: Path, leave: int) -> None:
+    """Write zeros into ``path`` until at most ``leave`` bytes are free on its file system."""
+    with open(path, "wb") as f:
+        chunk = b"\0" * (1 << 20)
+        while True:
+            free = os.statvfs(path.parent).f_bavail * os.statvfs(path.parent).f_frsize
+            if free <= leave:
+                break
+            try:
+                f.write(chunk[: max(4096, min(len(chunk), free - leave))])
+                f.flush()
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                break
+
+
+def test_disk_full_gives_clean_error_and_consistent_store(small_fs):
+    """ENOSPC from a real full file system, on every write path: the reservation of a large
+    array, the copy path of save(), the sidecar of an array that fits, the manifest. Each time:
+    MatrixStoreSpaceError naming the path, no temp file left, the previous version current and
+    intact; once space is freed, writes work again."""
+    base = small_fs / "store"
+    store = MatrixStore(base)
+    previous = store.save("a", P, "x", np.arange(5.0), labels={"version": "old"})
+    directory = base / "a" / P
+
+    def assert_consistent() -> None:
+        assert temp_files(directory) == []
+        again = store.load("a", P, "x")
+        assert again.version == previous.version
+        np.testing.assert_array_equal(again.array, np.arange(5.0))
+
+    # 1) the array does not fit: refused by posix_fallocate, before any byte is computed
+    with pytest.raises(MatrixStoreSpaceError) as info:
+        store.allocate("a", P, "x", (8192, 8192), np.float32)  # 256 MiB on 64 MiB
+    err = info.value
+    assert err.errno == errno.ENOSPC and "out of disk space" in str(err)
+    assert str(err.path).startswith(str(directory / "x.")) and str(err.path).endswith(".npy")
+    assert_consistent()
+    # 2) the copy path of save()
+    with pytest.raises(MatrixStoreSpaceError) as info:
+        store.save("a", P, "x", np.ones((3000, 3000)))  # 72 MB
+    assert info.value.errno == errno.ENOSPC
+    assert_consistent()
+    # 3) the array fits, its sidecar does not
+    filler = small_fs / "filler"
+    _fill(filler, leave=64 * 1024)
+    with pytest.raises(MatrixStoreSpaceError) as info:
+        store.save("a", P, "x", np.ones(10), labels={"big": "s" * (1 << 20)})
+    assert info.value.errno == errno.ENOSPC
+    assert_consistent()
+    assert [v.version for v in store.versions("a", P)] == [previous.version]
+    # 4) the version is complete but the manifest naming it cannot be written
+    os.unlink(filler)
+    pending = store.allocate("a", P, "x", (16,), np.float64)
+    pending.array[:] = 7.0
+    committed = pending.commit()
+    _fill(filler, leave=0)
+    with pytest.raises(MatrixStoreSpaceError) as info:
+        store.set_current(committed)
+    assert info.value.errno == errno.ENOSPC and "manifest" in str(info.value)
+    assert_consistent()
+    # space freed: the same write succeeds; nothing of the failed attempts is left over
+    os.unlink(filler)
+    committed.release_writer_lock()
+    store.collect_garbage()
+    assert [v.version for v in store.versions("a", P)] == [previous.version]
+    new = store.save("a", P, "x", np.ones(10))
+    assert store.load("a", P, "x").version == new.version
+
+
+# ---- versions, pins, garbage collection -----------------------------------------------------
+
+
+def test_versions_are_immutable_and_pinnable(tmp_path):
+    store = MatrixStore(tmp_path)
+    v1 = store.save("a", P, "x", np.full(3, 1.0))
+    v2 = store.save("a", P, "x", np.full(3, 2.0))
+    assert v1.version < v2.version  # versions sort by commit time
+    assert store.current_version("a", P, "x") == v2.version
+    np.testing.assert_array_equal(store.load("a", P, "x", version=v1.version).array, 1.0)
+    np.testing.assert_array_equal(store.load("a", P, "x").array, 2.0)
+    assert v1.path.exists() and v1.path != v2.path
+    with pytest.raises(VersionNotFoundError) as info:
+        store.load("a", P, "x", version="20000101T000000000000Z-00000000")
+    assert info.value.version == "20000101T000000000000Z-00000000"
+    with pytest.raises(InvalidStoreKeyError):
+        store.load("a", P, "x", version="../x")
+    assert store.delete("a", P, "x") and not store.exists("a", P, "x")
+    assert store.has_version("a", P, "x", v2.version)  # dropped from the manifest, not deleted
+    with pytest.raises(MatrixNotFoundError):
+        store.load("a", P, "x")
+
+
+HOLD_A_VERSION = """
+import sys, time, numpy as np
+from corr_pipeline.store.matrix_store import MatrixStore
+store = MatrixStore(sys.argv[1])
+with store.allocate("c", "2024-03-28", "corr", (4, 4), np.float32) as pending:
+    pending.array[:] = 3.0
+    stored = pending.commit()       # committed, not yet named by a manifest
+print(stored.version, flush=True)
+time.sleep(120)
+"""
+
+
+def test_garbage_collection_keeps_exactly_what_is_needed(tmp_path):
+    """Deleted: superseded versions nobody pins, an orphan sidecar of an interrupted commit and
+    a dead writer's temp file. Kept: the current manifest's versions, the versions another
+    bundle records as its inputs, the caller's pins, and a version another live process has
+    committed but not yet named."""
+    store = MatrixStore(tmp_path)
+    old_corr = store.save("c", P, "corr", np.full((4, 4), 1.0, np.float32))
+    input_corr = store.save("c", P, "corr", np.full((4, 4), 2.0, np.float32))
+    current_corr = store.save("c", P, "corr", np.full((4, 4), 2.5, np.float32))
+    pinned_ov = store.save("o", P, "overlap", np.full((4, 4), 5, np.int16))
+    superseded_ov = store.save("o", P, "overlap", np.full((4, 4), 6, np.int16))
+    current_ov = store.save("o", P, "overlap", np.full((4, 4), 7, np.int16))
+    consumer = store.load_bundle("c", P)
+    consumer.arrays["corr"] = store.load("c", P, "corr", version=input_corr.version)
+    store.save_bundle(
+        "n", P, MatrixBundle({"index": np.zeros((4, 2), np.int32)}, inputs=consumer.source())
+    )
+    other = store.save("c", "2024-03-29", "corr", np.zeros((2, 2), np.float32))
+    store.save("c", "2024-03-29", "corr", np.ones((2, 2), np.float32))
+    # an orphan sidecar: a commit killed between its sidecar and its array rename
+    orphan = tmp_path / "c" / P / "corr.20200101T000000000000Z-deadbeef.json"
+    orphan.write_text(current_corr.path.with_suffix(".json").read_text())
+    # a dead writer's temp file
+    proc = _start(CRASH_WRITER, str(tmp_path))
+    dead_temp = Path(proc.stdout.readline().strip())
+    _kill(proc)
+    holder = _start(HOLD_A_VERSION, str(tmp_path))
+    try:
+        held_version = holder.stdout.readline().strip()
+        assert held_version, holder.stderr.read()
+        report = store.collect_garbage({P: {"o": {"overlap": pinned_ov.version}}})
+        deleted = {(v.asset, v.partition, v.name, v.version) for v in report.deleted}
+        assert deleted == {
+            ("c", P, "corr", old_corr.version),
+            ("c", P, "corr", "20200101T000000000000Z-deadbeef"),
+            ("o", P, "overlap", superseded_ov.version),
+            ("c", "2024-03-29", "corr", other.version),
+        }
+        assert report.temps_removed == [dead_temp] and not dead_temp.exists()
+        assert [v.version for v in report.kept_busy] == [held_version]
+        assert report.freed_bytes > 0 and report.busy_partitions == []
+        remaining = {(v.asset, v.name, v.version) for v in store.versions("c", P)}
+        remaining |= {(v.asset, v.name, v.version) for v in store.versions("o", P)}
+        assert remaining == {
+            ("c", "corr", input_corr.version),
+            ("c", "corr", current_corr.version),
+            ("c", "corr", held_version),
+            ("o", "overlap", pinned_ov.version),
+            ("o", "overlap", current_ov.version),
+        }
+        # everything kept still loads, byte for byte
+        assert store.load("c", P, "corr", version=input_corr.version).array[0, 0] == 2.0
+        assert store.load("o", P, "overlap", version=pinned_ov.version).array[0, 0] == 5
+    finally:
+        _kill(holder)
+    # the holder is gone: its never-named version is garbage now; unpinned, so is the overlap
+    report = store.collect_garbage()
+    assert {v.version for v in report.deleted} == {held_version, pinned_ov.version}
+
+
+HOLD_PARTITION = """
+import sys, time
+from corr_pipeline.store.matrix_store import MatrixStore
+held = MatrixStore(sys.argv[1]).hold_partition("c", "2024-03-28")
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_partition_in_use_by_another_process_is_left_alone(tmp_path):
+    store = MatrixStore(tmp_path)
+    old = store.save("c", P, "corr", np.zeros(3))
+    store.save("c", P, "corr", np.ones(3))
+    proc = _start(HOLD_PARTITION, str(tmp_path))
+    try:
+        assert proc.stdout.readline().strip() == "held", proc.stderr.read()
+        report = store.collect_garbage()
+        assert report.busy_partitions == [P] and report.deleted == []
+        with pytest.raises(PartitionBusyError):
+            store.remove_partition(P)
+        with store.exclusive_partition(P) as free:
+            assert not free
+    finally:
+        _kill(proc)
+    assert [v.version for v in store.collect_garbage().deleted] == [old.version]
+
+
+def test_remove_partition_records_what_it_removed(tmp_path):
+    store = MatrixStore(tmp_path)
+    corr = store.save("c", P, "corr", np.zeros((3, 3)))
+    store.save_bundle("n", P, MatrixBundle({"index": np.zeros(3, np.int32)}))
+    store.save("c", "2024-03-29", "corr", np.zeros((3, 3)))
+    dry = store.remove_partition(P, reason="test", dry_run=True)
+    assert dry.assets == ["c", "n"] and dry.bytes > 0 and store.exists("c", P, "corr")
+    assert store.pruned(P) is None
+    report = store.remove_partition(P, reason="test")
+    assert report.assets == ["c", "n"] and len(report.versions) == 2
+    assert not (tmp_path / "c" / P).exists() and not (tmp_path / "n" / P).exists()
+    assert store.partition_keys() == ["2024-03-29"]
+    record = store.pruned(P)
+    assert record["reason"] == "test"
+    assert record["versions"]["c"] == {"corr": [corr.version]}
+    with pytest.raises(MatrixNotFoundError):
+        store.load("c", P, "corr", version=corr.version)
+    store.save("c", P, "corr", np.ones((3, 3)))  # the partition can be materialized again
+    assert store.load("c", P, "corr").array[0, 0] == 1.0
+
+
+# ---- permissions and copies -------------------------------------------------------------------
+
+WRITE_UNDER_UMASK = """
+import os, sys, numpy as np
+os.umask(int(sys.argv[2], 8))
+from corr_pipeline.store.matrix_store import MatrixStore, MatrixBundle
+store = MatrixStore(sys.argv[1])
+store.save("a", "2024-03-28", "x", np.arange(3.0))
+store.save("a", "2024-03-28", "x", np.arange(4.0))
+store.save_bundle("b", "2024-03-28", MatrixBundle({"y": np.ones(2)}))
+store.collect_garbage()
+store.save("a", "2024-03-29", "x", np.arange(3.0))
+store.remove_partition("2024-03-29", reason="test")
+"""
+
+
+@pytest.mark.parametrize("umask", ["000", "022", "277"])
+def test_store_files_are_private_whatever_the_umask(tmp_path, umask):
+    base = tmp_path / "home" / "store"
+    proc = subprocess.run(
+        [sys.executable, "-c", WRITE_UNDER_UMASK, str(base), umask], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    for key in ("allocate", "save", "sidecar"):
-        err = out[key]
-        assert err is not None, key
-        assert err["type"] == "MatrixStoreSpaceError"
-        assert err["errno"] == errno.EFBIG
-        assert str(tmp_path / "a" / P / "x.npy") in err["msg"]
-        assert err["path"] == str(tmp_path.resolve() / "a" / P / "x.npy")
-        assert "out of disk space" in err["msg"]
-    directory = tmp_path / "a" / P
-    assert temp_files(directory) == []
-    assert final_files(directory) == ["x.json", "x.npy"]
-    again = store.load("a", P, "x")
-    assert again.version == previous.version
-    np.testing.assert_array_equal(again.array, np.arange(5.0))
+    modes = {
+        str(p.relative_to(tmp_path)): stat.S_IMODE(p.stat().st_mode)
+        for p in [tmp_path / "home", *tmp_path.joinpath("home").rglob("*")]
+    }
+    assert any(name.endswith(".npy") for name in modes) and any(".retention" in n for n in modes)
+    for name, mode in modes.items():
+        want = 0o700 if (tmp_path / name).is_dir() else 0o600
+        assert mode == want, (name, oct(mode))
+
+
+def _copy(src: Path, dst: Path, how: str) -> None:
+    if how == "cp -a":
+        subprocess.run(["cp", "-a", str(src), str(dst)], check=True)
+    elif how == "tar":
+        archive = dst.parent / "store.tar"
+        subprocess.run(["tar", "-C", str(src), "-cf", str(archive), "."], check=True)
+        dst.mkdir()
+        subprocess.run(["tar", "-C", str(dst), "-xf", str(archive)], check=True)
+    else:  # a plain copy: new inodes, new modification times
+        shutil.copytree(src, dst, copy_function=shutil.copyfile)
+
+
+@pytest.mark.parametrize("how", ["cp -a", "tar", "copy"])
+def test_a_faithful_copy_loads_and_damage_is_still_detected(tmp_path, how):
+    src = MatrixStore(tmp_path / "src")
+    x = src.save("a", P, "x", np.arange(1000, dtype=np.float64).reshape(100, 10))
+    other = src.save("a", "other", "x", np.arange(1000, dtype=np.float64).reshape(100, 10) + 1)
+    src.save_bundle("b", P, MatrixBundle({"y": np.ones(3, np.int16)}, labels={"s": ["A"]}))
+    _copy(tmp_path / "src", tmp_path / "dst", how)
+    dst = MatrixStore(tmp_path / "dst")
+    loaded = dst.load("a", P, "x")
+    assert loaded.version == x.version and loaded.path.parent == tmp_path / "dst" / "a" / P
+    np.testing.assert_array_equal(loaded.array, x.array)
+    np.testing.assert_array_equal(dst.load("a", P, "x", version=x.version).array, x.array)
+    assert dst.load_bundle("b", P).labels == {"s": ["A"]}
+
+    # damage in the copy is still detected: size, shape, dtype, version, other data
+    path = loaded.path
+    side = path.with_suffix(".json")
+    pristine_data, pristine_side = path.read_bytes(), side.read_text()
+
+    def edit_sidecar(**changes) -> None:
+        side.write_text(json.dumps({**json.loads(pristine_side), **changes}))
+
+    cases = [
+        (lambda: path.write_bytes(pristine_data[:-8]), "is 8120 bytes, expected 8128"),
+        (lambda: edit_sidecar(shape=[10, 100]), "disagrees with its sidecar"),
+        (lambda: edit_sidecar(dtype="<f4"), "disagrees with its sidecar"),
+        (lambda: edit_sidecar(version=other.version), "belongs to"),
+        (lambda: path.write_bytes(other.path.read_bytes()), "does not match its sidecar"),
+    ]
+    for damage, message in cases:
+        damage()
+        with pytest.raises(CorruptMatrixError, match=message):
+            dst.load("a", P, "x")
+        path.write_bytes(pristine_data)
+        side.write_text(pristine_side)
+        assert dst.load("a", P, "x").version == x.version
 
 
 # ---- bundles ------------------------------------------------------------------------------
@@ -528,6 +946,7 @@ def test_bundle_zero_copy_link_and_copy(tmp_path):
             {"corr": committed, "returns_copy": upstream, "small": np.array([1, 2, 3])},
             labels={"symbols": ["A", "B", "C"]},
             params={"min_overlap": 2},
+            inputs={"returns": {"returns": upstream.version}},
         ),
     )
     assert report.reused == ["corr"]
@@ -536,33 +955,38 @@ def test_bundle_zero_copy_link_and_copy(tmp_path):
     assert report.copied_bytes == 3 * np.dtype(np.int_).itemsize
     assert os.stat(committed.path).st_ino == inode_before  # not rewritten
     assert (
-        os.stat(tmp_path / "corr" / P / "returns_copy.npy").st_ino == os.stat(upstream.path).st_ino
+        os.stat(report.bundle.stored("returns_copy").path).st_ino == os.stat(upstream.path).st_ino
     )
 
     bundle = store.load_bundle("corr", P)
     assert bundle.names == ["corr", "returns_copy", "small"]
     assert bundle.labels == {"symbols": ["A", "B", "C"]} and bundle.params == {"min_overlap": 2}
+    assert bundle.inputs == {"returns": {"returns": upstream.version}}
+    assert bundle.versions == report.bundle.versions and bundle.asset == "corr"
+    assert bundle.source() == {"corr": bundle.versions}
     np.testing.assert_array_equal(bundle["corr"], np.eye(3))
     np.testing.assert_array_equal(bundle["returns_copy"], np.arange(6.0).reshape(2, 3))
     assert bundle.stored("corr").version == committed.version
     assert all(isinstance(bundle[n], np.memmap) for n in bundle.names)
 
-    # a re-materialization with fewer arrays removes the leftovers
+    # a re-materialization with fewer arrays drops the leftovers from the manifest
     report2 = store.save_bundle("corr", P, MatrixBundle({"corr": np.zeros((2, 2))}))
     assert report2.removed == ["returns_copy", "small"]
+    assert report2.superseded == {"corr": committed.version}
     assert store.names("corr", P) == ["corr"]
     assert store.load_bundle("corr", P).names == ["corr"]
 
 
-def test_stale_stored_array_is_not_reused(tmp_path):
-    """A StoredArray whose location was re-written since it was loaded is re-linked from
-    the object's own (old) file, so the bundle holds what the caller passed."""
+def test_an_older_stored_version_is_reused_as_is(tmp_path):
+    """A StoredArray of an older version of the same location: versions are immutable, so the
+    bundle names exactly that version again, without a copy, and holds what the caller passed."""
     store = MatrixStore(tmp_path)
     old = store.save("a", P, "x", np.full(3, 1.0))
     store.save("a", P, "x", np.full(3, 2.0))
     report = store.save_bundle("a", P, MatrixBundle({"x": old}))
-    assert report.reused == []
+    assert report.reused == ["x"]
     np.testing.assert_array_equal(store.load_bundle("a", P)["x"], np.full(3, 1.0))
+    assert store.load_bundle("a", P).versions == {"x": old.version}
 
 
 def test_bundle_errors(tmp_path):
@@ -573,7 +997,34 @@ def test_bundle_errors(tmp_path):
     with pytest.raises(MatrixStoreError, match="call commit"):
         store.save_bundle("a", P, MatrixBundle({"x": pending}))
     pending.abort()
-    store.save_bundle("a", P, MatrixBundle({"x": np.zeros(2)}))
-    store.save("a", P, "x", np.ones(2))  # re-written behind the manifest's back
+    report = store.save_bundle("a", P, MatrixBundle({"x": np.zeros(2)}))
+    with pytest.raises(InvalidStoreKeyError):
+        store.save_bundle("a", P, MatrixBundle({"x": np.zeros(2)}, inputs={"b": {"y": "v1"}}))
+    os.unlink(report.bundle.stored("x").path)  # deleted outside the store's protocol
     with pytest.raises(CorruptMatrixError, match="expects"):
         store.load_bundle("a", P)
+
+
+def test_a_partition_of_the_older_format_is_refused_clearly_then_replaced(tmp_path):
+    """A store written by the format-1 code (one replaceable ``<name>.npy`` per array): loads
+    say to re-materialize; re-materializing writes a format-2 manifest over the old one, and
+    garbage collection removes the old files."""
+    directory = tmp_path / "a" / P
+    directory.mkdir(parents=True)
+    np.save(directory / "x.npy", np.zeros(3))
+    (directory / "x.json").write_text(json.dumps({"format": 1, "version": "ab" * 16}))
+    (directory / "bundle.manifest.json").write_text(
+        json.dumps({"format": 1, "arrays": {"x": {"version": "ab" * 16}}})
+    )
+    (directory / ".x.lock").write_text("")
+    store = MatrixStore(tmp_path)
+    with pytest.raises(CorruptMatrixError, match="older corr_pipeline .* re-materialize"):
+        store.load("a", P, "x")
+    report = store.save_bundle("a", P, MatrixBundle({"x": np.ones(3)}))
+    np.testing.assert_array_equal(store.load("a", P, "x").array, 1.0)
+    garbage = store.collect_garbage()
+    assert sorted(p.name for p in garbage.legacy_removed) == [".x.lock", "x.json", "x.npy"]
+    assert final_files(directory) == sorted(
+        ["bundle.manifest.json"]
+        + [report.bundle.stored("x").path.name[: -len("npy")] + k for k in ("json", "npy")]
+    )

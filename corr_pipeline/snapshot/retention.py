@@ -1,0 +1,253 @@
+"""Retention of the matrix store (SPEC §8): only the newest published partitions keep matrices.
+
+What PostgreSQL knows (the published dates and the store versions each snapshot pins,
+:func:`corr_pipeline.db.reads.published_matrix_versions`) meets what the store holds. Used by the
+``snapshot_publication`` asset after every publication and by ``corr-pipeline store list`` /
+``store prune``; no Dagster here.
+
+:func:`apply_retention` with ``keep = K``:
+
+1. takes every partition of the store exclusively, without waiting; a partition in use by another
+   process (a step of a run in flight holds it, a writer holds one of its files) or named in
+   ``in_flight`` (runs the caller knows are in progress) is left alone entirely;
+2. only then reads the published dates and their pinned versions (``read_published``): no
+   publication of a locked partition can commit meanwhile, so the pins are current;
+3. keeps the newest ``K`` published dates: their superseded versions are garbage-collected (a
+   version survives while a current manifest or the date's publication names it);
+4. removes the partitions of every other published date, and of unpublished dates older than the
+   oldest kept one (a failed run's leftovers), recording what was removed in the store's
+   ``.retention/`` so that ``query corr`` can say the matrices were pruned; the published rows
+   stay in PostgreSQL;
+5. never removes ``writing`` (the partition being published; it is only garbage-collected), nor
+   an unpublished partition newer than the kept window (it may be about to be published).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from corr_pipeline.store.matrix_store import (
+    GarbageReport,
+    MatrixStore,
+    PartitionBusyError,
+    RemovalReport,
+)
+
+__all__ = [
+    "PartitionEntry",
+    "Published",
+    "RetentionReport",
+    "apply_retention",
+    "format_bytes",
+    "store_inventory",
+]
+
+#: ``{snapshot date: pinned versions {asset: {array: version}} or None}`` of every published date.
+Published = Mapping[dt.date, Mapping[str, Mapping[str, str]] | None]
+
+
+def _date(key: str) -> dt.date | None:
+    try:
+        return dt.date.fromisoformat(key)
+    except ValueError:
+        return None
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes as a short human figure (``3.5 GB``, binary-free SI units)."""
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{n} B"  # pragma: no cover
+
+
+@dataclass
+class RetentionReport:
+    """What :func:`apply_retention` did (or, ``dry_run``, would do)."""
+
+    keep: int
+    dry_run: bool
+    kept: list[str] = field(default_factory=list)
+    removed: list[RemovalReport] = field(default_factory=list)
+    collected: GarbageReport = field(default_factory=GarbageReport)
+    busy: list[str] = field(default_factory=list)
+    unpublished_kept: list[str] = field(default_factory=list)
+
+    @property
+    def removed_partitions(self) -> list[str]:
+        return [r.partition for r in self.removed]
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(r.bytes for r in self.removed) + self.collected.freed_bytes
+
+    def lines(self) -> list[str]:
+        """Human summary, one fact per line."""
+        would = "would " if self.dry_run else ""
+        out = [
+            f"retention: keep the matrices of the newest {self.keep} published partition(s): "
+            + (", ".join(self.kept) or "none published")
+        ]
+        for r in self.removed:
+            out.append(
+                f"  {would}remove {r.partition}: {', '.join(r.assets)} "
+                f"({len(r.versions)} version(s), {format_bytes(r.bytes)})"
+            )
+        deleted = self.collected.deleted
+        if deleted:
+            out.append(
+                f"  {would}delete {len(deleted)} superseded version(s) "
+                f"({format_bytes(self.collected.freed_bytes)}) in "
+                + ", ".join(sorted({v.partition for v in deleted}))
+            )
+        if self.collected.temps_removed:
+            out.append(f"  {would}delete {len(self.collected.temps_removed)} stale temp file(s)")
+        if self.busy:
+            out.append(f"  left alone (in use, a run in flight): {', '.join(sorted(self.busy))}")
+        if self.unpublished_kept:
+            out.append(
+                "  kept, not published (newer than the kept window): "
+                + ", ".join(self.unpublished_kept)
+            )
+        out.append(
+            f"  {'would free' if self.dry_run else 'freed'} {format_bytes(self.freed_bytes)}"
+        )
+        return out
+
+
+def apply_retention(
+    store: MatrixStore,
+    read_published: Callable[[], Published],
+    keep: int,
+    *,
+    writing: str | None = None,
+    in_flight: Collection[str] = (),
+    dry_run: bool = False,
+) -> RetentionReport:
+    """Keep the matrices of the newest ``keep`` published partitions, remove the others (see the
+    module docstring); ``read_published`` is called once, after the partitions are locked."""
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    report = RetentionReport(keep=keep, dry_run=dry_run)
+    keys = [k for k in store.partition_keys() if _date(k) is not None]
+    with contextlib.ExitStack() as stack:
+        locked: list[str] = []
+        for key in keys:
+            if key in in_flight and key != writing:
+                report.busy.append(key)
+                continue
+            held = stack.enter_context(store.exclusive_partition(key, allow_upgrade=key == writing))
+            if held:
+                locked.append(key)
+            else:
+                report.busy.append(key)
+        published = read_published()
+        published_keys = sorted(d.isoformat() for d in published)
+        kept = published_keys[-keep:]
+        report.kept = kept
+        oldest_kept = kept[0] if kept else None
+        for key in locked:
+            pins: Any = published.get(dt.date.fromisoformat(key))
+            remove = (
+                key != writing
+                and key not in kept
+                and (key in published_keys or (oldest_kept is not None and key < oldest_kept))
+            )
+            if remove:
+                try:
+                    report.removed.append(
+                        store.remove_partition(
+                            key,
+                            reason=f"retention: the newest {keep} published partitions keep "
+                            f"their matrices ({', '.join(kept)})",
+                            dry_run=dry_run,
+                        )
+                    )
+                except PartitionBusyError:
+                    report.busy.append(key)
+                continue
+            if key not in published_keys and key != writing:
+                report.unpublished_kept.append(key)
+            report.collected.merge(
+                store.collect_garbage(
+                    {key: pins or {}},
+                    partitions=[key],
+                    dry_run=dry_run,
+                    allow_upgrade=[key] if key == writing else (),
+                )
+            )
+    return report
+
+
+@dataclass(frozen=True)
+class PartitionEntry:
+    """One partition of the store as ``corr-pipeline store list`` shows it.
+
+    ``pinned``: ``"yes"`` (every version its publication pins is on disk), ``"partly"``,
+    ``"no"``, ``"unrecorded"`` (published without recorded versions) or ``"-"`` (not published).
+    ``in_use``: another process holds it (a run in flight, a writer).
+    """
+
+    partition: str
+    assets: list[str]
+    bytes: int
+    versions: int
+    published: bool
+    pinned: str
+    in_use: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "assets": self.assets,
+            "bytes": self.bytes,
+            "versions": self.versions,
+            "published": self.published,
+            "pinned": self.pinned,
+            "in_use": self.in_use,
+        }
+
+
+def store_inventory(store: MatrixStore, published: Published) -> list[PartitionEntry]:
+    """Every partition of the store (oldest first): assets, bytes on disk, versions, published
+    or not, whether its pinned versions are there, whether it is in use."""
+    out: list[PartitionEntry] = []
+    for key in store.partition_keys():
+        usage = store.disk_usage(key)
+        versions = {
+            (asset, v.name, v.version)
+            for asset in usage
+            for v in store.versions(asset, key)
+            if v.complete
+        }
+        day = _date(key)
+        is_published = day is not None and day in published
+        pins = published.get(day) if is_published and day is not None else None
+        if not is_published:
+            pinned = "-"
+        elif pins is None:
+            pinned = "unrecorded"
+        else:
+            wanted = {(a, n, v) for a, arrays in pins.items() for n, v in arrays.items()}
+            present = len(wanted & versions)
+            pinned = "yes" if present == len(wanted) else "partly" if present else "no"
+        with store.exclusive_partition(key) as free:
+            in_use = not free
+        out.append(
+            PartitionEntry(
+                partition=key,
+                assets=sorted(usage),
+                bytes=sum(usage.values()),
+                versions=len(versions),
+                published=is_published,
+                pinned=pinned,
+                in_use=in_use,
+            )
+        )
+    return out
