@@ -18,6 +18,8 @@ Environment variables (all optional):
 - ``CORR_PIPELINE_MAX_RUNTIME_SECONDS``: the run-level maximum runtime (default 4 h).
 - ``DAGSTER_HOME``: the Dagster instance directory (default ``home/dagster_home`` for the
   project's own entry points).
+- ``XDG_RUNTIME_DIR``: the user's private runtime directory; the embedded PostgreSQL puts its
+  Unix socket there when the data directory's path is too long for a socket name.
 
 The functions read the environment on every call (no caching), so a process that changes the
 environment (tests, the CLI) sees the change immediately.
@@ -36,6 +38,7 @@ ENV_TEST_DATABASE_URL = "CORR_PIPELINE_TEST_DATABASE_URL"
 ENV_PARTITION_START = "CORR_PIPELINE_PARTITION_START"
 ENV_MAX_RUNTIME = "CORR_PIPELINE_MAX_RUNTIME_SECONDS"
 ENV_DAGSTER_HOME = "DAGSTER_HOME"
+ENV_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 
 DEFAULT_PARTITION_START = "2020-01-01"
 DEFAULT_MAX_RUNTIME_SECONDS = 4 * 3600
@@ -125,3 +128,11 @@ def max_runtime_seconds() -> int:
 def dagster_home() -> Path:
     """``$DAGSTER_HOME`` if set, else ``home/dagster_home`` (not created here)."""
     return _env_path(ENV_DAGSTER_HOME) or corr_pipeline_home() / "dagster_home"
+
+
+def runtime_dir() -> Path | None:
+    """``$XDG_RUNTIME_DIR`` (the user's private runtime directory, e.g. ``/run/user/1000``) when
+    set to an absolute path, else None. Not checked here: the embedded server verifies that the
+    directory it creates inside is private before using it."""
+    value = os.environ.get(ENV_RUNTIME_DIR, "").strip()
+    return Path(value) if value and os.path.isabs(value) else None

