@@ -136,3 +136,9 @@ def runtime_dir() -> Path | None:
     directory it creates inside is private before using it."""
     value = os.environ.get(ENV_RUNTIME_DIR, "").strip()
     return Path(value) if value and os.path.isabs(value) else None
+
+
+def is_environment_value(value: str) -> bool:
+    """True when ``value`` is the value of some environment variable of this process (how a
+    Dagster ``EnvVar`` or ``{env: NAME}`` config value arrives once resolved)."""
+    return any(value == candidate for candidate in os.environ.values())

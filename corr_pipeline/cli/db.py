@@ -30,7 +30,7 @@ def where_is_the_database() -> str:
 def cmd_db_init(args: argparse.Namespace) -> int:
     """Create the missing tables; print where."""
     engine = open_engine()
-    echo(f"schema ready at {db_engine.describe_url(engine.url.render_as_string())}")
+    echo(f"schema ready at {db_engine.describe_url(engine.url)}")
     return 0
 
 

@@ -10,17 +10,22 @@ Two modes:
    socket, no TCP, shared by local processes, stopped when the last one is done). It serves a
    database named ``corr_pipeline`` (created on first use).
 
-Credentials never appear in messages: every URL that is logged or put into an exception goes
-through :func:`redact_url`, and connection failures are re-raised as
-:class:`DatabaseUnavailableError` without the driver exception chained to it.
+Credentials never appear in messages. URLs are parsed and rendered by SQLAlchemy only
+(:func:`sqlalchemy.engine.make_url`, ``URL.render_as_string(hide_password=True)``), never taken
+apart by hand: :func:`redact_url` is what a message may show, :func:`describe_url` the short
+``host:port/database``. Driver messages are scrubbed of the password itself
+(:func:`hide_secrets`), and connection failures are re-raised as
+:class:`DatabaseUnavailableError` without the driver exception chained to it. A URL SQLAlchemy
+cannot parse, or one where an unencoded ``@`` or ``/`` in the user name or password made it take
+part of them for the host or the database, is refused without being shown.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import threading
 from pathlib import Path
+from urllib.parse import quote, quote_plus
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
@@ -49,7 +54,10 @@ __all__ = [
     "embedded_database_url",
     "embedded_server",
     "get_engine",
+    "has_password",
+    "hide_secrets",
     "normalize_url",
+    "parse_url",
     "redact_url",
     "release_embedded_server",
     "start_embedded_server",
@@ -63,60 +71,123 @@ _engines: dict[str, sa.Engine] = {}
 # URL helpers
 # --------------------------------------------------------------------------------------------
 
-# The password runs to the LAST "@" of the URL token: an unencoded "@" or "/" in a password
-# ("postgresql://u:p@ss/w@host/db") must not leave its tail in the message.
-_USERINFO_RE = re.compile(
-    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:@/?#\s]*):(?P<pw>\S*)@"
+HIDDEN = "***"
+#: Query parameters libpq takes secrets from (``?password=...``).
+SECRET_QUERY_KEYS = ("password", "sslpassword")
+_ENCODING_HINT = (
+    "percent-encode special characters of the user name and password: '@' as %40, ':' as %3A, "
+    "'/' as %2F, '%' as %25, a space as %20"
 )
-_QUERY_PW_RE = re.compile(r"(?i)(?P<key>[?&](?:password|pass|pwd)=)(?P<pw>[^&#]*)")
-# libpq key/value form ("host=h password=secret"), redacted in text we know is a connection
-# string (an unparsable CORR_PIPELINE_DATABASE_URL), not in free text.
-_DSN_PW_RE = re.compile(r"(?i)(?P<key>\b(?:password|pass|pwd)\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|\S*)")
+
+
+def parse_url(url: str | URL) -> URL:
+    """``url`` parsed by SQLAlchemy (:func:`~sqlalchemy.engine.make_url`).
+
+    Raises ValueError, *without* any part of the URL in the message, when SQLAlchemy cannot
+    parse it or when an unencoded ``@`` or ``/`` in the user name or password made it read part
+    of them as the host or the database (``postgresql://u:p@ss@host/db`` has the host ``ss@host``):
+    such a URL would put a piece of the password in messages and in the server's host name.
+    """
+    if isinstance(url, URL):
+        parsed = url
+    else:
+        try:
+            parsed = make_url(url.strip())
+        except Exception:  # sqlalchemy.exc.ArgumentError and friends
+            raise ValueError(
+                "not a valid database URL (expected postgresql://user:password@host:port/database; "
+                f"{_ENCODING_HINT}); it is not shown because it may contain a password"
+            ) from None
+    if "@" in (parsed.host or "") or "@" in (parsed.database or ""):
+        raise ValueError(
+            "not a valid database URL: an unencoded '@' or '/' in the user name or password "
+            f"made part of them look like the host or the database; {_ENCODING_HINT} (the URL "
+            "is not shown because it contains a password)"
+        )
+    return parsed
+
+
+def _with_hidden_query(parsed: URL) -> URL:
+    secret = {key: HIDDEN for key in SECRET_QUERY_KEYS if key in parsed.query}
+    return parsed.update_query_dict(secret) if secret else parsed
 
 
 def redact_url(url: str | URL | None) -> str:
-    """``url`` with any password replaced by ``***`` (in the user-info part and in a
-    ``?password=`` query parameter). Works on strings SQLAlchemy cannot parse, too."""
+    """What a message may show of ``url``: SQLAlchemy's rendering with the password hidden
+    (``user:***@host``), ``?password=`` and ``?sslpassword=`` values too. A URL that
+    :func:`parse_url` refuses is not shown at all."""
     if url is None:
         return "<none>"
-    text = url.render_as_string(hide_password=False) if isinstance(url, URL) else str(url)
-    text = _USERINFO_RE.sub(
-        lambda m: f"{m['scheme']}{m['user']}:***@" if m["pw"] else m.group(0), text
-    )
-    return _QUERY_PW_RE.sub(lambda m: f"{m['key']}***", text)
+    try:
+        parsed = parse_url(url)
+    except ValueError:
+        return "<a database URL that cannot be parsed>"
+    rendered = _with_hidden_query(parsed).render_as_string(hide_password=True)
+    # render_as_string percent-encodes query values; show the placeholder as is
+    return rendered.replace("=" + quote_plus(HIDDEN), "=" + HIDDEN)
+
+
+def _secret_texts(parsed: URL) -> list[str]:
+    """The password (and query secrets) of ``parsed`` in every form a text may hold them:
+    decoded, and percent-encoded as a user would type them or a renderer would write them."""
+    secrets = [parsed.password] + [parsed.query.get(key) for key in SECRET_QUERY_KEYS]
+    forms: set[str] = set()
+    for secret in secrets:
+        for value in secret if isinstance(secret, tuple) else (secret,):
+            if value:
+                text = str(value)
+                forms.update({text, quote(text, safe=""), quote(text, safe=" +"), quote_plus(text)})
+    return sorted(forms, key=len, reverse=True)
+
+
+def hide_secrets(text: str, *urls: str | URL | None) -> str:
+    """``text`` with the password of each of ``urls`` and of ``$CORR_PIPELINE_DATABASE_URL``
+    replaced by ``***`` wherever it appears (decoded or percent-encoded). A last line of defence
+    for text we did not write (driver messages): our own messages never contain a password."""
+    for url in (*urls, settings.database_url_from_env()):
+        if url is None:
+            continue
+        try:
+            parsed = url if isinstance(url, URL) else make_url(str(url).strip())
+        except Exception:
+            continue
+        for secret in _secret_texts(parsed):
+            text = text.replace(secret, HIDDEN)
+    return text
+
+
+def has_password(url: str | URL) -> bool:
+    """True when ``url`` carries a password (user-info or ``?password=`` / ``?sslpassword=``),
+    or cannot be parsed (it may then hold one)."""
+    try:
+        parsed = url if isinstance(url, URL) else make_url(str(url).strip())
+    except Exception:
+        return True
+    return bool(_secret_texts(parsed))
 
 
 def normalize_url(url: str) -> str:
     """Use the psycopg 3 driver for plain ``postgresql://`` / ``postgres://`` URLs.
 
-    Raises ValueError (with the URL redacted) for something that is not a PostgreSQL URL.
+    Raises ValueError (never showing the password) for a URL :func:`parse_url` refuses or one
+    that is not PostgreSQL's.
     """
-    raw = url.strip()
-    if raw.split("?", 1)[0].count("@") > 1:  # the parser would take part of the password as host
-        raise ValueError(
-            f"not a valid database URL: {redact_url(raw)} (more than one '@': percent-encode "
-            "special characters of the user name and password, e.g. '@' as %40, '/' as %2F)"
-        )
-    try:
-        parsed = make_url(raw)
-    except Exception:  # sqlalchemy.exc.ArgumentError and friends
-        shown = _DSN_PW_RE.sub(lambda m: f"{m['key']}***", redact_url(raw))
-        raise ValueError(f"not a valid database URL: {shown}") from None
+    parsed = parse_url(url)
     backend = parsed.get_backend_name()
     if backend not in ("postgresql", "postgres"):
         raise ValueError(
-            f"corr_pipeline needs PostgreSQL, got a {backend!r} URL: {redact_url(raw)}"
+            f"corr_pipeline needs PostgreSQL, got a {backend!r} URL: {redact_url(parsed)}"
         )
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
 
 
-def describe_url(url: str) -> str:
+def describe_url(url: str | URL) -> str:
     """Short human description ``host[:port]/database`` for messages (no credentials)."""
     try:
-        parsed = make_url(url)
-    except Exception:
+        parsed = parse_url(url)
+    except ValueError:
         return redact_url(url)
     host = parsed.host or parsed.query.get("host") or "localhost"
     if isinstance(host, tuple):
@@ -179,18 +250,30 @@ def embedded_database_url(database: str) -> str:
 
 def _unavailable(url: str, exc: BaseException) -> DatabaseUnavailableError:
     orig = getattr(exc, "orig", None) or exc
-    detail = " ".join(str(orig).split())  # one line
-    detail = redact_url(detail)
+    detail = hide_secrets(" ".join(str(orig).split()), url)  # one line
     if len(detail) > 400:
         detail = detail[:400] + "..."
-    embedded = settings.database_url_from_env() is None
-    fix = (
-        f"check that the embedded server in {settings.pgdata_dir()} is running "
-        f"(its log is {settings.pgdata_dir() / 'log'})"
-        if embedded
-        else f"check {settings.ENV_DATABASE_URL} (host, port, database, user, password) and that the "
-        "server is running and reachable"
-    )
+    env_url = settings.database_url_from_env()
+    try:
+        from_env = env_url is not None and normalize_url(env_url) == url
+    except ValueError:
+        from_env = False
+    embedded = env_url is None and parse_url(url).host is None
+    if from_env:
+        fix = (
+            f"check {settings.ENV_DATABASE_URL} (host, port, database, user, password) and that "
+            "the server is running and reachable"
+        )
+    elif embedded:
+        fix = (
+            f"check that the embedded server in {settings.pgdata_dir()} is running "
+            f"(its log is {settings.pgdata_dir() / 'log'})"
+        )
+    else:
+        fix = (
+            "check the database URL you configured (the postgres resource's database_url: host, "
+            "port, database, user, password) and that the server is running and reachable"
+        )
     return DatabaseUnavailableError(
         f"cannot connect to PostgreSQL at {describe_url(url)} ({redact_url(url)}): {detail}. Fix: {fix}."
     )
