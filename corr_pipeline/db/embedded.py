@@ -82,6 +82,8 @@ WATCHDOG_POLL_SECONDS = 1.0
 LOCK_TIMEOUT_SECONDS = 180.0
 START_TIMEOUT_SECONDS = 60
 STOP_TIMEOUT_SECONDS = 60.0
+#: How long start-up waits for the processes of a crashed server to leave its shared memory.
+ORPHAN_WAIT_SECONDS = 15.0
 
 USERS_LOCK = "corr_pipeline.users.lock"
 WATCHDOG_LOCK = "corr_pipeline.watchdog.lock"
@@ -679,7 +681,7 @@ def _clear_stale_pid_file(pgdata: Path, pid_file: PidFile, account: _Account) ->
     if pid_file.pid is not None and not psutil.pid_exists(pid_file.pid):
         return
     if pid_file.shm_id is not None:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + ORPHAN_WAIT_SECONDS
         while (attached := _shm_attached(pid_file.shm_id)) > 0:
             if time.monotonic() > deadline:
                 raise DatabaseUnavailableError(

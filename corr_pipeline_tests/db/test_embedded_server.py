@@ -304,6 +304,59 @@ def _wait_for_child(parent_pid: int, name: str) -> int:
     raise AssertionError(f"no {name} under {parent_pid}")
 
 
+_ATTACH_SHM = """
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+address = libc.shmat(int(sys.argv[1]), None, 0o10000)  # SHM_RDONLY
+assert address not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+print("attached", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/sysvipc/shm").exists(), reason="Linux System V IPC listing")
+def test_stale_pid_file_with_a_process_still_in_the_old_shared_memory_says_what_to_do(
+    server_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a process is still attached to the crashed server's shared memory, starting a new
+    server on the same data directory could corrupt it: start-up refuses, in one line that says
+    what to do, and starts once that process is gone."""
+    pgdata = server_home / "pgdata"
+    db_engine.start_embedded_server(pgdata)
+    pid_text = _crash(pgdata)
+    db_engine.release_embedded_server(pgdata)
+    shm_id = int(pid_text.splitlines()[6].split()[1])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _ATTACH_SHM, str(shm_id)], stdout=subprocess.PIPE, text=True
+    )
+    sleeper = subprocess.Popen(["sleep", "600"])
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "attached"
+        lines = pid_text.splitlines()
+        lines[0] = str(sleeper.pid)  # the pid is reused, the memory still in use
+        (pgdata / "postmaster.pid").write_text("\n".join(lines) + "\n")
+        monkeypatch.setattr(embedded, "ORPHAN_WAIT_SECONDS", 1.0)
+        with pytest.raises(db_engine.DatabaseUnavailableError) as refused:
+            db_engine.start_embedded_server(pgdata)
+        message = str(refused.value)
+        assert "\n" not in message
+        assert f"1 process(es) are still attached to its shared memory (System V segment {shm_id}" in message
+        assert "`ipcs -m -p` lists them): end them, then run again" in message
+        assert (pgdata / "postmaster.pid").exists() and not _running(pgdata)
+    finally:
+        holder.kill()
+        holder.wait()
+        sleeper.kill()
+        sleeper.wait()
+    server = db_engine.start_embedded_server(pgdata)  # what the message says: it now starts
+    try:
+        with db_engine.get_engine(server.url()).connect() as conn:
+            assert conn.execute(sa.text("SELECT 1")).scalar_one() == 1
+    finally:
+        db_engine.release_embedded_server(pgdata)
+
+
 def test_a_pid_file_naming_the_running_postmaster_is_attached_to(server_home: Path) -> None:
     pgdata = server_home / "pgdata"
     first = db_engine.start_embedded_server(pgdata)
