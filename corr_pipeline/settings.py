@@ -142,3 +142,11 @@ def is_environment_value(value: str) -> bool:
     """True when ``value`` is the value of some environment variable of this process (how a
     Dagster ``EnvVar`` or ``{env: NAME}`` config value arrives once resolved)."""
     return any(value == candidate for candidate in os.environ.values())
+
+
+def child_environment(pythonpath_first: str) -> dict[str, str]:
+    """This process's environment for a child Python process, with ``pythonpath_first`` put
+    first on ``PYTHONPATH`` (so the child imports this very copy of the package)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath_first, env.get("PYTHONPATH", "")) if p)
+    return env

@@ -670,36 +670,37 @@ def _shm_attached(shm_id: int) -> int:
 def _clear_stale_pid_file(pgdata: Path, pid_file: PidFile, account: _Account) -> None:
     """``postmaster.pid`` names no live postmaster of ``pgdata``.
 
-    A pid that no longer exists is left to PostgreSQL, which checks the old shared memory itself
-    and starts. A pid that exists (another process now, or the crashed postmaster as a zombie its
-    parent has not reaped, common in containers whose init does not reap) makes PostgreSQL
-    refuse to start ("lock file ... already exists", for ``postmaster.pid`` and for the socket's
-    lock file alike): once no process of the crashed server is attached to its shared memory any
-    more (checked on Linux), ``postmaster.pid`` is removed, and so are the socket and its lock
-    file in our private socket directory unless a live postgres holds them.
+    PostgreSQL refuses to start while the pid in ``postmaster.pid``, or in the socket's lock
+    file, exists ("lock file ... already exists"): another process now has it, or it is the
+    crashed postmaster as a zombie its parent has not reaped (common in containers whose init
+    does not reap). A pid that no longer exists is left to PostgreSQL, which then checks the old
+    shared memory itself. Otherwise, once no process of the crashed server is attached to its
+    shared memory any more (checked on Linux), ``postmaster.pid`` is removed. The socket and its
+    lock file in our private socket directory are removed unless a live postgres holds them.
     """
-    if pid_file.pid is not None and not psutil.pid_exists(pid_file.pid):
-        return
-    if pid_file.shm_id is not None:
-        deadline = time.monotonic() + ORPHAN_WAIT_SECONDS
-        while (attached := _shm_attached(pid_file.shm_id)) > 0:
-            if time.monotonic() > deadline:
-                raise DatabaseUnavailableError(
-                    f"the embedded PostgreSQL in {pgdata} stopped without cleaning up, and "
-                    f"{attached} process(es) are still attached to its shared memory (System V "
-                    f"segment {pid_file.shm_id}; `ipcs -m -p` lists them): end them, then run "
-                    "again"
-                )
-            time.sleep(0.2)
-    if pid_file.pid is None:
-        why = "it names no process"
-    elif _alive(pid_file.pid):
-        why = f"pid {pid_file.pid} is now another process"
-    else:
-        why = f"pid {pid_file.pid} has exited but was not reaped by its parent"
-    logger.warning("embedded PostgreSQL: removing the stale %s: %s", pgdata / "postmaster.pid", why)
-    with contextlib.suppress(FileNotFoundError):
-        (pgdata / "postmaster.pid").unlink()
+    if pid_file.pid is None or psutil.pid_exists(pid_file.pid):
+        if pid_file.shm_id is not None:
+            deadline = time.monotonic() + ORPHAN_WAIT_SECONDS
+            while (attached := _shm_attached(pid_file.shm_id)) > 0:
+                if time.monotonic() > deadline:
+                    raise DatabaseUnavailableError(
+                        f"the embedded PostgreSQL in {pgdata} stopped without cleaning up, and "
+                        f"{attached} process(es) are still attached to its shared memory (System "
+                        f"V segment {pid_file.shm_id}; `ipcs -m -p` lists them): end them, then "
+                        "run again"
+                    )
+                time.sleep(0.2)
+        if pid_file.pid is None:
+            why = "it names no process"
+        elif _alive(pid_file.pid):
+            why = f"pid {pid_file.pid} is now another process"
+        else:
+            why = f"pid {pid_file.pid} has exited but was not reaped by its parent"
+        logger.warning(
+            "embedded PostgreSQL: removing the stale %s: %s", pgdata / "postmaster.pid", why
+        )
+        with contextlib.suppress(FileNotFoundError):
+            (pgdata / "postmaster.pid").unlink()
     socket_dir, port = pid_file.socket_dir, pid_file.port or SOCKET_PORT
     if socket_dir is None or _private_dir_problem(socket_dir, account.uid) is not None:
         return
@@ -839,11 +840,7 @@ def _ensure_watchdog(pgdata: Path) -> None:
             return
     finally:
         os.close(fd)
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (package_root, env.get("PYTHONPATH", "")) if p
-    )
+    env = settings.child_environment(str(Path(__file__).resolve().parents[2]))
     with open(pgdata / WATCHDOG_LOG, "ab") as log:
         # The first process takes the lock, forks the watchdog and exits: when it has exited,
         # the watchdog holds the lock.
