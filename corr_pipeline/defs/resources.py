@@ -22,8 +22,9 @@ from typing import Any
 
 import dagster as dg
 import sqlalchemy as sa
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from corr_pipeline import settings
 from corr_pipeline.snapshot.params import (
     DEFAULTS,
     FIELD_NAMES,
@@ -110,15 +111,37 @@ class PostgresResource(dg.ConfigurableResource):
 
     ``database_url`` unset (the default) means the project's own resolution:
     ``$CORR_PIPELINE_DATABASE_URL`` if set, else the embedded server under
-    ``$CORR_PIPELINE_HOME/pgdata``. If you do set it, pass ``dg.EnvVar("...")`` so the URL
-    never shows in the UI. Only :meth:`describe` (no credentials) is ever logged.
+    ``$CORR_PIPELINE_HOME/pgdata``. If you do set it, pass ``dg.EnvVar("...")`` (or
+    ``{env: NAME}`` in run config): a URL with a password given as a literal is refused, because
+    Dagster would store it in its run storage (the job snapshot or the run config) and show it in
+    the UI. Only :meth:`describe` (no credentials) is ever logged.
     """
+
+    # validation errors must not echo the URL (pydantic shows the input value by default)
+    model_config = ConfigDict(hide_input_in_errors=True)
 
     database_url: str | None = Field(
         default=None,
         description="SQLAlchemy/libpq URL; default: $CORR_PIPELINE_DATABASE_URL or the embedded "
-        "PostgreSQL. Use an EnvVar, never a literal with a password.",
+        "PostgreSQL. A URL with a password must come from the environment (EnvVar); a literal "
+        "one is refused.",
     )
+
+    @field_validator("database_url", mode="before")
+    @classmethod
+    def _password_only_from_the_environment(cls, value: Any) -> Any:
+        from corr_pipeline.db.engine import has_password
+
+        if value is None or isinstance(value, dg.EnvVar) or not isinstance(value, str):
+            return value
+        if has_password(value) and not settings.is_environment_value(value):
+            raise ValueError(
+                "PostgresResource.database_url holds a password in clear: Dagster would store it "
+                "in its run storage and show it in the UI. Pass it from the environment, "
+                'PostgresResource(database_url=dg.EnvVar("NAME")) (in run config: database_url: '
+                "{env: NAME}), or leave database_url unset to use CORR_PIPELINE_DATABASE_URL"
+            )
+        return value
 
     def get_engine(self) -> sa.Engine:
         """A pooled engine (cached per URL by :func:`corr_pipeline.db.engine.get_engine`) on a

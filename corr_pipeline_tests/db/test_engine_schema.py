@@ -30,8 +30,15 @@ from corr_pipeline.db import migrate, schema
         ("postgresql://u:pw@h:5432/db", "postgresql+psycopg://u:***@h:5432/db"),
         ("postgres://u:p%40ss@h/db?sslmode=require", "postgres://u:***@h/db?sslmode=require"),
         ("postgresql://u@h/db?password=hunter2&x=1", "postgresql://u@h/db?password=***&x=1"),
-        ("not a url at all, password=x", "not a url at all, password=x"),
-        ("postgresql+psycopg://u:@/db?host=/tmp", "postgresql+psycopg://u:@/db?host=/tmp"),
+        # not parsable by SQLAlchemy (it may be a libpq "key=value" string with a password):
+        # not shown at all
+        ("not a url at all, password=x", "<a database URL that cannot be parsed>"),
+        # SQLAlchemy's rendering: an empty password is a password, query values are encoded
+        ("postgresql+psycopg://u:@/db?host=/tmp", "postgresql+psycopg://u:***@/db?host=%2Ftmp"),
+        ("postgresql://u%40x:p%3A%2F%25%20w@h/db", "postgresql://u%40x:***@h/db"),
+        ("postgresql://h/db?sslpassword=k3y&user=u", "postgresql://h/db?sslpassword=***&user=u"),
+        ("postgresql://u:p@ss@h/db", "<a database URL that cannot be parsed>"),
+        ("postgresql://u/x:pass@h/db", "<a database URL that cannot be parsed>"),
     ],
 )
 def test_redact_url(url: str, expected: str) -> None:

