@@ -1,4 +1,5 @@
-"""The price window and the returns matrix (SPEC §2), read from ``prices`` without per-row Python.
+"""The price window and the returns matrix (SPEC §2), read from ``prices`` (or another configured
+price source) without per-row Python.
 
 ``load_returns_window(engine, D, lookback_days=L, min_history_days=m)``:
 
@@ -42,6 +43,14 @@ the hash aggregate stays in memory (~400 MB at that size) instead of spilling to
 
 Memory in this process at N = 24,000, L = 252: the fetched blobs ≈ 125 MB, closes float64 ≈
 49 MB, returns float64 ≈ 49 MB then float32 ≈ 24 MB.
+
+**Another price source** (:mod:`corr_pipeline.db.price_source`: a team's table, view or
+foreign table with its own names): the same two statements, with the relation and the columns
+quoted as identifiers, the symbol read as ``text COLLATE "C"`` (byte-wise groups), the price
+as ``float8`` (NULL → NaN, a bad price), and a ``timestamp`` trade-date column turned into a
+date as that module says, while the range conditions stay on the raw column (``col <
+start of the next day``) so its index serves the loose scan. The source is resolved against
+the catalog at the start of the transaction; two rows for one (symbol, date) are refused.
 """
 
 from __future__ import annotations
@@ -52,9 +61,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import sqlalchemy as sa
+from psycopg import sql
 
 from corr_pipeline.db.bulk import driver_connection
 from corr_pipeline.db.dates import as_iso_date
+from corr_pipeline.db.price_source import (
+    NATIVE_PRICES,
+    PriceSource,
+    PriceSourceError,
+    ResolvedPriceSource,
+    resolve_price_source,
+)
 
 __all__ = ["ReturnsWindow", "WindowError", "load_returns_window", "returns_from_closes"]
 
@@ -88,7 +105,9 @@ class ReturnsWindow:
     ``drop_counts``: how many were dropped for each reason (:data:`TOO_FEW_RETURNS`,
     :data:`ZERO_VARIANCE`);
     ``bad_prices``: number of rows in the window whose close is NaN, infinite or <= 0;
-    ``n_price_rows``: rows read; ``timings``: seconds per phase (for asset metadata).
+    ``n_price_rows``: rows read; ``timings``: seconds per phase (for asset metadata);
+    ``source``: the price source read (``table prices (symbol, trade_date, close)``, ...) and
+    ``source_notes``: advice about it that did not stop the load (e.g. no date index).
     """
 
     returns: np.ndarray
@@ -100,6 +119,8 @@ class ReturnsWindow:
     n_price_rows: int = 0
     timings: dict[str, float] = field(default_factory=dict)
     drop_counts: dict[str, int] = field(default_factory=dict)
+    source: str = ""
+    source_notes: tuple[str, ...] = ()
 
     @property
     def n_returns(self) -> int:
@@ -122,25 +143,68 @@ def returns_from_closes(closes: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(r64, dtype=np.float32)
 
 
-_DATES_SQL = """
+def _dates_sql(src: ResolvedPriceSource) -> sql.Composable:
+    """Window dates by a loose index scan of the trade-date column (see the module docstring):
+    the last date ``<= %(d)s``, then each previous distinct date, ``%(n)s`` of them."""
+    col, p_col = src.column_sql(src.source.trade_date), src.column_sql(src.source.trade_date, "p")
+    next_day = sql.SQL("(%(d)s::date + 1)")
+    return sql.SQL(
+        """
 WITH RECURSIVE d(trade_date) AS (
-    (SELECT trade_date FROM prices WHERE trade_date <= %(d)s ORDER BY trade_date DESC LIMIT 1)
+    (SELECT {day} FROM {rel} WHERE {col} < {upper} ORDER BY {col} DESC LIMIT 1)
     UNION ALL
-    SELECT (SELECT p.trade_date FROM prices p WHERE p.trade_date < d.trade_date
-            ORDER BY p.trade_date DESC LIMIT 1)
+    SELECT (SELECT {p_day} FROM {rel} p WHERE {p_col} < {p_upper}
+            ORDER BY {p_col} DESC LIMIT 1)
     FROM d WHERE d.trade_date IS NOT NULL
 )
 SELECT trade_date FROM d WHERE trade_date IS NOT NULL LIMIT %(n)s
 """
+    ).format(
+        rel=src.relation_sql(),
+        col=col,
+        day=src.day_sql(col),
+        upper=src.day_start_sql(next_day),
+        p_col=p_col,
+        p_day=src.day_sql(p_col),
+        p_upper=src.day_start_sql(sql.SQL("d.trade_date")),
+    )
 
-_GROUPED_SQL = """
-SELECT symbol,
-       substr(array_send(array_agg(trade_date - %(a)s)), 21),
-       substr(array_send(array_agg(close)), 21)
-FROM prices
-WHERE trade_date BETWEEN %(a)s AND %(b)s
-GROUP BY symbol
+
+def _grouped_sql(src: ResolvedPriceSource) -> sql.Composable:
+    """One row per symbol of the window ``%(a)s..%(b)s``: the symbol, its day offsets and its
+    prices as header-stripped binary arrays (see the module docstring)."""
+    col = src.column_sql(src.source.trade_date)
+    symbol_not_null = (
+        sql.SQL(" AND {} IS NOT NULL").format(src.column_sql(src.source.symbol))
+        if src.symbol.nullable
+        else sql.SQL("")
+    )
+    return sql.SQL(
+        """
+SELECT {symbol} COLLATE "C",
+       substr(array_send(array_agg({day} - %(a)s::date)), 21),
+       substr(array_send(array_agg({price})), 21)
+FROM {rel}
+WHERE {col} >= {lower} AND {col} < {upper}{symbol_not_null}
+GROUP BY 1
 """
+    ).format(
+        symbol=src.symbol_sql(),
+        day=src.day_sql(col),
+        price=src.price_sql(),
+        rel=src.relation_sql(),
+        col=col,
+        lower=src.day_start_sql(sql.SQL("%(a)s::date")),
+        upper=src.day_start_sql(sql.SQL("(%(b)s::date + 1)")),
+        symbol_not_null=symbol_not_null,
+    )
+
+
+def _earliest_sql(src: ResolvedPriceSource) -> sql.Composable:
+    col = src.column_sql(src.source.trade_date)
+    return sql.SQL("SELECT {} FROM {}").format(
+        src.day_sql(sql.SQL("min({})").format(col)), src.relation_sql()
+    )
 
 
 def _decode_elements(
@@ -157,14 +221,52 @@ def _decode_elements(
     return decoded["value"], counts
 
 
+def _refuse_duplicates(
+    col_index: np.ndarray,
+    row_index: np.ndarray,
+    shape: tuple[int, int],
+    symbols: list[str],
+    dates: list[dt.date],
+    source: PriceSource,
+) -> None:
+    """Raise :class:`PriceSourceError` if two rows share a (symbol, trade date): the pivot would
+    keep whichever the server aggregated last. One boolean per cell (N x dates bytes)."""
+    if not col_index.size:
+        return
+    filled = np.zeros(shape, dtype=np.bool_)
+    filled[col_index, row_index] = True
+    n_cells = int(np.count_nonzero(filled))
+    del filled
+    if n_cells == col_index.size:
+        return
+    flat = col_index * shape[1] + row_index
+    values, counts = np.unique(flat, return_counts=True)
+    first = int(values[np.argmax(counts > 1)])
+    symbol, day = symbols[first // shape[1]], dates[first % shape[1]]
+    raise PriceSourceError(
+        f"price source {source}: {col_index.size - n_cells} duplicate row(s) in the window "
+        f"{dates[0]}..{dates[-1]}, e.g. symbol {symbol!r} on {day}: one price per symbol and "
+        "trade date is needed (a timestamp column must hold one value per day)"
+    )
+
+
 def load_returns_window(
     engine: sa.Engine,
     snapshot_date: dt.date | str,
     *,
     lookback_days: int,
     min_history_days: int,
+    source: PriceSource = NATIVE_PRICES,
 ) -> ReturnsWindow:
-    """Build the SPEC §2 window and returns matrix for snapshot date ``D = snapshot_date``.
+    """Build the SPEC §2 window and returns matrix for snapshot date ``D = snapshot_date``,
+    reading ``source`` (default: the project's ``prices`` table).
+
+    The source is checked against the catalog first, in the same read-only transaction
+    (:func:`~corr_pipeline.db.price_source.resolve_price_source`): a missing relation or column,
+    or an unusable type, raises :class:`~corr_pipeline.db.price_source.PriceSourceError` (one
+    line) before any price is read; so do two prices for one symbol and trade date in the
+    window (a source without a unique key, or intraday timestamps), which would make the result
+    depend on the row order.
 
     Raises :class:`WindowError` when no trade date ``<= D`` exists, when the window holds fewer
     than ``min_history_days`` returns, when every symbol is dropped, or for invalid arguments
@@ -186,21 +288,23 @@ def load_returns_window(
     t0 = time.perf_counter()
     with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
         conn.execute(sa.text("SET TRANSACTION READ ONLY"))
+        src = resolve_price_source(conn, source)
+        timings["source_s"] = time.perf_counter() - t0
+        what = "prices" if source.is_native else f"the price source {source.relation_name}"
         pg = driver_connection(conn)
         with pg.cursor() as cur:
-            cur.execute(_DATES_SQL, {"d": d, "n": int(lookback_days) + 1})
+            cur.execute(_dates_sql(src), {**src.params(), "d": d, "n": int(lookback_days) + 1})
             dates = sorted(row[0] for row in cur.fetchall())
             timings["dates_s"] = time.perf_counter() - t0
             if not dates:
-                cur.execute("SELECT min(trade_date) FROM prices")
+                cur.execute(_earliest_sql(src), src.params())
                 earliest = cur.fetchone()[0]
                 if earliest is None:
-                    raise WindowError(
-                        f"no prices at all: the prices table is empty (snapshot date {d})"
-                    )
+                    table = "the prices table" if source.is_native else what
+                    raise WindowError(f"no prices at all: {table} is empty (snapshot date {d})")
                 raise WindowError(
                     f"no prices on or before the snapshot date {d} "
-                    f"(the earliest trade_date in prices is {earliest})"
+                    f"(the earliest trade_date in {what} is {earliest})"
                 )
             n_returns = len(dates) - 1
             if n_returns < min_history_days:
@@ -212,13 +316,13 @@ def load_returns_window(
             first, last = dates[0], dates[-1]
             t1 = time.perf_counter()
             cur.execute(f"SET LOCAL work_mem = '{WINDOW_WORK_MEM}'")
-            cur.execute(_GROUPED_SQL, {"a": first, "b": last}, binary=True)
+            cur.execute(_grouped_sql(src), {**src.params(), "a": first, "b": last}, binary=True)
             grouped = cur.fetchall()
             timings["query_s"] = time.perf_counter() - t1
         conn.rollback()  # read-only: nothing to commit
 
     t3 = time.perf_counter()
-    where = f"prices window {first}..{last}"
+    where = f"{what} window {first}..{last}"
     fetched_symbols = [row[0] for row in grouped]
     day_offset, counts = _decode_elements([row[1] for row in grouped], _DAY_ELEM, where)
     close_values, close_counts = _decode_elements([row[2] for row in grouped], _CLOSE_ELEM, where)
@@ -242,6 +346,7 @@ def load_returns_window(
     if n_rows and row_index.min() < 0:
         raise RuntimeError(f"{where}: a row's trade_date is not one of the window dates")
     n_all = len(all_symbols)
+    _refuse_duplicates(col_index, row_index, (n_all, len(dates)), all_symbols, dates, source)
     # scatter symbol-major (each symbol's values land in one contiguous row), transpose after
     closes_t = np.full((n_all, len(dates)), np.nan, dtype=np.float64)
     close_values = close_values.astype(np.float64)
@@ -294,4 +399,6 @@ def load_returns_window(
             TOO_FEW_RETURNS: int((~enough).sum()),
             ZERO_VARIANCE: int((enough & ~varies).sum()),
         },
+        source=src.describe(),
+        source_notes=src.notes,
     )

@@ -24,6 +24,7 @@ import dagster as dg
 import sqlalchemy as sa
 
 from corr_pipeline import settings
+from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.reads import latest_trade_date
 from corr_pipeline.defs.definitions import build_definitions
 from corr_pipeline.defs.partitions import partition_key_for, snapshot_partitions
@@ -49,12 +50,17 @@ def open_instance(dagster_home: Path | None = None) -> dg.DagsterInstance:
     return dg.DagsterInstance.from_config(str(home))
 
 
-def latest_partition_key(engine: sa.Engine, today: dt.date | None = None) -> str:
-    """The partition containing the last ``trade_date`` in ``prices`` (a weekend date maps to
-    the Friday before). Raises ValueError when ``prices`` is empty or the date is outside the
-    partitions (before ``$CORR_PIPELINE_PARTITION_START`` or in the future)."""
-    last = latest_trade_date(engine)
+def latest_partition_key(
+    engine: sa.Engine, today: dt.date | None = None, *, source: PriceSource = NATIVE_PRICES
+) -> str:
+    """The partition containing the last trade date of the price source (``prices`` by
+    default; a weekend date maps to the Friday before). Raises ValueError when it is empty or
+    the date is outside the partitions (before ``$CORR_PIPELINE_PARTITION_START`` or in the
+    future)."""
+    last = latest_trade_date(engine, source)
     if last is None:
+        if not source.is_native:
+            raise ValueError(f"the price source {source} is empty")
         raise ValueError(
             "the prices table is empty: load prices first (corr-pipeline demo seeds it)"
         )

@@ -36,6 +36,7 @@ from corr_pipeline.compute import (
     top_k_neighbors,
 )
 from corr_pipeline.compute.neighbors import Neighbors
+from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.publish import SnapshotResults
 from corr_pipeline.db.window import ReturnsWindow, load_returns_window
 from corr_pipeline.snapshot.params import SnapshotParameters
@@ -43,13 +44,21 @@ from corr_pipeline.snapshot.params import SnapshotParameters
 Progress = Callable[[int, int], None]
 
 
-def load_returns(engine: sa.Engine, day: dt.date, params: SnapshotParameters) -> ReturnsWindow:
-    """The returns matrix of the window ending at ``day`` (SPEC §2)."""
+def load_returns(
+    engine: sa.Engine,
+    day: dt.date,
+    params: SnapshotParameters,
+    *,
+    source: PriceSource = NATIVE_PRICES,
+) -> ReturnsWindow:
+    """The returns matrix of the window ending at ``day`` (SPEC §2), read from ``source``
+    (default the project's ``prices`` table; checked against the catalog first)."""
     return load_returns_window(
         engine,
         day,
         lookback_days=params.lookback_days,
         min_history_days=params.min_history_days,
+        source=source,
     )
 
 
