@@ -245,6 +245,9 @@ class SourceColumn:
     declared: str
     base: str
     nullable: bool
+    #: False for a nondeterministic collation (e.g. case-insensitive ICU), whose equality would
+    #: merge distinct symbols: the window then groups them byte-wise (``COLLATE "C"``).
+    deterministic: bool = True
 
 
 @dataclass(frozen=True)
@@ -286,9 +289,15 @@ class ResolvedPriceSource:
         return sql.SQL("(({})::timestamp AT TIME ZONE %(tz)s)").format(day)
 
     def symbol_sql(self, alias: str | None = None) -> sql.Composable:
-        """The symbol as ``text`` (compared byte-wise where the caller adds ``COLLATE "C"``)."""
+        """The symbol as ``text``, grouped byte-wise: a deterministic collation's equality is
+        byte equality already; a nondeterministic one gets ``COLLATE "C"``. (An explicit
+        ``COLLATE`` would keep ``postgres_fdw`` from pushing the aggregate down, so it is only
+        added where it changes the groups.)"""
         col = self.column_sql(self.source.symbol, alias)
-        return col if self.symbol.base == "text" else sql.SQL("({})::text").format(col)
+        expr = col if self.symbol.base == "text" else sql.SQL("({})::text").format(col)
+        if not self.symbol.deterministic:
+            expr = sql.SQL('({} COLLATE "C")').format(expr)
+        return expr
 
     def price_sql(self, alias: str | None = None) -> sql.Composable:
         """The price as ``double precision``; NULL becomes NaN (a bad price, counted)."""
@@ -349,7 +358,9 @@ def _columns_statement() -> sa.TextClause:
     return sa.text(
         """
         SELECT a.attname, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull,
-               a.atttypid, has_column_privilege(a.attrelid, a.attnum, 'SELECT')
+               a.atttypid, has_column_privilege(a.attrelid, a.attnum, 'SELECT'),
+               coalesce((SELECT c.collisdeterministic FROM pg_collation c
+                         WHERE c.oid = a.attcollation), true)
         FROM pg_attribute a
         WHERE a.attrelid = :oid AND a.attnum > 0 AND NOT a.attisdropped
         """
@@ -426,6 +437,7 @@ def resolve_price_source(conn: sa.Connection, source: PriceSource) -> ResolvedPr
                 f"(the {role} column; its columns: {available})"
             )
         declared, nullable, type_oid, readable = str(row[1]), bool(row[2]), int(row[3]), row[4]
+        deterministic = bool(row[5])
         if not readable:
             raise PriceSourceError(f"{where}: no SELECT privilege on column {_display(name)}")
         base, category = _base_type(conn, type_oid)
@@ -433,7 +445,13 @@ def resolve_price_source(conn: sa.Connection, source: PriceSource) -> ResolvedPr
             raise PriceSourceError(
                 f"{where}: the {role} column {_display(name)} is {declared}; expected {accepted}"
             )
-        return SourceColumn(name=name, declared=declared, base=base, nullable=nullable)
+        return SourceColumn(
+            name=name,
+            declared=declared,
+            base=base,
+            nullable=nullable,
+            deterministic=deterministic,
+        )
 
     symbol = column(
         source.symbol,

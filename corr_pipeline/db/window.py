@@ -46,7 +46,8 @@ Memory in this process at N = 24,000, L = 252: the fetched blobs ≈ 125 MB, clo
 
 **Another price source** (:mod:`corr_pipeline.db.price_source`: a team's table, view or
 foreign table with its own names): the same two statements, with the relation and the columns
-quoted as identifiers, the symbol read as ``text COLLATE "C"`` (byte-wise groups), the price
+quoted as identifiers, the symbol read as ``text`` (grouped byte-wise: ``COLLATE "C"`` is
+added for a nondeterministic collation only), the price
 as ``float8`` (NULL → NaN, a bad price), and a ``timestamp`` trade-date column turned into a
 date as that module says, while the range conditions stay on the raw column (``col <
 start of the next day``) so its index serves the loose scan. The source is resolved against
@@ -181,7 +182,7 @@ def _grouped_sql(src: ResolvedPriceSource) -> sql.Composable:
     )
     return sql.SQL(
         """
-SELECT {symbol} COLLATE "C",
+SELECT {symbol},
        substr(array_send(array_agg({day} - %(a)s::date)), 21),
        substr(array_send(array_agg({price})), 21)
 FROM {rel}

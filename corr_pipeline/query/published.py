@@ -11,7 +11,9 @@
 snapshot of the database (:func:`consistent_read`), so it never mixes two publications. Every
 statement uses bound parameters (SQLAlchemy Core): symbols are passed and returned verbatim
 whatever they contain (quotes, semicolons, spaces, non-ASCII). Lookups go through the primary
-keys ``(snapshot_date, symbol[, rank])`` / ``(snapshot_date, leader, lagger)``.
+keys ``(snapshot_date, symbol[, rank])`` / ``(snapshot_date, leader, lagger)``. For an unknown symbol,
+"it has prices but was dropped" is read from the configured price source
+(:mod:`corr_pipeline.db.price_source`), the one the pipeline read.
 """
 
 from __future__ import annotations
