@@ -300,12 +300,11 @@ class ResolvedPriceSource:
         return expr
 
     def price_sql(self, alias: str | None = None) -> sql.Composable:
-        """The price as ``double precision``; NULL becomes NaN (a bad price, counted)."""
+        """The price as ``double precision`` (NULL stays NULL: the window counts a NULL price as
+        a bad price, like NaN, without ``coalesce``, which ``postgres_fdw`` would not push
+        down)."""
         col = self.column_sql(self.source.price, alias)
-        expr = col if self.price.base == "float8" else sql.SQL("({})::float8").format(col)
-        if self.price.nullable:
-            expr = sql.SQL("coalesce({}, 'NaN'::float8)").format(expr)
-        return expr
+        return col if self.price.base == "float8" else sql.SQL("({})::float8").format(col)
 
     def params(self) -> dict[str, Any]:
         """Bound parameters the fragments may use."""

@@ -24,15 +24,19 @@ consistent snapshot of ``prices`` even while an import commits):
 2. one row per symbol, aggregated by the server::
 
        SELECT symbol,
-              substr(array_send(array_agg(trade_date - first)), 21),   -- int4 day offsets
-              substr(array_send(array_agg(close)), 21)                 -- float8 closes
-       FROM prices WHERE trade_date BETWEEN first AND last GROUP BY symbol
+              string_agg(int4send(trade_date - first), ''::bytea),   -- int4 day offsets
+              string_agg(float8send(close), ''::bytea)               -- float8 closes
+       FROM prices WHERE trade_date >= first AND trade_date < last + 1 GROUP BY symbol
 
-   fetched in binary. ``array_send`` is PostgreSQL's binary array encoding; stripping its 20-byte
-   header leaves ``(int4 length, big-endian value)`` per element, so the ``N`` blobs of each
-   column are joined and decoded by one ``np.frombuffer`` each. The two ``array_agg`` of one
-   group consume the group's rows in the same order, so element ``i`` of both belongs to the same
-   row. Symbols are sorted in Python (code-point order, independent of the database collation)
+   fetched in binary: each blob is the group's big-endian values back to back (``int4send`` /
+   ``float8send`` are the types' binary encodings), so the ``N`` blobs of each column are joined
+   and decoded by one ``np.frombuffer`` each. The two aggregates of one group consume the group's
+   rows in the same order, so element ``i`` of both belongs to the same row (neither input is
+   ever NULL: ``string_agg`` would skip it; a length mismatch is detected). Until issue 14 this
+   was ``substr(array_send(array_agg(...)), 21)``, whose elements carry a 4-byte length each:
+   the bytes are now 8 + 4 per row instead of 16, and a ``postgres_fdw`` foreign table ships
+   the pushed-down aggregate as hex ``bytea`` instead of text arrays of decimal floats (9.0 s →
+   ~4 s at N = 24,000, docs/benchmarks.md). Symbols are sorted in Python (code-point order, independent of the database collation)
    and the closes pivoted with ``np.searchsorted`` (day → window row) and fancy indexing.
 
 Why not ``COPY ... TO STDOUT``: it delivers one message per row, and consuming ~6 M messages
@@ -41,14 +45,15 @@ moves the per-row work into the server's C code (measured at N = 24,000 × 253 d
 ~3-4 s either way). ``work_mem`` is raised for this transaction only (:data:`WINDOW_WORK_MEM`) so
 the hash aggregate stays in memory (~400 MB at that size) instead of spilling to disk.
 
-Memory in this process at N = 24,000, L = 252: the fetched blobs ≈ 125 MB, closes float64 ≈
+Memory in this process at N = 24,000, L = 252: the fetched blobs ≈ 70 MB, closes float64 ≈
 49 MB, returns float64 ≈ 49 MB then float32 ≈ 24 MB.
 
 **Another price source** (:mod:`corr_pipeline.db.price_source`: a team's table, view or
 foreign table with its own names): the same two statements, with the relation and the columns
 quoted as identifiers, the symbol read as ``text`` (grouped byte-wise: ``COLLATE "C"`` is
 added for a nondeterministic collation only), the price
-as ``float8`` (NULL → NaN, a bad price), and a ``timestamp`` trade-date column turned into a
+as ``float8`` (a NULL price is a bad price, counted like NaN: left out of both blobs by a
+``FILTER`` and counted in a third column), and a ``timestamp`` trade-date column turned into a
 date as that module says, while the range conditions stay on the raw column (``col <
 start of the next day``) so its index serves the loose scan. The source is resolved against
 the catalog at the start of the transaction; two rows for one (symbol, date) are refused.
@@ -80,9 +85,9 @@ __all__ = ["ReturnsWindow", "WindowError", "load_returns_window", "returns_from_
 #: ~400 MB at N = 24,000 × 253 dates; the server default (4 MB) would spill it to disk.
 WINDOW_WORK_MEM = "1GB"
 
-#: Elements of ``array_send`` output after its 20-byte header: (int4 length, value).
-_DAY_ELEM = np.dtype([("len", ">i4"), ("value", ">i4")])
-_CLOSE_ELEM = np.dtype([("len", ">i4"), ("value", ">f8")])
+#: Elements of the aggregated blobs: ``int4send`` day offsets and ``float8send`` prices.
+_DAY_ELEM = np.dtype(">i4")
+_CLOSE_ELEM = np.dtype(">f8")
 
 
 #: Why a symbol in the window was not kept (SPEC §2): the keys of ``ReturnsWindow.drop_counts``.
@@ -180,11 +185,22 @@ def _grouped_sql(src: ResolvedPriceSource) -> sql.Composable:
         if src.symbol.nullable
         else sql.SQL("")
     )
+    price = src.price_sql()
+    days_filter: sql.Composable
+    null_prices: sql.Composable
+    if src.price.nullable:
+        # a NULL price: no element in either blob (string_agg skips NULL, the FILTER keeps the
+        # day blob aligned), counted in the third column as a bad price
+        days_filter = sql.SQL(" FILTER (WHERE {} IS NOT NULL)").format(price)
+        null_prices = sql.SQL("count(*) - count({})").format(price)
+    else:
+        days_filter, null_prices = sql.SQL(""), sql.SQL("0::int8")
     return sql.SQL(
         """
 SELECT {symbol},
-       substr(array_send(array_agg({day} - %(a)s::date)), 21),
-       substr(array_send(array_agg({price})), 21)
+       string_agg(int4send({day} - %(a)s::date), ''::bytea){days_filter},
+       string_agg(float8send({price}), ''::bytea),
+       {null_prices}
 FROM {rel}
 WHERE {col} >= {lower} AND {col} < {upper}{symbol_not_null}
 GROUP BY 1
@@ -192,7 +208,9 @@ GROUP BY 1
     ).format(
         symbol=src.symbol_sql(),
         day=src.day_sql(col),
-        price=src.price_sql(),
+        price=price,
+        days_filter=days_filter,
+        null_prices=null_prices,
         rel=src.relation_sql(),
         col=col,
         lower=src.day_start_sql(sql.SQL("%(a)s::date")),
@@ -209,17 +227,16 @@ def _earliest_sql(src: ResolvedPriceSource) -> sql.Composable:
 
 
 def _decode_elements(
-    blobs: list[bytes], elem: np.dtype, what: str
+    blobs: list[bytes | None], elem: np.dtype, what: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``(values, counts)`` from header-stripped ``array_send`` blobs (one per symbol)."""
-    counts = np.fromiter((len(b) for b in blobs), dtype=np.int64, count=len(blobs))
+    """``(values, counts)`` from the aggregated blobs (one per symbol, ``elem`` values back to
+    back)."""
+    present = [b or b"" for b in blobs]  # NULL: a symbol whose prices in the window are all NULL
+    counts = np.fromiter((len(b) for b in present), dtype=np.int64, count=len(present))
     if np.any(counts % elem.itemsize):
-        raise RuntimeError(f"{what}: unexpected binary array layout from PostgreSQL")
+        raise RuntimeError(f"{what}: unexpected binary layout from PostgreSQL")
     counts //= elem.itemsize
-    decoded = np.frombuffer(b"".join(blobs), dtype=elem)
-    if decoded.size and np.any(decoded["len"] != elem["value"].itemsize):
-        raise RuntimeError(f"{what}: NULL or malformed element in binary array from PostgreSQL")
-    return decoded["value"], counts
+    return np.frombuffer(b"".join(present), dtype=elem), counts
 
 
 def _refuse_duplicates(
@@ -327,10 +344,11 @@ def load_returns_window(
     fetched_symbols = [row[0] for row in grouped]
     day_offset, counts = _decode_elements([row[1] for row in grouped], _DAY_ELEM, where)
     close_values, close_counts = _decode_elements([row[2] for row in grouped], _CLOSE_ELEM, where)
+    null_prices = sum(int(row[3]) for row in grouped)
     del grouped
     if not np.array_equal(counts, close_counts):
         raise RuntimeError(f"{where}: day and close arrays differ in length")
-    n_rows = int(day_offset.size)
+    n_rows = int(day_offset.size) + null_prices
     # column of each fetched symbol in code-point order
     order = sorted(range(len(fetched_symbols)), key=fetched_symbols.__getitem__)
     all_symbols = [fetched_symbols[i] for i in order]
@@ -352,7 +370,7 @@ def load_returns_window(
     closes_t = np.full((n_all, len(dates)), np.nan, dtype=np.float64)
     close_values = close_values.astype(np.float64)
     closes_t[col_index, row_index] = close_values
-    bad_prices = int((~(np.isfinite(close_values) & (close_values > 0))).sum())
+    bad_prices = int((~(np.isfinite(close_values) & (close_values > 0))).sum()) + null_prices
     del day_offset, row_index, col_index, close_values
     closes = closes_t.T
     returns_all = returns_from_closes(closes)
