@@ -35,8 +35,8 @@ consistent snapshot of ``prices`` even while an import commits):
    ever NULL: ``string_agg`` would skip it; a length mismatch is detected). Until issue 14 this
    was ``substr(array_send(array_agg(...)), 21)``, whose elements carry a 4-byte length each:
    the bytes are now 8 + 4 per row instead of 16, and a ``postgres_fdw`` foreign table ships
-   the pushed-down aggregate as hex ``bytea`` instead of text arrays of decimal floats (9.0 s →
-   ~4 s at N = 24,000, docs/benchmarks.md). Symbols are sorted in Python (code-point order, independent of the database collation)
+   the pushed-down aggregate as hex ``bytea`` instead of text arrays of decimal floats (8.95 s
+   → 4.33 s at N = 24,000 on a loaded machine, docs/benchmarks.md). Symbols are sorted in Python (code-point order, independent of the database collation)
    and the closes pivoted with ``np.searchsorted`` (day → window row) and fancy indexing.
 
 Why not ``COPY ... TO STDOUT``: it delivers one message per row, and consuming ~6 M messages

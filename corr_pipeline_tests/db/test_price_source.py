@@ -310,6 +310,16 @@ def test_duplicates_nulls_and_an_empty_source(market):
             "UPDATE prices SET close = 'NaN' WHERE symbol = 'S00002' AND trade_date = DATE '2026-11-26'"
         )
     assert_same_window(_window(market, NATIVE_PRICES), _window(market, loose))
+    with market.begin() as conn:  # a symbol whose prices in the window are all NULL (or NaN)
+        conn.exec_driver_sql(
+            "INSERT INTO market.loose SELECT DISTINCT 'ZNULL', dt, NULL::numeric FROM market.loose "
+            "WHERE dt >= DATE '2026-11-20';"
+            "INSERT INTO prices SELECT DISTINCT 'ZNULL', trade_date, 'NaN'::float8 FROM prices "
+            "WHERE trade_date >= DATE '2026-11-20'"
+        )
+    with_nulls = _window(market, loose)
+    assert_same_window(_window(market, NATIVE_PRICES), with_nulls)
+    assert "ZNULL" in dict(with_nulls.dropped)
     with market.begin() as conn:
         conn.exec_driver_sql("INSERT INTO market.loose VALUES ('S00005', DATE '2026-11-20', 1)")
     with pytest.raises(PriceSourceError) as err:
