@@ -173,3 +173,79 @@ def child_environment(pythonpath_first: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath_first, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+# --------------------------------------------------------------------------------------------
+# The price source and the exchange calendar (read on every call, like everything above)
+# --------------------------------------------------------------------------------------------
+#
+# - ``CORR_PIPELINE_PRICES_TABLE``: the table or view the window reads (``prices``, the
+#   project's own table, by default; ``schema.name`` or ``name``, SQL identifier syntax:
+#   unquoted names fold to lower case, ``"Quoted"`` names keep their case).
+# - ``CORR_PIPELINE_PRICES_COLUMNS``: its symbol, trade date and price columns, in that order,
+#   comma-separated (default ``symbol,trade_date,close``).
+# - ``CORR_PIPELINE_PRICES_TIMEZONE``: the time zone in which a ``timestamp with time zone``
+#   trade-date column is turned into a date (default ``UTC``; unused for ``date`` and
+#   ``timestamp`` columns).
+# - ``CORR_PIPELINE_CALENDAR``: the exchange calendar of the partitions and the schedule (an
+#   ``exchange_calendars`` code such as ``XNYS``, the default, or ``weekdays``).
+# - ``CORR_PIPELINE_SCHEDULE_DELAY_MINUTES``: how long after a session's close the schedule
+#   requests its snapshot (default 90).
+
+ENV_PRICES_TABLE = "CORR_PIPELINE_PRICES_TABLE"
+ENV_PRICES_COLUMNS = "CORR_PIPELINE_PRICES_COLUMNS"
+ENV_PRICES_TIMEZONE = "CORR_PIPELINE_PRICES_TIMEZONE"
+ENV_CALENDAR = "CORR_PIPELINE_CALENDAR"
+ENV_SCHEDULE_DELAY = "CORR_PIPELINE_SCHEDULE_DELAY_MINUTES"
+
+DEFAULT_PRICES_TABLE = "prices"
+DEFAULT_PRICES_COLUMNS = "symbol,trade_date,close"
+DEFAULT_PRICES_TIMEZONE = "UTC"
+DEFAULT_CALENDAR = "XNYS"
+#: The calendar name that means plain Monday-Friday partitions in UTC and the 06:30 UTC schedule.
+WEEKDAYS_CALENDAR = "weekdays"
+DEFAULT_SCHEDULE_DELAY_MINUTES = 90
+
+
+def _env_text(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def prices_table() -> str:
+    """``$CORR_PIPELINE_PRICES_TABLE`` (raw text, parsed by :mod:`corr_pipeline.db.price_source`)
+    or :data:`DEFAULT_PRICES_TABLE`."""
+    return _env_text(ENV_PRICES_TABLE) or DEFAULT_PRICES_TABLE
+
+
+def prices_columns() -> str:
+    """``$CORR_PIPELINE_PRICES_COLUMNS`` (raw text) or :data:`DEFAULT_PRICES_COLUMNS`."""
+    return _env_text(ENV_PRICES_COLUMNS) or DEFAULT_PRICES_COLUMNS
+
+
+def prices_timezone() -> str:
+    """``$CORR_PIPELINE_PRICES_TIMEZONE`` (raw text) or :data:`DEFAULT_PRICES_TIMEZONE`."""
+    return _env_text(ENV_PRICES_TIMEZONE) or DEFAULT_PRICES_TIMEZONE
+
+
+def calendar_name() -> str:
+    """``$CORR_PIPELINE_CALENDAR`` or :data:`DEFAULT_CALENDAR` (checked by
+    :mod:`corr_pipeline.sessions`, which knows the calendars)."""
+    return _env_text(ENV_CALENDAR) or DEFAULT_CALENDAR
+
+
+def schedule_delay_minutes() -> int:
+    """``$CORR_PIPELINE_SCHEDULE_DELAY_MINUTES`` (whole minutes, 0 to 1440) or
+    :data:`DEFAULT_SCHEDULE_DELAY_MINUTES`; ValueError naming the variable otherwise."""
+    raw = _env_text(ENV_SCHEDULE_DELAY)
+    if raw is None:
+        return DEFAULT_SCHEDULE_DELAY_MINUTES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 1440:
+        raise ValueError(
+            f"{ENV_SCHEDULE_DELAY}={raw!r} must be a whole number of minutes from 0 to 1440"
+        )
+    return value

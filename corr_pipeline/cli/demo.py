@@ -4,7 +4,8 @@ The demo is a list of steps (:data:`DEMO_STEPS`) sharing a :class:`DemoContext`:
 
 1. start (or attach to) the database and create the schema;
 2. seed a synthetic universe of :data:`DEMO_SYMBOLS` x :data:`DEMO_DAYS` (seed
-   :data:`DEMO_SEED`) if ``prices`` is empty, else keep what is there;
+   :data:`DEMO_SEED`) if ``prices`` is empty, else keep what is there; with another price
+   source configured (``CORR_PIPELINE_PRICES_TABLE``), check it and seed nothing;
 3. materialize the snapshot graph for the partition of the last trade date
    (:func:`corr_pipeline.defs.run.materialize_snapshot`) and print its summary;
 4. print how to explore the results (Dagster UI, tables, matrices).
@@ -26,6 +27,7 @@ from corr_pipeline import settings
 from corr_pipeline.cli.common import echo, open_engine, positive_int, write_synthetic
 from corr_pipeline.cli.db import where_is_the_database
 from corr_pipeline.db import engine as db_engine
+from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource, configured_price_source
 from corr_pipeline.db.reads import count_trade_dates, prices_extent
 from corr_pipeline.snapshot.params import DEFAULTS
 
@@ -64,6 +66,7 @@ class DemoContext:
     echo: Callable[[str], None] = echo
     engine: sa.Engine | None = None
     database_url: str | None = None
+    source: PriceSource = NATIVE_PRICES
     notes: list[str] = field(default_factory=list)
 
     def require_engine(self) -> sa.Engine:
@@ -91,8 +94,20 @@ def demo_step_database(ctx: DemoContext) -> None:
 
 
 def demo_step_prices(ctx: DemoContext) -> None:
-    """Seed a synthetic universe if ``prices`` is empty; otherwise keep what is there."""
+    """Seed a synthetic universe if ``prices`` is empty; otherwise keep what is there. With
+    another price source configured, check it (one line, exit status 2, if it is unusable) and
+    read it as it is: the demo never writes to a source that is not ours."""
     engine = ctx.require_engine()
+    ctx.source = configured_price_source()
+    if not ctx.source.is_native:
+        extent = prices_extent(engine, ctx.source)
+        if not extent.rows:
+            raise SnapshotRunError(f"the price source {ctx.source} is empty")
+        ctx.echo(
+            f"[2] prices: reading {ctx.source} (CORR_PIPELINE_PRICES_TABLE): {extent.rows:,} "
+            f"rows ({extent.symbols:,} symbols, {extent.first}..{extent.last}); nothing seeded"
+        )
+        return
     extent = prices_extent(engine)
     if extent.rows:
         ctx.echo(
@@ -111,19 +126,22 @@ def demo_step_prices(ctx: DemoContext) -> None:
         ctx.echo(f"    {line}")
 
 
-def demo_params(engine: sa.Engine, partition_key: str) -> dict[str, Any]:
+def demo_params(
+    engine: sa.Engine, partition_key: str, source: PriceSource = NATIVE_PRICES
+) -> dict[str, Any]:
     """Parameter overrides for the demo: none when the data holds a full default window
     (252 returns), otherwise a lookback shrunk to the history available (so a short CSV or a
     small synthetic universe still gives a snapshot), with the other windows scaled to fit.
     Raises :class:`SnapshotRunError` when fewer than 13 trade dates are available."""
     defaults = DEFAULTS
-    n_dates = count_trade_dates(engine, partition_key, defaults.lookback_days + 1)
+    n_dates = count_trade_dates(engine, partition_key, defaults.lookback_days + 1, source)
     n_returns = n_dates - 1
     if n_returns >= defaults.lookback_days:
         return {}
     if n_returns < 12:
         raise SnapshotRunError(
-            f"only {n_dates} trade dates on or before {partition_key} in prices: a snapshot "
+            f"only {n_dates} trade dates on or before {partition_key} in {source.relation_name}: "
+            "a snapshot "
             "needs at least 13 (load more history, or let the demo seed a synthetic universe "
             "into an empty database)"
         )
@@ -148,8 +166,8 @@ def demo_step_pipeline(ctx: DemoContext) -> None:
     )
 
     engine = ctx.require_engine()
-    key = latest_partition_key(engine)
-    params = demo_params(engine, key)
+    key = latest_partition_key(engine, source=ctx.source)
+    params = demo_params(engine, key, ctx.source)
     instance = open_instance()
     home = Path(instance.root_directory)
     try:

@@ -1,18 +1,36 @@
 """``corr-pipeline prices import|synth``: load a CSV, or replace prices with a synthetic
-universe."""
+universe.
+
+Both write the project's own ``prices`` table, never a configured price source
+(``CORR_PIPELINE_PRICES_TABLE``): that one is read-only. When such a source is configured,
+they say on stderr that the pipeline will not read what they load."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from corr_pipeline.cli.common import echo, iso_date, open_engine, positive_int, write_synthetic
 from corr_pipeline.cli.demo import DEMO_DAYS, DEMO_SEED, DEMO_SYMBOLS
 from corr_pipeline.cli.progress import cli_progress
+from corr_pipeline.db.price_source import configured_price_source
 from corr_pipeline.db.prices_import import import_prices_csv
 
 __all__ = ["add_prices_commands", "cmd_prices_import", "cmd_prices_synth"]
+
+
+def warn_if_not_the_source() -> None:
+    """On stderr: the pipeline reads another price source than the ``prices`` table written
+    here (nothing when the source is the default)."""
+    source = configured_price_source()
+    if not source.is_native:
+        print(
+            f"note: this loads the prices table; the pipeline reads {source} "
+            "(CORR_PIPELINE_PRICES_TABLE), which is never written",
+            file=sys.stderr,
+        )
 
 
 def cmd_prices_import(args: argparse.Namespace) -> int:
@@ -20,6 +38,7 @@ def cmd_prices_import(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.is_file():  # before starting a database for nothing
         raise FileNotFoundError(f"{path}: no such file")
+    warn_if_not_the_source()
     bar = cli_progress(f"import {path.name}", unit="bytes")
     try:
         report = import_prices_csv(open_engine(), path, progress=bar)
@@ -32,6 +51,7 @@ def cmd_prices_import(args: argparse.Namespace) -> int:
 
 def cmd_prices_synth(args: argparse.Namespace) -> int:
     """Replace ``prices`` with the synthetic universe the arguments describe; print the report."""
+    warn_if_not_the_source()
     report = write_synthetic(
         open_engine(), symbols=args.symbols, days=args.days, seed=args.seed, end_date=args.end_date
     )

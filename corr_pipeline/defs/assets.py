@@ -25,6 +25,7 @@ import numpy as np
 
 from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.compute.tiling import overlap_dtype
+from corr_pipeline.db.price_source import PriceSourceError
 from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
 from corr_pipeline.db.reads import published_matrix_versions
 from corr_pipeline.db.synth import read_truth
@@ -33,9 +34,10 @@ from corr_pipeline.defs.checks import check_result
 from corr_pipeline.defs.io_manager import MatrixStoreResource
 from corr_pipeline.defs.partitions import snapshot_date
 from corr_pipeline.defs.progress import dagster_progress
-from corr_pipeline.defs.resources import PostgresResource, SnapshotParams
+from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, SnapshotParams
 from corr_pipeline.defs.retries import (
     DATABASE_RETRY_POLICY,
+    one_line_failure,
     retry_only_if_database_unavailable,
 )
 from corr_pipeline.defs.runs import partitions_in_flight
@@ -73,22 +75,30 @@ def _symbols(bundle: MatrixBundle) -> list[str]:
         )
     ],
     description="Returns matrix R (T x N float32, SPEC §2) of the window ending at the "
-    "snapshot date, read from `prices`; labels: symbols, dates; dropped symbols with reasons.",
+    "snapshot date, read from the price source (`prices` unless configured); labels: symbols, "
+    "dates; dropped symbols with reasons.",
 )
 def returns_matrix(
     context: dg.AssetExecutionContext,
     postgres: PostgresResource,
     snapshot_params: SnapshotParams,
+    price_source: PriceSourceResource,
 ):
     with retry_only_if_database_unavailable(f"returns_matrix {context.partition_key}"):
         params = snapshot_params.to_parameters()
         day = snapshot_date(context.partition_key)
+        with one_line_failure(PriceSourceError):
+            source = price_source.source()
         context.log.info(
             f"loading the window for {day}: lookback_days={params.lookback_days}, "
-            f"min_history_days={params.min_history_days}, database {postgres.describe()}"
+            f"min_history_days={params.min_history_days}, database {postgres.describe()}, "
+            f"price source {source}"
         )
         with measure_stage() as stats:
-            window = steps.load_returns(postgres.get_engine(), day, params)
+            with one_line_failure(PriceSourceError):
+                window = steps.load_returns(postgres.get_engine(), day, params, source=source)
+            for note in window.source_notes:
+                context.log.warning(f"price source: {note}")
             R = window.returns
             verdict = verify.verify_returns(
                 R,
@@ -115,7 +125,10 @@ def returns_matrix(
         )
         return dg.MaterializeResult(
             value=bundle,
-            metadata=metadata.returns_window(window, verdict, stats),
+            metadata={
+                **metadata.returns_window(window, verdict, stats),
+                "price_source": dg.MetadataValue.text(window.source),
+            },
             check_results=[check_result(verdict, "returns_contract", "returns_matrix")],
         )
 

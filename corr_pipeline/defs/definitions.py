@@ -5,6 +5,9 @@ the nightly schedule, and the resources:
 
 - ``snapshot_params`` (:class:`SnapshotParams`): one validated parameter set for the whole graph;
 - ``postgres`` (:class:`PostgresResource`): ``$CORR_PIPELINE_DATABASE_URL`` or the embedded server;
+- ``price_source`` (:class:`PriceSourceResource`): the table or view the window reads
+  (``$CORR_PIPELINE_PRICES_TABLE`` / ``_COLUMNS`` / ``_TIMEZONE`` when the run starts, or run
+  config; default the project's ``prices``);
 - ``matrix_io_manager`` / ``matrix_store``: the matrix store under
   ``$CORR_PIPELINE_STORE_DIR`` (default ``$CORR_PIPELINE_HOME/store``), resolved when the
   definitions are built; override both ``base_dir`` values together in run config if needed.
@@ -22,7 +25,7 @@ from corr_pipeline import settings
 from corr_pipeline.defs.assets import MATRIX_IO_MANAGER, snapshot_assets
 from corr_pipeline.defs.io_manager import MatrixStoreIOManager, MatrixStoreResource
 from corr_pipeline.defs.jobs import nightly_snapshot_schedule, snapshot_job
-from corr_pipeline.defs.resources import PostgresResource, SnapshotParams
+from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, SnapshotParams
 
 __all__ = ["build_definitions", "build_resources"]
 
@@ -33,6 +36,7 @@ def build_resources(store_dir: str | None = None) -> dict[str, object]:
     return {
         "snapshot_params": SnapshotParams(),
         "postgres": PostgresResource(),
+        "price_source": PriceSourceResource(),
         MATRIX_IO_MANAGER: MatrixStoreIOManager(base_dir=base_dir),
         "matrix_store": MatrixStoreResource(base_dir=base_dir),
     }

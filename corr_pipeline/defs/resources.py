@@ -1,4 +1,5 @@
-"""Dagster resources: the snapshot parameters every asset shares, and the PostgreSQL connection.
+"""Dagster resources: the snapshot parameters every asset shares, the PostgreSQL connection, and
+the price source (:class:`PriceSourceResource`, at the end).
 
 ``SnapshotParams`` is a resource rather than per-asset ``Config`` so that one set of numbers
 drives the whole graph; it is the launchpad face of
@@ -25,6 +26,11 @@ import sqlalchemy as sa
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from corr_pipeline import settings
+from corr_pipeline.db.price_source import (
+    PriceSource,
+    ResolvedPriceSource,
+    resolve_price_source,
+)
 from corr_pipeline.snapshot.params import (
     DEFAULTS,
     FIELD_NAMES,
@@ -165,3 +171,65 @@ class PostgresResource(dg.ConfigurableResource):
         from corr_pipeline.db.engine import database_url, describe_url
 
         return describe_url(self.database_url or database_url())
+
+
+class PriceSourceResource(dg.ConfigurableResource):
+    """Where the window reads daily prices: a table or view and its symbol, trade-date and
+    price columns (:mod:`corr_pipeline.db.price_source`). Read-only; never written.
+
+    A resource of its own rather than fields of :class:`PostgresResource`: the connection (where
+    the pipeline reads *and* publishes) and the price source (what it reads, never writes) vary
+    independently — a team points the source at its view and keeps publishing into the same
+    database — and the assets and sensors that only need to know which prices exist take this
+    one. The source lives in the database of ``postgres``; a table on another server is reached
+    through a foreign table (``postgres_fdw``) there.
+
+    Each field left unset (the default) takes its environment variable, read when the run
+    starts: ``table`` ← ``$CORR_PIPELINE_PRICES_TABLE`` (default ``prices``), ``columns`` ←
+    ``$CORR_PIPELINE_PRICES_COLUMNS`` (default ``symbol,trade_date,close``), ``timezone`` ←
+    ``$CORR_PIPELINE_PRICES_TIMEZONE`` (default ``UTC``). A malformed value, a missing relation
+    or column, or an unusable type fails the run's first step with one line naming the problem,
+    not retried (``returns_matrix``, before any price is read).
+    """
+
+    table: str | None = Field(
+        default=None,
+        description="Table or view holding the prices: name or schema.name (SQL identifier "
+        "syntax, quoted safely). Default: $CORR_PIPELINE_PRICES_TABLE or `prices`.",
+    )
+    columns: str | None = Field(
+        default=None,
+        description="Its symbol, trade date and price columns, comma-separated, in that order "
+        "(e.g. `ticker,dt,adj_close`). Default: $CORR_PIPELINE_PRICES_COLUMNS or "
+        "`symbol,trade_date,close`.",
+    )
+    timezone: str | None = Field(
+        default=None,
+        description="Time zone turning a `timestamp with time zone` trade-date column into "
+        "dates. Default: $CORR_PIPELINE_PRICES_TIMEZONE or UTC.",
+    )
+
+    def source(self) -> PriceSource:
+        """The parsed source (fields, else the environment); raises
+        :class:`~corr_pipeline.db.price_source.PriceSourceError` naming the field or variable."""
+        from corr_pipeline import settings
+
+        return PriceSource.parse(
+            self.table if self.table is not None else settings.prices_table(),
+            self.columns if self.columns is not None else settings.prices_columns(),
+            self.timezone if self.timezone is not None else settings.prices_timezone(),
+            names=(
+                "price_source.table" if self.table is not None else settings.ENV_PRICES_TABLE,
+                "price_source.columns"
+                if self.columns is not None
+                else settings.ENV_PRICES_COLUMNS,
+                "price_source.timezone"
+                if self.timezone is not None
+                else settings.ENV_PRICES_TIMEZONE,
+            ),
+        )
+
+    def resolve(self, engine: sa.Engine) -> ResolvedPriceSource:
+        """:meth:`source` checked against the catalog of ``engine``'s database."""
+        with engine.connect() as conn:
+            return resolve_price_source(conn, self.source())

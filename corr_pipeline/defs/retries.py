@@ -51,3 +51,14 @@ def retry_only_if_database_unavailable(what: str) -> Iterator[None]:
         raise dg.Failure(
             description=f"{what} failed: {type(exc).__name__}: {exc}", allow_retries=False
         ) from exc
+
+
+@contextmanager
+def one_line_failure(*errors: type[Exception]) -> Iterator[None]:
+    """Turn ``errors`` (configuration or data problems whose message is already one line naming
+    what is wrong, e.g. a misconfigured price source) into ``dg.Failure(allow_retries=False)``
+    whose description is exactly that line."""
+    try:
+        yield
+    except errors as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from exc

@@ -24,9 +24,14 @@ import dagster as dg
 import sqlalchemy as sa
 
 from corr_pipeline import settings
+from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.reads import latest_trade_date
 from corr_pipeline.defs.definitions import build_definitions
-from corr_pipeline.defs.partitions import partition_key_for, snapshot_partitions
+from corr_pipeline.defs.partitions import (
+    partition_key_for,
+    snapshot_calendar,
+    snapshot_partitions,
+)
 from corr_pipeline.defs.resources import SnapshotParams
 
 SNAPSHOT_JOB_NAME = "snapshot_job"
@@ -49,12 +54,17 @@ def open_instance(dagster_home: Path | None = None) -> dg.DagsterInstance:
     return dg.DagsterInstance.from_config(str(home))
 
 
-def latest_partition_key(engine: sa.Engine, today: dt.date | None = None) -> str:
-    """The partition containing the last ``trade_date`` in ``prices`` (a weekend date maps to
-    the Friday before). Raises ValueError when ``prices`` is empty or the date is outside the
-    partitions (before ``$CORR_PIPELINE_PARTITION_START`` or in the future)."""
-    last = latest_trade_date(engine)
+def latest_partition_key(
+    engine: sa.Engine, today: dt.date | None = None, *, source: PriceSource = NATIVE_PRICES
+) -> str:
+    """The partition containing the last trade date of the price source (``prices`` by
+    default; a date that is not a session maps to the session before it). Raises ValueError when it is empty or
+    the date is outside the partitions (before ``$CORR_PIPELINE_PARTITION_START`` or in the
+    future)."""
+    last = latest_trade_date(engine, source)
     if last is None:
+        if not source.is_native:
+            raise ValueError(f"the price source {source} is empty")
         raise ValueError(
             "the prices table is empty: load prices first (corr-pipeline demo seeds it)"
         )
@@ -70,8 +80,9 @@ def check_partition_key(key: str, today: dt.date | None = None) -> None:
     if key not in keys:
         span = f"{keys[0]} .. {keys[-1]}" if keys else "none"
         raise ValueError(
-            f"{key} is not a snapshot partition (weekdays {span}; the first one is set by "
-            "CORR_PIPELINE_PARTITION_START)"
+            f"{key} is not a snapshot partition (sessions of {snapshot_calendar.name}: {span}; "
+            "the first one is set by CORR_PIPELINE_PARTITION_START, the calendar by "
+            "CORR_PIPELINE_CALENDAR)"
         )
 
 

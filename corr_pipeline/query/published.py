@@ -11,7 +11,9 @@
 snapshot of the database (:func:`consistent_read`), so it never mixes two publications. Every
 statement uses bound parameters (SQLAlchemy Core): symbols are passed and returned verbatim
 whatever they contain (quotes, semicolons, spaces, non-ASCII). Lookups go through the primary
-keys ``(snapshot_date, symbol[, rank])`` / ``(snapshot_date, leader, lagger)``.
+keys ``(snapshot_date, symbol[, rank])`` / ``(snapshot_date, leader, lagger)``. For an unknown symbol,
+"it has prices but was dropped" is read from the configured price source
+(:mod:`corr_pipeline.db.price_source`), the one the pipeline read.
 """
 
 from __future__ import annotations
@@ -21,9 +23,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from corr_pipeline.db.price_source import (
+    PriceSource,
+    configured_price_source,
+    resolve_price_source,
+)
 from corr_pipeline.db.schema import lead_lag_pairs as t_lead_lag
 from corr_pipeline.db.schema import peer_neighbors as t_peers
-from corr_pipeline.db.schema import prices as t_prices
 from corr_pipeline.db.schema import snapshots as t_snapshots
 from corr_pipeline.db.schema import symbol_clusters as t_clusters
 from corr_pipeline.query.answers import (
@@ -165,8 +171,15 @@ def _snapshot_symbols(conn: sa.Connection, day: dt.date) -> list[str]:
     return symbols
 
 
-def _require_symbol(conn: sa.Connection, snap: Snapshot, symbol: str) -> None:
-    """Raise :class:`UnknownSymbolError` unless ``symbol`` is in the snapshot (PK lookups)."""
+def _require_symbol(
+    conn: sa.Connection, snap: Snapshot, symbol: str, price_source: PriceSource | None = None
+) -> None:
+    """Raise :class:`UnknownSymbolError` unless ``symbol`` is in the snapshot (PK lookups).
+
+    For an unknown symbol, whether it has prices (dropped by SPEC §2 rather than unknown) is
+    read from ``price_source``, default the configured one
+    (:func:`~corr_pipeline.db.price_source.configured_price_source`): the source the pipeline
+    read, not necessarily the project's ``prices`` table."""
     day = snap.snapshot_date
     in_clusters = sa.exists().where(
         t_clusters.c.snapshot_date == day, t_clusters.c.symbol == symbol
@@ -174,8 +187,10 @@ def _require_symbol(conn: sa.Connection, snap: Snapshot, symbol: str) -> None:
     in_peers = sa.exists().where(t_peers.c.snapshot_date == day, t_peers.c.symbol == symbol)
     if conn.execute(sa.select(sa.or_(in_clusters, in_peers))).scalar_one():
         return
+    src = resolve_price_source(conn, price_source or configured_price_source())
+    table = src.table_clause()
     has_prices = conn.execute(
-        sa.select(sa.exists().where(t_prices.c.symbol == symbol))
+        sa.select(sa.exists().where(src.symbol_expr(table) == symbol))
     ).scalar_one()
     candidates = _snapshot_symbols(conn, day)
     raise UnknownSymbolError(
@@ -201,6 +216,7 @@ def peers(
     date: dt.date | str | None = None,
     *,
     limit: int | None = None,
+    price_source: PriceSource | None = None,
 ) -> PeersResult:
     """Neighbors of ``symbol`` by ``|corr|`` (``peer_neighbors``, SPEC §4), rank ascending,
     at most ``limit`` (None = all).
@@ -209,7 +225,7 @@ def peers(
     """
     with consistent_read(engine) as conn:
         snap = resolve_snapshot(conn, date)
-        _require_symbol(conn, snap, symbol)
+        _require_symbol(conn, snap, symbol, price_source)
         day = snap.snapshot_date
         neighbor_cluster = t_clusters.alias("neighbor_cluster")
         query = (
@@ -249,13 +265,14 @@ def cluster(
     date: dt.date | str | None = None,
     *,
     members: int | None = 20,
+    price_source: PriceSource | None = None,
 ) -> ClusterResult:
     """Cluster id of ``symbol`` (``symbol_clusters``, SPEC §5), the cluster's size, the number
     of clusters, its first ``members`` members by symbol (None = all) and its top-k peers that
     share the cluster."""
     with consistent_read(engine) as conn:
         snap = resolve_snapshot(conn, date)
-        _require_symbol(conn, snap, symbol)
+        _require_symbol(conn, snap, symbol, price_source)
         day = snap.snapshot_date
         cluster_id = conn.execute(
             sa.select(t_clusters.c.cluster_id).where(
@@ -312,12 +329,13 @@ def lead_lag(
     date: dt.date | str | None = None,
     *,
     limit: int | None = None,
+    price_source: PriceSource | None = None,
 ) -> LeadLagResult:
     """Pairs of ``lead_lag_pairs`` (SPEC §6) with ``leader = symbol`` or ``lagger = symbol``,
     by improvement descending (then leader, lagger), at most ``limit`` (None = all)."""
     with consistent_read(engine) as conn:
         snap = resolve_snapshot(conn, date)
-        _require_symbol(conn, snap, symbol)
+        _require_symbol(conn, snap, symbol, price_source)
         query = (
             sa.select(
                 t_lead_lag.c.leader,

@@ -36,6 +36,7 @@ from corr_pipeline.compute import (
     top_k_neighbors,
 )
 from corr_pipeline.compute.neighbors import Neighbors
+from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.publish import SnapshotResults
 from corr_pipeline.db.window import ReturnsWindow, load_returns_window
 from corr_pipeline.snapshot.params import SnapshotParameters
@@ -52,13 +53,21 @@ class InconsistentInputsError(ValueError):
     contents (concurrent runs of one partition with other inputs): re-materialize it whole."""
 
 
-def load_returns(engine: sa.Engine, day: dt.date, params: SnapshotParameters) -> ReturnsWindow:
-    """The returns matrix of the window ending at ``day`` (SPEC §2)."""
+def load_returns(
+    engine: sa.Engine,
+    day: dt.date,
+    params: SnapshotParameters,
+    *,
+    source: PriceSource = NATIVE_PRICES,
+) -> ReturnsWindow:
+    """The returns matrix of the window ending at ``day`` (SPEC §2), read from ``source``
+    (default the project's ``prices`` table; checked against the catalog first)."""
     return load_returns_window(
         engine,
         day,
         lookback_days=params.lookback_days,
         min_history_days=params.min_history_days,
+        source=source,
     )
 
 

@@ -12,12 +12,21 @@ from corr_pipeline import settings
 from corr_pipeline.defs import partitions
 from corr_pipeline.defs.jobs import (
     HEAVY_RUN_TAG,
+    build_nightly_schedule,
     nightly_partition_key,
     nightly_snapshot_schedule,
     snapshot_job,
     snapshot_run_tags,
 )
 from corr_pipeline.defs.resources import SnapshotParams
+from corr_pipeline.sessions import get_calendar
+
+#: The ``weekdays`` calendar (CORR_PIPELINE_CALENDAR=weekdays): the behaviour before exchange
+#: calendars, which the schedule tests below pin (the default is now XNYS, tested in
+#: test_calendar.py).
+WEEKDAYS = get_calendar("weekdays", dt.date(2019, 1, 1), dt.date(2028, 12, 31))
+weekday_schedule = build_nightly_schedule(WEEKDAYS)
+weekday_partitions = partitions.build_partitions_def(calendar=WEEKDAYS)
 
 
 def test_defaults_are_consistent_and_recorded():
@@ -113,24 +122,27 @@ def test_partition_key_helpers():
     ],
 )
 def test_nightly_schedule_requests_the_previous_session(tick, expected):
-    assert nightly_partition_key(tick) == expected
+    # under CORR_PIPELINE_CALENDAR=weekdays (was: the default); same assertions
+    assert nightly_partition_key(tick, WEEKDAYS) == expected
     context = dg.build_schedule_context(scheduled_execution_time=tick)
-    request = nightly_snapshot_schedule(context)
+    request = weekday_schedule(context)
     assert isinstance(request, dg.RunRequest)
     assert request.partition_key == expected
     assert request.run_key == expected
-    assert expected in partitions.snapshot_partitions.get_partition_keys(current_time=tick)
+    assert expected in weekday_partitions.get_partition_keys(current_time=tick)
 
 
-def test_nightly_schedule_skips_before_the_first_partition():
+@pytest.mark.parametrize("schedule", [nightly_snapshot_schedule, weekday_schedule], ids=["XNYS", "weekdays"])
+def test_nightly_schedule_skips_before_the_first_partition(schedule):
     tick = dt.datetime(2019, 6, 4, 6, 30, tzinfo=dt.UTC)
-    result = nightly_snapshot_schedule(dg.build_schedule_context(scheduled_execution_time=tick))
+    result = schedule(dg.build_schedule_context(scheduled_execution_time=tick))
     assert isinstance(result, dg.SkipReason)
     assert "before the first partition" in result.skip_message
 
 
 def test_schedule_cron_is_weekdays_and_job_tags_limit_runs():
-    assert nightly_snapshot_schedule.cron_schedule == "30 6 * * 1-5"
+    assert weekday_schedule.cron_schedule == "30 6 * * 1-5"  # under weekdays (was: the default)
+    assert weekday_schedule.execution_timezone == "UTC"
     tags = snapshot_run_tags()
     assert int(tags[dg.MAX_RUNTIME_SECONDS_TAG]) > 0
     assert tags[HEAVY_RUN_TAG] == "snapshot"

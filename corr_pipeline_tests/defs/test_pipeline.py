@@ -113,9 +113,10 @@ def _rows(engine: sa.Engine, table: str, day: str, order: str) -> list[tuple]:
 
 @pytest.fixture
 def two_partitions(universe, tmp_path):
-    """Materialize the whole graph in-process for the last two weekdays."""
+    """Materialize the whole graph in-process for the last two XNYS sessions (2026-11-26 is
+    Thanksgiving: under the default calendar it has no partition, so the pair is 25th/27th)."""
     store = tmp_path / "store"
-    results = {day: _materialize(store, day) for day in ("2026-11-26", LAST)}
+    results = {day: _materialize(store, day) for day in ("2026-11-25", LAST)}
     return store, results
 
 
@@ -139,7 +140,7 @@ def test_full_graph_for_two_partitions(two_partitions, engine):
             sa.text("SELECT snapshot_date, as_of_trade_date, lookback_days, params FROM snapshots")
         ).all()
     by_date = {str(r.snapshot_date): r for r in rows}
-    assert set(by_date) == {"2026-11-26", LAST}
+    assert set(by_date) == {"2026-11-25", LAST}
     assert str(by_date[LAST].as_of_trade_date) == LAST
     assert by_date[LAST].lookback_days == 60
     recorded = by_date[LAST].params
@@ -201,8 +202,8 @@ def one_partition(universe, tmp_path):
 
 def test_rematerializing_replaces_without_duplicates(one_partition, engine):
     store = one_partition
-    assert _materialize(store, "2026-11-26").success
-    other_before = _rows(engine, "peer_neighbors", "2026-11-26", "2, 3")
+    assert _materialize(store, "2026-11-25").success
+    other_before = _rows(engine, "peer_neighbors", "2026-11-25", "2, 3")
     before = {t: _rows(engine, t, LAST, "2, 3") for t in SNAPSHOT_CHILD_TABLES}
     counts_before = _counts(engine, LAST)
     again = _materialize(store, LAST)
@@ -210,7 +211,7 @@ def test_rematerializing_replaces_without_duplicates(one_partition, engine):
     replaced = again.asset_materializations_for_node("snapshot_publication")[0]
     assert replaced.metadata["replaced_previous"].value is True
     assert _counts(engine, LAST) == counts_before
-    assert _rows(engine, "peer_neighbors", "2026-11-26", "2, 3") == other_before
+    assert _rows(engine, "peer_neighbors", "2026-11-25", "2, 3") == other_before
     assert {t: _rows(engine, t, LAST, "2, 3") for t in SNAPSHOT_CHILD_TABLES} == before
 
 
