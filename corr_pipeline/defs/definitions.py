@@ -27,6 +27,11 @@ from corr_pipeline import settings
 from corr_pipeline.defs.assets import MATRIX_IO_MANAGER, snapshot_assets
 from corr_pipeline.defs.io_manager import MatrixStoreIOManager, MatrixStoreResource
 from corr_pipeline.defs.jobs import nightly_snapshot_schedule, snapshot_job
+from corr_pipeline.defs.monitoring import (
+    publication_freshness_check,
+    publication_freshness_sensor,
+    snapshot_failure_sensor,
+)
 from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, SnapshotParams
 from corr_pipeline.defs.sensors import PricesSensorSettings, prices_ready_sensor
 
@@ -51,8 +56,9 @@ def build_definitions() -> dg.Definitions:
     directory resolved now, from the environment)."""
     return dg.Definitions(
         assets=snapshot_assets,
+        asset_checks=[publication_freshness_check],
         jobs=[snapshot_job],
         schedules=[nightly_snapshot_schedule],
-        sensors=[prices_ready_sensor],
+        sensors=[prices_ready_sensor, publication_freshness_sensor, snapshot_failure_sensor],
         resources=build_resources(),
     )
