@@ -16,11 +16,13 @@ partition already appears (dagster-io/dagster#33551), so the check would go red 
 holiday; one cron string cannot say "close + delay" when half days close early either. This
 check asks the calendar (:meth:`~corr_pipeline.sessions.SessionCalendar.last_closed_session`)
 instead, and otherwise follows the same conventions (metadata ``dagster/fresh_until_timestamp``,
-``dagster/overdue_deadline_timestamp``, ``dagster/overdue_seconds``), so Dagster's
-``build_sensor_for_freshness_checks`` drives it: ``publication_freshness_sensor`` (created
-stopped; start it with the schedule or the prices sensor) launches a check-only run when the last
-result can have gone stale; after a failure, the next ``snapshot_job`` run (which includes the
-check, being in the asset's group) evaluates it again.
+``dagster/overdue_deadline_timestamp``, ``dagster/overdue_seconds``). It is not part of
+``snapshot_job`` (it is about the latest session, not the run's partition: a backfill of an old
+date would show it red). ``publication_freshness_sensor`` (created stopped; start it with the
+schedule or the prices sensor; the same rules as Dagster's ``build_sensor_for_freshness_checks``,
+which assumes the check runs with the asset) launches a check-only run when the result can have
+changed: never evaluated; passed and its ``fresh_until`` time has come; failed and
+``snapshot_publication`` was materialized since.
 
 **Failures.** ``snapshot_failure_sensor`` (a ``@dg.run_failure_sensor``, running by default: it
 only writes a log line) writes one line per failed run of this code location to the sensor's log
@@ -34,7 +36,7 @@ then calls :func:`notify_run_failure`, the one place to plug e-mail or chat aler
 from __future__ import annotations
 
 import datetime as dt
-import warnings
+import time
 from collections.abc import Callable
 
 import dagster as dg
@@ -138,14 +140,36 @@ def build_publication_freshness_check(
 
 publication_freshness_check = build_publication_freshness_check()
 
-with warnings.catch_warnings():  # "superseded" by FreshnessPolicy, which has no per-session deadline
-    warnings.simplefilter("ignore")
-    publication_freshness_sensor = dg.build_sensor_for_freshness_checks(
-        freshness_checks=[publication_freshness_check],
-        name="publication_freshness_sensor",
-        minimum_interval_seconds=600,
-        default_status=dg.DefaultSensorStatus.STOPPED,
-    )
+@dg.sensor(
+    name="publication_freshness_sensor",
+    asset_selection=dg.AssetSelection.checks(publication_freshness_check),
+    minimum_interval_seconds=600,
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description="Evaluates publication_freshness when it can have changed: never evaluated, "
+    "passed but its fresh-until time has come, or failed and snapshot_publication has been "
+    "materialized since.",
+)
+def publication_freshness_sensor(
+    context: dg.SensorEvaluationContext,
+) -> dg.RunRequest | dg.SkipReason:
+    key = dg.AssetCheckKey(PUBLICATION, FRESHNESS_CHECK_NAME)
+    summary = context.instance.event_log_storage.get_asset_check_summary_records([key])[key]
+    latest, done = summary.last_check_execution_record, summary.last_completed_check_execution_record
+    if latest is not None and latest is not done and latest.status.value == "PLANNED":
+        return dg.SkipReason("publication_freshness is being evaluated")
+    event = done.event if done is not None else None
+    evaluation = event.asset_check_evaluation if event is not None else None
+    if event is None or evaluation is None:
+        return dg.RunRequest(asset_check_keys=[key])
+    if evaluation.passed:
+        until = evaluation.metadata.get("dagster/fresh_until_timestamp")
+        if until is not None and time.time() < float(until.value):  # type: ignore[arg-type]
+            return dg.SkipReason("publication_freshness passed and cannot be stale yet")
+        return dg.RunRequest(asset_check_keys=[key])
+    records = context.instance.fetch_materializations(PUBLICATION, limit=1).records
+    if records and records[0].timestamp > event.timestamp:
+        return dg.RunRequest(asset_check_keys=[key])
+    return dg.SkipReason("publication_freshness failed; waiting for a publication")
 
 
 def notify_run_failure(line: str, run: dg.DagsterRun) -> None:

@@ -68,11 +68,31 @@ def test_a_holiday_expects_the_session_before_it():
     assert _evaluate(instance, dt.datetime(2025, 7, 4, 23, 45, tzinfo=NY)).passed
 
 
+def test_the_freshness_sensor_requests_the_check_then_waits_for_a_publication():
+    from corr_pipeline.defs.monitoring import publication_freshness_sensor
+
+    instance = dg.DagsterInstance.ephemeral()
+
+    def tick():
+        with dg.build_sensor_context(instance=instance) as context:
+            return publication_freshness_sensor(context)
+
+    request = tick()
+    assert isinstance(request, dg.RunRequest) and request.asset_check_keys == [CHECK_KEY]
+    _evaluate(instance, dt.datetime(2025, 6, 11, 1, 0, tzinfo=NY))  # fails: nothing published
+    assert "waiting for a publication" in tick().skip_message
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(PUBLICATION, partition="2025-06-10")
+    )
+    assert isinstance(tick(), dg.RunRequest)
+
+
 def test_the_monitoring_definitions_are_registered():
     assert defs.resolve_sensor_def("publication_freshness_sensor")
     assert defs.resolve_sensor_def("snapshot_failure_sensor")
     job = defs.resolve_job_def("snapshot_job")
-    assert CHECK_KEY in job.asset_layer.asset_graph.asset_check_keys
+    assert CHECK_KEY in defs.get_repository_def().asset_graph.asset_check_keys
+    assert CHECK_KEY not in job.asset_layer.asset_graph.asset_check_keys  # about the latest day
 
 
 def test_the_failure_sensor_writes_one_line_from_a_real_failed_run(clean_db, tmp_path):
