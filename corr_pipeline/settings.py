@@ -249,3 +249,72 @@ def schedule_delay_minutes() -> int:
             f"{ENV_SCHEDULE_DELAY}={raw!r} must be a whole number of minutes from 0 to 1440"
         )
     return value
+
+
+# --------------------------------------------------------------------------------------------
+# The prices sensor and the freshness check (read on every call)
+# --------------------------------------------------------------------------------------------
+#
+# - ``CORR_PIPELINE_SENSOR_MIN_SHARE``: the prices sensor requests a session's snapshot once at
+#   least this share (0 < share <= 1) of the symbols priced on the previous trade date have a
+#   price on the session (default 0.95).
+# - ``CORR_PIPELINE_SENSOR_CUTOFF_MINUTES``: ... or once this many minutes have passed since the
+#   session's close, however complete the day is (default 180).
+# - ``CORR_PIPELINE_FRESHNESS_HOURS``: the freshness check on ``snapshot_publication`` fails when
+#   the latest session has no publication this many hours after its close + the schedule delay
+#   (default 6).
+
+ENV_SENSOR_MIN_SHARE = "CORR_PIPELINE_SENSOR_MIN_SHARE"
+ENV_SENSOR_CUTOFF_MINUTES = "CORR_PIPELINE_SENSOR_CUTOFF_MINUTES"
+ENV_FRESHNESS_HOURS = "CORR_PIPELINE_FRESHNESS_HOURS"
+
+DEFAULT_SENSOR_MIN_SHARE = 0.95
+DEFAULT_SENSOR_CUTOFF_MINUTES = 180
+DEFAULT_FRESHNESS_HOURS = 6.0
+
+
+def sensor_min_share() -> float:
+    """``$CORR_PIPELINE_SENSOR_MIN_SHARE`` (a number in (0, 1]) or
+    :data:`DEFAULT_SENSOR_MIN_SHARE`; ValueError naming the variable otherwise."""
+    raw = _env_text(ENV_SENSOR_MIN_SHARE)
+    if raw is None:
+        return DEFAULT_SENSOR_MIN_SHARE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"{ENV_SENSOR_MIN_SHARE}={raw!r} must be a number in (0, 1], e.g. 0.95")
+    return value
+
+
+def sensor_cutoff_minutes() -> int:
+    """``$CORR_PIPELINE_SENSOR_CUTOFF_MINUTES`` (whole minutes, 0 to 2880) or
+    :data:`DEFAULT_SENSOR_CUTOFF_MINUTES`; ValueError naming the variable otherwise."""
+    raw = _env_text(ENV_SENSOR_CUTOFF_MINUTES)
+    if raw is None:
+        return DEFAULT_SENSOR_CUTOFF_MINUTES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 2880:
+        raise ValueError(
+            f"{ENV_SENSOR_CUTOFF_MINUTES}={raw!r} must be a whole number of minutes from 0 to 2880"
+        )
+    return value
+
+
+def freshness_hours() -> float:
+    """``$CORR_PIPELINE_FRESHNESS_HOURS`` (hours, > 0 and <= 72) or
+    :data:`DEFAULT_FRESHNESS_HOURS`; ValueError naming the variable otherwise."""
+    raw = _env_text(ENV_FRESHNESS_HOURS)
+    if raw is None:
+        return DEFAULT_FRESHNESS_HOURS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 72.0:
+        raise ValueError(f"{ENV_FRESHNESS_HOURS}={raw!r} must be a number of hours in (0, 72]")
+    return value

@@ -1,5 +1,6 @@
 """Small reads other layers need (SQLAlchemy Core): the extent and trade dates of the price
-source; the published snapshot dates and the matrix-store versions each one pins (retention,
+source, and how complete one session's prices are (:func:`session_prices`, for the sensor that
+starts a snapshot when the day's prices are in); the published snapshot dates and the matrix-store versions each one pins (retention,
 SPEC §8).
 
 The price reads use the project's ``prices`` table by default, or the ``source`` they are given
@@ -13,6 +14,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from corr_pipeline.db.dates import as_iso_date
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource, resolve_price_source
@@ -20,11 +22,13 @@ from corr_pipeline.db.schema import snapshots
 
 __all__ = [
     "PricesExtent",
+    "SessionPrices",
     "count_trade_dates",
     "latest_trade_date",
     "prices_extent",
     "published_dates",
     "published_matrix_versions",
+    "session_prices",
 ]
 
 
@@ -115,3 +119,93 @@ def published_dates(engine: sa.Engine, *, before: dt.date | str | None = None) -
         statement = statement.where(snapshots.c.snapshot_date < as_iso_date(before, "before"))
     with engine.connect() as conn:
         return list(conn.execute(statement).scalars())
+
+
+@dataclass(frozen=True)
+class SessionPrices:
+    """How complete the prices of one session are, and a fingerprint of them.
+
+    ``previous`` is the last trade date of the source before ``session`` (None when there is
+    none); ``previous_symbols`` the symbols with a non-NULL price that day, ``carried`` how many
+    of them also have one on ``session``, ``symbols`` how many have one on ``session``.
+    ``fingerprint`` changes whenever a row of ``session`` is added, removed or changes its
+    price: ``<rows>-<md5 of the rows, sorted>``, or ``0`` when there are none."""
+
+    session: dt.date
+    previous: dt.date | None
+    symbols: int
+    previous_symbols: int
+    carried: int
+    fingerprint: str
+
+    @property
+    def completeness(self) -> float:
+        """``carried / previous_symbols``; with no previous trade date, 1.0 when ``session`` has
+        prices, else 0.0."""
+        if self.previous_symbols:
+            return self.carried / self.previous_symbols
+        return 1.0 if self.symbols else 0.0
+
+
+def session_prices(
+    engine: sa.Engine, session: dt.date | str, source: PriceSource = NATIVE_PRICES
+) -> SessionPrices:
+    """:class:`SessionPrices` of ``session`` in the price source: three short statements, each
+    an index range on the trade-date column (when it is indexed)."""
+    day = as_iso_date(session, "session")
+    with engine.connect() as conn:
+        src = resolve_price_source(conn, source)
+        table = src.table_clause()
+        raw_date = src.raw_date_column(table)
+        symbol = src.symbol_expr(table)
+        price = table.c[src.source.price]
+
+        def on(d: dt.date) -> sa.ColumnElement[bool]:
+            return sa.and_(
+                raw_date >= src.day_start_expr(d),
+                raw_date < src.day_start_expr(d + dt.timedelta(days=1)),
+            )
+
+        previous: dt.date | None = conn.execute(
+            sa.select(src.day_expr(sa.func.max(raw_date)))
+            .select_from(table)
+            .where(raw_date < src.day_start_expr(day))
+        ).scalar_one()
+        row_text = sa.func.concat_ws(
+            "\t", symbol, sa.cast(raw_date, sa.Text), sa.cast(sa.cast(price, sa.Float), sa.Text)
+        )
+        rows, digest = conn.execute(
+            sa.select(
+                sa.func.count(),
+                sa.func.md5(
+                    sa.func.string_agg(row_text, aggregate_order_by(sa.literal("\n"), row_text))
+                ),
+            )
+            .select_from(table)
+            .where(on(day))
+        ).one()
+        today = (
+            sa.select(symbol.label("s")).distinct().where(on(day), price.is_not(None)).subquery("t")
+        )
+        symbols = int(conn.execute(sa.select(sa.func.count()).select_from(today)).scalar_one())
+        previous_symbols = carried = 0
+        if previous is not None:
+            before = (
+                sa.select(symbol.label("s"))
+                .distinct()
+                .where(on(previous), price.is_not(None))
+                .subquery("p")
+            )
+            previous_symbols, carried = conn.execute(
+                sa.select(sa.func.count(), sa.func.count(today.c.s)).select_from(
+                    before.outerjoin(today, before.c.s == today.c.s)
+                )
+            ).one()
+    return SessionPrices(
+        session=day,
+        previous=previous,
+        symbols=symbols,
+        previous_symbols=int(previous_symbols),
+        carried=int(carried),
+        fingerprint=f"{int(rows)}-{digest}" if rows else "0",
+    )

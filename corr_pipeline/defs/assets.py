@@ -89,6 +89,14 @@ def returns_matrix(
         day = snapshot_date(context.partition_key)
         with one_line_failure(PriceSourceError):
             source = price_source.source()
+        tags = context.run.tags
+        if "corr_pipeline/completeness" in tags:  # requested by prices_ready_sensor
+            context.log.info(
+                f"requested by the prices sensor ({tags.get('corr_pipeline/trigger')}): prices "
+                f"of {day} {float(tags['corr_pipeline/completeness']):.1%} complete "
+                f"({tags.get('corr_pipeline/symbols')} of the previous trade date's symbols)"
+                + (", a re-run after a correction" if tags.get("corr_pipeline/rerun") else "")
+            )
         context.log.info(
             f"loading the window for {day}: lookback_days={params.lookback_days}, "
             f"min_history_days={params.min_history_days}, database {postgres.describe()}, "

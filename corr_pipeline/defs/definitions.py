@@ -5,6 +5,8 @@ the nightly schedule, and the resources:
 
 - ``snapshot_params`` (:class:`SnapshotParams`): one validated parameter set for the whole graph;
 - ``postgres`` (:class:`PostgresResource`): ``$CORR_PIPELINE_DATABASE_URL`` or the embedded server;
+- ``prices_sensor_settings`` (:class:`PricesSensorSettings`): when ``prices_ready_sensor`` (the
+  alternative to the schedule, :mod:`corr_pipeline.defs.sensors`) finds a session's prices in;
 - ``price_source`` (:class:`PriceSourceResource`): the table or view the window reads
   (``$CORR_PIPELINE_PRICES_TABLE`` / ``_COLUMNS`` / ``_TIMEZONE`` when the run starts, or run
   config; default the project's ``prices``);
@@ -25,7 +27,13 @@ from corr_pipeline import settings
 from corr_pipeline.defs.assets import MATRIX_IO_MANAGER, snapshot_assets
 from corr_pipeline.defs.io_manager import MatrixStoreIOManager, MatrixStoreResource
 from corr_pipeline.defs.jobs import nightly_snapshot_schedule, snapshot_job
+from corr_pipeline.defs.monitoring import (
+    publication_freshness_check,
+    publication_freshness_sensor,
+    snapshot_failure_sensor,
+)
 from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, SnapshotParams
+from corr_pipeline.defs.sensors import PricesSensorSettings, prices_ready_sensor
 
 __all__ = ["build_definitions", "build_resources"]
 
@@ -37,6 +45,7 @@ def build_resources(store_dir: str | None = None) -> dict[str, object]:
         "snapshot_params": SnapshotParams(),
         "postgres": PostgresResource(),
         "price_source": PriceSourceResource(),
+        "prices_sensor_settings": PricesSensorSettings(),
         MATRIX_IO_MANAGER: MatrixStoreIOManager(base_dir=base_dir),
         "matrix_store": MatrixStoreResource(base_dir=base_dir),
     }
@@ -47,7 +56,9 @@ def build_definitions() -> dg.Definitions:
     directory resolved now, from the environment)."""
     return dg.Definitions(
         assets=snapshot_assets,
+        asset_checks=[publication_freshness_check],
         jobs=[snapshot_job],
         schedules=[nightly_snapshot_schedule],
+        sensors=[prices_ready_sensor, publication_freshness_sensor, snapshot_failure_sensor],
         resources=build_resources(),
     )

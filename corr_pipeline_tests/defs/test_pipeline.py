@@ -415,7 +415,7 @@ def test_definitions_contents():
         "lead_lag_pairs",
         "snapshot_publication",
     }
-    assert len(list(repo.asset_graph.asset_check_keys)) == 9
+    assert len(list(repo.asset_graph.asset_check_keys)) == 10  # with publication_freshness
     job = defs.resolve_job_def("snapshot_job")
     assert job.partitions_def is not None
     assert defs.resolve_schedule_def("nightly_snapshot_schedule").job_name == "snapshot_job"
