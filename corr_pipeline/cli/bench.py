@@ -15,7 +15,6 @@ import sqlalchemy as sa
 
 from corr_pipeline import settings
 from corr_pipeline.cli.common import UsageError, echo, positive_float, positive_int
-from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db.migrate import ensure_schema, upgrade
 
@@ -46,6 +45,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Run the benchmark the arguments describe; print the database line and the report."""
     # heavy (compute kernels); only when needed
     from corr_pipeline.bench import run_pipeline_benchmark, run_publish_benchmark
+    from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 
     home = (args.home or settings.corr_pipeline_home() / "bench").expanduser().resolve()
     if args.publish_only and args.skip_synth:
@@ -62,7 +62,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         t=args.t,
         max_lag=args.max_lag,
         k=args.k,
-        working_memory_mb=args.working_memory_mb,
+        working_memory_mb=args.working_memory_mb or DEFAULT_WORKING_MEMORY_MB,
         seed=args.seed,
         synth=not args.skip_synth,
         keep_matrices=args.keep_matrices,
@@ -98,7 +98,11 @@ def add_bench_command(commands: Any) -> None:
         help="k_neighbors = k_leaders = k_laggers (default 10)",
     )
     bench.add_argument(
-        "--working-memory-mb", type=positive_float, default=DEFAULT_WORKING_MEMORY_MB, metavar="MB"
+        "--working-memory-mb",
+        type=positive_float,
+        default=None,
+        metavar="MB",
+        help="budget for each stage's temporaries (default: the package's, 512)",
     )
     bench.add_argument("--seed", type=int, default=11, metavar="S")
     bench.add_argument(

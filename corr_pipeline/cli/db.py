@@ -17,8 +17,6 @@ from corr_pipeline import settings
 from corr_pipeline.cli.common import echo, iso_date, open_engine
 from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db import migrate
-from corr_pipeline.db.publish import delete_snapshot
-from corr_pipeline.db.reads import published_dates
 
 __all__ = [
     "add_db_commands",
@@ -120,6 +118,9 @@ def cmd_db_url(args: argparse.Namespace) -> int:
 def cmd_db_prune(args: argparse.Namespace) -> int:
     """Delete the published snapshots dated before ``--before`` (each in its own transaction,
     :func:`corr_pipeline.db.publish.delete_snapshot`); ``--dry-run`` only lists them."""
+    from corr_pipeline.db.publish import delete_snapshot  # numpy and the kernels: lazily
+    from corr_pipeline.db.reads import published_dates
+
     engine = open_engine()
     dates = published_dates(engine, before=args.before)
     if not dates:

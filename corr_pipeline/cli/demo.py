@@ -29,7 +29,6 @@ from corr_pipeline.cli.db import where_is_the_database
 from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource, configured_price_source
 from corr_pipeline.db.reads import count_trade_dates, prices_extent
-from corr_pipeline.snapshot.params import DEFAULTS
 
 __all__ = [
     "DEMO_DAYS",
@@ -133,7 +132,8 @@ def demo_params(
     (252 returns), otherwise a lookback shrunk to the history available (so a short CSV or a
     small synthetic universe still gives a snapshot), with the other windows scaled to fit.
     Raises :class:`SnapshotRunError` when fewer than 13 trade dates are available."""
-    defaults = DEFAULTS
+    from corr_pipeline.snapshot.params import DEFAULTS as defaults  # numpy, numba: lazily
+
     n_dates = count_trade_dates(engine, partition_key, defaults.lookback_days + 1, source)
     n_returns = n_dates - 1
     if n_returns >= defaults.lookback_days:
