@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help="show tracebacks for errors instead of one line"
     )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also say which embedded PostgreSQL serves the command (pid, data, socket)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_db_commands(commands)
     add_prices_commands(commands)
@@ -78,10 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _configure_logging() -> None:
+def _configure_logging(verbose: bool = False) -> None:
+    """Our INFO messages on stderr; the embedded server's start-up line only with ``--verbose``
+    (warnings about it always)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("corr_pipeline").setLevel(logging.INFO)
+    embedded = logging.getLogger("corr_pipeline.db.embedded")
+    embedded.setLevel(logging.INFO if verbose else logging.WARNING)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -96,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     error in one line on stderr unless ``--debug``, 130 interrupted)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    _configure_logging()
+    _configure_logging(args.verbose)
     try:
         return int(args.func(args) or 0)
     except USER_ERRORS as exc:
