@@ -166,7 +166,8 @@ class SynthReport:
             f"weekdays {self.first_date}..{self.last_date}; {self.rows_written:,} rows written "
             f"(prices table replaced)\n"
             f"  ragged: {self.n_listed_late:,} listed late, {self.n_delisted_early:,} delisted "
-            f"early; {self.n_halts:,} single-day halts; {self.n_bad_prints:,} bad prints ({bad})\n"
+            f"early; {self.n_halts:,} single-day halts; {self.n_bad_prints:,} bad prints over the whole "
+            f"history ({bad})\n"
             f"  {len(self.truth):,} injected lead-lag pairs in {TRUTH_TABLE}{example}\n"
             f"  generated in {self.generate_seconds:.1f} s, loaded in {self.load_seconds:.1f} s"
         )
