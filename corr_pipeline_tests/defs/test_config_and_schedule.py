@@ -155,3 +155,19 @@ def test_max_runtime_override(monkeypatch):
     monkeypatch.setenv("CORR_PIPELINE_MAX_RUNTIME_SECONDS", "soon")
     with pytest.raises(ValueError, match="CORR_PIPELINE_MAX_RUNTIME_SECONDS"):
         snapshot_run_tags()
+
+
+def test_every_run_has_a_maximum_runtime_however_launched(tmp_path, monkeypatch):
+    """Runs launched from the asset graph carry no job tags: the instance's run monitoring
+    (dagster.yaml) bounds them too, at the same 4 h as snapshot_job's default tag."""
+    import shutil
+    from pathlib import Path
+
+    shutil.copy(Path(__file__).resolve().parents[2] / "dagster.yaml", tmp_path / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    instance = dg.DagsterInstance.get()
+    try:
+        assert instance.run_monitoring_enabled
+        assert instance.run_monitoring_max_runtime_seconds == settings.DEFAULT_MAX_RUNTIME_SECONDS
+    finally:
+        instance.dispose()
