@@ -320,8 +320,12 @@ class Project:
         log = self.root / f"serve-{port}.log"
         with open(log, "w") as sink:
 
-            def ignore_sigint() -> None:
+            def ignore_sigint() -> None:  # a background job of a non-interactive shell
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+            def default_sigint() -> None:  # a background job under job control (set -m)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
             words = shlex.split(command)
             env = dict(self.env)
@@ -336,7 +340,7 @@ class Project:
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # so that the test can clean up whatever happens
-                preexec_fn=ignore_sigint if scripted else None,  # noqa: PLW1509
+                preexec_fn=ignore_sigint if scripted else default_sigint,  # noqa: PLW1509
             )
             problems: list[str] = []
             tree: list[psutil.Process] = []
