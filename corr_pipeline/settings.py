@@ -18,8 +18,11 @@ Environment variables (all optional):
 - ``CORR_PIPELINE_MAX_RUNTIME_SECONDS``: the run-level maximum runtime (default 4 h).
 - ``CORR_PIPELINE_KEEP_MATRICES``: how many of the newest published partitions keep their
   matrices in the store after each publication (retention, default 5).
-- ``DAGSTER_HOME``: the Dagster instance directory (default ``home/dagster_home`` for the
-  project's own entry points).
+- ``DAGSTER_HOME``: the Dagster instance directory. The project's own entry points default to
+  the current directory when it holds a ``dagster.yaml`` (the repository root: the instance
+  configuration Dagster then reads is the project's own file, and Dagster's own commands, run
+  from there with ``DAGSTER_HOME`` set to it, say nothing about a second ``dagster.yaml``),
+  else ``home/dagster_home``.
 - ``XDG_RUNTIME_DIR``: the user's private runtime directory; the embedded PostgreSQL puts its
   Unix socket there when the data directory's path is too long for a socket name.
 
@@ -148,9 +151,20 @@ def keep_matrices() -> int:
     return value
 
 
+DAGSTER_YAML = "dagster.yaml"
+
+
 def dagster_home() -> Path:
-    """``$DAGSTER_HOME`` if set, else ``home/dagster_home`` (not created here)."""
-    return _env_path(ENV_DAGSTER_HOME) or corr_pipeline_home() / "dagster_home"
+    """``$DAGSTER_HOME`` if set; else the current directory when it holds a ``dagster.yaml`` (the
+    repository root, whose ``dagster.yaml`` is then the instance's configuration: Dagster reads
+    ``$DAGSTER_HOME/dagster.yaml``); else ``home/dagster_home`` (not created here)."""
+    explicit = _env_path(ENV_DAGSTER_HOME)
+    if explicit is not None:
+        return explicit
+    cwd = Path.cwd()
+    if (cwd / DAGSTER_YAML).is_file():
+        return cwd
+    return corr_pipeline_home() / "dagster_home"
 
 
 def runtime_dir() -> Path | None:

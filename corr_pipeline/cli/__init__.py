@@ -19,6 +19,8 @@ library; the command modules parse, call, print.
     corr-pipeline bench [--n N --t T ...]    time the whole chain (or --publish-only) on a synthetic
                                              universe, in a scratch embedded database by default
                                                                                     (cli.bench)
+    corr-pipeline ui [--port P --host H]     dg dev (Dagster UI + daemon) on the project's instance;
+                                             SIGINT/SIGTERM/SIGHUP stop all of it     (cli.ui)
 
 User errors (bad input file, unreachable database, invalid arguments) print one line
 ``corr-pipeline: error: ...`` on stderr and exit with status 2, without a traceback
@@ -39,6 +41,7 @@ from corr_pipeline.cli.demo import add_demo_command
 from corr_pipeline.cli.prices import add_prices_commands
 from corr_pipeline.cli.query import add_query_commands
 from corr_pipeline.cli.store import add_store_commands
+from corr_pipeline.cli.ui import add_ui_command
 from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db.migrate import SchemaVersionError
 from corr_pipeline.db.prices_import import PricesImportError
@@ -80,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_command(commands)
     add_query_commands(commands)
     add_store_commands(commands)
+    add_ui_command(commands)
     return parser
 
 

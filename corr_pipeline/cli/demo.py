@@ -16,6 +16,7 @@ Every line goes through ``DemoContext.echo`` (stdout by default).
 from __future__ import annotations
 
 import argparse
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,12 +188,19 @@ def demo_step_pipeline(ctx: DemoContext) -> None:
             f"the snapshot run for {key} failed (steps: {', '.join(summary.failed_steps) or '?'}); "
             f"open the UI (below) or see run {summary.run_id} in {home}"
         )
-    env = f"CORR_PIPELINE_HOME={settings.corr_pipeline_home()} DAGSTER_HOME={home}"
+    env = (
+        f"CORR_PIPELINE_HOME={shlex.quote(str(settings.corr_pipeline_home()))} "
+        f"DAGSTER_HOME={shlex.quote(str(home))}"
+    )
     ctx.echo("[4] explore the results:")
-    ctx.echo(f"    Dagster UI:  {env} dagster dev")
+    ctx.echo(f"    Dagster UI:  {env} dg dev")
     ctx.echo(
-        "                 (from the repository root, which holds workspace.yaml; then open "
-        "http://127.0.0.1:3000 -> Assets -> correlation_snapshot; this run is in Runs)"
+        "                 (from the repository root; then open http://127.0.0.1:3000 -> Assets -> "
+        "correlation_snapshot; this run is in Runs; Ctrl-C stops it)"
+    )
+    ctx.echo(
+        f"                 or: {env} corr-pipeline ui"
+        "   (the same; SIGTERM stops it whole, also from a script)"
     )
     ctx.echo(f"    tables:      snapshots, peer_neighbors, symbol_clusters, lead_lag_pairs ({key})")
     ctx.echo(

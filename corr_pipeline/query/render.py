@@ -1,17 +1,25 @@
 """The text for humans of each answer: a heading line and fixed-width tables.
 
 :func:`to_text` turns an :data:`~corr_pipeline.query.answers.Answer` into the text printed by
-``corr-pipeline query ...``. Symbols are shown verbatim, control characters escaped
-(:func:`printable`), so one row stays one line; column widths count East Asian wide and
-full-width characters as two terminal columns (:func:`display_width`). NaN prints as ``NaN``.
+``corr-pipeline query ...``. Tables are laid out by ``rich`` (:class:`rich.table.Table` without
+borders: columns two spaces apart, widths in terminal cells, East Asian wide and full-width
+characters counting two, combining characters none), rendered to plain text (no colours, no
+markup or emoji codes read from the data). Kept here: :func:`printable`, since rich would print a
+symbol's newline or tab as such (breaking a row over lines) where we want it shown escaped, and
+the stripping of the trailing spaces rich pads each row with. NaN prints as ``NaN``.
 """
 
 from __future__ import annotations
 
+import io
 import math
-import unicodedata
 from collections.abc import Sequence
 from typing import Any
+
+from rich.cells import cell_len
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from corr_pipeline.query.answers import (
     Answer,
@@ -27,14 +35,9 @@ __all__ = ["display_width", "format_table", "printable", "to_text"]
 
 
 def display_width(text: str) -> int:
-    """Terminal columns of ``text`` (East Asian wide/full-width characters count 2, combining
-    characters 0)."""
-    width = 0
-    for ch in text:
-        if unicodedata.combining(ch):
-            continue
-        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
-    return width
+    """Terminal columns of ``text`` (rich's cell length: East Asian wide/full-width characters
+    count 2, combining characters 0)."""
+    return cell_len(text)
 
 
 def printable(text: str) -> str:
@@ -50,20 +53,28 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: s
     Cells are ``str()``-ed and shown verbatim (control characters escaped); widths count
     wide characters as two columns.
     """
-    cells = [[printable(str(c)) for c in row] for row in rows]
+    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="", show_edge=False)
+    for header, side in zip(headers, align, strict=True):
+        table.add_column(Text(header), justify="right" if side == "r" else "left", no_wrap=True)
     widths = [display_width(h) for h in headers]
-    for row in cells:
-        for k, c in enumerate(row):
-            widths[k] = max(widths[k], display_width(c))
-
-    def line(values: Sequence[str]) -> str:
-        parts = []
-        for k, v in enumerate(values):
-            pad = " " * (widths[k] - display_width(v))
-            parts.append(pad + v if align[k] == "r" else v + pad)
-        return "  ".join(parts).rstrip()
-
-    return "\n".join([line(list(headers)), *(line(r) for r in cells)])
+    for row in rows:
+        cells = [Text(printable(str(c))) for c in row]
+        widths = [max(w, c.cell_len) for w, c in zip(widths, cells, strict=True)]
+        table.add_row(*cells)
+    out = io.StringIO()
+    console = Console(
+        file=out,
+        width=sum(widths) + 2 * len(widths) + 1,  # the natural width: rich never wraps a cell
+        color_system=None,
+        force_terminal=False,
+        force_jupyter=False,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        legacy_windows=False,
+    )
+    console.print(table)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
 
 
 def _fmt(value: Any, spec: str = "+.4f") -> str:

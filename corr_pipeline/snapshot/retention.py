@@ -30,6 +30,8 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rich import filesize
+
 from corr_pipeline.store.matrix_store import (
     GarbageReport,
     MatrixStore,
@@ -58,13 +60,8 @@ def _date(key: str) -> dt.date | None:
 
 
 def format_bytes(n: int) -> str:
-    """``n`` bytes as a short human figure (``3.5 GB``, binary-free SI units)."""
-    value = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    return f"{n} B"  # pragma: no cover
+    """``n`` bytes as a short human figure (``3.5 GB``, SI units: rich's ``filesize.decimal``)."""
+    return filesize.decimal(n)
 
 
 @dataclass

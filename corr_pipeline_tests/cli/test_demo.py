@@ -21,7 +21,7 @@ def test_demo_seeds_materializes_and_explains_the_ui(clean_db: sa.Engine, monkey
     assert "short price history: using {'lookback_days': 79" in text
     assert "snapshot 2026-11-27 succeeded" in text
     assert "checks: 9/9 passed" in text
-    assert "dagster dev" in text and "DAGSTER_HOME=" in text
+    assert "DAGSTER_HOME=" in text and " dg dev" in text and " corr-pipeline ui" in text
     with clean_db.connect() as conn:
         row = conn.execute(
             sa.text("SELECT n_symbols, lookback_days FROM snapshots WHERE snapshot_date = :d"),

@@ -23,11 +23,13 @@ def test_terminal_bar_draws_in_place_on_a_tty():
     bar.close()  # idempotent
     out = stream.getvalue()
     frames = out.rstrip("\n").split("\r")[1:]
-    assert len(frames) == 4 and out.endswith("\n") and out.count("\n") == 1
+    # one frame per call, and tqdm draws the final state once more when it closes
+    assert len(frames) == 5 and frames[-1].rstrip() == frames[-2].rstrip()
+    assert out.endswith("\n") and out.count("\n") == 1
     assert frames[0].rstrip() == (
-        "correlation [##........]  25%  1/4 blocks  0:02 elapsed  ~0:06 left"
+        "correlation [##........]  25%  1/4 blocks  00:02 elapsed  ~00:06 left"
     )
-    assert frames[-1].rstrip() == "correlation [##########] 100%  4/4 blocks  0:08 elapsed"
+    assert frames[-1].rstrip() == "correlation [##########] 100%  4/4 blocks  00:08 elapsed"
 
 
 def test_terminal_bar_throttles_redraws_but_always_draws_the_end():
