@@ -95,6 +95,7 @@ COMMANDS: dict[str, list[str] | None] = {
         "dagster schedule start nightly_snapshot_schedule -w workspace.yaml"
     ],
     "dagster schedule list": ["dagster schedule list -w workspace.yaml"],
+    "dagster sensor start": ["dagster sensor start prices_ready_sensor -w workspace.yaml"],
     "dagster schedule stop": ["dagster schedule stop nightly_snapshot_schedule -w workspace.yaml"],
 }
 #: Run after the UIs are gone (their daemon would run the backfill's queued runs) and the rest.
