@@ -117,38 +117,40 @@ def partition_start() -> dt.date:
         ) from None
 
 
-def max_runtime_seconds() -> int:
-    """``$CORR_PIPELINE_MAX_RUNTIME_SECONDS`` (whole seconds >= 1) or
-    :data:`DEFAULT_MAX_RUNTIME_SECONDS`; ValueError naming the variable otherwise."""
-    raw = os.environ.get(ENV_MAX_RUNTIME, "").strip()
+def _env_int(name: str, default: int, low: int, high: int | None, must: str) -> int:
+    """``$name`` as a whole number in ``[low, high]`` (``high`` None: no upper bound), ``default``
+    when unset or empty; ValueError ``NAME='raw' must ...`` otherwise."""
+    raw = os.environ.get(name, "").strip()
     if not raw:
-        return DEFAULT_MAX_RUNTIME_SECONDS
+        return default
     try:
         value = int(raw)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(f"{ENV_MAX_RUNTIME}={raw!r} must be a whole number of seconds >= 1")
+        value = low - 1
+    if value < low or (high is not None and value > high):
+        raise ValueError(f"{name}={raw!r} must {must}")
     return value
+
+
+def max_runtime_seconds() -> int:
+    """``$CORR_PIPELINE_MAX_RUNTIME_SECONDS`` (whole seconds >= 1) or
+    :data:`DEFAULT_MAX_RUNTIME_SECONDS`; ValueError naming the variable otherwise."""
+    return _env_int(
+        ENV_MAX_RUNTIME, DEFAULT_MAX_RUNTIME_SECONDS, 1, None, "be a whole number of seconds >= 1"
+    )
 
 
 def keep_matrices() -> int:
     """``$CORR_PIPELINE_KEEP_MATRICES`` (a whole number >= 1) or :data:`DEFAULT_KEEP_MATRICES`:
     how many of the newest published partitions keep their matrices (retention); ValueError
     naming the variable otherwise."""
-    raw = os.environ.get(ENV_KEEP_MATRICES, "").strip()
-    if not raw:
-        return DEFAULT_KEEP_MATRICES
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ValueError(
-            f"{ENV_KEEP_MATRICES}={raw!r} must be a whole number >= 1 (how many of the newest "
-            "published partitions keep their matrices)"
-        )
-    return value
+    return _env_int(
+        ENV_KEEP_MATRICES,
+        DEFAULT_KEEP_MATRICES,
+        1,
+        None,
+        "be a whole number >= 1 (how many of the newest published partitions keep their matrices)",
+    )
 
 
 DAGSTER_YAML = "dagster.yaml"
@@ -251,18 +253,13 @@ def calendar_name() -> str:
 def schedule_delay_minutes() -> int:
     """``$CORR_PIPELINE_SCHEDULE_DELAY_MINUTES`` (whole minutes, 0 to 1440) or
     :data:`DEFAULT_SCHEDULE_DELAY_MINUTES`; ValueError naming the variable otherwise."""
-    raw = _env_text(ENV_SCHEDULE_DELAY)
-    if raw is None:
-        return DEFAULT_SCHEDULE_DELAY_MINUTES
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 1440:
-        raise ValueError(
-            f"{ENV_SCHEDULE_DELAY}={raw!r} must be a whole number of minutes from 0 to 1440"
-        )
-    return value
+    return _env_int(
+        ENV_SCHEDULE_DELAY,
+        DEFAULT_SCHEDULE_DELAY_MINUTES,
+        0,
+        1440,
+        "be a whole number of minutes from 0 to 1440",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -305,18 +302,13 @@ def sensor_min_share() -> float:
 def sensor_cutoff_minutes() -> int:
     """``$CORR_PIPELINE_SENSOR_CUTOFF_MINUTES`` (whole minutes, 0 to 2880) or
     :data:`DEFAULT_SENSOR_CUTOFF_MINUTES`; ValueError naming the variable otherwise."""
-    raw = _env_text(ENV_SENSOR_CUTOFF_MINUTES)
-    if raw is None:
-        return DEFAULT_SENSOR_CUTOFF_MINUTES
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 2880:
-        raise ValueError(
-            f"{ENV_SENSOR_CUTOFF_MINUTES}={raw!r} must be a whole number of minutes from 0 to 2880"
-        )
-    return value
+    return _env_int(
+        ENV_SENSOR_CUTOFF_MINUTES,
+        DEFAULT_SENSOR_CUTOFF_MINUTES,
+        0,
+        2880,
+        "be a whole number of minutes from 0 to 2880",
+    )
 
 
 def freshness_hours() -> float:
