@@ -4,6 +4,8 @@
   stage after stage, through the same steps as the Dagster assets
   (:mod:`corr_pipeline.snapshot.steps`), in this process: per stage wall seconds, peak RSS,
   peak RssAnon, rows published.
+* :func:`measure_floor` (:mod:`.floor`): the GEMM floor ``R0.T @ R0`` every stage and kernel is
+  compared with, timed in the same run.
 * :func:`run_publish_benchmark` (:mod:`.publish`): publication alone, on results of realistic
   size and dtypes made directly with numpy (:func:`synthetic_results`).
 
@@ -11,6 +13,7 @@ Memory is measured with :class:`corr_pipeline.snapshot.measure.PeakMemory` (peak
 ``VmHWM``, peak RssAnon sampled every 10 ms).
 """
 
+from corr_pipeline.bench.floor import FLOOR_REPEAT, GemmFloor, gemm_floor, measure_floor
 from corr_pipeline.bench.machine import git_commit, machine_line
 from corr_pipeline.bench.pipeline import (
     PIPELINE_STAGES,
@@ -26,13 +29,17 @@ from corr_pipeline.bench.publish import (
 )
 
 __all__ = [
+    "FLOOR_REPEAT",
+    "GemmFloor",
     "PIPELINE_STAGES",
     "PipelineBenchReport",
     "PublishBenchReport",
     "StageResult",
     "SyntheticResults",
+    "gemm_floor",
     "git_commit",
     "machine_line",
+    "measure_floor",
     "run_pipeline_benchmark",
     "run_publish_benchmark",
     "synthetic_results",

@@ -66,6 +66,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         synth=not args.skip_synth,
         keep_matrices=args.keep_matrices,
+        floor=not args.no_floor,
         echo=echo,
     )
     echo()
@@ -81,9 +82,12 @@ def add_bench_command(commands: Any) -> None:
         description=(
             "Writes a synthetic universe into the benchmark database (REPLACING its prices), "
             "then runs window load, correlation, neighbors, clusters, lead-lag and publish in "
-            "this process, printing per stage: wall seconds, peak RSS, peak RssAnon (sampled), "
-            "rows published; with the machine line and git commit. By default the database is a "
-            "scratch embedded PostgreSQL under --home, never the project database."
+            "this process, printing per stage: wall seconds, the same in GEMM floors, peak RSS, "
+            "peak RssAnon (sampled), rows published; with the machine line and git commit. The "
+            "floor is R0.T @ R0 (float32, the loaded window's T x N returns zero-filled, best of "
+            "7), timed in the same run after the window load, with the load average. By default "
+            "the database is a scratch embedded PostgreSQL under --home, never the project "
+            "database."
         ),
     )
     bench.add_argument("--n", type=positive_int, default=6000, help="symbols (default 6000)")
@@ -126,6 +130,11 @@ def add_bench_command(commands: Any) -> None:
         "--keep-matrices",
         action="store_true",
         help="keep the correlation/overlap memory maps in DIR/store (deleted by default)",
+    )
+    bench.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="do not time the GEMM floor (it holds 4 N^2 bytes for a moment: 15 GiB at 64,000)",
     )
     bench.add_argument(
         "--publish-only",
