@@ -6,6 +6,8 @@
   peak RssAnon, rows published.
 * :func:`measure_floor` (:mod:`.floor`): the GEMM floor ``R0.T @ R0`` every stage and kernel is
   compared with, timed in the same run.
+* :class:`ProcessTreePeaks` (:mod:`.processes`): peak RssAnon and RSS of every process a run
+  starts (Dagster's step processes), sampled from ``/proc``.
 * :func:`run_publish_benchmark` (:mod:`.publish`): publication alone, on results of realistic
   size and dtypes made directly with numpy (:func:`synthetic_results`).
 
@@ -21,6 +23,7 @@ from corr_pipeline.bench.pipeline import (
     StageResult,
     run_pipeline_benchmark,
 )
+from corr_pipeline.bench.processes import ProcessPeak, ProcessTreePeaks
 from corr_pipeline.bench.publish import (
     PublishBenchReport,
     SyntheticResults,
@@ -33,6 +36,8 @@ __all__ = [
     "GemmFloor",
     "PIPELINE_STAGES",
     "PipelineBenchReport",
+    "ProcessPeak",
+    "ProcessTreePeaks",
     "PublishBenchReport",
     "StageResult",
     "SyntheticResults",

@@ -21,11 +21,13 @@ from corr_pipeline.bench import (
     PIPELINE_STAGES,
     GemmFloor,
     PipelineBenchReport,
+    ProcessTreePeaks,
     StageResult,
     measure_floor,
     synthetic_results,
 )
 from corr_pipeline.bench import floor as floor_module
+from corr_pipeline.bench.processes import descendants
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.publish import read_snapshot_counts
 from corr_pipeline.synth import DEFAULT_END_DATE, ragged_returns
@@ -37,12 +39,12 @@ FLOOR_LINE = re.compile(
 )
 
 
-def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+def _bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [sys.executable, "-m", "corr_pipeline.cli", "bench", *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         env=dict(os.environ),
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -118,6 +120,70 @@ def test_bench_no_floor_prints_no_floor(
     )  # fmt: skip
     assert "# floor:" not in result.stdout and "floors per lag" not in result.stdout
     assert all(cells[1] == "-" for cells in _table(result.stdout).values()), result.stdout
+
+
+SNAPSHOT_STEPS = (
+    "returns_matrix",
+    "correlation_and_overlap",
+    "top_k_neighbors",
+    "clusters",
+    "lead_lag_pairs",
+    "snapshot_publication",
+)
+
+
+def test_bench_through_dagster_measures_every_step_process(
+    clean_db: sa.Engine, database_url: str, tmp_path: Path
+) -> None:
+    """``--through-dagster``: snapshot_job with one process per step; every step's row has its
+    time and its own process's memory, the publication's rows are the database's, the floor is
+    timed on the published window's N and T, and the run's matrices are deleted afterwards."""
+    result = _bench(
+        "--through-dagster", "--n", "80", "--t", "40", "--max-lag", "3", "--k", "4",
+        "--database-url", database_url, "--home", str(tmp_path), timeout=400,
+    )  # fmt: skip
+    out = result.stdout
+    table = _table(out)
+    assert set(SNAPSHOT_STEPS) <= set(table), out
+    pids = re.findall(r" - (\d+) - (\w+) - STEP_WORKER_STARTED", result.stderr + out)
+    for step in SNAPSHOT_STEPS:
+        seconds, _, rss, anon = (float(c.replace(",", "")) for c in table[step][:4])
+        assert seconds > 0 and rss >= anon > 50, (step, table[step])  # an interpreter at least
+        assert table[step][5].startswith("asset "), table[step]
+    if pids:  # one process per step
+        assert len({pid for pid, _ in pids}) == len(pids)
+    counts = read_snapshot_counts(clean_db, DEFAULT_END_DATE)
+    assert _int(table["snapshot_publication"][4]) == sum(counts.values()) - counts["snapshots"]
+    total = float(table["**total**"][0].strip("*"))
+    assert total >= max(float(table[step][0]) for step in SNAPSHOT_STEPS)
+    assert table["**total**"][5] == "run wall time"
+    floors = FLOOR_LINE.findall(out)
+    assert len(floors) == 1
+    assert (_int(floors[0][0]), int(floors[0][1])) == (counts["symbol_clusters"], 40)
+    assert "floors per lag" in table["lead_lag_pairs"][5]
+    assert not list((tmp_path / "store").rglob("*.npy"))
+
+
+def test_process_tree_peaks_sees_a_grandchild_s_anonymous_memory() -> None:
+    """A grandchild touching 300 MiB of anonymous memory: found among the descendants and its
+    sampled peak RssAnon (and VmHWM) at least that."""
+    code = (
+        "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+        '\'import time; b = bytearray(300 * 2**20); b[::4096] = b"x" * len(b[::4096]); '
+        "print(flush=True); time.sleep(1.5)'])"
+    )
+    with ProcessTreePeaks(interval=0.01, rescan=0.05) as peaks:
+        child = subprocess.Popen([sys.executable, "-c", code])
+        deadline = time.monotonic() + 60
+        while len(descendants(os.getpid())) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        (grandchild,) = descendants(child.pid)
+        assert descendants(os.getpid()) >= {child.pid, grandchild}
+        child.wait(timeout=60)
+    assert peaks.peaks[grandchild].peak_anon_mib >= 300
+    assert peaks.peaks[grandchild].peak_rss_mib >= peaks.peaks[grandchild].peak_anon_mib
+    assert peaks.peaks[child.pid].peak_anon_mib < 300
 
 
 def test_the_floor_times_the_zero_filled_float32_product(monkeypatch: pytest.MonkeyPatch) -> None:
