@@ -276,7 +276,7 @@ def add_bench_command(commands: Any) -> None:
     bench.add_argument(
         "--no-floor",
         action="store_true",
-        help="do not time the GEMM floor (it holds 4 N^2 bytes for a moment: 15 GiB at 64,000)",
+        help="do not time the GEMM floor (it holds 4 N^2 bytes for a moment, N the symbols kept)",
     )
     bench.add_argument(
         "--publish-only",
