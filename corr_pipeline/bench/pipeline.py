@@ -86,6 +86,11 @@ class PipelineBenchReport:
         """``seconds / floor seconds`` to two decimals, ``-`` without a floor."""
         return "-" if self.floor is None else f"{self.floor.ratio(seconds):,.2f}"
 
+    def note_floors_per_lag(self, stage: StageResult, max_lag: int) -> None:
+        """Add the lead-lag stage's floors per lag (floors / ``max_lag``) to its note."""
+        if self.floor is not None:
+            stage.note += f"; {self.floor.ratio(stage.seconds) / max_lag:,.2f} floors per lag"
+
     def table(self) -> str:
         """The floor line (when measured), then a markdown table, one row per stage plus the
         total; ``floors`` = the stage's wall seconds / the floor's seconds."""
@@ -139,6 +144,47 @@ def bench_parameters(
     )
 
 
+def start_benchmark(
+    engine: sa.Engine,
+    *,
+    n: int,
+    t: int,
+    max_lag: int,
+    k: int,
+    working_memory_mb: float,
+    seed: int,
+    synth: bool,
+    echo: Callable[[str], None],
+    how: str = "",
+) -> tuple[SnapshotParameters, PipelineBenchReport]:
+    """The start of a whole-chain benchmark: its parameters (:func:`bench_parameters`), an
+    empty report, the machine and parameter lines (``how`` appended to the latter), and with
+    ``synth`` the synthetic universe of ``n`` symbols × ``t + 1`` days (seed ``seed``) written
+    into ``engine``'s ``prices`` (timed apart, not a nightly stage)."""
+    params = bench_parameters(t, max_lag=max_lag, k=k, working_memory_mb=working_memory_mb)
+    shown: dict[str, Any] = {
+        "n": n,
+        "t": t,
+        "max_lag": max_lag,
+        "k": k,
+        "working_memory_mb": working_memory_mb,
+        "min_overlap": params.min_overlap,
+        "seed": seed,
+    }
+    report = PipelineBenchReport(machine=machine_line(), commit=git_commit(), params=shown)
+    echo(f"# {report.machine}; commit {report.commit}")
+    echo("# " + ", ".join(f"{key} = {value}" for key, value in shown.items()) + how)
+    if synth:
+        start = time.perf_counter()
+        written = write_synthetic_universe(engine, n_symbols=n, n_days=t + 1, seed=seed)
+        report.synth_seconds = time.perf_counter() - start
+        echo(
+            f"synth   {written.rows_written:,} price rows written in {report.synth_seconds:.1f} s"
+            " (not part of the nightly run)"
+        )
+    return params, report
+
+
 def run_pipeline_benchmark(
     engine: sa.Engine,
     store_root: Path,
@@ -168,27 +214,18 @@ def run_pipeline_benchmark(
     between the window load and the correlation, holding 4 N² bytes for a moment) and give
     every stage in floors. Each stage's line is passed to ``echo`` as soon as it finishes.
     """
-    params = bench_parameters(t, max_lag=max_lag, k=k, working_memory_mb=working_memory_mb)
-    shown = {
-        "n": n,
-        "t": t,
-        "max_lag": max_lag,
-        "k": k,
-        "working_memory_mb": working_memory_mb,
-        "min_overlap": params.min_overlap,
-        "seed": seed,
-    }
-    report = PipelineBenchReport(machine=machine_line(), commit=git_commit(), params=shown)
-    echo(f"# {report.machine}; commit {report.commit}")
-    echo("# " + ", ".join(f"{key} = {value}" for key, value in shown.items()))
-    if synth:
-        start = time.perf_counter()
-        written = write_synthetic_universe(engine, n_symbols=n, n_days=t + 1, seed=seed)
-        report.synth_seconds = time.perf_counter() - start
-        echo(
-            f"synth   {written.rows_written:,} price rows written in {report.synth_seconds:.1f} s"
-            " (not part of the nightly run)"
-        )
+    params, report = start_benchmark(
+        engine,
+        n=n,
+        t=t,
+        max_lag=max_lag,
+        k=k,
+        working_memory_mb=working_memory_mb,
+        seed=seed,
+        synth=synth,
+        echo=echo,
+    )
+    shown = report.params
     day = DEFAULT_END_DATE
     partition = day.isoformat()
     store = MatrixStore(store_root)
@@ -237,11 +274,6 @@ def run_pipeline_benchmark(
         state["pairs"] = pairs
         return int(pairs.size), f"max_lag = {max_lag}"
 
-    def per_lag(stage: StageResult) -> None:
-        """Lead-lag's note also gives its floors per lag (floors / max_lag)."""
-        if stage.name == "lead-lag" and report.floor is not None:
-            stage.note += f"; {report.floor.ratio(stage.seconds) / max_lag:,.2f} floors per lag"
-
     def publish() -> tuple[int | None, str]:
         window = state["window"]
         results = steps.results_for_publication(
@@ -273,7 +305,8 @@ def run_pipeline_benchmark(
                 rows,
                 note,
             )
-            per_lag(stage)
+            if name == "lead-lag":
+                report.note_floors_per_lag(stage, max_lag)
             report.stages.append(stage)
             echo(_stage_line(stage, report.floors(stage.seconds)))
             if name == "load window" and floor:

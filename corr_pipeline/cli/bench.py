@@ -107,49 +107,28 @@ def bench_through_dagster(
     process on the same window, loaded again. The run's matrices are deleted afterwards unless
     ``--keep-matrices``; the published snapshot stays in the benchmark database.
     """
-    from corr_pipeline.bench import (
-        PipelineBenchReport,
-        ProcessTreePeaks,
-        StageResult,
-        git_commit,
-        machine_line,
-        measure_floor,
-    )
-    from corr_pipeline.bench.pipeline import bench_parameters
+    from corr_pipeline.bench import ProcessTreePeaks, StageResult, measure_floor
+    from corr_pipeline.bench.pipeline import start_benchmark
     from corr_pipeline.cli.demo import SnapshotRunError
     from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
-    from corr_pipeline.db.synth import write_synthetic_universe
     from corr_pipeline.defs.run import materialize_snapshot, open_instance
     from corr_pipeline.snapshot import steps
     from corr_pipeline.store.matrix_store import MatrixStore
     from corr_pipeline.synth import DEFAULT_END_DATE
 
     working_memory_mb = int(args.working_memory_mb or DEFAULT_WORKING_MEMORY_MB)
-    params = bench_parameters(
-        args.t, max_lag=args.max_lag, k=args.k, working_memory_mb=working_memory_mb
+    params, report = start_benchmark(
+        engine,
+        n=args.n,
+        t=args.t,
+        max_lag=args.max_lag,
+        k=args.k,
+        working_memory_mb=working_memory_mb,
+        seed=args.seed,
+        synth=not args.skip_synth,
+        echo=echo,
+        how=", through Dagster",
     )
-    shown = {
-        "n": args.n,
-        "t": args.t,
-        "max_lag": args.max_lag,
-        "k": args.k,
-        "working_memory_mb": working_memory_mb,
-        "min_overlap": params.min_overlap,
-        "seed": args.seed,
-    }
-    report = PipelineBenchReport(machine=machine_line(), commit=git_commit(), params=shown)
-    echo(f"# {report.machine}; commit {report.commit}")
-    echo("# " + ", ".join(f"{key} = {value}" for key, value in shown.items()) + ", through Dagster")
-    if not args.skip_synth:
-        start = time.perf_counter()
-        written = write_synthetic_universe(
-            engine, n_symbols=args.n, n_days=args.t + 1, seed=args.seed
-        )
-        report.synth_seconds = time.perf_counter() - start
-        echo(
-            f"synth   {written.rows_written:,} price rows written in {report.synth_seconds:.1f} s"
-            " (not part of the nightly run)"
-        )
     # the step processes connect to the same database (the embedded server lives as long as
     # this process)
     settings.export_database_url(engine.url.render_as_string(hide_password=False))
@@ -193,17 +172,17 @@ def bench_through_dagster(
                 )
             )
         if not summary.success:
+            echo(report.table())
             raise SnapshotRunError(
-                f"the snapshot run failed (steps: {', '.join(summary.failed_steps) or '?'})"
-                f":\n{report.table()}"
+                f"the snapshot run failed (steps: {', '.join(summary.failed_steps) or '?'}; "
+                f"run {summary.run_id} in {home / 'dagster_home'})"
             )
         if not args.no_floor:
             window = steps.load_returns(engine, DEFAULT_END_DATE, params)
             report.floor = measure_floor(window.returns)
             for stage in report.stages:
                 if stage.name == "lead_lag_pairs":
-                    per_lag = report.floor.ratio(stage.seconds) / args.max_lag
-                    stage.note += f"; {per_lag:,.2f} floors per lag"
+                    report.note_floors_per_lag(stage, args.max_lag)
     finally:
         if not args.keep_matrices:
             MatrixStore(store_dir).remove_partition(key)
