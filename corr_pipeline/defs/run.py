@@ -89,8 +89,21 @@ def check_partition_key(key: str, today: dt.date | None = None) -> None:
 
 
 @dataclass
+class StepRun:
+    """One step of a run: its process id (from its ``STEP_START`` event; with the multiprocess
+    executor each step has its own), its status, and the seconds from its start to its end as
+    Dagster recorded them (process start-up, inputs, the asset, its checks and outputs)."""
+
+    key: str
+    pid: int | None
+    status: str
+    seconds: float | None
+
+
+@dataclass
 class SnapshotRunSummary:
-    """What one snapshot run produced, from its materialization and check events."""
+    """What one snapshot run produced, from its materialization and check events; ``steps``:
+    every step of the run in the order they started (see :class:`StepRun`)."""
 
     partition_key: str
     run_id: str
@@ -100,6 +113,7 @@ class SnapshotRunSummary:
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
     checks: dict[str, bool] = field(default_factory=dict)
     failed_steps: list[str] = field(default_factory=list)
+    steps: list[StepRun] = field(default_factory=list)
 
     def value(self, asset: str, key: str, default: Any = None) -> Any:
         return self.metadata.get(asset, {}).get(key, default)
@@ -144,9 +158,14 @@ def _plain(value: Any) -> Any:
 
 
 def summarize(
-    result: Any, partition_key: str, dagster_home: Path, store_dir: Path
+    result: Any,
+    partition_key: str,
+    dagster_home: Path,
+    store_dir: Path,
+    instance: dg.DagsterInstance | None = None,
 ) -> SnapshotRunSummary:
-    """Collect materialization metadata and check outcomes from an execution result."""
+    """Collect materialization metadata and check outcomes from an execution result, and with
+    ``instance`` the steps' times (:meth:`~dagster.DagsterInstance.get_run_step_stats`)."""
     summary = SnapshotRunSummary(
         partition_key=partition_key,
         run_id=result.run_id,
@@ -165,6 +184,17 @@ def summarize(
             summary.checks[evaluation.check_name] = bool(evaluation.passed)
         elif kind == "STEP_FAILURE" and event.step_key:
             summary.failed_steps.append(event.step_key)
+        elif kind == "STEP_START" and event.step_key:
+            summary.steps.append(StepRun(event.step_key, event.pid, "STARTED", None))
+    if instance is not None:
+        stats = {s.step_key: s for s in instance.get_run_step_stats(result.run_id)}
+        for step in summary.steps:
+            found = stats.get(step.key)
+            if found is None:
+                continue
+            step.status = found.status.value if found.status is not None else step.status
+            if found.start_time is not None and found.end_time is not None:
+                step.seconds = found.end_time - found.start_time
     return summary
 
 
@@ -231,7 +261,7 @@ def materialize_snapshot(
             tags={"dagster/partition": partition_key},
             raise_on_error=raise_on_error,
         ) as result:
-            return summarize(result, partition_key, home, store)
+            return summarize(result, partition_key, home, store, instance)
     finally:
         if owned:
             instance.dispose()
