@@ -5,6 +5,7 @@ library; the command modules parse, call, print.
     corr-pipeline db upgrade                 apply the pending schema migrations
     corr-pipeline db status                  schema revision, the code's, pending migrations
     corr-pipeline db url                     where the database is (credentials redacted)
+    corr-pipeline db psql [PSQL ARGS]        psql on the project database (-c SQL, -f FILE, stdin)
     corr-pipeline db prune --before DATE     delete the published snapshots before DATE
     corr-pipeline prices import FILE         load a CSV (symbol,trade_date,close)   (cli.prices)
     corr-pipeline prices synth [--symbols N --days T --seed S --end-date D]
@@ -108,7 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``corr-pipeline``; returns the process exit status (0 success, 2 user
     error in one line on stderr unless ``--debug``, 130 interrupted)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # commands that pass their arguments on (db psql) take the ones argparse does not know
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "takes_extra", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     _configure_logging(args.verbose)
     try:
         return int(args.func(args) or 0)
