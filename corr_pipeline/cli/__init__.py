@@ -10,6 +10,8 @@ library; the command modules parse, call, print.
     corr-pipeline prices import FILE         load a CSV (symbol,trade_date,close)   (cli.prices)
     corr-pipeline prices synth [--symbols N --days T --seed S --end-date D]
                                              replace prices with a synthetic universe
+    corr-pipeline prices check [--days N]    check the configured price source, its fit to the calendar
+    corr-pipeline calendar [--from D --to D] the sessions (partitions) and when runs start (cli.calendar)
     corr-pipeline query peers|cluster|lead-lag|corr|snapshots ...
                                              answers from the published snapshot (cli.query)
     corr-pipeline store list                 the matrix store's partitions          (cli.store)
@@ -36,6 +38,7 @@ import sys
 from collections.abc import Sequence
 
 from corr_pipeline.cli.bench import add_bench_command
+from corr_pipeline.cli.calendar import add_calendar_command
 from corr_pipeline.cli.common import UsageError
 from corr_pipeline.cli.db import add_db_commands
 from corr_pipeline.cli.demo import add_demo_command
@@ -80,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_db_commands(commands)
     add_prices_commands(commands)
+    add_calendar_command(commands)
     add_demo_command(commands)
     add_bench_command(commands)
     add_query_commands(commands)
