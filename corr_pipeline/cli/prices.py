@@ -106,8 +106,14 @@ def cmd_prices_check(args: argparse.Namespace) -> int:
         )
     echo(line)
     calendar = configured_calendar()
-    first = last - dt.timedelta(days=args.days - 1)
-    sessions = calendar.sessions(max(first, calendar.first), last)
+    if last < calendar.first:
+        echo(
+            f"calendar {calendar.name}: the latest trade date is before the first partition "
+            f"({calendar.first}, {settings.ENV_PARTITION_START}={settings.partition_start()})"
+        )
+        return 0
+    first = max(last - dt.timedelta(days=args.days - 1), calendar.first)
+    sessions = calendar.sessions(first, last)
     dates = trade_dates(engine, first, last, source)
     unpriced = sorted(set(sessions) - set(dates))
     extra = sorted(set(dates) - set(sessions))

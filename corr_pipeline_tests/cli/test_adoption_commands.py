@@ -142,6 +142,17 @@ def test_prices_check_reports_the_source_and_its_fit_to_the_calendar(market_view
     assert f"calendar weekdays (UTC), {first} .. {LAST}: {len(dates)} sessions" in weekdays.stdout
 
 
+def test_prices_check_compares_only_dates_from_the_first_partition(market_view) -> None:
+    start = {settings.ENV_PARTITION_START: "2026-11-24"}
+    result = run_cli("prices", "check", env=_env(**start))
+    assert result.returncode == 0, result.stderr
+    assert "calendar XNYS (America/New_York), 2026-11-24 .. 2026-11-27: 3 sessions" in result.stdout
+    late = run_cli("prices", "check", env=_env(**{settings.ENV_PARTITION_START: "2026-12-20"}))
+    assert late.returncode == 0, late.stderr
+    assert "the latest trade date is before the first partition (2026-12-21" in late.stdout
+    assert "not XNYS sessions" not in late.stdout
+
+
 def test_prices_check_of_an_unusable_source_is_one_line(market_view) -> None:
     env = _env(
         **{
