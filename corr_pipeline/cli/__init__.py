@@ -5,10 +5,13 @@ library; the command modules parse, call, print.
     corr-pipeline db upgrade                 apply the pending schema migrations
     corr-pipeline db status                  schema revision, the code's, pending migrations
     corr-pipeline db url                     where the database is (credentials redacted)
+    corr-pipeline db psql [PSQL ARGS]        psql on the project database (-c SQL, -f FILE, stdin)
     corr-pipeline db prune --before DATE     delete the published snapshots before DATE
     corr-pipeline prices import FILE         load a CSV (symbol,trade_date,close)   (cli.prices)
     corr-pipeline prices synth [--symbols N --days T --seed S --end-date D]
                                              replace prices with a synthetic universe
+    corr-pipeline prices check [--days N]    check the configured price source, its fit to the calendar
+    corr-pipeline calendar [--from D --to D] the sessions (partitions) and when runs start (cli.calendar)
     corr-pipeline query peers|cluster|lead-lag|corr|snapshots ...
                                              answers from the published snapshot (cli.query)
     corr-pipeline store list                 the matrix store's partitions          (cli.store)
@@ -35,6 +38,7 @@ import sys
 from collections.abc import Sequence
 
 from corr_pipeline.cli.bench import add_bench_command
+from corr_pipeline.cli.calendar import add_calendar_command
 from corr_pipeline.cli.common import UsageError
 from corr_pipeline.cli.db import add_db_commands
 from corr_pipeline.cli.demo import add_demo_command
@@ -79,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_db_commands(commands)
     add_prices_commands(commands)
+    add_calendar_command(commands)
     add_demo_command(commands)
     add_bench_command(commands)
     add_query_commands(commands)
@@ -108,7 +113,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``corr-pipeline``; returns the process exit status (0 success, 2 user
     error in one line on stderr unless ``--debug``, 130 interrupted)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # commands that pass their arguments on (db psql) take the ones argparse does not know
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "takes_extra", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     _configure_logging(args.verbose)
     try:
         return int(args.func(args) or 0)
