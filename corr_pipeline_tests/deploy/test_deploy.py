@@ -28,6 +28,7 @@ from sqlalchemy.engine import make_url
 
 from corr_pipeline.defs.concurrency import instance_limits
 from corr_pipeline.defs.run import snapshot_job_def
+from corr_pipeline.snapshot.sizing import run_memory
 from corr_pipeline_tests.reliability import helpers as h
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -324,7 +325,9 @@ def _check_instance(instance: dg.DagsterInstance) -> None:
     pod = doc["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == IMAGE
-    assert container["resources"]["limits"]["memory"] == "8Gi"
+    assert container["resources"]["limits"]["memory"] == "9Gi"
+    per_run = run_memory(24_000, 252, 512, concurrent_steps=3).per_run  # the comment's figure
+    assert 8 * 2**30 < per_run <= 9 * 2**30
     assert {"mountPath": "/data/store", "name": "matrix-store"} in container["volumeMounts"]
     sources = {next(iter(s.values()))["name"] for s in container["envFrom"]}
     assert {"corr-pipeline-config", "corr-pipeline-secrets"} <= sources
