@@ -24,6 +24,8 @@ library; the command modules parse, call, print.
                                                                                     (cli.bench)
     corr-pipeline ui [--port P --host H]     dg dev (Dagster UI + daemon) on the project's instance;
                                              SIGINT/SIGTERM/SIGHUP stop all of it     (cli.ui)
+    corr-pipeline concurrency show|set [LIMIT] [--n N --t T ...]
+                                             snapshot runs at once, sized by memory (cli.concurrency)
 
 User errors (bad input file, unreachable database, invalid arguments) print one line
 ``corr-pipeline: error: ...`` on stderr and exit with status 2, without a traceback
@@ -40,6 +42,7 @@ from collections.abc import Sequence
 from corr_pipeline.cli.bench import add_bench_command
 from corr_pipeline.cli.calendar import add_calendar_command
 from corr_pipeline.cli.common import UsageError
+from corr_pipeline.cli.concurrency import add_concurrency_commands
 from corr_pipeline.cli.db import add_db_commands
 from corr_pipeline.cli.demo import add_demo_command
 from corr_pipeline.cli.prices import add_prices_commands
@@ -89,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_query_commands(commands)
     add_store_commands(commands)
     add_ui_command(commands)
+    add_concurrency_commands(commands)
     return parser
 
 

@@ -94,6 +94,11 @@ COMMANDS: dict[str, list[str] | None] = {
     "corr-pipeline store list": ["corr-pipeline store list", "corr-pipeline store list --json"],
     "corr-pipeline store prune": ["corr-pipeline store prune --keep 5 --dry-run"],
     "corr-pipeline bench": ["corr-pipeline bench --n 40 --t 60"],
+    "corr-pipeline concurrency show": ["corr-pipeline concurrency show --n 24000 --t 252"],
+    "corr-pipeline concurrency set": [
+        "corr-pipeline concurrency set --n 24000 --t 252",
+        "corr-pipeline concurrency set 2",
+    ],
     "corr-pipeline ui": None,
     "dg dev": None,
     "dg check defs": ["dg check defs"],
@@ -105,6 +110,9 @@ COMMANDS: dict[str, list[str] | None] = {
     ],
     "dagster schedule start": [
         "dagster schedule start nightly_snapshot_schedule -w workspace.yaml"
+    ],
+    "dagster instance concurrency set": [
+        "dagster instance concurrency set corr_pipeline_snapshot 2"
     ],
     "dagster schedule list": ["dagster schedule list -w workspace.yaml"],
     "dagster sensor start": ["dagster sensor start prices_ready_sensor -w workspace.yaml"],
