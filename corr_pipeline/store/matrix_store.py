@@ -68,6 +68,10 @@ in the manifest — the commit point. Until then its writer keeps the lock on th
 garbage collection leaves it alone; once named, the manifest protects it. :meth:`MatrixStore.save`
 does all of it for an in-memory array.
 
+A step's large *working* array that is not a result (the clustering step's distances) can live
+in the store too, out of anonymous memory: :meth:`MatrixStore.scratch` is the same locked temp
+file, never committed, deleted when its ``with`` block ends, however it ends.
+
 Any failure, exception or ``KeyboardInterrupt`` before the commit removes the temp files (and a
 :class:`PendingArray` dropped without commit or abort removes its temp file when it is garbage
 collected or the interpreter exits). A SIGKILL leaves a temp file whose lock died with its
@@ -1002,6 +1006,28 @@ class MatrixStore:
         return PendingArray(
             self, asset, partition, name, version, final, temp, lock, mm, labels_j, params_j
         )
+
+    @contextlib.contextmanager
+    def scratch(
+        self, asset: str, partition: str, name: str, shape: int | Sequence[int], dtype: Any
+    ) -> Iterator[np.ndarray]:
+        """A writable, zero-filled, file-backed working array for the ``with`` block, never a
+        version: :meth:`allocate`'s locked temp file in ``<asset>/<partition>/`` (disk space
+        reserved up front), deleted when the block ends, normally or by an exception
+        (``KeyboardInterrupt`` included). A process killed inside the block leaves a temp file
+        whose lock died with it, which the next :meth:`allocate` on the partition or garbage
+        collection removes (:meth:`cleanup_stale_temps`).
+
+        Its pages live in the page cache (the process's ``RssFile``, not ``RssAnon``), so the
+        kernel can write them back and reclaim them under memory pressure. Drop every reference
+        to the array (and its views) by the end of the block: the file is unlinked then, and its
+        pages are freed once the last map of it is gone.
+        """
+        pending = self.allocate(asset, partition, name, shape, dtype)
+        try:
+            yield pending.array
+        finally:
+            pending.abort()
 
     def _save_version(
         self,
