@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from functools import partial
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 

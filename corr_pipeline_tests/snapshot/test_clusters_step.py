@@ -117,7 +117,9 @@ def test_step_small_n_needs_no_scratch(tmp_path):
     assert scratch.files == []
     two = np.array([[1.0, 0.5], [0.5, 1.0]], dtype=np.float32)  # d = 1 exactly
     assert steps.clusters(two, params, scratch=scratch).tolist() == [0, 0]
-    assert steps.clusters(two, SnapshotParameters(distance_threshold=0.99), scratch=scratch).tolist() == [0, 1]
+    assert steps.clusters(
+        two, SnapshotParameters(distance_threshold=0.99), scratch=scratch
+    ).tolist() == [0, 1]
     assert len(scratch.files) == 2 and _temps(store) == []
 
 
