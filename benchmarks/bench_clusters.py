@@ -32,10 +32,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -129,6 +131,46 @@ def run_sampled(cmd: list[str], interval: float = 0.002) -> tuple[dict, int]:
     return json.loads(out.strip().splitlines()[-1]), peak_anon
 
 
+class PageSampler:
+    """Peaks, sampled every ``interval`` s by a thread, of this process's huge-page-mapped
+    memory (``/proc/self/smaps_rollup``: ``AnonHugePages`` for the heap, ``FilePmdMapped`` for
+    file maps such as the scratch) and of the machine's dirty and under-writeback page cache
+    (``/proc/vmstat``), all in bytes."""
+
+    FIELDS = {"AnonHugePages": "anon_huge", "FilePmdMapped": "file_huge"}
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self.peaks = {"anon_huge": 0, "file_huge": 0, "dirty": 0, "writeback": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        with open("/proc/self/smaps_rollup") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in self.FIELDS:
+                    name = self.FIELDS[key]
+                    self.peaks[name] = max(self.peaks[name], int(value.split()[0]) * 1024)
+        with open("/proc/vmstat") as fh:
+            for line in fh:
+                key, value = line.split()
+                if key in ("nr_dirty", "nr_writeback"):
+                    name = key[3:]
+                    self.peaks[name] = max(self.peaks[name], int(value) * 4096)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 # ----------------------------------------------------------------------------- child
 
 
@@ -147,7 +189,10 @@ def child(args: argparse.Namespace) -> None:
     corr = np.load(args.corr, mmap_mode="r")
     n = corr.shape[0]
     store = MatrixStore(Path(args.corr).parent / "store")
+    pages = PageSampler()
     before = read_status()
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    pages.start()
     t0 = time.perf_counter()
     c0 = time.process_time()
     result: dict = {}
@@ -176,7 +221,13 @@ def child(args: argparse.Namespace) -> None:
         labels = _canonical_labels(fcluster(Z, args.threshold, criterion="distance"))
     elapsed = time.perf_counter() - t0
     cpu = time.process_time() - c0
+    pages.stop()
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
     after = read_status()
+    result.update(pages.peaks)
+    result["user_s"] = r1.ru_utime - r0.ru_utime
+    result["sys_s"] = r1.ru_stime - r0.ru_stime
+    result["minor_faults"] = r1.ru_minflt - r0.ru_minflt
     if args.variant == "store":
         result["scratch_left"] = len(
             [p for p in (store.base_dir / "clusters").rglob("*") if ".tmp-" in p.name]
@@ -221,8 +272,9 @@ def run_n(args: argparse.Namespace, n: int, variants: list[str]) -> dict[str, li
     )
     print(
         _header(
-            ["run", "variant", "wall s", "CPU s", "peak RSS GB", "peak RssAnon GB",
-             "RssAnon before GB", "K", "same partition", "scratch left"]
+            ["run", "variant", "wall s", "user s", "sys s", "minor faults", "peak RSS GB",
+             "peak RssAnon GB", "RssAnon before GB", "heap / file huge pages GB",
+             "machine dirty / writeback GB", "K", "same partition", "scratch left"]
         )
     )  # fmt: skip
     runs: dict[str, list[dict]] = {v: [] for v in variants}
@@ -250,10 +302,14 @@ def run_n(args: argparse.Namespace, n: int, variants: list[str]) -> dict[str, li
                             str(repeat + 1),
                             variant,
                             f"{res['seconds']:.1f}",
-                            f"{res['cpu_s']:.1f}",
+                            f"{res['user_s']:.1f}",
+                            f"{res['sys_s']:.1f}",
+                            f"{res['minor_faults']:,}",
                             f"{res['hwm'] / GB:.2f}",
                             f"{peak_anon / GB:.2f}",
                             f"{res['anon_before'] / GB:.2f}",
+                            f"{res['anon_huge'] / GB:.2f} / {res['file_huge'] / GB:.2f}",
+                            f"{res['dirty'] / GB:.2f} / {res['writeback'] / GB:.2f}",
                             str(res["k"]),
                             "yes" if res["same"] else "NO",
                             str(res.get("scratch_left", "-")),
@@ -270,7 +326,7 @@ def run_n(args: argparse.Namespace, n: int, variants: list[str]) -> dict[str, li
 def summarise(n: int, runs: dict[str, list[dict]]) -> None:
     """Best and median per variant, and the ratio of the medians to the first variant's."""
     first = next(iter(runs))
-    figures = {"wall s": ("seconds", 1.0), "peak RSS GB": ("hwm", GB),
+    figures = {"wall s": ("seconds", 1.0), "CPU s": ("cpu_s", 1.0), "peak RSS GB": ("hwm", GB),
                "peak RssAnon GB": ("peak_anon", GB)}  # fmt: skip
 
     def stats(variant: str, key: str) -> tuple[float, float]:

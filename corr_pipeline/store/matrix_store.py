@@ -112,6 +112,7 @@ import errno
 import hashlib
 import json
 import math
+import mmap
 import os
 import re
 import secrets
@@ -356,6 +357,15 @@ def _mkdirs(path: Path) -> None:
         _mkdir(directory)
     if not path.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(path))
+
+
+def _advise_huge_pages(array: np.ndarray) -> None:
+    """``madvise(MADV_HUGEPAGE)`` on a ``np.memmap``'s map; a no-op where unsupported."""
+    mapped = getattr(array, "_mmap", None)
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if mapped is not None and advice is not None:
+        with contextlib.suppress(OSError, ValueError):
+            mapped.madvise(advice)
 
 
 def _unlink_quiet(path: Path) -> bool:
@@ -1019,12 +1029,17 @@ class MatrixStore:
         collection removes (:meth:`cleanup_stale_temps`).
 
         Its pages live in the page cache (the process's ``RssFile``, not ``RssAnon``), so the
-        kernel can write them back and reclaim them under memory pressure. Drop every reference
+        kernel can write them back and reclaim them under memory pressure. The map is advised
+        ``MADV_HUGEPAGE``: where the file system caches large folios (ext4 and XFS on recent
+        Linux) it is then mapped with 2 MiB pages like a large heap array, which random access
+        needs (fewer TLB misses, and one write fault per 2 MiB instead of per 4 KiB each time
+        the kernel has written the dirty pages back). Drop every reference
         to the array (and its views) by the end of the block: the file is unlinked then, and its
         pages are freed once the last map of it is gone.
         """
         pending = self.allocate(asset, partition, name, shape, dtype)
         try:
+            _advise_huge_pages(pending.array)
             yield pending.array
         finally:
             pending.abort()
