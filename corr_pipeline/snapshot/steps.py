@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -123,17 +124,19 @@ def clusters(
     :meth:`~corr_pipeline.store.matrix_store.MatrixStore.scratch`); None allocates them on the
     heap (anonymous memory). The labels do not depend on it.
     """
-    cut = {
-        "method": params.linkage_method,
-        "distance_threshold": params.distance_threshold,
-        "n_clusters": params.n_clusters,
-        "working_memory_mb": params.working_memory_mb,
-    }
+    cluster = partial(
+        hierarchical_clusters,
+        corr,
+        method=params.linkage_method,
+        distance_threshold=params.distance_threshold,
+        n_clusters=params.n_clusters,
+        working_memory_mb=params.working_memory_mb,
+    )
     n = corr.shape[0]
     if scratch is None or n < 2:  # below 2 symbols there are no distances
-        return hierarchical_clusters(corr, **cut)
+        return cluster()
     with scratch(CLUSTER_DISTANCES, (distance_buffer_length(n),), np.dtype(np.float64)) as work:
-        labels = hierarchical_clusters(corr, work=work, **cut)
+        labels = cluster(work=work)
         del work  # the last reference: the file's pages go when its map does
     return labels
 
