@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -265,7 +266,8 @@ def run_pipeline_benchmark(
         return int(np.count_nonzero(found.index >= 0)), f"k = {k}"
 
     def clusters() -> tuple[int | None, str]:
-        labels = steps.clusters(state["corr"], params)
+        scratch = partial(store.scratch, "clusters", partition)
+        labels = steps.clusters(state["corr"], params, scratch=scratch)
         state["labels"] = labels
         return int(labels.size), f"{int(labels.max()) + 1:,} clusters"
 
