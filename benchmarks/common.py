@@ -23,22 +23,35 @@ __all__ = [
     "PeakMemory",
     "best_of",
     "gemm_floor",
+    "gemm_floor_times",
     "git_commit",
     "machine_line",
+    "wall_times",
 ]
+
+
+def wall_times(fn: Callable[[], object], repeat: int = 3) -> list[float]:
+    """Wall times of ``repeat`` calls, seconds, in call order."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
     """Best wall time of ``repeat`` calls, seconds."""
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+    return min(wall_times(fn, repeat))
+
+
+def gemm_floor_times(returns: np.ndarray, repeat: int = 3) -> list[float]:
+    """Times of ``repeat`` float32 ``R0.T @ R0`` on the zero-filled returns (numpy sees the
+    transposed pair and calls a symmetric SYRK, on every BLAS thread)."""
+    filled = np.nan_to_num(returns, nan=0.0).astype(np.float32)
+    return wall_times(lambda: filled.T @ filled, repeat)
 
 
 def gemm_floor(returns: np.ndarray, repeat: int = 3) -> float:
     """Best-of-``repeat`` time of one float32 ``R0.T @ R0`` on the zero-filled returns."""
-    filled = np.nan_to_num(returns, nan=0.0).astype(np.float32)
-    return best_of(lambda: filled.T @ filled, repeat)
+    return min(gemm_floor_times(returns, repeat))
