@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from common import PeakMemory, gemm_floor_times, git_commit, machine_line, wall_times
+from common import PeakMemory, gemm_floor_times, git_commit, machine_line, wall_and_cpu_times
 from threadpoolctl import threadpool_limits
 
 import corr_pipeline
@@ -42,8 +42,11 @@ def _load() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
 
 
-def _figures(times: list[float]) -> str:
-    return f"best {min(times):8.3f} s  median {float(np.median(times)):8.3f} s"
+def _figures(walls: list[float], cpus: list[float]) -> str:
+    return (
+        f"wall best {min(walls):8.3f} s  median {float(np.median(walls)):8.3f} s;"
+        f" CPU best {min(cpus):7.3f} s"
+    )
 
 
 def main() -> None:
@@ -73,12 +76,12 @@ def main() -> None:
         f" full-history; {_load()}"
     )
 
-    floor_times = gemm_floor_times(returns, args.floor_repeat)
-    floor = min(floor_times)
-    print(f"floor   R0.T @ R0 float32 SYRK (of {args.floor_repeat}):  {_figures(floor_times)}")
+    floor_walls, floor_cpus = gemm_floor_times(returns, args.floor_repeat)
+    floor, floor_cpu = min(floor_walls), min(floor_cpus)
+    print(f"floor   R0.T @ R0 SYRK (of {args.floor_repeat}): {_figures(floor_walls, floor_cpus)}")
     with threadpool_limits(limits=1, user_api="blas"):
         one_thread = gemm_floor_times(returns, max(1, args.floor_repeat // 2))
-    print(f"        the same on one BLAS thread:        {_figures(one_thread)}")
+    print(f"        one BLAS thread:      {_figures(*one_thread)}")
 
     def outputs(memmap: bool) -> tuple[np.ndarray | None, np.ndarray | None]:
         if not memmap:
@@ -114,12 +117,13 @@ def main() -> None:
     kernel = float("inf")
     for memmap in (False, True) if args.memmap is not None else (False,):
         with PeakMemory() as memory:
-            times = wall_times(run(memmap), args.repeat)
+            times, cpus = wall_and_cpu_times(run(memmap), args.repeat)
         peak = memory.above
         where = "memory maps" if memmap else "in memory  "
         print(
-            f"kernel  {where} (of {args.repeat}):          {_figures(times)}"
-            f"  = {min(times) / floor:5.2f} x floor (median {np.median(times) / floor:5.2f})"
+            f"kernel  {where} (of {args.repeat}):   {_figures(times, cpus)}\n"
+            f"        = {min(times) / floor:5.2f} x floor wall (median"
+            f" {np.median(times) / floor:5.2f}), {min(cpus) / floor_cpu:5.2f} x floor CPU"
         )
         print(
             f"        peak RSS +{peak.rss_mib:,.0f} MiB, peak RssAnon +{peak.anon_mib:,.0f} MiB"

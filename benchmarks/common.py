@@ -26,18 +26,28 @@ __all__ = [
     "gemm_floor_times",
     "git_commit",
     "machine_line",
+    "wall_and_cpu_times",
     "wall_times",
 ]
 
 
+def wall_and_cpu_times(
+    fn: Callable[[], object], repeat: int = 3
+) -> tuple[list[float], list[float]]:
+    """Wall times and process CPU times (all threads) of ``repeat`` calls, seconds, in call
+    order. On a shared machine the CPU time moves less with the load than the wall time."""
+    walls, cpus = [], []
+    for _ in range(repeat):
+        start, cpu = time.perf_counter(), time.process_time()
+        fn()
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+    return walls, cpus
+
+
 def wall_times(fn: Callable[[], object], repeat: int = 3) -> list[float]:
     """Wall times of ``repeat`` calls, seconds, in call order."""
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
+    return wall_and_cpu_times(fn, repeat)[0]
 
 
 def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
@@ -45,13 +55,13 @@ def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
     return min(wall_times(fn, repeat))
 
 
-def gemm_floor_times(returns: np.ndarray, repeat: int = 3) -> list[float]:
-    """Times of ``repeat`` float32 ``R0.T @ R0`` on the zero-filled returns (numpy sees the
-    transposed pair and calls a symmetric SYRK, on every BLAS thread)."""
+def gemm_floor_times(returns: np.ndarray, repeat: int = 3) -> tuple[list[float], list[float]]:
+    """Wall and CPU times of ``repeat`` float32 ``R0.T @ R0`` on the zero-filled returns (numpy
+    sees the transposed pair and calls a symmetric SYRK, on every BLAS thread)."""
     filled = np.nan_to_num(returns, nan=0.0).astype(np.float32)
-    return wall_times(lambda: filled.T @ filled, repeat)
+    return wall_and_cpu_times(lambda: filled.T @ filled, repeat)
 
 
 def gemm_floor(returns: np.ndarray, repeat: int = 3) -> float:
     """Best-of-``repeat`` time of one float32 ``R0.T @ R0`` on the zero-filled returns."""
-    return min(gemm_floor_times(returns, repeat))
+    return min(gemm_floor_times(returns, repeat)[0])
