@@ -12,7 +12,12 @@ sampled by a thread every 10 ms.
 from __future__ import annotations
 
 from corr_pipeline.bench import git_commit, machine_line
-from corr_pipeline.bench.floor import best_of, gemm_floor
+from corr_pipeline.bench.floor import (
+    best_of,
+    gemm_floor,
+    gemm_floor_times,
+    wall_and_cpu_times,
+)
 from corr_pipeline.snapshot.measure import MemoryPeak, PeakMemory
 
 __all__ = [
@@ -20,6 +25,8 @@ __all__ = [
     "PeakMemory",
     "best_of",
     "gemm_floor",
+    "gemm_floor_times",
     "git_commit",
     "machine_line",
+    "wall_and_cpu_times",
 ]

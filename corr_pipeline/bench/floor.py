@@ -21,20 +21,38 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["FLOOR_REPEAT", "GemmFloor", "best_of", "gemm_floor", "load_average", "measure_floor"]
+__all__ = [
+    "FLOOR_REPEAT",
+    "GemmFloor",
+    "best_of",
+    "gemm_floor",
+    "gemm_floor_times",
+    "load_average",
+    "measure_floor",
+    "wall_and_cpu_times",
+]
 
 #: The floor is the best of this many timed products.
 FLOOR_REPEAT = 7
 
 
+def wall_and_cpu_times(
+    fn: Callable[[], object], repeat: int = 3
+) -> tuple[list[float], list[float]]:
+    """Wall times and process CPU times (all threads) of ``repeat`` calls, seconds, in call
+    order. On a shared machine the CPU time moves less with the load than the wall time."""
+    walls, cpus = [], []
+    for _ in range(repeat):
+        start, cpu = time.perf_counter(), time.process_time()
+        fn()
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+    return walls, cpus
+
+
 def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
     """Best wall time of ``repeat`` calls of ``fn``, seconds."""
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+    return min(wall_and_cpu_times(fn, repeat)[0])
 
 
 def load_average() -> tuple[float, float, float] | None:
@@ -46,11 +64,18 @@ def load_average() -> tuple[float, float, float] | None:
     return one, five, fifteen
 
 
-def gemm_floor(returns: np.ndarray, repeat: int = FLOOR_REPEAT) -> float:
-    """Best-of-``repeat`` seconds of ``R0.T @ R0``, ``R0`` = ``returns`` (T × N) with NaN → 0,
-    float32 (see the module docstring)."""
+def gemm_floor_times(
+    returns: np.ndarray, repeat: int = FLOOR_REPEAT
+) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds of ``repeat`` products ``R0.T @ R0``, ``R0`` = ``returns`` (T × N)
+    with NaN → 0, float32 (see the module docstring)."""
     filled = np.nan_to_num(returns, nan=0.0).astype(np.float32)
-    return best_of(lambda: filled.T @ filled, repeat)
+    return wall_and_cpu_times(lambda: filled.T @ filled, repeat)
+
+
+def gemm_floor(returns: np.ndarray, repeat: int = FLOOR_REPEAT) -> float:
+    """Best-of-``repeat`` seconds of ``R0.T @ R0`` (:func:`gemm_floor_times`)."""
+    return min(gemm_floor_times(returns, repeat)[0])
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,8 @@ class PairCorrelator:
                 b.gap_cols,
                 b.partial_ptr,
                 b.partial_cols,
+                b.total,
+                b.total_sq,
                 a.n_rows,
                 out_origin[0],
                 out_origin[1],

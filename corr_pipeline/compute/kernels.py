@@ -127,6 +127,8 @@ def correlate_tile(  # pragma: no cover - compiled
     b_gap_cols,
     b_partial_ptr,
     b_partial_cols,
+    b_total,
+    b_total_sq,
     n_rows,
     out_row0,
     out_col0,
@@ -146,6 +148,8 @@ def correlate_tile(  # pragma: no cover - compiled
     ``b_gap_cols``). ``b_partial_cols`` lists, ascending, the B columns whose
     interval is not the whole side, and ``b_partial_ptr[j]`` counts those below
     ``j``: only they need prefix-sum lookups on column i; the others take its total.
+    ``b_total[j]``, ``b_total_sq[j]`` are B's whole-side sums (``PZ[b0 + T', j] − PZ[b0, j]``,
+    the same subtraction as the lookups), taken by every row ``i`` whose interval is the whole side.
     ``symmetric`` keeps only ``j >= i`` (and sets the diagonal).
 
     MODE_WRITE: ``out_corr[i − out_row0, j − out_col0]`` and ``out_overlap``.
@@ -160,7 +164,7 @@ def correlate_tile(  # pragma: no cover - compiled
     sq_x = np.empty(CHUNK)
     base_x = np.empty(CHUNK)
     count = np.empty(CHUNK, dtype=np.int64)
-    values = np.empty(CHUNK)
+    values = np.empty(CHUNK)  # MODE_BEST_LAG only; MODE_WRITE writes the outputs directly
     flagged = np.empty(CHUNK, dtype=np.bool_)
     for i in range(row_lo, row_hi):
         ti = i - tile_row0
@@ -172,29 +176,40 @@ def correlate_tile(  # pragma: no cover - compiled
         whole_sum_i = prefix_t[i, a0 + n_rows] - prefix_t[i, a0]
         whole_sq_i = prefix_sq_t[i, a0 + n_rows] - prefix_sq_t[i, a0]
         whole_count_i = prefix_count_t[i, a0 + n_rows] - prefix_count_t[i, a0]
+        full_row_i = a_lo[i] == 0 and a_hi[i] == n_rows
         row = i - out_row0
         for c_start in range(c_first, width, CHUNK):
             c_stop = min(c_start + CHUNK, width)
             j0 = col0 + c_start
             m = c_stop - c_start
-            # Overlap sums of column j: its values on i's interval, less i's interior gaps.
-            for c in range(m):
-                sum_y[c] = prefix[hi_i, j0 + c] - prefix[lo_i, j0 + c]
-                base_y[c] = prefix_sq[hi_i, j0 + c] - prefix_sq[lo_i, j0 + c]
-                sq_y[c] = base_y[c]
+            # Overlap sums of column j: its values on i's interval (B's column totals when
+            # that is the whole side), less i's interior gaps; of column i: its values on
+            # the whole side (corrected below for the partial columns j).
+            if full_row_i:
+                for c in range(m):
+                    sum_y[c] = b_total[j0 + c]
+                    base_y[c] = b_total_sq[j0 + c]
+                    sq_y[c] = base_y[c]
+                    sum_x[c] = whole_sum_i
+                    base_x[c] = whole_sq_i
+                    sq_x[c] = whole_sq_i
+                    count[c] = whole_count_i
+            else:
+                for c in range(m):
+                    sum_y[c] = prefix[hi_i, j0 + c] - prefix[lo_i, j0 + c]
+                    base_y[c] = prefix_sq[hi_i, j0 + c] - prefix_sq[lo_i, j0 + c]
+                    sq_y[c] = base_y[c]
+                    sum_x[c] = whole_sum_i
+                    base_x[c] = whole_sq_i
+                    sq_x[c] = whole_sq_i
+                    count[c] = whole_count_i
             for k in range(a_gap_ptr[i], a_gap_ptr[i + 1]):
                 t = b0 + a_gap_rows[k]
                 for c in range(m):
                     v = np.float64(z[t, j0 + c])
                     sum_y[c] -= v
                     sq_y[c] -= v * v
-            # Overlap sums of column i: its values on j's interval (the whole side
-            # unless j is partial), less j's interior gaps.
-            for c in range(m):
-                sum_x[c] = whole_sum_i
-                base_x[c] = whole_sq_i
-                sq_x[c] = whole_sq_i
-                count[c] = whole_count_i
+            # Column i on j's interval when j is partial, then less j's interior gaps.
             for p in range(b_partial_ptr[j0], b_partial_ptr[j0 + m]):
                 j = b_partial_cols[p]
                 c = j - j0
@@ -211,37 +226,59 @@ def correlate_tile(  # pragma: no cover - compiled
                 sum_x[c] -= v
                 sq_x[c] -= v * v
                 count[c] -= present_t[i, t]
-            # Pearson from the sums (branch-free); ill-conditioned pairs are flagged.
+            # Pearson from the sums (branch-free), written straight out; pairs whose
+            # variance fails the guard are flagged and rewritten from the exact fallback.
             n_flagged = 0
-            for c in range(m):
-                n = count[c]
-                inv_n = 1.0 / max(n, 1)
-                sx = sum_x[c]
-                sy = sum_y[c]
-                var_x = sq_x[c] - sx * sx * inv_n
-                var_y = sq_y[c] - sy * sy * inv_n
-                value = (np.float64(sxy[ti, c_start + c]) - sx * sy * inv_n) / math.sqrt(
-                    max(var_x * var_y, 1e-300)
-                )
-                value = min(1.0, max(-1.0, value))
-                enough = n >= min_overlap
-                bad = enough & ((var_x <= tau * base_x[c]) | (var_y <= tau * base_y[c]))
-                n_flagged += bad
-                flagged[c] = bad
-                values[c] = value if enough else np.nan
+            if mode == MODE_WRITE:
+                for c in range(m):
+                    value, bad = _pearson(
+                        sxy[ti, c_start + c],
+                        count[c],
+                        sum_x[c],
+                        sum_y[c],
+                        sq_x[c],
+                        sq_y[c],
+                        tau * base_x[c],
+                        tau * base_y[c],
+                        min_overlap,
+                    )
+                    flagged[c] = bad
+                    n_flagged += bad
+                    out_corr[row, j0 + c - out_col0] = value
+                    out_overlap[row, j0 + c - out_col0] = count[c]
+            else:
+                for c in range(m):
+                    value, bad = _pearson(
+                        sxy[ti, c_start + c],
+                        count[c],
+                        sum_x[c],
+                        sum_y[c],
+                        sq_x[c],
+                        sq_y[c],
+                        tau * base_x[c],
+                        tau * base_y[c],
+                        min_overlap,
+                    )
+                    flagged[c] = bad
+                    n_flagged += bad
+                    values[c] = value
             if n_flagged:
                 for c in range(m):
                     if flagged[c]:
-                        values[c] = exact_pair_correlation(
+                        exact = exact_pair_correlation(
                             raw_t[i, a0 : a0 + n_rows], raw_t[j0 + c, b0 : b0 + n_rows], min_overlap
                         )
+                        if mode == MODE_WRITE:
+                            out_corr[row, j0 + c - out_col0] = exact
+                        else:
+                            values[c] = exact
             if diagonal and c_start == c_first:
-                values[0] = 1.0 if (count[0] >= min_overlap and sq_i > 0.0) else np.nan
-            if mode == MODE_WRITE:
-                for c in range(m):
-                    out_corr[row, j0 + c - out_col0] = values[c]
-                    out_overlap[row, j0 + c - out_col0] = count[c]
-            else:
+                value = 1.0 if (count[0] >= min_overlap and sq_i > 0.0) else np.nan
+                if mode == MODE_WRITE:
+                    out_corr[row, j0 - out_col0] = value
+                else:
+                    values[0] = value
+            if mode == MODE_BEST_LAG:
                 for c in range(m):
                     j = j0 + c
                     magnitude = abs(np.float32(values[c]))
@@ -250,6 +287,22 @@ def correlate_tile(  # pragma: no cover - compiled
                         best_corr[row, j] = values[c]
                         best_lag[row, j] = lag
                         best_overlap[row, j] = count[c]
+
+
+@njit(inline="always")
+def _pearson(sxy, n, sx, sy, sq_x, sq_y, guard_x, guard_y, min_overlap):  # pragma: no cover
+    """``(corr, flagged)`` from the overlap sums (module docstring); NaN below ``min_overlap``.
+
+    Flagged (to be recomputed exactly) when a variance is at most its guard, tau times the
+    sum it came from."""
+    inv_n = 1.0 / max(n, 1)
+    var_x = sq_x - sx * sx * inv_n
+    var_y = sq_y - sy * sy * inv_n
+    value = (np.float64(sxy) - sx * sy * inv_n) / math.sqrt(max(var_x * var_y, 1e-300))
+    value = min(1.0, max(-1.0, value))
+    enough = n >= min_overlap
+    bad = enough & ((var_x <= guard_x) | (var_y <= guard_y))
+    return (value if enough else np.nan), bad
 
 
 @njit(cache=True, nogil=True)

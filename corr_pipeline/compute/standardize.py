@@ -1,7 +1,8 @@
 """Standardized, zero-filled returns, their prefix sums and gap structure: the kernels' input.
 
 For a T × N float32 returns matrix ``R`` with NaN gaps, column ``j`` is
-standardized over its own finite rows (float64 two-pass, then float32):
+standardized over its own finite rows (float64 two-pass, then float32; a numba pass per
+column, chunks of columns on the worker threads):
 
     Z[t, j] = (R[t, j] − mean_j) / std_j    where R[t, j] is finite
             = 0                              elsewhere (and everywhere for a constant column)
@@ -27,10 +28,12 @@ listings and delistings cost nothing) plus a CSR list of *interior gaps*
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 
 @dataclass(frozen=True)
@@ -87,32 +90,75 @@ def standardize(
 
 
 def _standardize_columns(returns: np.ndarray, window: Standardized, cols: slice) -> None:
-    """Fill every array of ``window`` for the columns ``cols``."""
-    chunk = returns[:, cols].astype(np.float64)
-    mask = np.isfinite(chunk)
-    count = mask.sum(axis=0)
-    mean = np.where(mask, chunk, 0.0).sum(axis=0) / np.maximum(count, 1)
-    deviation = np.where(mask, chunk - mean, 0.0)
-    std = np.sqrt((deviation**2).sum(axis=0) / np.maximum(count, 1))
-    highest = np.where(mask, chunk, -np.inf).max(axis=0, initial=-np.inf)
-    lowest = np.where(mask, chunk, np.inf).min(axis=0, initial=np.inf)
-    varies = (highest > lowest) & (std > 0) & np.isfinite(std)
-    scale = np.where(varies, 1.0 / np.where(varies, std, 1.0), 0.0)
-    z = (deviation * scale).astype(np.float32)
-    z64 = z.astype(np.float64)
-    for prefix, prefix_t, values in (
-        (window.prefix, window.prefix_t, z64),
-        (window.prefix_sq, window.prefix_sq_t, z64 * z64),
-    ):
-        prefix[0, cols] = 0.0
-        np.cumsum(values, axis=0, out=prefix[1:, cols])
-        prefix_t[cols] = prefix[:, cols].T
-    window.z[:, cols] = z
-    window.z_t[cols] = z.T
-    window.present_t[cols] = mask.T
+    """Fill every array of ``window`` for the columns ``cols``: the transposed (column-major)
+    arrays by :func:`_standardize_rows`, then the time-major ones as their transposes."""
     window.raw_t[cols] = returns[:, cols].T
-    window.prefix_count_t[cols, 0] = 0
-    np.cumsum(mask.T, axis=1, out=window.prefix_count_t[cols, 1:])
+    _standardize_rows(
+        window.raw_t[cols],
+        window.z_t[cols],
+        window.present_t[cols],
+        window.prefix_t[cols],
+        window.prefix_sq_t[cols],
+        window.prefix_count_t[cols],
+    )
+    window.z[:, cols] = window.z_t[cols].T
+    window.prefix[:, cols] = window.prefix_t[cols].T
+    window.prefix_sq[:, cols] = window.prefix_sq_t[cols].T
+
+
+@njit(cache=True, nogil=True)
+def _standardize_rows(
+    raw_t, z_t, present_t, prefix_t, prefix_sq_t, prefix_count_t
+):  # pragma: no cover - compiled
+    """Standardize each row of ``raw_t`` (one column of R) into ``z_t`` and its prefix sums.
+
+    Float64 two-pass moments over the finite values (sequential sums), then
+    ``Z = float32((R − mean) · (1 / std))`` (0 where R is not finite) and the running sums of
+    ``float64(Z)``, its square and the presence. A column varies iff its largest finite value
+    exceeds its smallest and ``std`` is finite and > 0; otherwise its ``Z`` is 0.
+    """
+    n_cols, n_rows = raw_t.shape
+    for j in range(n_cols):
+        count = 0
+        total = 0.0
+        highest = -np.inf
+        lowest = np.inf
+        for t in range(n_rows):
+            value = np.float64(raw_t[j, t])
+            finite = math.isfinite(value)
+            present_t[j, t] = finite
+            if finite:
+                count += 1
+                total += value
+                highest = max(highest, value)
+                lowest = min(lowest, value)
+        mean = total / max(count, 1)
+        squares = 0.0
+        for t in range(n_rows):
+            if present_t[j, t]:
+                deviation = np.float64(raw_t[j, t]) - mean
+                squares += deviation * deviation
+        std = math.sqrt(squares / max(count, 1))
+        varies = highest > lowest and std > 0.0 and math.isfinite(std)
+        scale = 1.0 / std if varies else 0.0
+        running = 0.0
+        running_sq = 0.0
+        running_count = 0
+        prefix_t[j, 0] = 0.0
+        prefix_sq_t[j, 0] = 0.0
+        prefix_count_t[j, 0] = 0
+        for t in range(n_rows):
+            standardized = np.float32(0.0)
+            if present_t[j, t]:
+                standardized = np.float32((np.float64(raw_t[j, t]) - mean) * scale)
+                running_count += 1
+            z_t[j, t] = standardized
+            value = np.float64(standardized)
+            running += value
+            running_sq += value * value
+            prefix_t[j, t + 1] = running
+            prefix_sq_t[j, t + 1] = running_sq
+            prefix_count_t[j, t + 1] = running_count
 
 
 @dataclass(frozen=True)
@@ -124,7 +170,8 @@ class Side:
     inside ``[lo, hi)`` that are not finite, ascending, and ``gap_cols`` holds the
     column of each of those entries. ``partial_cols`` lists, ascending, the columns
     whose interval is not the whole side (``[0, n_rows)``); ``partial_ptr[j]`` counts
-    those below ``j``.
+    those below ``j``. ``total[j] = PZ[row0 + n_rows, j] − PZ[row0, j]`` and ``total_sq``
+    (the same with PZ2) are the column's sums over the side.
     """
 
     row0: int
@@ -136,6 +183,8 @@ class Side:
     gap_cols: np.ndarray  # int64, same length as gap_rows
     partial_ptr: np.ndarray  # (N + 1,) int64
     partial_cols: np.ndarray  # int64
+    total: np.ndarray  # (N,) float64
+    total_sq: np.ndarray  # (N,) float64
 
 
 def make_side(window: Standardized, row0: int, row1: int) -> Side:
@@ -159,6 +208,8 @@ def make_side(window: Standardized, row0: int, row1: int) -> Side:
         gap_cols=gap_cols.astype(np.int64),
         partial_ptr=_counts_below(partial),
         partial_cols=np.flatnonzero(partial).astype(np.int64),
+        total=window.prefix[row1] - window.prefix[row0],
+        total_sq=window.prefix_sq[row1] - window.prefix_sq[row0],
     )
 
 

@@ -20,6 +20,7 @@ from corr_pipeline_tests.compute import reference as ref
 from corr_pipeline_tests.compute.universes import (
     Universe,
     correlation_universes,
+    factor_returns,
     random_small_universe,
     realistic_universe,
 )
@@ -367,3 +368,79 @@ def test_product_column_chunks(monkeypatch: pytest.MonkeyPatch, chunk: int) -> N
             result.corr, result.overlap, ref_corr, ref_overlap, universe.T, universe.min_overlap
         )
         assert np.array_equal(result.corr, result.corr.T, equal_nan=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Full-history columns: a row whose presence interval is the whole window takes B's column
+# totals instead of prefix-sum lookups (kernels.correlate_tile, ``full_row_i``).
+# --------------------------------------------------------------------------------------------
+
+
+def _full_history_universe(layout: str) -> Universe:
+    """T = 80, N = 300 (three product tiles) with full-history columns laid out as ``layout``.
+
+    ``none``: every column listed late, delisted early or with a gap; ``all``: no NaN at all;
+    ``mixed``: random columns; ``half_tile``: full-history exactly on columns 64..191 (so the
+    tile 0..127 and the tile 128..255 each have rows of both kinds, and 192..299 none);
+    ``constant``: mixed, plus full-history columns that are exactly constant (0 and 0.01) or
+    constant except one row.
+    """
+    rng = np.random.default_rng(
+        {"none": 41, "all": 42, "mixed": 43, "half_tile": 44}.get(layout, 45)
+    )
+    T, N = 80, 300
+    R = (factor_returns(rng, T, N)).astype(np.float32)
+    full = {
+        "none": np.zeros(N, bool),
+        "all": np.ones(N, bool),
+        "mixed": rng.random(N) < 0.5,
+        "half_tile": (np.arange(N) >= 64) & (np.arange(N) < 192),
+        "constant": rng.random(N) < 0.5,
+    }[layout]
+    for j in np.flatnonzero(~full):
+        kind = j % 3
+        if kind == 0:
+            R[: rng.integers(1, 30), j] = np.nan  # listed late
+        elif kind == 1:
+            R[T - rng.integers(1, 30) :, j] = np.nan  # delisted early
+        else:
+            R[rng.choice(T, rng.integers(1, 4), replace=False), j] = np.nan  # interior gaps
+    names = [f"{'full' if f else 'part'}{j}" for j, f in enumerate(full)]
+    if layout == "constant":
+        for j, value in ((3, 0.0), (130, 0.01), (250, -0.02)):
+            R[:, j] = value
+            names[j] = f"constant{j}"
+        R[:, 7] = 0.01
+        R[40, 7] = 0.02
+        names[7] = "constant_but_one_row7"
+    return Universe(f"full_history_{layout}", R, 20, names)
+
+
+@pytest.mark.parametrize("layout", ["none", "all", "mixed", "half_tile", "constant"])
+def test_full_history_columns(layout: str) -> None:
+    """Reference agreement and bit-identity across blockings whatever the share and position
+    of full-history columns (0 %, 100 %, mixed, a block boundary inside a run of them, exactly
+    constant ones)."""
+    universe = _full_history_universe(layout)
+    full = np.isfinite(universe.R).all(axis=0)
+    assert full.any() == (layout != "none") and full.all() == (layout == "all")
+    ref_corr, ref_overlap = ref.reference_correlation(universe.R, universe.min_overlap)
+    baseline = pairwise_correlation(universe.R, min_overlap=universe.min_overlap)
+    assert_matches_reference(
+        baseline.corr,
+        baseline.overlap,
+        ref_corr,
+        ref_overlap,
+        universe.T,
+        universe.min_overlap,
+        universe.column_names,
+    )
+    if layout == "constant":
+        for j in (3, 130, 250):
+            assert np.isnan(baseline.corr[j]).all(), universe.column_names[j]
+        assert np.isfinite(baseline.corr[7, full]).sum() > 1
+    for block_rows in (1, 37, 64, 100, 128, 192, 299):
+        other = pairwise_correlation(
+            universe.R, min_overlap=universe.min_overlap, block_rows=block_rows
+        )
+        _assert_identical(baseline, other, f"{universe.name}, block_rows={block_rows}")
