@@ -45,6 +45,7 @@ from corr_pipeline.defs.step_options import SNAPSHOT_GROUP
 from corr_pipeline.sessions import SessionCalendar
 
 HEAVY_RUN_TAG = "corr_pipeline/heavy"
+HEAVY_RUN_VALUE = "snapshot"
 NIGHTLY_CRON = "30 6 * * 1-5"
 
 
@@ -52,7 +53,7 @@ def snapshot_run_tags() -> dict[str, str]:
     """Run tags of every snapshot run (max runtime and the heavy-run concurrency tag)."""
     return {
         dg.MAX_RUNTIME_SECONDS_TAG: str(settings.max_runtime_seconds()),
-        HEAVY_RUN_TAG: "snapshot",
+        HEAVY_RUN_TAG: HEAVY_RUN_VALUE,
     }
 
 
