@@ -125,6 +125,12 @@ def partition_start() -> dt.date:
         ) from None
 
 
+def export_partition_start(day: dt.date) -> None:
+    """Set ``$CORR_PIPELINE_PARTITION_START`` for this process and the subprocesses it starts
+    (the code server that loads the code location, the run worker)."""
+    os.environ[ENV_PARTITION_START] = day.isoformat()
+
+
 def _env_int(name: str, default: int, low: int, high: int | None, must: str) -> int:
     """``$name`` as a whole number in ``[low, high]`` (``high`` None: no upper bound), ``default``
     when unset or empty; ValueError ``NAME='raw' must ...`` otherwise."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -214,11 +213,9 @@ def demo_step_partitions(ctx: DemoContext) -> None:
     ctx.partition_key = key
     ctx.params = demo_params(engine, key, ctx.source)
     lookback = int(ctx.params.get("lookback_days", DEFAULTS.lookback_days))
-    first = first_full_window_session(
-        engine, lookback, dt.date.fromisoformat(key), ctx.source
-    ).isoformat()
-    name = settings.ENV_PARTITION_START
-    os.environ[name] = first
+    first_day = first_full_window_session(engine, lookback, dt.date.fromisoformat(key), ctx.source)
+    settings.export_partition_start(first_day)
+    first, name = first_day.isoformat(), settings.ENV_PARTITION_START
     where = settings.env_file()
     if settings.is_project_root(where.parent):
         settings.write_env_value(
