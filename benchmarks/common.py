@@ -1,8 +1,9 @@
-"""Shared benchmark helpers: the GEMM floor and timing.
+"""Shared benchmark helpers, re-exported from the package.
 
-Memory sampling (:class:`PeakMemory`), the machine line and the git commit live in the package
-(:mod:`corr_pipeline.snapshot.measure` and :mod:`corr_pipeline.bench`, also used by ``corr-pipeline bench``) and are re-exported here; the
-ragged returns matrix the kernels are timed on is :func:`corr_pipeline.synth.ragged_returns`.
+The GEMM floor and best-of timing are :mod:`corr_pipeline.bench.floor` (also behind
+``corr-pipeline bench``); memory sampling (:class:`PeakMemory`), the machine line and the git
+commit live in :mod:`corr_pipeline.snapshot.measure` and :mod:`corr_pipeline.bench`; the ragged
+returns matrix the kernels are timed on is :func:`corr_pipeline.synth.ragged_returns`.
 Memory: peak RSS counts memory-mapped pages the process touched; RssAnon counts only anonymous
 memory (heap, numpy temporaries). Both are read from /proc/self/status; the peak of RssAnon is
 sampled by a thread every 10 ms.
@@ -10,12 +11,8 @@ sampled by a thread every 10 ms.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
-import numpy as np
-
 from corr_pipeline.bench import git_commit, machine_line
+from corr_pipeline.bench.floor import best_of, gemm_floor
 from corr_pipeline.snapshot.measure import MemoryPeak, PeakMemory
 
 __all__ = [
@@ -26,19 +23,3 @@ __all__ = [
     "git_commit",
     "machine_line",
 ]
-
-
-def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
-    """Best wall time of ``repeat`` calls, seconds."""
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def gemm_floor(returns: np.ndarray, repeat: int = 3) -> float:
-    """Best-of-``repeat`` time of one float32 ``R0.T @ R0`` on the zero-filled returns."""
-    filled = np.nan_to_num(returns, nan=0.0).astype(np.float32)
-    return best_of(lambda: filled.T @ filled, repeat)

@@ -4,6 +4,10 @@
   stage after stage, through the same steps as the Dagster assets
   (:mod:`corr_pipeline.snapshot.steps`), in this process: per stage wall seconds, peak RSS,
   peak RssAnon, rows published.
+* :func:`measure_floor` (:mod:`.floor`): the GEMM floor ``R0.T @ R0`` every stage and kernel is
+  compared with, timed in the same run.
+* :class:`ProcessTreePeaks` (:mod:`.processes`): peak RssAnon and RSS of every process a run
+  starts (Dagster's step processes), sampled from ``/proc``.
 * :func:`run_publish_benchmark` (:mod:`.publish`): publication alone, on results of realistic
   size and dtypes made directly with numpy (:func:`synthetic_results`).
 
@@ -11,6 +15,7 @@ Memory is measured with :class:`corr_pipeline.snapshot.measure.PeakMemory` (peak
 ``VmHWM``, peak RssAnon sampled every 10 ms).
 """
 
+from corr_pipeline.bench.floor import FLOOR_REPEAT, GemmFloor, gemm_floor, measure_floor
 from corr_pipeline.bench.machine import git_commit, machine_line
 from corr_pipeline.bench.pipeline import (
     PIPELINE_STAGES,
@@ -18,6 +23,7 @@ from corr_pipeline.bench.pipeline import (
     StageResult,
     run_pipeline_benchmark,
 )
+from corr_pipeline.bench.processes import ProcessPeak, ProcessTreePeaks
 from corr_pipeline.bench.publish import (
     PublishBenchReport,
     SyntheticResults,
@@ -26,13 +32,19 @@ from corr_pipeline.bench.publish import (
 )
 
 __all__ = [
+    "FLOOR_REPEAT",
+    "GemmFloor",
     "PIPELINE_STAGES",
     "PipelineBenchReport",
+    "ProcessPeak",
+    "ProcessTreePeaks",
     "PublishBenchReport",
     "StageResult",
     "SyntheticResults",
+    "gemm_floor",
     "git_commit",
     "machine_line",
+    "measure_floor",
     "run_pipeline_benchmark",
     "run_publish_benchmark",
     "synthetic_results",

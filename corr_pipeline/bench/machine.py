@@ -41,5 +41,3 @@ def git_commit() -> str:
     except OSError:
         return "unknown"
     return out.stdout.strip() or "unknown"
-
-

@@ -5,7 +5,10 @@ The universe (:mod:`corr_pipeline.synth`) is written into PostgreSQL with
 the steps of :mod:`corr_pipeline.snapshot.steps` run in order: window load (SPEC §2) →
 correlation + overlap memory-mapped into a matrix store (§3, §8) → neighbors (§4) → clusters
 (§5) → lead-lag with the synchronous corr read from the map (§6) → publish, one transaction
-(§7). Per stage: wall seconds, peak RSS (``VmHWM`` reset at the start of the stage; it counts
+(§7). After the window is loaded, the GEMM floor of that window (:mod:`.floor`: ``R0.T @ R0`` on
+the same T × N returns, zero-filled, best of 7) is timed in the same process, and every stage's
+seconds are also given in floors (for lead-lag also per lag: floors / max_lag). Per stage: wall
+seconds, peak RSS (``VmHWM`` reset at the start of the stage; it counts
 the memory-mapped pages the stage touched) and the sampled peak of RssAnon (anonymous memory,
 what the working-memory budget governs). Both are the whole process's figures, so they include
 the interpreter and what earlier stages still hold; with Dagster's multiprocess executor every
@@ -17,12 +20,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
 
+from corr_pipeline.bench.floor import GemmFloor, measure_floor
 from corr_pipeline.bench.machine import git_commit, machine_line
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, overlap_dtype
 from corr_pipeline.db.publish import publish_snapshot
@@ -58,7 +63,10 @@ class StageResult:
 
 @dataclass
 class PipelineBenchReport:
-    """Everything :func:`run_pipeline_benchmark` measured; :meth:`table` renders it."""
+    """Everything :func:`run_pipeline_benchmark` (or ``corr-pipeline bench --through-dagster``)
+    measured; :meth:`table` renders it. ``floor``: the GEMM floor of the benchmarked window
+    (None when not measured); ``run_seconds``: the wall time of a whole Dagster run, whose steps
+    may overlap (None in this process, where the total is the sum of the stages)."""
 
     machine: str
     commit: str
@@ -66,33 +74,52 @@ class PipelineBenchReport:
     stages: list[StageResult] = field(default_factory=list)
     published: dict[str, int] = field(default_factory=dict)
     synth_seconds: float | None = None
+    floor: GemmFloor | None = None
+    run_seconds: float | None = None
 
     @property
     def total_seconds(self) -> float:
+        if self.run_seconds is not None:
+            return self.run_seconds
         return sum(stage.seconds for stage in self.stages)
 
+    def floors(self, seconds: float) -> str:
+        """``seconds / floor seconds`` to two decimals, ``-`` without a floor."""
+        return "-" if self.floor is None else f"{self.floor.ratio(seconds):,.2f}"
+
+    def note_floors_per_lag(self, stage: StageResult, max_lag: int) -> None:
+        """Add the lead-lag stage's floors per lag (floors / ``max_lag``) to its note."""
+        if self.floor is not None:
+            stage.note += f"; {self.floor.ratio(stage.seconds) / max_lag:,.2f} floors per lag"
+
     def table(self) -> str:
-        """Markdown table, one row per stage plus the total."""
-        lines = [
-            "| stage | wall s | peak RSS MiB | peak RssAnon MiB | rows published | note |",
-            "|---|---:|---:|---:|---:|---|",
+        """The floor line (when measured), then a markdown table, one row per stage plus the
+        total; ``floors`` = the stage's wall seconds / the floor's seconds."""
+        lines = [f"# {self.floor.line()}"] if self.floor is not None else []
+        lines += [
+            "| stage | wall s | floors | peak RSS MiB | peak RssAnon MiB | rows published | note |",
+            "|---|---:|---:|---:|---:|---:|---|",
         ]
         for s in self.stages:
             rows = "-" if s.rows is None else f"{s.rows:,}"
             lines.append(
-                f"| {s.name} | {s.seconds:.1f} | {s.peak_rss_mib:,.0f} | {s.peak_anon_mib:,.0f}"
-                f" | {rows} | {s.note} |"
+                f"| {s.name} | {s.seconds:.1f} | {self.floors(s.seconds)} | {s.peak_rss_mib:,.0f}"
+                f" | {s.peak_anon_mib:,.0f} | {rows} | {s.note} |"
             )
         peak_anon = max((s.peak_anon_mib for s in self.stages), default=0.0)
-        lines.append(f"| **total** | **{self.total_seconds:.1f}** | | {peak_anon:,.0f} (max) | | |")
+        lines.append(
+            f"| **total** | **{self.total_seconds:.1f}** | {self.floors(self.total_seconds)} | "
+            f"| {peak_anon:,.0f} (max) | | {'' if self.run_seconds is None else 'run wall time'} |"
+        )
         return "\n".join(lines)
 
 
-def _stage_line(stage: StageResult) -> str:
+def _stage_line(stage: StageResult, floors: str) -> str:
     rows = "" if stage.rows is None else f"  rows {stage.rows:,}"
+    ratio = "" if floors == "-" else f" = {floors:>8} floors"
     return (
-        f"  {stage.name:<12} {stage.seconds:8.1f} s  peak RSS {stage.peak_rss_mib:8,.0f} MiB"
-        f"  peak RssAnon {stage.peak_anon_mib:8,.0f} MiB{rows}  {stage.note}"
+        f"  {stage.name:<12} {stage.seconds:8.1f} s{ratio}  peak RSS {stage.peak_rss_mib:8,.0f}"
+        f" MiB  peak RssAnon {stage.peak_anon_mib:8,.0f} MiB{rows}  {stage.note}"
     ).rstrip()
 
 
@@ -118,6 +145,47 @@ def bench_parameters(
     )
 
 
+def start_benchmark(
+    engine: sa.Engine,
+    *,
+    n: int,
+    t: int,
+    max_lag: int,
+    k: int,
+    working_memory_mb: float,
+    seed: int,
+    synth: bool,
+    echo: Callable[[str], None],
+    how: str = "",
+) -> tuple[SnapshotParameters, PipelineBenchReport]:
+    """The start of a whole-chain benchmark: its parameters (:func:`bench_parameters`), an
+    empty report, the machine and parameter lines (``how`` appended to the latter), and with
+    ``synth`` the synthetic universe of ``n`` symbols × ``t + 1`` days (seed ``seed``) written
+    into ``engine``'s ``prices`` (timed apart, not a nightly stage)."""
+    params = bench_parameters(t, max_lag=max_lag, k=k, working_memory_mb=working_memory_mb)
+    shown: dict[str, Any] = {
+        "n": n,
+        "t": t,
+        "max_lag": max_lag,
+        "k": k,
+        "working_memory_mb": working_memory_mb,
+        "min_overlap": params.min_overlap,
+        "seed": seed,
+    }
+    report = PipelineBenchReport(machine=machine_line(), commit=git_commit(), params=shown)
+    echo(f"# {report.machine}; commit {report.commit}")
+    echo("# " + ", ".join(f"{key} = {value}" for key, value in shown.items()) + how)
+    if synth:
+        start = time.perf_counter()
+        written = write_synthetic_universe(engine, n_symbols=n, n_days=t + 1, seed=seed)
+        report.synth_seconds = time.perf_counter() - start
+        echo(
+            f"synth   {written.rows_written:,} price rows written in {report.synth_seconds:.1f} s"
+            " (not part of the nightly run)"
+        )
+    return params, report
+
+
 def run_pipeline_benchmark(
     engine: sa.Engine,
     store_root: Path,
@@ -130,6 +198,7 @@ def run_pipeline_benchmark(
     seed: int = 11,
     synth: bool = True,
     keep_matrices: bool = False,
+    floor: bool = True,
     echo: Callable[[str], None] = print,
 ) -> PipelineBenchReport:
     """Run the whole chain once on ``engine`` (see the module docstring) and return the figures.
@@ -141,30 +210,23 @@ def run_pipeline_benchmark(
     date; parameters: :func:`bench_parameters`. The correlation and overlap maps go to a
     :class:`~corr_pipeline.store.matrix_store.MatrixStore` under ``store_root`` and are deleted
     at the end unless ``keep_matrices`` (also when a stage fails or Ctrl-C interrupts it: the
-    temp files of an unfinished correlation are removed as well). Each stage's line is passed to ``echo`` as soon as it
-    finishes.
+    temp files of an unfinished correlation are removed as well). ``floor``: time the GEMM
+    floor of the loaded window (:func:`~corr_pipeline.bench.floor.measure_floor`, not a stage:
+    between the window load and the correlation, holding 4 N² bytes for a moment) and give
+    every stage in floors. Each stage's line is passed to ``echo`` as soon as it finishes.
     """
-    params = bench_parameters(t, max_lag=max_lag, k=k, working_memory_mb=working_memory_mb)
-    shown = {
-        "n": n,
-        "t": t,
-        "max_lag": max_lag,
-        "k": k,
-        "working_memory_mb": working_memory_mb,
-        "min_overlap": params.min_overlap,
-        "seed": seed,
-    }
-    report = PipelineBenchReport(machine=machine_line(), commit=git_commit(), params=shown)
-    echo(f"# {report.machine}; commit {report.commit}")
-    echo("# " + ", ".join(f"{key} = {value}" for key, value in shown.items()))
-    if synth:
-        start = time.perf_counter()
-        written = write_synthetic_universe(engine, n_symbols=n, n_days=t + 1, seed=seed)
-        report.synth_seconds = time.perf_counter() - start
-        echo(
-            f"synth   {written.rows_written:,} price rows written in {report.synth_seconds:.1f} s"
-            " (not part of the nightly run)"
-        )
+    params, report = start_benchmark(
+        engine,
+        n=n,
+        t=t,
+        max_lag=max_lag,
+        k=k,
+        working_memory_mb=working_memory_mb,
+        seed=seed,
+        synth=synth,
+        echo=echo,
+    )
+    shown = report.params
     day = DEFAULT_END_DATE
     partition = day.isoformat()
     store = MatrixStore(store_root)
@@ -183,7 +245,11 @@ def run_pipeline_benchmark(
         with (
             store.allocate("correlation_matrix", partition, "corr", (cols, cols), "f4") as p_corr,
             store.allocate(
-                "overlap_matrix", partition, "overlap", (cols, cols), overlap_dtype(returns.shape[0])
+                "overlap_matrix",
+                partition,
+                "overlap",
+                (cols, cols),
+                overlap_dtype(returns.shape[0]),
             ) as p_overlap,
         ):
             steps.correlation(returns, params, out_corr=p_corr.array, out_overlap=p_overlap.array)
@@ -200,7 +266,8 @@ def run_pipeline_benchmark(
         return int(np.count_nonzero(found.index >= 0)), f"k = {k}"
 
     def clusters() -> tuple[int | None, str]:
-        labels = steps.clusters(state["corr"], params)
+        scratch = partial(store.scratch, "clusters", partition)
+        labels = steps.clusters(state["corr"], params, scratch=scratch)
         state["labels"] = labels
         return int(labels.size), f"{int(labels.max()) + 1:,} clusters"
 
@@ -240,8 +307,13 @@ def run_pipeline_benchmark(
                 rows,
                 note,
             )
+            if name == "lead-lag":
+                report.note_floors_per_lag(stage, max_lag)
             report.stages.append(stage)
-            echo(_stage_line(stage))
+            echo(_stage_line(stage, report.floors(stage.seconds)))
+            if name == "load window" and floor:
+                report.floor = measure_floor(state["window"].returns)
+                echo(f"# {report.floor.line()}")
     finally:
         # also on Ctrl-C (KeyboardInterrupt) and any error: the matrices (gigabytes at large N)
         # never outlive the benchmark unless asked to
@@ -256,5 +328,9 @@ def run_pipeline_benchmark(
             assets = ("correlation_matrix", "overlap_matrix")
             if any(store.partition_dir(asset, partition).is_dir() for asset in assets):
                 store.remove_partition(partition)
-    echo(f"  {'total':<12} {report.total_seconds:8.1f} s")
+    total = report.floors(report.total_seconds)
+    echo(
+        f"  {'total':<12} {report.total_seconds:8.1f} s"
+        + ("" if total == "-" else f" = {total:>8} floors")
+    )
     return report

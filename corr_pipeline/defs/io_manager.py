@@ -53,6 +53,7 @@ retention and garbage collection leave a partition alone while a step uses it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import dagster as dg
@@ -138,7 +139,8 @@ class MatrixStoreResource(dg.ConfigurableResource):
 
     Use the same ``base_dir`` as :class:`MatrixStoreIOManager`. ``.store`` is a
     :class:`MatrixStore`; :meth:`allocate_for` allocates an output array exactly where the
-    IO manager will look for it (the zero-copy hand-off, see module docstring).
+    IO manager will look for it (the zero-copy hand-off, see module docstring);
+    :meth:`scratch_for` gives a step a file-backed working array there, deleted after use.
     ``keep_matrices``: how many of the newest published partitions keep their matrices after
     each publication (:meth:`keep`).
     """
@@ -183,6 +185,17 @@ class MatrixStoreResource(dg.ConfigurableResource):
         return store.allocate(
             asset, partition, name, shape, np.dtype(dtype), labels=labels, params=params
         )
+
+    def scratch_for(
+        self, context: Any, name: str, shape: int | Sequence[int], dtype: Any
+    ) -> AbstractContextManager[np.ndarray]:
+        """``store.scratch`` at :func:`store_location` ``(context)``: a file-backed working
+        array in the asset's partition directory, deleted when the ``with`` block ends; the
+        partition directory stays held (shared) until the step ends."""
+        asset, partition = store_location(context)
+        store = self.store
+        self._holds.take(store, asset, partition)
+        return store.scratch(asset, partition, name, shape, np.dtype(dtype))
 
 
 class MatrixStoreIOManager(dg.ConfigurableIOManager):

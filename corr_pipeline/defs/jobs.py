@@ -1,15 +1,15 @@
 """The snapshot job and its nightly schedule.
 
 ``snapshot_job`` materializes the whole ``correlation_snapshot`` group (every asset and its
-checks) for one partition. Its run tags carry the operational limits:
+checks) for one partition. Its run tag carries the operational limit:
 
 - ``dagster/max_runtime``: the run is terminated and marked failed after this many seconds
   (enforced by the daemon's run monitoring, enabled in ``dagster.yaml``). Default
   :data:`corr_pipeline.settings.DEFAULT_MAX_RUNTIME_SECONDS`, override with ``$CORR_PIPELINE_MAX_RUNTIME_SECONDS``.
-- ``corr_pipeline/heavy``: ``dagster.yaml`` limits runs carrying this tag to one at a time
-  (``concurrency.runs.tag_concurrency_limits``), so two snapshot runs never share a machine.
-  Runs launched from the asset graph rather than the job are held back by the
-  ``corr_pipeline_snapshot`` pool instead (see :mod:`corr_pipeline.defs.step_options`).
+
+How many snapshot runs start at once (the ``corr_pipeline_snapshot`` pool, sized by memory) and
+one run per partition are limits of the run queue, whatever launched the run:
+:mod:`corr_pipeline.defs.concurrency`.
 
 ``nightly_snapshot_schedule`` requests each session's partition once its prices should be in,
 with ``run_key`` = partition key so a session is never launched twice by the schedule:
@@ -44,17 +44,12 @@ from corr_pipeline.defs.partitions import (
 from corr_pipeline.defs.step_options import SNAPSHOT_GROUP
 from corr_pipeline.sessions import SessionCalendar
 
-HEAVY_RUN_TAG = "corr_pipeline/heavy"
-HEAVY_RUN_VALUE = "snapshot"
 NIGHTLY_CRON = "30 6 * * 1-5"
 
 
 def snapshot_run_tags() -> dict[str, str]:
-    """Run tags of every snapshot run (max runtime and the heavy-run concurrency tag)."""
-    return {
-        dg.MAX_RUNTIME_SECONDS_TAG: str(settings.max_runtime_seconds()),
-        HEAVY_RUN_TAG: HEAVY_RUN_VALUE,
-    }
+    """Run tags of every snapshot run: its maximum runtime."""
+    return {dg.MAX_RUNTIME_SECONDS_TAG: str(settings.max_runtime_seconds())}
 
 
 #: Default executor config: one process per step (the multiprocess executor), forked from a

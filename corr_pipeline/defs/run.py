@@ -36,14 +36,15 @@ from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES, DagsterR
 from corr_pipeline import settings
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.reads import latest_trade_date
+from corr_pipeline.defs.concurrency import instance_limits
 from corr_pipeline.defs.definitions import build_definitions
-from corr_pipeline.defs.jobs import HEAVY_RUN_TAG, HEAVY_RUN_VALUE
 from corr_pipeline.defs.partitions import (
     partition_key_for,
     snapshot_calendar,
     snapshot_partitions,
 )
 from corr_pipeline.defs.resources import SnapshotParams
+from corr_pipeline.defs.runs import PARTITION_TAG
 
 SNAPSHOT_JOB_NAME = "snapshot_job"
 #: The code location as ``workspace.yaml`` and ``[tool.dg]`` name it (the UI finds the runs of
@@ -102,8 +103,21 @@ def check_partition_key(key: str, today: dt.date | None = None) -> None:
 
 
 @dataclass
+class StepRun:
+    """One step of a run: its process id (from its ``STEP_START`` event; with the multiprocess
+    executor each step has its own), its status, and the seconds from its start to its end as
+    Dagster recorded them (process start-up, inputs, the asset, its checks and outputs)."""
+
+    key: str
+    pid: int | None
+    status: str
+    seconds: float | None
+
+
+@dataclass
 class SnapshotRunSummary:
-    """What one snapshot run produced, from its materialization and check events."""
+    """What one snapshot run produced, from its materialization and check events; ``steps``:
+    every step of the run in the order they started (see :class:`StepRun`)."""
 
     partition_key: str
     run_id: str
@@ -113,6 +127,7 @@ class SnapshotRunSummary:
     metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
     checks: dict[str, bool] = field(default_factory=dict)
     failed_steps: list[str] = field(default_factory=list)
+    steps: list[StepRun] = field(default_factory=list)
 
     def value(self, asset: str, key: str, default: Any = None) -> Any:
         return self.metadata.get(asset, {}).get(key, default)
@@ -164,9 +179,11 @@ def summarize(
     partition_key: str,
     dagster_home: Path,
     store_dir: Path,
+    instance: dg.DagsterInstance | None = None,
 ) -> SnapshotRunSummary:
     """Collect materialization metadata, check outcomes and failed steps from a run's Dagster
-    events (an execution result's ``all_events``, or the instance's event log of the run)."""
+    events (an execution result's ``all_events``, or the instance's event log of the run), and
+    with ``instance`` the steps' times (:meth:`~dagster.DagsterInstance.get_run_step_stats`)."""
     summary = SnapshotRunSummary(
         partition_key=partition_key,
         run_id=run_id,
@@ -185,6 +202,17 @@ def summarize(
             summary.checks[evaluation.check_name] = bool(evaluation.passed)
         elif kind == "STEP_FAILURE" and event.step_key:
             summary.failed_steps.append(event.step_key)
+        elif kind == "STEP_START" and event.step_key:
+            summary.steps.append(StepRun(event.step_key, event.pid, "STARTED", None))
+    if instance is not None:
+        stats = {s.step_key: s for s in instance.get_run_step_stats(run_id)}
+        for step in summary.steps:
+            found = stats.get(step.key)
+            if found is None:
+                continue
+            step.status = found.status.value if found.status is not None else step.status
+            if found.start_time is not None and found.end_time is not None:
+                step.seconds = found.end_time - found.start_time
     return summary
 
 
@@ -281,21 +309,33 @@ def materialize_snapshot(
                 partition_key=partition_key,
                 dagster_home=home,
                 store_dir=store,
+                instance=instance,
             )
     finally:
         if owned:
             instance.dispose()
 
 
-def _in_progress_snapshot_runs(instance: dg.DagsterInstance) -> list[str]:
-    """Ids of the runs of ``instance`` in progress (starting, started, cancelling) that carry
-    the heavy-run tag of ``snapshot_job``."""
-    runs = instance.get_runs(
-        filters=dg.RunsFilter(
-            statuses=list(IN_PROGRESS_RUN_STATUSES), tags={HEAVY_RUN_TAG: HEAVY_RUN_VALUE}
+def check_run_limits(instance: dg.DagsterInstance, partition_key: str) -> None:
+    """Refuse (ValueError naming the run in the way) what the run queue of ``dagster.yaml``
+    would hold back (:mod:`corr_pipeline.defs.concurrency`): a run of ``partition_key`` already
+    in progress (one run per partition), or as many snapshot runs in progress as the pool's
+    limit. Every snapshot run carries its partition tag, so those are the runs counted."""
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES)))
+    snapshot_runs = [run for run in runs if PARTITION_TAG in run.tags]
+    where = f"on the Dagster instance {instance.root_directory}"
+    for run in snapshot_runs:
+        if run.tags[PARTITION_TAG] == partition_key:
+            raise ValueError(
+                f"run {run.run_id} of partition {partition_key} is in progress {where} "
+                "(one run per partition): wait for it to finish"
+            )
+    limit = instance_limits(instance).snapshot_runs
+    if limit is not None and len(snapshot_runs) >= limit:
+        raise ValueError(
+            f"{len(snapshot_runs)} snapshot run(s) in progress {where} (the limit is {limit}: "
+            "corr-pipeline concurrency show): wait for one to finish"
         )
-    )
-    return [run.run_id for run in runs]
 
 
 def launch_snapshot(
@@ -315,16 +355,16 @@ def launch_snapshot(
     The code location is loaded the way ``dg dev`` and ``workspace.yaml`` load it (module
     ``corr_pipeline.definitions`` in a code server, location ``corr_pipeline``); the run is
     created from its remote job, so it records its origin (the UI shows it in the Overview
-    timeline and can re-execute it), with the job's tags (max runtime, the heavy-run tag) and
+    timeline and can re-execute it), with the job's tags (its maximum runtime) and
     the partition's (``dagster/partition``, ``dagster/partition_set``), and is launched by the
     instance's run launcher (a run worker process started by the code server, each step in its
     own process as usual).
 
     ``dagster.yaml`` queues runs (``QueuedRunCoordinator``) for the daemon of ``dg dev``, which
     may not be running: the run is launched directly (``instance.launch_run``, what the
-    ``DefaultRunCoordinator`` does), after checking the one limit that matters here, one heavy
-    snapshot run at a time (ValueError naming the run in progress otherwise). ``instance`` must
-    be persistent (the run worker is another process). An interrupt (Ctrl-C) terminates the
+    ``DefaultRunCoordinator`` does), after checking the queue's limits that concern it
+    (:func:`check_run_limits`: one run per partition, the pool's snapshot runs at once;
+    ValueError naming the run in the way otherwise). ``instance`` must be persistent (the run worker is another process). An interrupt (Ctrl-C) terminates the
     run. Other arguments as in :func:`materialize_snapshot`.
     """
     from dagster._core.storage.tags import PARTITION_NAME_TAG, PARTITION_SET_TAG
@@ -341,12 +381,7 @@ def launch_snapshot(
         forkserver=forkserver,
         log_level=log_level,
     )
-    busy = _in_progress_snapshot_runs(instance)
-    if busy:
-        raise ValueError(
-            f"snapshot run {busy[0]} is in progress on the Dagster instance "
-            f"{instance.root_directory} (one snapshot run at a time): wait for it to finish"
-        )
+    check_run_limits(instance, partition_key)
     target = ModuleTarget(
         module_name=CODE_LOCATION_MODULE,
         attribute=None,
@@ -409,6 +444,7 @@ def launch_snapshot(
         partition_key=partition_key,
         dagster_home=Path(instance.root_directory),
         store_dir=store,
+        instance=instance,
     )
 
 

@@ -29,7 +29,7 @@ same new fingerprint twice in a row), then requests a re-run: ``run_key`` =
 session is watched: a correction of an older session is re-run by hand (a backfill of that
 partition; later snapshots whose window holds the corrected day are not re-run either).
 
-The runs carry ``snapshot_job``'s tags (max runtime, the heavy-run concurrency limit).
+The runs carry ``snapshot_job``'s tags (max runtime); the run queue limits them like any snapshot run.
 """
 
 from __future__ import annotations

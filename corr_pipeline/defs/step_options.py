@@ -21,7 +21,8 @@ warnings.filterwarnings(
 
 #: The asset group of the snapshot (the job selects it).
 SNAPSHOT_GROUP = "correlation_snapshot"
-#: The concurrency pool every snapshot asset declares (limit 1 in ``dagster.yaml``).
+#: The concurrency pool every snapshot asset declares: how many snapshot runs at once
+#: (:mod:`corr_pipeline.defs.concurrency`).
 SNAPSHOT_POOL = "corr_pipeline_snapshot"
 #: Resource key of the matrix-store IO manager.
 MATRIX_IO_MANAGER = "matrix_io_manager"

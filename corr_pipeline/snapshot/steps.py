@@ -15,7 +15,9 @@ choice. :func:`matrix_versions` gathers the matrix-store versions a publication 
 - correlation: R standardised plus one block of tiles (``working_memory_mb``); the outputs
   (2.3 GB float32 + 1.15 GB int16) are the caller's arrays, memory-mapped in the store.
 - neighbors: row blocks of corr (``working_memory_mb``) + the N x k results (~2 MB).
-- clusters: the condensed float64 distances N(N-1)/2 (2.3 GB, anonymous) + the linkage.
+- clusters: the float64 distances N(N-1)/2 (2.3 GB) in the linkage's tiled layout: in a
+  scratch file of the matrix store when the caller passes ``scratch`` (page cache, not
+  anonymous; the Dagster asset and ``corr-pipeline bench`` do), else on the heap; + O(N).
 - lead_lag: R standardised, one block per lag (``working_memory_mb``), the running per-symbol
   top-k (N x k), corr read as a map.
 """
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -35,6 +39,7 @@ from corr_pipeline.compute import (
     pairwise_correlation,
     top_k_neighbors,
 )
+from corr_pipeline.compute.clusters import distance_buffer_length
 from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.publish import SnapshotResults
@@ -43,6 +48,12 @@ from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
 
 Progress = Callable[[int, int], None]
+
+#: ``scratch(name, shape, dtype)``: a context manager yielding a writable working array.
+Scratch = Callable[[str, tuple[int, ...], np.dtype], AbstractContextManager[np.ndarray]]
+
+#: Name of the clustering step's scratch array of distances (a temp file in the store).
+CLUSTER_DISTANCES = "clusters_distances"
 
 #: Rows compared per block when two versions of a matrix must be checked for equal contents.
 _COMPARE_BLOCK_BYTES = 64 << 20
@@ -101,15 +112,33 @@ def neighbors(
     )
 
 
-def clusters(corr: np.ndarray, params: SnapshotParameters) -> np.ndarray:
-    """Cluster labels, int32 ``0..K-1`` by first appearance (SPEC §5)."""
-    return hierarchical_clusters(
+def clusters(
+    corr: np.ndarray, params: SnapshotParameters, *, scratch: Scratch | None = None
+) -> np.ndarray:
+    """Cluster labels, int32 ``0..K-1`` by first appearance (SPEC §5).
+
+    ``scratch(name, shape, dtype)``: where the float64 distances (``distance_buffer_length(N)``
+    elements, 8 N²/2 bytes) live — a context manager yielding a writable array for the
+    computation, such as ``functools.partial(store.scratch, "clusters", partition)`` (a file in
+    the matrix store, out of anonymous memory, deleted afterwards, see
+    :meth:`~corr_pipeline.store.matrix_store.MatrixStore.scratch`); None allocates them on the
+    heap (anonymous memory). The labels do not depend on it.
+    """
+    cluster = partial(
+        hierarchical_clusters,
         corr,
         method=params.linkage_method,
         distance_threshold=params.distance_threshold,
         n_clusters=params.n_clusters,
         working_memory_mb=params.working_memory_mb,
     )
+    n = corr.shape[0]
+    if scratch is None or n < 2:  # below 2 symbols there are no distances
+        return cluster()
+    with scratch(CLUSTER_DISTANCES, (distance_buffer_length(n),), np.dtype(np.float64)) as work:
+        labels = cluster(work=work)
+        del work  # the last reference: the file's pages go when its map does
+    return labels
 
 
 def lead_lag(

@@ -68,6 +68,10 @@ in the manifest — the commit point. Until then its writer keeps the lock on th
 garbage collection leaves it alone; once named, the manifest protects it. :meth:`MatrixStore.save`
 does all of it for an in-memory array.
 
+A step's large *working* array that is not a result (the clustering step's distances) can live
+in the store too, out of anonymous memory: :meth:`MatrixStore.scratch` is the same locked temp
+file, never committed, deleted when its ``with`` block ends, however it ends.
+
 Any failure, exception or ``KeyboardInterrupt`` before the commit removes the temp files (and a
 :class:`PendingArray` dropped without commit or abort removes its temp file when it is garbage
 collected or the interpreter exits). A SIGKILL leaves a temp file whose lock died with its
@@ -108,6 +112,7 @@ import errno
 import hashlib
 import json
 import math
+import mmap
 import os
 import re
 import secrets
@@ -352,6 +357,15 @@ def _mkdirs(path: Path) -> None:
         _mkdir(directory)
     if not path.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(path))
+
+
+def _advise_huge_pages(array: np.ndarray) -> None:
+    """``madvise(MADV_HUGEPAGE)`` on a ``np.memmap``'s map; a no-op where unsupported."""
+    mapped = getattr(array, "_mmap", None)
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if mapped is not None and advice is not None:
+        with contextlib.suppress(OSError, ValueError):
+            mapped.madvise(advice)
 
 
 def _unlink_quiet(path: Path) -> bool:
@@ -1002,6 +1016,33 @@ class MatrixStore:
         return PendingArray(
             self, asset, partition, name, version, final, temp, lock, mm, labels_j, params_j
         )
+
+    @contextlib.contextmanager
+    def scratch(
+        self, asset: str, partition: str, name: str, shape: int | Sequence[int], dtype: Any
+    ) -> Iterator[np.ndarray]:
+        """A writable, zero-filled, file-backed working array for the ``with`` block, never a
+        version: :meth:`allocate`'s locked temp file in ``<asset>/<partition>/`` (disk space
+        reserved up front), deleted when the block ends, normally or by an exception
+        (``KeyboardInterrupt`` included). A process killed inside the block leaves a temp file
+        whose lock died with it, which the next :meth:`allocate` on the partition or garbage
+        collection removes (:meth:`cleanup_stale_temps`).
+
+        Its pages live in the page cache (the process's ``RssFile``, not ``RssAnon``), so the
+        kernel can write them back and reclaim them under memory pressure. The map is advised
+        ``MADV_HUGEPAGE``: where the file system caches large folios (ext4 and XFS on recent
+        Linux) it is then mapped with 2 MiB pages like a large heap array, which random access
+        needs (fewer TLB misses, and one write fault per 2 MiB instead of per 4 KiB each time
+        the kernel has written the dirty pages back). Drop every reference
+        to the array (and its views) by the end of the block: the file is unlinked then, and its
+        pages are freed once the last map of it is gone.
+        """
+        pending = self.allocate(asset, partition, name, shape, dtype)
+        try:
+            _advise_huge_pages(pending.array)
+            yield pending.array
+        finally:
+            pending.abort()
 
     def _save_version(
         self,

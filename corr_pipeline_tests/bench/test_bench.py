@@ -1,5 +1,6 @@
 """``corr-pipeline bench``: the whole chain on a tiny universe, as a real subprocess
-against the test database, and the memory sampler it uses."""
+against the test database, the GEMM floor it compares the stages with, and the memory sampler
+it uses."""
 
 from __future__ import annotations
 
@@ -15,18 +16,35 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from corr_pipeline.bench import PIPELINE_STAGES, synthetic_results
+from corr_pipeline.bench import (
+    FLOOR_REPEAT,
+    PIPELINE_STAGES,
+    GemmFloor,
+    PipelineBenchReport,
+    ProcessTreePeaks,
+    StageResult,
+    measure_floor,
+    synthetic_results,
+)
+from corr_pipeline.bench import floor as floor_module
+from corr_pipeline.bench.processes import descendants
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.publish import read_snapshot_counts
-from corr_pipeline.synth import DEFAULT_END_DATE
+from corr_pipeline.synth import DEFAULT_END_DATE, ragged_returns
+
+FLOOR_LINE = re.compile(
+    r"^# floor: R0\.T @ R0 float32, N = ([\d,]+), T = (\d+): ([\d.]+) s \(best of (\d+)\); "
+    r"load average ([\d.]+) ([\d.]+) ([\d.]+)$",
+    re.M,
+)
 
 
-def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+def _bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [sys.executable, "-m", "corr_pipeline.cli", "bench", *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         env=dict(os.environ),
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -38,7 +56,7 @@ def _table(stdout: str) -> dict[str, list[str]]:
     rows = {}
     for line in stdout.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and len(cells) == 6 and cells[0] not in ("stage",):
+        if line.startswith("| ") and len(cells) == 7 and cells[0] not in ("stage",):
             rows[cells[0]] = cells[1:]
     return rows
 
@@ -60,21 +78,152 @@ def test_bench_runs_every_stage_and_publishes_real_rows(
     table = _table(out)
     assert list(table)[: len(PIPELINE_STAGES)] == list(PIPELINE_STAGES), out
     for stage in PIPELINE_STAGES:
-        seconds, rss, anon = (float(c.replace(",", "")) for c in table[stage][:3])
+        seconds, rss, anon = (float(table[stage][i].replace(",", "")) for i in (0, 2, 3))
         assert seconds >= 0 and rss > 0 and anon > 0, (stage, table[stage])
-        assert float(table[stage][1].replace(",", "")) >= anon  # RSS includes RssAnon
-    assert table["load window"][3] == "-" and table["correlation"][3] == "-"
+        assert rss >= anon  # RSS includes RssAnon
+    assert table["load window"][4] == "-" and table["correlation"][4] == "-"
 
     counts = read_snapshot_counts(clean_db, DEFAULT_END_DATE)
     assert counts["snapshots"] == 1
-    assert _int(table["neighbors"][3]) == counts["peer_neighbors"] > 0
-    assert _int(table["clusters"][3]) == counts["symbol_clusters"] > 0
-    assert _int(table["lead-lag"][3]) == counts["lead_lag_pairs"] > 0
-    assert _int(table["publish"][3]) == sum(counts.values())
-    n_kept = int(re.search(r"T x N = 40 x (\d+)", table["load window"][4]).group(1))
+    assert _int(table["neighbors"][4]) == counts["peer_neighbors"] > 0
+    assert _int(table["clusters"][4]) == counts["symbol_clusters"] > 0
+    assert _int(table["lead-lag"][4]) == counts["lead_lag_pairs"] > 0
+    assert _int(table["publish"][4]) == sum(counts.values())
+    n_kept = int(re.search(r"T x N = 40 x (\d+)", table["load window"][5]).group(1))
     assert counts["symbol_clusters"] == n_kept and 40 <= n_kept <= 60
+
+    # the floor: timed on the benchmarked window's N and T, printed above the table (and as
+    # soon as it is measured), every stage in floors = its seconds / the floor's
+    floors = FLOOR_LINE.findall(out)
+    assert len(floors) == 2 and floors[0] == floors[1], out
+    n, t, floor_s, repeat = floors[0][:4]
+    assert (_int(n), int(t), int(repeat)) == (n_kept, 40, FLOOR_REPEAT)
+    assert float(floor_s) > 0
+    for stage in PIPELINE_STAGES:
+        seconds, ratio = float(table[stage][0]), float(table[stage][1].replace(",", ""))
+        # the table shows seconds to 0.1 s and the floor to 1 µs: equal within that rounding
+        assert abs(ratio * float(floor_s) - seconds) <= 0.05 + 1e-6 * ratio, (stage, ratio)
+    per_lag = float(
+        re.search(r"([\d,.]+) floors per lag", table["lead-lag"][5]).group(1).replace(",", "")
+    )
+    assert per_lag == pytest.approx(float(table["lead-lag"][1].replace(",", "")) / 3, abs=0.01)
     # the memory maps were deleted afterwards (default), the store directory is all that is left
     assert not list((tmp_path / "store").rglob("*.npy"))
+
+
+def test_bench_no_floor_prints_no_floor(
+    clean_db: sa.Engine, database_url: str, tmp_path: Path
+) -> None:
+    result = _bench(
+        "--n", "40", "--t", "30", "--max-lag", "2", "--k", "3", "--no-floor",
+        "--database-url", database_url, "--home", str(tmp_path),
+    )  # fmt: skip
+    assert "# floor:" not in result.stdout and "floors per lag" not in result.stdout
+    assert all(cells[1] == "-" for cells in _table(result.stdout).values()), result.stdout
+
+
+SNAPSHOT_STEPS = (
+    "returns_matrix",
+    "correlation_and_overlap",
+    "top_k_neighbors",
+    "clusters",
+    "lead_lag_pairs",
+    "snapshot_publication",
+)
+
+
+def test_bench_through_dagster_measures_every_step_process(
+    clean_db: sa.Engine, database_url: str, tmp_path: Path
+) -> None:
+    """``--through-dagster``: snapshot_job with one process per step; every step's row has its
+    time and its own process's memory, the publication's rows are the database's, the floor is
+    timed on the published window's N and T, and the run's matrices are deleted afterwards."""
+    result = _bench(
+        "--through-dagster", "--n", "80", "--t", "40", "--max-lag", "3", "--k", "4",
+        "--database-url", database_url, "--home", str(tmp_path), timeout=400,
+    )  # fmt: skip
+    out = result.stdout
+    table = _table(out)
+    assert set(SNAPSHOT_STEPS) <= set(table), out
+    pids = re.findall(r" - (\d+) - (\w+) - STEP_WORKER_STARTED", result.stderr + out)
+    for step in SNAPSHOT_STEPS:
+        seconds, _, rss, anon = (float(c.replace(",", "")) for c in table[step][:4])
+        assert seconds > 0 and rss >= anon > 50, (step, table[step])  # an interpreter at least
+        assert table[step][5].startswith("asset "), table[step]
+    if pids:  # one process per step
+        assert len({pid for pid, _ in pids}) == len(pids)
+    counts = read_snapshot_counts(clean_db, DEFAULT_END_DATE)
+    assert _int(table["snapshot_publication"][4]) == sum(counts.values()) - counts["snapshots"]
+    total = float(table["**total**"][0].strip("*"))
+    assert total >= max(float(table[step][0]) for step in SNAPSHOT_STEPS)
+    assert table["**total**"][5] == "run wall time"
+    floors = FLOOR_LINE.findall(out)
+    assert len(floors) == 1
+    assert (_int(floors[0][0]), int(floors[0][1])) == (counts["symbol_clusters"], 40)
+    assert "floors per lag" in table["lead_lag_pairs"][5]
+    assert not list((tmp_path / "store").rglob("*.npy"))
+
+
+def test_process_tree_peaks_sees_a_grandchild_s_anonymous_memory() -> None:
+    """A grandchild touching 300 MiB of anonymous memory: found among the descendants and its
+    sampled peak RssAnon (and VmHWM) at least that."""
+    code = (
+        "import subprocess, sys; subprocess.run([sys.executable, '-c', "
+        '\'import time; b = bytearray(300 * 2**20); b[::4096] = b"x" * len(b[::4096]); '
+        "print(flush=True); time.sleep(1.5)'])"
+    )
+    with ProcessTreePeaks(interval=0.01, rescan=0.05) as peaks:
+        child = subprocess.Popen([sys.executable, "-c", code])
+        deadline = time.monotonic() + 60
+        while len(descendants(os.getpid())) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        (grandchild,) = descendants(child.pid)
+        assert descendants(os.getpid()) >= {child.pid, grandchild}
+        child.wait(timeout=60)
+    assert peaks.peaks[grandchild].peak_anon_mib >= 300
+    assert peaks.peaks[grandchild].peak_rss_mib >= peaks.peaks[grandchild].peak_anon_mib
+    assert peaks.peaks[child.pid].peak_anon_mib < 300
+
+
+def test_the_floor_times_the_zero_filled_float32_product(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What is timed is numpy's ``R0.T @ R0`` on the returns with NaN -> 0, float32, best of 7;
+    the measurement records the returns' N and T."""
+    timed: list[np.ndarray] = []
+
+    def best_of(fn, repeat):  # run what would be timed once, keep its result
+        timed.append(fn())
+        assert repeat == FLOOR_REPEAT == 7
+        return 0.25
+
+    monkeypatch.setattr(floor_module, "best_of", best_of)
+    returns = ragged_returns(37, 53, seed=3)
+    assert np.isnan(returns).any()
+    floor = measure_floor(returns)
+    r0 = np.where(np.isnan(returns), 0.0, returns).astype(np.float32)
+    assert timed[0].dtype == np.float32 and np.array_equal(timed[0], r0.T @ r0)
+    assert (floor.n, floor.t, floor.seconds, floor.repeat) == (53, 37, 0.25, 7)
+    assert floor.ratio(1.0) == 4.0
+
+
+def test_the_report_gives_every_stage_in_floors() -> None:
+    floor = GemmFloor(n=22465, t=252, seconds=0.4, repeat=7, load=(1.25, 1.5, 2.0))
+    report = PipelineBenchReport("machine", "abc1234", {}, floor=floor)
+    report.stages = [
+        StageResult("correlation", 1.3, 900.0, 400.0),
+        StageResult("lead-lag", 9.0, 900.0, 700.0, 5, "max_lag = 5"),
+    ]
+    lines = report.table().splitlines()
+    assert lines[0] == (
+        "# floor: R0.T @ R0 float32, N = 22,465, T = 252: 0.400000 s (best of 7); "
+        "load average 1.25 1.50 2.00"
+    )
+    rows = _table(report.table())
+    assert rows["correlation"][:2] == ["1.3", "3.25"]  # 1.3 / 0.4
+    assert rows["lead-lag"][:2] == ["9.0", "22.50"]
+    assert rows["**total**"][:2] == ["**10.3**", "25.75"]
+    without = PipelineBenchReport("machine", "abc1234", {}, stages=report.stages)
+    assert "# floor:" not in without.table() and _table(without.table())["correlation"][1] == "-"
 
 
 def test_bench_publish_only_leaves_no_snapshot_behind(

@@ -14,6 +14,12 @@ command the docs name inline (``COMMANDS``). A command named in the docs and mis
 the test, so the list cannot drift from the docs. The superseded ``dagster dev`` may be named,
 never taught in a ```bash block.
 
+The user guide's walk-through for a new team (its section :data:`WALK_THROUGH`) is run apart, as
+the user follows it: its ```bash blocks in order, verbatim, in one bash session from a fresh copy
+of the repository (its exports and shell variables carry over from block to block), waiting where
+the text says to wait (the backfill's runs); the only change is a free port for the UI instead of
+3000.
+
 ``dg dev`` (the demo's line, started with job control, stopped by SIGINT to its process group as
 the README says) and ``corr-pipeline ui`` (started like a background job of a non-interactive
 shell, SIGINT ignored, stopped by SIGTERM) run on free local ports, concurrently with the other
@@ -24,6 +30,7 @@ commands, until their web server answers; then every process of theirs must be g
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import re
 import shlex
@@ -31,6 +38,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -40,6 +48,10 @@ import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+GUIDE = REPO / "docs" / "user_guide.md"
+#: The user guide's walk-through for a new team, up to the next ``## `` heading.
+WALK_THROUGH = "## 13. Adopting the pipeline on your own data"
+WALK_THROUGH_TIMEOUT_S = 1800.0
 DOCS = [REPO / "README.md", REPO / "docs" / "user_guide.md"]
 PROGRAMS = ("corr-pipeline", "dg", "dagster")
 #: May be named in prose (as superseded), never taught in a ```bash block.
@@ -82,6 +94,11 @@ COMMANDS: dict[str, list[str] | None] = {
     "corr-pipeline store list": ["corr-pipeline store list", "corr-pipeline store list --json"],
     "corr-pipeline store prune": ["corr-pipeline store prune --keep 5 --dry-run"],
     "corr-pipeline bench": ["corr-pipeline bench --n 40 --t 60"],
+    "corr-pipeline concurrency show": ["corr-pipeline concurrency show --n 24000 --t 252"],
+    "corr-pipeline concurrency set": [
+        "corr-pipeline concurrency set --n 24000 --t 252",
+        "corr-pipeline concurrency set 2",
+    ],
     "corr-pipeline ui": None,
     "dg dev": None,
     "dg check defs": ["dg check defs"],
@@ -94,8 +111,12 @@ COMMANDS: dict[str, list[str] | None] = {
     "dagster schedule start": [
         "dagster schedule start nightly_snapshot_schedule -w workspace.yaml"
     ],
+    "dagster instance concurrency set": [
+        "dagster instance concurrency set corr_pipeline_snapshot 2"
+    ],
     "dagster schedule list": ["dagster schedule list -w workspace.yaml"],
     "dagster sensor start": ["dagster sensor start prices_ready_sensor -w workspace.yaml"],
+    "dagster sensor stop": ["dagster sensor stop prices_ready_sensor -w workspace.yaml"],
     "dagster schedule stop": ["dagster schedule stop nightly_snapshot_schedule -w workspace.yaml"],
 }
 #: Run after the UIs are gone (their daemon would run the backfill's queued runs) and the rest.
@@ -153,14 +174,31 @@ def _strip_comment(line: str) -> str:
     return re.split(r"\s{2,}#|^#", line, maxsplit=1)[0].strip()
 
 
+def split_walk_through(text: str) -> tuple[str, str]:
+    """(``text`` without the :data:`WALK_THROUGH` section, that section); ``""`` when absent."""
+    start = text.find("\n" + WALK_THROUGH + "\n")
+    if start < 0:
+        return text, ""
+    end = text.find("\n## ", start + 1)
+    end = len(text) if end < 0 else end
+    return text[:start] + text[end:], text[start:end]
+
+
 def bash_lines(text: str) -> list[str]:
-    """The command lines of the ```bash blocks (comments removed, continuations joined, one
-    entry per ``&&``-separated command)."""
+    """The command lines of the ```bash blocks (comments removed, continuations joined, here
+    documents left out, one entry per ``&&``-separated command)."""
     out = []
     for block in fenced_blocks(text, "bash"):
         joined, pending = [], ""
+        here_end: str | None = None
         for raw in block:
+            if here_end is not None:  # a here document's line: input, not a command
+                here_end = None if raw.strip() == here_end else here_end
+                continue
             line = _strip_comment(raw.strip())
+            here = re.search(r"<<-?\s*(['\"]?)(\w+)\1", line)
+            if here:
+                here_end = here.group(2)
             if line.endswith("\\"):
                 pending += line[:-1] + " "
                 continue
@@ -176,16 +214,25 @@ def inline_commands(text: str) -> list[str]:
 
 
 def documented() -> tuple[list[str], set[str]]:
-    """(the bash-block lines, the signatures of every command named anywhere)."""
+    """(the bash-block lines outside the walk-through, the signatures of every command named
+    anywhere, the walk-through's included)."""
     lines: list[str] = []
     signatures: set[str] = set()
     for path in DOCS:
         text = path.read_text()
-        lines += bash_lines(text)
+        rest, walk = split_walk_through(text)
+        lines += bash_lines(rest)
         signatures |= {signature(c) for c in inline_commands(text)}
+        signatures |= {signature(line) for line in bash_lines(walk)}
     signatures |= {signature(line) for line in lines}
     # a program alone is no command (`dg`, `corr-pipeline --debug ...`)
     return lines, signatures - {"", *PROGRAMS}
+
+
+def walk_through_signatures() -> set[str]:
+    """The signatures of the commands the walk-through's ```bash blocks run."""
+    _, walk = split_walk_through(GUIDE.read_text())
+    return {signature(line) for line in bash_lines(walk)} - {"", *PROGRAMS}
 
 
 def concrete(line: str) -> str:
@@ -393,7 +440,7 @@ def test_every_documented_command_runs_without_a_warning(tmp_path: Path) -> None
     # the docs teach no superseded command, and every command they name is run below
     taught = {signature(line) for line in lines}
     assert not taught & SUPERSEDED, f"superseded commands taught: {taught & SUPERSEDED}"
-    missing = named - set(COMMANDS) - SUPERSEDED
+    missing = named - set(COMMANDS) - SUPERSEDED - walk_through_signatures()
     assert not missing, f"documented commands this test does not run: {sorted(missing)}"
 
     project = Project(tmp_path)
@@ -447,6 +494,137 @@ def test_every_documented_command_runs_without_a_warning(tmp_path: Path) -> None
     assert not failed, _report(failed)
     ran = {signature(o.command) for o in outcomes}
     assert set(COMMANDS) <= ran, sorted(set(COMMANDS) - ran)
+
+
+class BashSession:
+    """One non-interactive ``bash`` in the project's root, fed block after block (each
+    ``source``-d from a file, input from ``/dev/null``), as a user pasting the walk-through's
+    blocks into one terminal; its output (background jobs' included) is collected by a
+    thread. A failing command is reported by an ``ERR`` trap."""
+
+    DONE = "__walk_through_block_done__"
+    FAILED = "__walk_through_command_failed__"
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self.proc = subprocess.Popen(
+            ["bash", "--norc", "--noprofile"],
+            cwd=project.root,
+            env=project.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,  # so that the test can clean up whatever happens
+        )
+        self.lines: list[str] = []
+        self._seen = 0
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self._send(f"set -o pipefail; trap 'echo \"{self.FAILED} $? $BASH_COMMAND\"' ERR")
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def _send(self, text: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+
+    def run(self, index: int, block: str, timeout: float) -> Outcome:
+        """Source ``block``; wait for it to finish; its output and problems (failed commands,
+        warnings)."""
+        script = self.project.root / f"walk_through_{index}.sh"
+        script.write_text(block + "\n")
+        start = time.monotonic()
+        self._send(f"source {shlex.quote(script.name)} < /dev/null; echo {self.DONE}")
+        deadline = start + timeout
+        while not any(line == self.DONE for line in self.lines[self._seen :]):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        output = self.lines[self._seen :]
+        self._seen = len(self.lines)
+        out = Outcome(block, 0, "\n".join(output), time.monotonic() - start)
+        if self.DONE not in output:
+            out.problems.append(f"did not finish within {timeout:.0f} s")
+        out.problems += [line for line in output if line.startswith(self.FAILED)]
+        out.problems += [f"warning: {w}" for w in _warnings(out.output)]
+        return out
+
+    def close(self) -> None:
+        """End the shell; kill whatever it left running (a UI started with ``&``)."""
+        tree = _descendants(self.proc.pid)
+        for proc in tree:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                for child in proc.children(recursive=True):
+                    if child not in tree:
+                        tree.append(child)
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        for proc in _alive(tree):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        self.proc.wait(timeout=30)
+
+
+def _wait_for_backfill_runs(root: Path, timeout: float) -> list[str]:
+    """Wait, as the walk-through tells the user, until every run of every backfill of the
+    instance in ``root`` (and any other run) is finished; the problems (runs that did not
+    succeed, or a timeout)."""
+    import dagster as dg
+
+    deadline = time.monotonic() + timeout
+    with dg.DagsterInstance.from_config(str(root)) as instance:
+        while True:
+            backfills = instance.get_backfills()
+            expected = sum(len(b.partition_names or []) for b in backfills)
+            runs = instance.get_runs()
+            ours = [r for r in runs if "dagster/backfill" in r.tags]
+            if backfills and len(ours) >= expected and all(r.is_finished for r in runs):
+                return [
+                    f"backfill run {r.run_id[:8]} ({r.tags.get('dagster/partition')}): "
+                    f"{r.status.value}"
+                    for r in ours
+                    if r.status != dg.DagsterRunStatus.SUCCESS
+                ]
+            if time.monotonic() > deadline:
+                return [f"backfill runs not finished in {timeout:.0f} s: {len(ours)}/{expected}"]
+            time.sleep(5)
+
+
+def test_the_walk_through_runs_top_to_bottom(tmp_path: Path) -> None:
+    _, walk = split_walk_through(GUIDE.read_text())
+    assert walk, f"the user guide has no section {WALK_THROUGH!r}"
+    blocks = ["\n".join(block) for block in fenced_blocks(walk, "bash")]
+    assert any("dagster job backfill" in b for b in blocks) and any("&" in b for b in blocks)
+    port = _free_port()
+    project = Project(tmp_path)
+    session = BashSession(project)
+    outcomes: list[Outcome] = []
+    try:
+        for index, block in enumerate(blocks):
+            runnable = block.replace("--port 3000", f"--port {port}")
+            outcomes.append(session.run(index, runnable, WALK_THROUGH_TIMEOUT_S))
+            assert not outcomes[-1].problems, _report(outcomes[-1:])
+            if "dagster job backfill" in block:
+                waited = _wait_for_backfill_runs(project.root, WALK_THROUGH_TIMEOUT_S)
+                assert not waited, "\n".join(waited) + "\n" + _report(outcomes[-1:])
+    finally:
+        session.close()
+    for o in outcomes:  # shown with -rA / -s: where the time goes
+        print(f"{o.seconds:6.1f} s  {o.command.splitlines()[0]}")
+    # what the blocks say they show
+    text = "\n".join(o.output for o in outcomes)
+    assert "view market.corr_closes, readable" in text
+    assert "2026-11-26  Thu  closed  no partition" in text
+    assert "Sensor: prices_ready_sensor [RUNNING]" in text
+    assert "3 snapshot(s) published" in text
+    assert "leads  S00117  S00062    1" in text
 
 
 def _lanes(project: Project, lanes: list[list]) -> list[Outcome]:

@@ -11,7 +11,6 @@ from pydantic import ValidationError
 from corr_pipeline import settings
 from corr_pipeline.defs import partitions
 from corr_pipeline.defs.jobs import (
-    HEAVY_RUN_TAG,
     build_nightly_schedule,
     nightly_partition_key,
     nightly_snapshot_schedule,
@@ -140,13 +139,12 @@ def test_nightly_schedule_skips_before_the_first_partition(schedule):
     assert "before the first partition" in result.skip_message
 
 
-def test_schedule_cron_is_weekdays_and_job_tags_limit_runs():
+def test_schedule_cron_is_weekdays_and_job_tags_carry_the_max_runtime():
     assert weekday_schedule.cron_schedule == "30 6 * * 1-5"  # under weekdays (was: the default)
     assert weekday_schedule.execution_timezone == "UTC"
     tags = snapshot_run_tags()
     assert int(tags[dg.MAX_RUNTIME_SECONDS_TAG]) > 0
-    assert tags[HEAVY_RUN_TAG] == "snapshot"
-    assert snapshot_job.tags[HEAVY_RUN_TAG] == "snapshot"
+    assert snapshot_job.tags == tags
 
 
 def test_max_runtime_override(monkeypatch):

@@ -350,7 +350,6 @@ def test_backfill_three_dates_with_multiprocess_executor(universe, engine, tmp_p
             assert summary.checks and not summary.failed_checks, summary
             run = instance.get_run_by_id(summary.run_id)
             assert run.tags["dagster/partition"] == day
-            assert run.tags["corr_pipeline/heavy"] == "snapshot"
             assert int(run.tags["dagster/max_runtime"]) > 0
             assert "symbols kept" in str(summary) and str(tmp_path / "store") in str(summary)
         for day in days:

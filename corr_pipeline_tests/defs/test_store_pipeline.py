@@ -26,6 +26,7 @@ import sqlalchemy as sa
 
 from corr_pipeline import query as q
 from corr_pipeline.cli import main as cli_main
+from corr_pipeline.compute.clusters import distance_buffer_length
 from corr_pipeline.db.reads import published_matrix_versions
 from corr_pipeline.db.schema import prices
 from corr_pipeline.defs.assets import snapshot_assets
@@ -109,11 +110,25 @@ def _check_agreement(engine: sa.Engine, store: MatrixStore, day: dt.date) -> tup
 # --------------------------------------------------------------------------------------------
 
 
-def test_publication_records_the_versions_it_was_computed_from(universe, tmp_path):
+def test_publication_records_the_versions_it_was_computed_from(universe, tmp_path, monkeypatch):
     store_dir = tmp_path / "store"
+    scratches: list[tuple] = []
+    real_scratch = MatrixStore.scratch
+
+    def recording_scratch(self, asset, partition, name, shape, dtype):
+        scratches.append((asset, partition, name, shape, np.dtype(dtype)))
+        return real_scratch(self, asset, partition, name, shape, dtype)
+
+    monkeypatch.setattr(MatrixStore, "scratch", recording_scratch)
     result = _materialize(store_dir, LAST)
     store = MatrixStore(store_dir)
     key = LAST.isoformat()
+    # the clustering step's distances lived in a scratch file of its partition, now deleted
+    n = len(store.load_bundle("clusters", key)["labels"])
+    assert scratches == [
+        ("clusters", key, "clusters_distances", (distance_buffer_length(n),), np.float64)
+    ]
+    assert not [p for p in store_dir.rglob("*") if ".tmp-" in p.name]
     recorded = published_matrix_versions(universe)[LAST]
     current = {asset: store.load_bundle(asset, key).versions for asset in STORE_ASSETS}
     assert recorded == current

@@ -1028,3 +1028,62 @@ def test_a_partition_of_the_older_format_is_refused_clearly_then_replaced(tmp_pa
         ["bundle.manifest.json"]
         + [report.bundle.stored("x").path.name[: -len("npy")] + k for k in ("json", "npy")]
     )
+
+
+# ---- scratch arrays ---------------------------------------------------------------------------
+
+
+def test_scratch_is_a_file_in_the_partition_removed_after_the_block(tmp_path):
+    """A zero-filled, writable, file-backed array in ``<asset>/<partition>/`` while the block
+    runs; afterwards no file, no version, no manifest."""
+    store = MatrixStore(tmp_path)
+    directory = tmp_path / "clusters" / P
+    with store.scratch("clusters", P, "work", (1000,), np.float64) as work:
+        assert isinstance(work, np.memmap) and work.flags.writeable
+        assert work.shape == (1000,) and work.dtype == np.float64
+        assert not work.any()
+        (temp,) = temp_files(directory)
+        assert temp.startswith(".work.") and Path(work.filename).name == temp
+        work[:] = np.arange(1000.0)
+        assert store.cleanup_stale_temps() == []  # locked: a live writer's file stays
+        del work
+    assert list(directory.iterdir()) == [directory / ".partition.lock"]
+    assert store.versions("clusters", P) == [] and store.manifest("clusters", P) is None
+
+
+def test_scratch_removed_when_the_block_raises(tmp_path):
+    store = MatrixStore(tmp_path)
+    directory = tmp_path / "clusters" / P
+    with pytest.raises(ZeroDivisionError):
+        with store.scratch("clusters", P, "work", (64, 64), np.float64) as work:
+            work[0, 0] = 1.0
+            assert len(temp_files(directory)) == 1
+            raise ZeroDivisionError
+    assert temp_files(directory) == []
+
+
+SCRATCH_THEN_SIGKILL = """
+import os, signal, sys, numpy as np
+from corr_pipeline.store.matrix_store import MatrixStore
+with MatrixStore(sys.argv[1]).scratch("clusters", "2024-03-28", "work", (4096,), np.float64) as w:
+    w[:] = 1.0
+    print(w.filename, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("cleaner", ["allocate", "collect_garbage"])
+def test_scratch_of_a_killed_process_is_removed_by_the_next_allocate_or_gc(tmp_path, cleaner):
+    store = MatrixStore(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRATCH_THEN_SIGKILL, str(tmp_path)], capture_output=True, text=True
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    temp = Path(proc.stdout.strip())
+    assert temp.exists() and temp.parent == tmp_path / "clusters" / P
+    if cleaner == "allocate":
+        with store.scratch("clusters", P, "work", (10,), np.float64):
+            assert not temp.exists()
+    else:
+        assert store.collect_garbage().temps_removed == [temp]
+    assert temp_files(tmp_path / "clusters" / P) == []

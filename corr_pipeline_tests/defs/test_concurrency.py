@@ -1,0 +1,128 @@
+"""The memory-sized limit of snapshot runs at once: the sizing formula, the limits the
+repository's ``dagster.yaml`` gives an instance, and ``corr-pipeline concurrency show|set``.
+(The limits at work, a backfill through the daemon: ``test_parallel_backfill.py``.)"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from corr_pipeline.defs.assets import snapshot_assets
+from corr_pipeline.defs.concurrency import instance_limits, set_snapshot_runs_limit
+from corr_pipeline.defs.run import REPO_DAGSTER_YAML
+from corr_pipeline.defs.step_options import SNAPSHOT_POOL
+from corr_pipeline.snapshot import sizing
+from corr_pipeline_tests.cli.test_cli import run_cli
+
+MIB = sizing.MIB
+
+
+def test_run_memory_terms_follow_the_formula():
+    n, t, w = 24_000, 252, 512
+    for c in (1, 2, 3, 8):
+        m = sizing.run_memory(n, t, w, c)
+        s = min(c, 3)
+        table = 64 * t * n + w * MIB
+        assert m.concurrent_steps == s
+        assert m.processes == (2 + s) * sizing.PROCESS_BYTES
+        assert m.largest_step == max(4 * n * (n - 1), table) == 4 * n * (n - 1)
+        assert m.other_steps == (s - 1) * table
+        assert m.matrices == 6 * n * n
+        assert m.per_run == m.processes + m.largest_step + m.other_steps + m.matrices
+    # small N: a table step (T x N tables + the budget) is the largest
+    small = sizing.run_memory(500, 252, 512, 2)
+    assert small.largest_step == 64 * 252 * 500 + 512 * MIB
+
+
+def test_run_memory_covers_the_measured_n24000_steps():
+    """docs/benchmarks.md, the whole snapshot at N = 24,000 (22,465 kept), T = 252: clusters
+    2,292 MiB and lead-lag 726 MiB of peak RssAnon, each with its interpreter, run at the same
+    time on two cores; plus the run worker and the forkserver (each at least one idle process,
+    the demo's steps measured 178-244 MiB)."""
+    m = sizing.run_memory(22_465, 252, 256, 2)
+    measured = (2_292 + 726 + 2 * 178) * MIB
+    assert m.anonymous >= measured
+    assert m.anonymous <= 1.5 * measured  # an estimate, not a blanket
+
+
+def test_runs_limit_is_the_floor_and_at_least_one():
+    per_run = 7 * sizing.GIB
+    assert sizing.runs_limit(24 * sizing.GIB, per_run, 2 * sizing.GIB) == 3
+    assert sizing.runs_limit(23 * sizing.GIB - 1, per_run, 2 * sizing.GIB) == 2
+    assert sizing.runs_limit(4 * sizing.GIB, per_run, 2 * sizing.GIB) == 1
+    with pytest.raises(ValueError, match="per_run_bytes"):
+        sizing.runs_limit(1, 0, 0)
+    with pytest.raises(ValueError, match="N and T"):
+        sizing.run_memory(0, 252, 512)
+    assert (
+        0
+        < sizing.machine_memory_bytes()
+        <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    )
+
+
+def test_every_snapshot_asset_declares_the_pool():
+    pools = {
+        key.to_user_string(): asset.op.pool
+        for asset in snapshot_assets
+        if isinstance(asset, dg.AssetsDefinition)
+        for key in asset.keys
+    }
+    assert "snapshot_publication" in pools and "clusters" in pools, pools
+    assert set(pools.values()) == {SNAPSHOT_POOL}, pools
+
+
+@pytest.fixture
+def repo_instance(tmp_path: Path):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(REPO_DAGSTER_YAML, home / "dagster.yaml")
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        yield instance
+    finally:
+        instance.dispose()
+
+
+def test_repository_dagster_yaml_limits(repo_instance):
+    limits = instance_limits(repo_instance)
+    assert limits.granularity == "run"  # the pool counts runs
+    assert limits.per_partition == 1  # one run per partition
+    assert limits.snapshot_runs == 1 and not limits.explicit  # pools.default_limit
+    assert limits.max_concurrent_runs >= 8
+    set_snapshot_runs_limit(repo_instance, 3)
+    limits = instance_limits(repo_instance)
+    assert limits.snapshot_runs == 3 and limits.explicit
+    with pytest.raises(ValueError, match="max_concurrent_runs"):
+        set_snapshot_runs_limit(repo_instance, limits.max_concurrent_runs + 1)
+    with pytest.raises(ValueError, match=">= 1"):
+        set_snapshot_runs_limit(repo_instance, 0)
+
+
+def test_concurrency_commands(tmp_path: Path):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(REPO_DAGSTER_YAML, home / "dagster.yaml")
+    env = dict(os.environ, DAGSTER_HOME=str(home))
+    shown = run_cli("concurrency", "show", "--n", "24000", "--memory-gib", "64", env=env)
+    assert shown.returncode == 0, shown.stderr
+    per_run = sizing.run_memory(24_000, 252, 512).per_run
+    expected = sizing.runs_limit(64 * sizing.GIB, per_run, sizing.DEFAULT_RESERVE_BYTES)
+    assert f"snapshot runs at once: {expected} = " in shown.stdout
+    assert "snapshot runs at once (pool): 1 (dagster.yaml's pools.default_limit)" in shown.stdout
+    assert "runs per partition at once:   1" in shown.stdout
+    set_ = run_cli(
+        "concurrency", "set", "--n", "24000", "--memory-gib", "64", "--reserve-gib", "0", env=env
+    )
+    assert set_.returncode == 0, set_.stderr
+    limit = sizing.runs_limit(64 * sizing.GIB, per_run, 0)
+    assert f"snapshot runs at once set to {limit}" in set_.stdout
+    assert f"snapshot runs at once (pool): {limit} (set in the instance)" in set_.stdout
+    refused = run_cli("concurrency", "set", "99", env=env)
+    assert refused.returncode == 2 and "max_concurrent_runs" in refused.stderr
+    missing = run_cli("concurrency", "set", env=env)
+    assert missing.returncode == 2 and "give the LIMIT" in missing.stderr

@@ -1,0 +1,221 @@
+"""A backfill of 10 sessions with a limit of 2 snapshot runs at once, through the real run queue:
+the repository's ``dagster.yaml`` on a fresh instance, the limit stored by
+:func:`corr_pipeline.defs.concurrency.set_snapshot_runs_limit`, a ``dagster-daemon run``
+subprocess on ``workspace.yaml`` (its queued-run coordinator dequeues, the default run launcher
+starts each run in its own process through the daemon's code server), and the backfill
+created the way ``dagster job backfill`` creates it (a ``PartitionBackfill``, one queued run
+per partition with its ``dagster/partition`` and ``dagster/backfill`` tags).
+
+Proved from the instance's own timestamps: the runs of the 10 partitions overlapped two at a
+time and never more (counted both from their launch, the ``RUN_STARTING`` event, and from their
+execution, ``start_time``, to their end); then the published rows of the 10 dates equal, row by
+row, what 10 serial runs of the same partitions publish.
+
+The runs use the in-process executor (run config of the backfill, as a team may set it): the
+limits concern whole runs, and each run's worker process starting up dominates a small run
+already; the multiprocess executor in a backfill is tested by ``test_pipeline.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import sqlalchemy as sa
+from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+from dagster._core.execution.job_backfill import create_backfill_run
+from dagster._core.utils import make_new_backfill_id
+from dagster._core.workspace.context import WorkspaceProcessContext
+from dagster._core.workspace.load_target import WorkspaceFileTarget
+
+from corr_pipeline import settings
+from corr_pipeline.db.schema import PUBLISHED_TABLES
+from corr_pipeline.db.synth import write_synthetic_universe
+from corr_pipeline.defs.concurrency import set_snapshot_runs_limit
+from corr_pipeline.defs.partitions import snapshot_partitions
+from corr_pipeline.defs.run import REPO_DAGSTER_YAML, materialize_snapshot
+from corr_pipeline_tests.reliability import helpers as h
+
+REPO = REPO_DAGSTER_YAML.parent
+LIMIT = 2
+FIRST, LAST = "2026-11-13", "2026-11-27"  # 10 XNYS sessions (2026-11-26 is Thanksgiving)
+IN_PROCESS = {"execution": {"config": {"in_process": {}}}}
+FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+RUNS_TIMEOUT_S = 600.0  # a bound for a stuck queue, not a speed target
+
+
+def _sessions() -> list[str]:
+    keys = snapshot_partitions.get_partition_keys()
+    return keys[keys.index(FIRST) : keys.index(LAST) + 1]
+
+
+def _submit_backfill(instance: dg.DagsterInstance, partitions: list[str]) -> str:
+    """What ``dagster job backfill -j snapshot_job --partitions ...`` does (dagster's
+    ``execute_backfill_command``), with ``IN_PROCESS`` merged into each run's config."""
+    target = WorkspaceFileTarget(paths=[str(REPO / "workspace.yaml")])
+    with WorkspaceProcessContext(instance, target) as process_context:
+        context = process_context.create_request_context()
+        location = context.get_code_location("corr_pipeline")
+        repo = location.get_repository("__repository__")
+        job = repo.get_full_job("snapshot_job")
+        partition_set = next(p for p in repo.get_partition_sets() if p.job_name == job.name)
+        backfill = PartitionBackfill(
+            backfill_id=make_new_backfill_id(),
+            partition_set_origin=partition_set.get_remote_origin(),
+            status=BulkActionStatus.REQUESTED,
+            partition_names=partitions,
+            from_failure=False,
+            reexecution_steps=None,
+            tags={},
+            backfill_timestamp=time.time(),
+        )
+        params = location.get_partition_set_execution_params(
+            repository_handle=repo.handle,
+            partition_set_name=partition_set.name,
+            partition_names=partitions,
+            instance=instance,
+        )
+        for data in params.partition_data:  # type: ignore[union-attr]
+            run = create_backfill_run(
+                context,
+                instance,
+                location,
+                job,
+                partition_set,
+                backfill,
+                data.name,
+                data.tags,
+                {**(data.run_config or {}), **IN_PROCESS},
+            )
+            assert run is not None
+            instance.submit_run(run.run_id, context)
+        instance.add_backfill(
+            backfill.with_status(BulkActionStatus.COMPLETED).with_end_timestamp(time.time())
+        )
+        return backfill.backfill_id
+
+
+def _start_daemon(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: the code server and runs with it
+        )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGINT to the daemon's process group (what Ctrl-C does), SIGKILL after 30 s."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(10)
+
+
+def _max_overlap(intervals: list[tuple[float, float]]) -> int:
+    """Most intervals open at one instant (an end at the very instant of a start counts first)."""
+    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    most = current = 0
+    for _, step in events:
+        current += step
+        most = max(most, current)
+    return most
+
+
+def _launched_at(instance: dg.DagsterInstance, run_id: str) -> float:
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_STARTING).records
+    assert len(records) == 1, run_id
+    return records[0].event_log_entry.timestamp
+
+
+def _published(engine: sa.Engine, days: list[str]) -> dict[str, Any]:
+    return {day: h.snapshot_rows(engine, day) for day in days}
+
+
+def test_backfill_runs_two_at_a_time_and_publishes_what_serial_runs_publish(
+    clean_db, database_url, tmp_path
+):
+    sessions = _sessions()
+    assert len(sessions) == 10, sessions
+    write_synthetic_universe(clean_db, n_symbols=40, n_days=300, seed=7, end_date=LAST)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_bytes(REPO_DAGSTER_YAML.read_bytes())
+    env = h.child_env(
+        DAGSTER_HOME=str(home),
+        **{
+            settings.ENV_DATABASE_URL: database_url,
+            settings.ENV_STORE_DIR: str(tmp_path / "store"),
+        },
+    )
+    instance = dg.DagsterInstance.from_config(str(home))
+    daemon = _start_daemon(env, tmp_path / "daemon.log")
+    try:
+        set_snapshot_runs_limit(instance, LIMIT)
+        backfill_id = _submit_backfill(instance, sessions)
+        deadline = time.monotonic() + RUNS_TIMEOUT_S
+        while True:
+            runs = instance.get_runs(filters=dg.RunsFilter.for_backfill(backfill_id))
+            if len(runs) == len(sessions) and all(r.status in FINISHED for r in runs):
+                break
+            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, [
+                (r.tags["dagster/partition"], r.status) for r in runs
+            ]
+            time.sleep(1.0)
+    finally:
+        _stop(daemon)
+    records = instance.get_run_records(filters=dg.RunsFilter.for_backfill(backfill_id))
+    by_partition = {r.dagster_run.tags["dagster/partition"]: r for r in records}
+    assert sorted(by_partition) == sessions  # one run per session
+    failed = [
+        k for k, r in by_partition.items() if r.dagster_run.status != dg.DagsterRunStatus.SUCCESS
+    ]
+    assert not failed, (failed, (tmp_path / "daemon.log").read_text()[-3000:])
+    executing = [(r.start_time, r.end_time) for r in records]
+    launched = [(_launched_at(instance, r.dagster_run.run_id), r.end_time) for r in records]
+    assert all(a is not None and b is not None and a < b for a, b in executing)
+    t0 = min(a for a, _ in launched)
+    for record, (go, end) in sorted(zip(records, launched, strict=True), key=lambda p: p[1]):
+        print(  # the timeline, with pytest -s
+            f"{record.dagster_run.tags['dagster/partition']}: launched {go - t0:6.1f} s, "
+            f"ran {record.start_time - t0:6.1f} .. {end - t0:6.1f} s"
+        )
+    assert _max_overlap(launched) == LIMIT  # the queue held the others back
+    assert _max_overlap(executing) == LIMIT  # and two ran at the same time
+    instance.dispose()
+
+    parallel = _published(clean_db, sessions)
+    assert all(len(rows["symbol_clusters"]) > 0 for rows in parallel.values())
+    with clean_db.begin() as conn:  # the children follow (trigger cascade)
+        conn.execute(
+            sa.text("DELETE FROM snapshots WHERE snapshot_date = ANY(:d)"), {"d": sessions}
+        )
+    assert all(n == 0 for day in sessions for n in h.snapshot_counts(clean_db, day).values())
+    serial_instance = dg.DagsterInstance.ephemeral()
+    for day in sessions:
+        summary = materialize_snapshot(
+            day, instance=serial_instance, store_dir=tmp_path / "serial_store", in_process=True
+        )
+        assert summary.success, summary
+    serial_instance.dispose()
+    serial = _published(clean_db, sessions)
+    for day in sessions:
+        for table in PUBLISHED_TABLES:
+            assert serial[day][table] == parallel[day][table], (day, table)

@@ -1,0 +1,335 @@
+"""``deploy/``, checked as far as a machine without a cluster allows.
+
+- ``deploy/dagster.yaml`` is loaded by Dagster: every field validated by the config schemas of
+  Dagster, dagster-postgres and dagster-k8s; its PostgreSQL storage created on a real server (the
+  test server, reached over TCP); its K8s run launcher built (in-cluster configuration from a
+  stand-in service-account token); and the Kubernetes Job it submits for a ``snapshot_job`` run
+  captured and validated against the Kubernetes 1.37 schema (strict: no unknown field).
+- Every manifest of ``deploy/k8s/`` validates strictly against the same schema, and every name
+  the instance and the Helm values refer to (ConfigMap, Secret, volume claim) is defined there.
+- ``deploy/helm/dagster-values.yaml`` says what ``deploy/dagster.yaml`` says (limits, launcher,
+  volumes, resources), and its Kubernetes objects validate inside a Pod.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import dagster as dg
+import kubernetes
+import kubernetes_validate
+import pytest
+import yaml
+from dagster._core.launcher import LaunchRunContext
+from sqlalchemy.engine import make_url
+
+from corr_pipeline.defs.concurrency import instance_limits
+from corr_pipeline.defs.run import snapshot_job_def
+from corr_pipeline.snapshot.sizing import run_memory
+from corr_pipeline_tests.reliability import helpers as h
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+K8S_VERSION = "1.37.0"
+IMAGE = "registry.example.com/corr-pipeline:TAG"
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _manifests() -> dict[tuple[str, str], dict[str, Any]]:
+    out = {}
+    for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
+        for doc in _docs(path):
+            out[(doc["kind"], doc["metadata"]["name"])] = doc
+    return out
+
+
+def _validate(doc: dict[str, Any]) -> None:
+    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def _pod(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check"}, "spec": spec}
+
+
+# ------------------------------------------------------------------------------------------------
+# Manifests
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", sorted(_manifests()), ids=lambda k: f"{k[0]}/{k[1]}")
+def test_manifest_validates_against_the_kubernetes_schema(key):
+    _validate(_manifests()[key])
+
+
+def test_the_validator_rejects_a_misspelled_field():
+    """The check above can fail: strict validation refuses an unknown field, and a wrong type."""
+    job = copy.deepcopy(_manifests()[("Job", "corr-pipeline-db-upgrade")])
+    job["spec"]["template"]["spec"]["containers"][0]["envFromm"] = []
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(job)
+    pvc = copy.deepcopy(_manifests()[("PersistentVolumeClaim", "corr-pipeline-store")])
+    pvc["spec"]["accessModes"] = "ReadWriteMany"  # a string, not a list
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(pvc)
+
+
+def test_the_store_is_shared_and_every_reference_is_defined():
+    manifests = _manifests()
+    pvc = manifests[("PersistentVolumeClaim", "corr-pipeline-store")]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    config = manifests[("ConfigMap", "corr-pipeline-config")]["data"]
+    assert config["CORR_PIPELINE_STORE_DIR"] == "/data/store"
+    scheduler = manifests[("Service", "corr-pipeline-dask-scheduler")]
+    port = scheduler["spec"]["ports"][0]["port"]
+    assert config["CORR_PIPELINE_DASK_SCHEDULER"].endswith(
+        f"corr-pipeline-dask-scheduler.corr-pipeline.svc:{port}"
+    )
+    assert (
+        "CORR_PIPELINE_DATABASE_URL" in manifests[("Secret", "corr-pipeline-secrets")]["stringData"]
+    )
+    namespaces = {name for kind, name in manifests if kind == "Namespace"}
+    assert {
+        d["metadata"].get("namespace") for d in manifests.values() if d["kind"] != "Namespace"
+    } == namespaces
+    for doc in manifests.values():  # every pod mounting the store mounts it where the config says
+        spec = doc.get("spec", {}).get("template", {}).get("spec")
+        if not spec:
+            continue
+        claims = {
+            v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec.get("volumes", [])
+        }
+        assert set(claims.values()) <= {"corr-pipeline-store"}
+        for container in spec["containers"]:
+            assert container["image"] == IMAGE
+            for mount in container.get("volumeMounts", []):
+                assert mount["mountPath"] == config["CORR_PIPELINE_STORE_DIR"], doc["metadata"]
+            for source in container.get("envFrom", []):
+                ref = source.get("configMapRef") or source.get("secretRef")
+                kind = "ConfigMap" if "configMapRef" in source else "Secret"
+                assert (kind, ref["name"]) in manifests
+
+
+# ------------------------------------------------------------------------------------------------
+# The Helm values say what the instance file says
+# ------------------------------------------------------------------------------------------------
+
+
+def _instance_yaml() -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / "dagster.yaml").read_text())
+
+
+def _helm() -> dict[str, Any]:
+    return yaml.safe_load((DEPLOY / "helm" / "dagster-values.yaml").read_text())
+
+
+def test_helm_values_agree_with_the_instance_file():
+    instance, values = _instance_yaml(), _helm()
+    concurrency = values["concurrency"]
+    assert instance["concurrency"] == {
+        "runs": {
+            "max_concurrent_runs": concurrency["runs"]["maxConcurrentRuns"],
+            "tag_concurrency_limits": concurrency["runs"]["tagConcurrencyLimits"],
+        },
+        "pools": {
+            "granularity": concurrency["pools"]["granularity"],
+            "default_limit": concurrency["pools"]["defaultLimit"],
+        },
+    }
+    launcher = instance["run_launcher"]["config"]
+    helm_launcher = values["runLauncher"]["config"]["k8sRunLauncher"]
+    assert values["runLauncher"]["type"] == instance["run_launcher"]["class"] == "K8sRunLauncher"
+    assert launcher["job_namespace"] == helm_launcher["jobNamespace"]
+    assert launcher["load_incluster_config"] == helm_launcher["loadInclusterConfig"]
+    assert launcher["env_config_maps"] == [c["name"] for c in helm_launcher["envConfigMaps"]]
+    assert launcher["env_secrets"] == [s["name"] for s in helm_launcher["envSecrets"]]
+    assert launcher["volumes"] == helm_launcher["volumes"]
+    assert launcher["volume_mounts"] == helm_launcher["volumeMounts"]
+    k8s_config = helm_launcher["runK8sConfig"]
+    assert launcher["run_k8s_config"]["container_config"] == k8s_config["containerConfig"]
+    assert launcher["run_k8s_config"]["job_spec_config"] == k8s_config["jobSpecConfig"]
+    assert launcher["service_account_name"] == values["global"]["serviceAccountName"]
+    storage = instance["storage"]["postgres"]["postgres_db"]
+    assert storage["scheme"] == values["postgresql"]["postgresqlScheme"] == "postgresql+psycopg2"
+    monitoring = values["dagsterDaemon"]["runMonitoring"]
+    assert instance["run_monitoring"]["start_timeout_seconds"] == monitoring["startTimeoutSeconds"]
+    assert instance["run_monitoring"]["poll_interval_seconds"] == monitoring["pollIntervalSeconds"]
+
+    (deployment,) = values["dagster-user-deployments"]["deployments"]
+    assert deployment["dagsterApiGrpcArgs"] == ["--module-name", "corr_pipeline.definitions"]
+    assert deployment["volumes"] == helm_launcher["volumes"]
+    assert deployment["volumeMounts"] == helm_launcher["volumeMounts"]
+    assert f"{deployment['image']['repository']}:{deployment['image']['tag']}" == IMAGE
+    manifests = _manifests()
+    for ref in deployment["envConfigMaps"] + helm_launcher["envConfigMaps"]:
+        assert ("ConfigMap", ref["name"]) in manifests
+    for ref in deployment["envSecrets"] + helm_launcher["envSecrets"]:
+        assert ("Secret", ref["name"]) in manifests
+    assert ("Secret", values["global"]["postgresqlSecretName"]) in manifests
+
+
+def test_helm_kubernetes_objects_validate_in_a_pod():
+    values = _helm()
+    (deployment,) = values["dagster-user-deployments"]["deployments"]
+    container = {
+        "name": "code-server",
+        "image": IMAGE,
+        "args": ["dagster", "api", "grpc", *deployment["dagsterApiGrpcArgs"]],
+        "ports": [{"containerPort": deployment["port"]}],
+        "resources": deployment["resources"],
+        "volumeMounts": deployment["volumeMounts"],
+        "envFrom": [{"configMapRef": c} for c in deployment["envConfigMaps"]]
+        + [{"secretRef": s} for s in deployment["envSecrets"]],
+    }
+    _validate(
+        _pod(
+            containers=[container],
+            volumes=deployment["volumes"],
+            securityContext=deployment["podSecurityContext"],
+        )
+    )
+    for component in ("dagsterWebserver", "dagsterDaemon"):
+        _validate(
+            _pod(
+                containers=[
+                    {"name": "c", "image": IMAGE, "resources": values[component]["resources"]}
+                ]
+            )
+        )
+    run = values["runLauncher"]["config"]["k8sRunLauncher"]
+    _validate(
+        _pod(
+            containers=[
+                {
+                    "name": "run",
+                    "image": IMAGE,
+                    "volumeMounts": run["volumeMounts"],
+                    **run["runK8sConfig"]["containerConfig"],
+                }
+            ],
+            volumes=run["volumes"],
+        )
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# The instance file, loaded by Dagster
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def in_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a pod has: a service-account token and CA file, and the API server's address (a
+    stand-in; nothing connects to it)."""
+    token, cert = tmp_path / "token", tmp_path / "ca.crt"
+    token.write_text("stand-in-token")
+    cert.write_text("stand-in-ca")
+    monkeypatch.setattr(kubernetes.config.incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(kubernetes.config.incluster_config, "SERVICE_CERT_FILENAME", str(cert))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+
+
+class _RecordingK8sClient:
+    """Stands in for the Kubernetes API: records the Jobs the launcher submits."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple[Any, str]] = []
+
+    def create_namespaced_job_with_retries(self, body: Any, namespace: str) -> None:
+        self.jobs.append((body, namespace))
+
+
+def test_the_instance_file_loads_creates_its_storage_and_launches_a_valid_job(
+    new_database, in_cluster, tmp_path, monkeypatch
+):
+    url = make_url(new_database())  # Dagster's own database on the test server
+    socket_dir = (
+        parse_qs(url.render_as_string(hide_password=False).split("?", 1)[1]).get("host")
+        if url.query
+        else None
+    )
+    proxy = None
+    if socket_dir:  # the embedded server has no TCP port; Dagster's URL needs one
+        port = h.free_tcp_port()
+        proxy = h.TcpToUnixProxy(port, Path(socket_dir[0]) / ".s.PGSQL.5432")
+        proxy.start()
+        host = "127.0.0.1"
+    else:
+        host, port = url.host, url.port or 5432
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_bytes((DEPLOY / "dagster.yaml").read_bytes())
+    for name, value in {
+        "DAGSTER_HOME": str(home),
+        "DAGSTER_K8S_INSTANCE_CONFIG_MAP": "dagster-instance",
+        "DAGSTER_K8S_PG_PASSWORD_SECRET": "dagster-postgresql-secret",
+        "DAGSTER_PG_HOST": host,
+        "DAGSTER_PG_PORT": str(port),
+        "DAGSTER_PG_USER": url.username or "postgres",
+        "DAGSTER_PG_PASSWORD": url.password or "",
+        "DAGSTER_PG_DB": url.database,
+    }.items():
+        monkeypatch.setenv(name, value)
+    try:
+        instance = dg.DagsterInstance.from_config(str(home))
+        try:
+            _check_instance(instance)
+        finally:
+            instance.dispose()
+    finally:
+        if proxy is not None:
+            proxy.stop()
+
+
+def _check_instance(instance: dg.DagsterInstance) -> None:
+    from dagster._core.run_coordinator import QueuedRunCoordinator
+    from dagster_k8s import K8sRunLauncher
+    from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage
+
+    assert isinstance(instance.run_storage, PostgresRunStorage)
+    assert isinstance(instance.event_log_storage, PostgresEventLogStorage)
+    assert instance.get_runs() == []  # its tables exist on the server
+    assert isinstance(instance.run_coordinator, QueuedRunCoordinator)
+    limits = instance_limits(instance)
+    assert (limits.granularity, limits.per_partition, limits.snapshot_runs) == ("run", 1, 4)
+    launcher = instance.run_launcher
+    assert isinstance(launcher, K8sRunLauncher)
+
+    job_def = snapshot_job_def()
+    origin = dg.reconstructable(snapshot_job_def).get_python_origin()
+    # the image a code server reports (`dagster api grpc` reads $DAGSTER_CURRENT_IMAGE, which
+    # the chart sets on the user deployment): the image of the run pods
+    origin = origin._replace(
+        repository_origin=origin.repository_origin._replace(container_image=IMAGE)
+    )
+    run = instance.create_run_for_job(
+        job_def=job_def,
+        run_config={},
+        tags={"dagster/partition": "2026-11-27"},
+        job_code_origin=origin,
+    )
+    recorder = _RecordingK8sClient()
+    launcher._api_client = recorder  # type: ignore[assignment]
+    launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
+    ((job, namespace),) = recorder.jobs
+    assert namespace == "corr-pipeline"
+    doc = kubernetes.client.ApiClient().sanitize_for_serialization(job)
+    doc.setdefault("apiVersion", "batch/v1")
+    doc.setdefault("kind", "Job")
+    _validate(doc)
+    pod = doc["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == IMAGE
+    assert container["resources"]["limits"]["memory"] == "9Gi"
+    per_run = run_memory(24_000, 252, 512, concurrent_steps=3).per_run  # the comment's figure
+    assert 8 * 2**30 < per_run <= 9 * 2**30
+    assert {"mountPath": "/data/store", "name": "matrix-store"} in container["volumeMounts"]
+    sources = {next(iter(s.values()))["name"] for s in container["envFrom"]}
+    assert {"corr-pipeline-config", "corr-pipeline-secrets"} <= sources
+    assert doc["spec"]["backoffLimit"] == 0
+    assert "dagster" in container["args"] and run.run_id in " ".join(container["args"])
