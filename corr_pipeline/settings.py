@@ -26,14 +26,22 @@ Environment variables (all optional):
 - ``XDG_RUNTIME_DIR``: the user's private runtime directory; the embedded PostgreSQL puts its
   Unix socket there when the data directory's path is too long for a socket name.
 
+The project's ``.env`` (:func:`env_file`: ``./.env``, the file Dagster's own commands read when
+started from the project root) is applied to the environment by the ``corr-pipeline`` command
+(:func:`env_file_applied`) with Dagster's precedence, so the command line and the UI see the same
+values; ``corr-pipeline demo`` writes its first partition there (:func:`write_env_value`).
+
 The functions read the environment on every call (no caching), so a process that changes the
 environment (tests, the CLI) sees the change immediately.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 ENV_HOME = "CORR_PIPELINE_HOME"
@@ -115,6 +123,12 @@ def partition_start() -> dt.date:
             f"{ENV_PARTITION_START}={raw!r} is not a date in YYYY-MM-DD form "
             f"(e.g. {DEFAULT_PARTITION_START})"
         ) from None
+
+
+def export_partition_start(day: dt.date) -> None:
+    """Set ``$CORR_PIPELINE_PARTITION_START`` for this process and the subprocesses it starts
+    (the code server that loads the code location, the run worker)."""
+    os.environ[ENV_PARTITION_START] = day.isoformat()
 
 
 def _env_int(name: str, default: int, low: int, high: int | None, must: str) -> int:
@@ -324,3 +338,90 @@ def freshness_hours() -> float:
     if not 0.0 < value <= 72.0:
         raise ValueError(f"{ENV_FRESHNESS_HOURS}={raw!r} must be a number of hours in (0, 72]")
     return value
+
+
+# --------------------------------------------------------------------------------------------
+# The project's .env file
+# --------------------------------------------------------------------------------------------
+#
+# Dagster's commands load ``.env`` from the directory they are started in (``dagster dev``,
+# ``dagster-webserver``, ``dagster-daemon``, ``dagster job ...``) or from the project root (``dg
+# dev``, ``dg launch``, ``dg list defs``, and every code server and run worker of a ``dg``
+# project), and its values *replace* the ones already in the environment
+# (``dagster._cli.utils._inject_local_env_file``, ``DagsterInstance.inject_env_vars``). The
+# ``corr-pipeline`` command applies the same file with the same precedence, so that a value in
+# ``.env`` means the same thing to the command line and to the UI.
+
+ENV_FILE_NAME = ".env"
+PROJECT_MARKERS = ("dagster.yaml", "pyproject.toml")
+
+
+def env_file() -> Path:
+    """The project's ``.env``: ``./.env`` in the current directory (the repository root, where the
+    docs run ``dg`` and ``corr-pipeline``)."""
+    return Path.cwd() / ENV_FILE_NAME
+
+
+def is_project_root(directory: Path) -> bool:
+    """True when ``directory`` holds the project's ``dagster.yaml`` and ``pyproject.toml`` (the
+    repository root, or a copy of it): the directory Dagster is started from."""
+    return all((directory / name).is_file() for name in PROJECT_MARKERS)
+
+
+def env_file_values(path: Path | None = None) -> dict[str, str]:
+    """The assignments of ``path`` (default :func:`env_file`) as Dagster reads them
+    (``python-dotenv``; keys without a value left out); empty when there is no such file."""
+    from dotenv import dotenv_values
+
+    path = path or env_file()
+    if not path.is_file():
+        return {}
+    return {k: v for k, v in dotenv_values(path).items() if v is not None}
+
+
+@contextlib.contextmanager
+def env_file_applied(path: Path | None = None) -> Iterator[dict[str, str]]:
+    """Apply ``path`` (default :func:`env_file`) to ``os.environ`` with Dagster's precedence
+    (the file's values replace the environment's), yield them, and restore the environment
+    afterwards (a command run in-process, e.g. by the tests, leaves nothing behind)."""
+    values = env_file_values(path)
+    previous = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield values
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def write_env_value(path: Path, name: str, value: str, comment: list[str]) -> None:
+    """Set ``name=value`` in the ``.env`` file ``path`` and nothing else: every other line is kept
+    as it is; earlier assignments of ``name`` (``NAME=...`` or ``export NAME=...``) and the
+    comment lines written with them (those starting ``# [NAME]``) are replaced by ``comment``
+    (each line prefixed ``# [NAME] ``) and the new assignment, at the end. The file is replaced
+    atomically; a new file is readable by its owner only (it may later hold secrets). ValueError
+    for a name or value that would need quoting."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or re.search(r"[\s'\"#\\$]", value):
+        raise ValueError(f"cannot write {name}={value!r} to {path}")
+    marker = f"# [{name}]"
+    assignment = re.compile(rf"^\s*(export\s+)?{re.escape(name)}\s*=")
+    kept: list[str] = []
+    if path.is_file():
+        kept = [
+            line
+            for line in path.read_text().splitlines()
+            if not assignment.match(line) and not line.startswith(marker)
+        ]
+    while kept and not kept[-1].strip():
+        kept.pop()
+    block = [f"{marker} {line}" for line in comment] + [f"{name}={value}"]
+    text = "\n".join([*kept, *([""] if kept else []), *block]) + "\n"
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)

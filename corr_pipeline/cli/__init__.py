@@ -27,6 +27,10 @@ library; the command modules parse, call, print.
     corr-pipeline concurrency show|set [LIMIT] [--n N --t T ...]
                                              snapshot runs at once, sized by memory (cli.concurrency)
 
+The project's ``.env`` (``./.env``, the file ``dg dev`` and ``dagster dev`` read when started from
+the repository root) applies to every command, with Dagster's precedence (its values replace the
+environment's), so the command line and the UI agree (:func:`corr_pipeline.settings.env_file_applied`).
+
 User errors (bad input file, unreachable database, invalid arguments) print one line
 ``corr-pipeline: error: ...`` on stderr and exit with status 2, without a traceback
 (``--debug`` shows it). An interrupt prints ``corr-pipeline: interrupted`` and exits with 130.
@@ -39,6 +43,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from corr_pipeline import settings
 from corr_pipeline.cli.bench import add_bench_command
 from corr_pipeline.cli.calendar import add_calendar_command
 from corr_pipeline.cli.common import UsageError
@@ -124,7 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.extra = extra
     _configure_logging(args.verbose)
     try:
-        return int(args.func(args) or 0)
+        with settings.env_file_applied():
+            return int(args.func(args) or 0)
     except USER_ERRORS as exc:
         if args.debug:
             raise

@@ -6,9 +6,14 @@ The demo is a list of steps (:data:`DEMO_STEPS`) sharing a :class:`DemoContext`:
 2. seed a synthetic universe of :data:`DEMO_SYMBOLS` x :data:`DEMO_DAYS` (seed
    :data:`DEMO_SEED`) if ``prices`` is empty, else keep what is there; with another price
    source configured (``CORR_PIPELINE_PRICES_TABLE``), check it and seed nothing;
-3. materialize the snapshot graph for the partition of the last trade date
-   (:func:`corr_pipeline.defs.run.materialize_snapshot`) and print its summary;
-4. print how to explore the results (Dagster UI, tables, matrices).
+3. choose the partitions: the demo's partition is the session of the last trade date, and the
+   first partition is the first session whose window of ``lookback_days + 1`` trade dates is full
+   (:func:`first_full_window_session`), written as ``CORR_PIPELINE_PARTITION_START`` to the
+   project's ``.env`` when run from the repository root (the file ``dg dev``/``dagster dev`` and
+   ``corr-pipeline`` read), so the UI shows only partitions that can succeed;
+4. launch the snapshot run of that partition through the Dagster instance, like any other run
+   (:func:`corr_pipeline.defs.run.launch_snapshot`), and print its summary;
+5. print how to explore the results (Dagster UI, tables, matrices).
 
 Every line goes through ``DemoContext.echo`` (stdout by default).
 """
@@ -16,6 +21,7 @@ Every line goes through ``DemoContext.echo`` (stdout by default).
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +35,8 @@ from corr_pipeline.cli.common import echo, open_engine, positive_int, write_synt
 from corr_pipeline.cli.db import where_is_the_database
 from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource, configured_price_source
-from corr_pipeline.db.reads import count_trade_dates, prices_extent
+from corr_pipeline.db.reads import count_trade_dates, nth_trade_date, prices_extent
+from corr_pipeline.sessions import get_calendar
 
 __all__ = [
     "DEMO_DAYS",
@@ -41,7 +48,9 @@ __all__ = [
     "add_demo_command",
     "cmd_demo",
     "demo_params",
+    "first_full_window_session",
     "demo_step_database",
+    "demo_step_partitions",
     "demo_step_pipeline",
     "demo_step_prices",
     "run_demo",
@@ -67,6 +76,11 @@ class DemoContext:
     engine: sa.Engine | None = None
     database_url: str | None = None
     source: PriceSource = NATIVE_PRICES
+    partition_key: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    #: ``NAME=value`` the commands that open the UI need in front of them (the first partition,
+    #: when no ``.env`` of the repository root carries it)
+    ui_env: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def require_engine(self) -> sa.Engine:
@@ -157,28 +171,96 @@ def demo_params(
     }
 
 
-def demo_step_pipeline(ctx: DemoContext) -> None:
-    """Materialize the whole graph for the partition of the last trade date and print a summary
-    and how to open the UI. Raises :class:`SnapshotRunError` when the run fails."""
-    from corr_pipeline.defs.run import (  # heavy: Dagster
-        latest_partition_key,
-        materialize_snapshot,
-        open_instance,
-    )
+def first_full_window_session(
+    engine: sa.Engine,
+    lookback_days: int,
+    last_session: dt.date,
+    source: PriceSource = NATIVE_PRICES,
+) -> dt.date:
+    """The first session (of ``$CORR_PIPELINE_CALENDAR``) whose window of ``lookback_days + 1``
+    trade dates of the price source is full: the first session on or after the source's
+    ``(lookback_days + 1)``-th trade date. Every session from it to ``last_session`` has a full
+    window, every earlier one fails for lack of history. Raises :class:`SnapshotRunError` when
+    the source has too few trade dates for ``last_session``."""
+    nth = nth_trade_date(engine, lookback_days + 1, source)
+    if nth is None or nth > last_session:
+        raise SnapshotRunError(
+            f"{source.relation_name} holds fewer than {lookback_days + 1} trade dates up to "
+            f"{last_session}: no snapshot date has a full window"
+        )
+    calendar = get_calendar(settings.calendar_name(), nth, last_session + dt.timedelta(days=7))
+    sessions = calendar.sessions(nth, last_session)
+    if not sessions:
+        raise SnapshotRunError(
+            f"no session of {settings.calendar_name()} from {nth} to {last_session}"
+        )
+    return sessions[0]
+
+
+def demo_step_partitions(ctx: DemoContext) -> None:
+    """The demo's partition (the session of the last trade date), its parameters
+    (:func:`demo_params`) and the first partition that can succeed
+    (:func:`first_full_window_session`). The first partition becomes
+    ``CORR_PIPELINE_PARTITION_START`` of this process (so the code location the next step loads
+    has it) and, when the demo runs from the project root (the directory holding the project's
+    ``dagster.yaml`` and ``pyproject.toml``: where ``dg dev`` runs), of its ``.env``, where only
+    that line and its comment are written; elsewhere the UI commands of the last step carry it."""
+    from corr_pipeline.defs.run import latest_partition_key  # heavy: Dagster
+    from corr_pipeline.snapshot.params import DEFAULTS  # numpy, numba: lazily
 
     engine = ctx.require_engine()
     key = latest_partition_key(engine, source=ctx.source)
-    params = demo_params(engine, key, ctx.source)
+    ctx.partition_key = key
+    ctx.params = demo_params(engine, key, ctx.source)
+    lookback = int(ctx.params.get("lookback_days", DEFAULTS.lookback_days))
+    first_day = first_full_window_session(engine, lookback, dt.date.fromisoformat(key), ctx.source)
+    settings.export_partition_start(first_day)
+    first, name = first_day.isoformat(), settings.ENV_PARTITION_START
+    where = settings.env_file()
+    if settings.is_project_root(where.parent):
+        settings.write_env_value(
+            where,
+            name,
+            first,
+            [
+                "written by `corr-pipeline demo`: the first session whose window of "
+                f"{lookback} returns the demo's prices fill;",
+                "dg dev, dagster dev and corr-pipeline read this file (its values win over the "
+                "environment's). Edit or delete the line below to change the first partition.",
+            ],
+        )
+        told = f"written to {where} (read by dg dev, dagster dev and corr-pipeline)"
+    else:
+        ctx.ui_env[name] = first
+        told = f"not written ({where.parent} is not the repository root): set it for the UI"
+    ctx.echo(
+        f"[3] partitions: {first} .. {key}, the sessions with a full window of {lookback} "
+        f"returns; {name}={first} {told}"
+    )
+
+
+def demo_step_pipeline(ctx: DemoContext) -> None:
+    """Launch the snapshot run of the demo's partition through the Dagster instance (the code
+    location loaded as the UI loads it, so the run has its origin: Overview timeline,
+    re-execution) and print its summary and how to open the UI. Raises
+    :class:`SnapshotRunError` when the run fails."""
+    from corr_pipeline.defs.run import launch_snapshot, open_instance  # heavy: Dagster
+
+    if ctx.partition_key is None:
+        demo_step_partitions(ctx)
+    key = ctx.partition_key
+    assert key is not None
+    params = ctx.params
     instance = open_instance()
     home = Path(instance.root_directory)
     try:
         ctx.echo(
-            f"[3] pipeline: materializing snapshot_job for partition {key} "
+            f"[4] pipeline: materializing snapshot_job for partition {key} "
             f"(one process per step; Dagster instance {home})"
         )
         if params:
             ctx.echo(f"    short price history: using {params}")
-        summary = materialize_snapshot(key, instance=instance, params=params or None)
+        summary = launch_snapshot(key, instance=instance, params=params or None)
     finally:
         instance.dispose()
     for line in str(summary).splitlines():
@@ -188,11 +270,15 @@ def demo_step_pipeline(ctx: DemoContext) -> None:
             f"the snapshot run for {key} failed (steps: {', '.join(summary.failed_steps) or '?'}); "
             f"open the UI (below) or see run {summary.run_id} in {home}"
         )
-    env = (
-        f"CORR_PIPELINE_HOME={shlex.quote(str(settings.corr_pipeline_home()))} "
-        f"DAGSTER_HOME={shlex.quote(str(home))}"
+    env = " ".join(
+        f"{name}={shlex.quote(value)}"
+        for name, value in {
+            "CORR_PIPELINE_HOME": str(settings.corr_pipeline_home()),
+            "DAGSTER_HOME": str(home),
+            **ctx.ui_env,
+        }.items()
     )
-    ctx.echo("[4] explore the results:")
+    ctx.echo("[5] explore the results:")
     ctx.echo(f"    Dagster UI:  {env} dg dev")
     ctx.echo(
         "                 (from the repository root; then open http://127.0.0.1:3000 -> Assets -> "
@@ -212,6 +298,7 @@ def demo_step_pipeline(ctx: DemoContext) -> None:
 DEMO_STEPS: list[Callable[[DemoContext], None]] = [
     demo_step_database,
     demo_step_prices,
+    demo_step_partitions,
     demo_step_pipeline,
 ]
 

@@ -25,6 +25,7 @@ __all__ = [
     "SessionPrices",
     "count_trade_dates",
     "latest_trade_date",
+    "nth_trade_date",
     "prices_extent",
     "published_dates",
     "published_matrix_versions",
@@ -97,6 +98,24 @@ def count_trade_dates(
             .subquery("w")
         )
         return int(conn.execute(sa.select(sa.func.count()).select_from(window)).scalar_one())
+
+
+def nth_trade_date(
+    engine: sa.Engine, n: int, source: PriceSource = NATIVE_PRICES
+) -> dt.date | None:
+    """The ``n``-th distinct trade date of the price source, counting from its first (``n = 1``:
+    the first date); ``None`` when it has fewer than ``n``. The first snapshot date whose window
+    of ``L + 1`` trade dates is full is on or after ``nth_trade_date(engine, L + 1)``."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    with engine.connect() as conn:
+        src = resolve_price_source(conn, source)
+        table = src.table_clause()
+        trade_date = src.day_expr(src.raw_date_column(table)).label("trade_date")
+        day: dt.date | None = conn.execute(
+            sa.select(trade_date).distinct().order_by(trade_date).offset(n - 1).limit(1)
+        ).scalar_one_or_none()
+    return day
 
 
 def trade_dates(

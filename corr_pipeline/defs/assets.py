@@ -48,7 +48,7 @@ from corr_pipeline.defs.step_options import (
     SNAPSHOT_GROUP,
     SNAPSHOT_STEP,
 )
-from corr_pipeline.snapshot import retention, steps, verify
+from corr_pipeline.snapshot import display, retention, steps, verify
 from corr_pipeline.snapshot.measure import measure_stage
 from corr_pipeline.store.matrix_store import MatrixBundle, StoredArray, sources
 
@@ -581,9 +581,9 @@ def snapshot_publication(
             **{f"{k}_rows": dg.MetadataValue.int(v) for k, v in counts.items()},
             "database": dg.MetadataValue.text(postgres.describe()),
             "replaced_previous": dg.MetadataValue.bool(report.replaced_previous),
-            "lock_wait_seconds": dg.MetadataValue.float(round(report.lock_wait_seconds, 3)),
+            "lock_wait_seconds": metadata.number(report.lock_wait_seconds, display.seconds),
             **{
-                f"publish_{k}": dg.MetadataValue.float(round(v, 3))
+                f"publish_{k}": metadata.number(v, display.seconds)
                 for k, v in report.timings.items()
             },
             "matrix_versions": dg.MetadataValue.json(versions),

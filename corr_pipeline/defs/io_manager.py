@@ -61,6 +61,7 @@ import numpy as np
 from pydantic import Field, PrivateAttr
 
 from corr_pipeline import settings
+from corr_pipeline.snapshot import display
 from corr_pipeline.store.locks import Hold
 from corr_pipeline.store.matrix_store import (
     MatrixBundle,
@@ -245,7 +246,7 @@ class MatrixStoreIOManager(dg.ConfigurableIOManager):
         self._holds.take(store, asset, partition)
         report = store.save_bundle(asset, partition, obj)
         rows = "\n".join(
-            f"| `{name}` | {s.dtype} | {' × '.join(map(str, s.shape)) or 'scalar'} | "
+            f"| `{name}` | {display.dtype_text(s.dtype)} | {' × '.join(map(str, s.shape)) or 'scalar'} | "
             f"{'reused' if name in report.reused else 'linked' if name in report.linked else 'copied'} | "
             f"`{s.version}` |"
             for name, s in report.bundle.arrays.items()

@@ -1,9 +1,12 @@
 """What each asset shows in the Dagster UI: numeric metadata (plotted across partitions),
-markdown previews and pictures, built from a step's results and its :class:`StageStats`."""
+markdown previews and pictures, built from a step's results and its :class:`StageStats`.
+
+Every float is rounded by the rules of :mod:`corr_pipeline.snapshot.display` (correlations to 4
+decimals, shares to 4 significant digits, seconds to 0.01 s, MiB to 0.1) and stays a
+``FloatMetadataValue``, so the UI keeps plotting it."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -11,18 +14,20 @@ import dagster as dg
 import numpy as np
 
 from corr_pipeline.db.window import TOO_FEW_RETURNS, ZERO_VARIANCE, ReturnsWindow
-from corr_pipeline.snapshot import markdown
+from corr_pipeline.snapshot import display, markdown
 from corr_pipeline.snapshot.measure import StageStats
 from corr_pipeline.snapshot.verify import CorrelationStats, Verdict
 
 
-def number(value: float) -> dg.FloatMetadataValue:
-    """A float metadata value; NaN where the value is not finite."""
-    return dg.MetadataValue.float(float(value) if math.isfinite(value) else float("nan"))
+def number(value: float, rule: Callable[[Any], float]) -> dg.FloatMetadataValue:
+    """``value`` rounded by ``rule`` (one of :mod:`corr_pipeline.snapshot.display`'s), as a float
+    metadata value; NaN where the value is not finite."""
+    return dg.MetadataValue.float(rule(value))
 
 
 def stage(stats: StageStats) -> dict[str, Any]:
-    """``stage_seconds``, ``peak_rss_mib``, ``rss_anon_mib`` of the step."""
+    """``stage_seconds``, ``peak_rss_mib``, ``rss_anon_mib`` of the step (rounded by
+    :meth:`StageStats.metadata`)."""
     return {key: dg.MetadataValue.float(float(value)) for key, value in stats.metadata().items()}
 
 
@@ -59,9 +64,11 @@ def returns_window(window: ReturnsWindow, verdict: Verdict, stats: StageStats) -
         "n_price_rows": dg.MetadataValue.int(int(window.n_price_rows)),
         "as_of_trade_date": dg.MetadataValue.text(window.as_of_trade_date.isoformat()),
         "window": dg.MetadataValue.text(f"{window.dates[0]} .. {window.dates[-1]}"),
-        "missing_return_share": number(verdict.metadata.get("missing_return_share", 0.0)),
+        "missing_return_share": number(
+            verdict.metadata.get("missing_return_share", 0.0), display.share
+        ),
         "dropped_symbols": dg.MetadataValue.md(markdown.dropped_symbols(window.dropped)),
-        **{f"load_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in window.timings.items()},
+        **{f"load_{k}": number(v, display.seconds) for k, v in window.timings.items()},
         **stage(stats),
     }
 
@@ -74,10 +81,10 @@ def correlation(
     defined_share = corr_stats.pairs_defined / total if total else 0.0
     return {
         "n_symbols": dg.MetadataValue.int(n),
-        "mean_abs_corr": number(corr_stats.mean_abs_corr),
-        "defined_pair_share": number(defined_share),
-        "max_abs_offdiag_corr": number(corr_stats.max_abs_offdiag),
-        "check_seconds": dg.MetadataValue.float(round(check_stats.seconds, 3)),
+        "mean_abs_corr": number(corr_stats.mean_abs_corr, display.corr),
+        "defined_pair_share": number(defined_share, display.share),
+        "max_abs_offdiag_corr": number(corr_stats.max_abs_offdiag, display.corr),
+        "check_seconds": number(check_stats.seconds, display.seconds),
         **stage(stats),
     }
 
@@ -86,8 +93,8 @@ def overlap(n: int, corr_stats: CorrelationStats, dtype: np.dtype) -> dict[str, 
     """Mean overlap and the overlap dtype."""
     return {
         "n_symbols": dg.MetadataValue.int(n),
-        "mean_overlap": number(corr_stats.mean_overlap),
-        "dtype": dg.MetadataValue.text(str(dtype)),
+        "mean_overlap": number(corr_stats.mean_overlap, display.mean_count),
+        "dtype": dg.MetadataValue.text(display.dtype_text(dtype)),
     }
 
 
@@ -97,7 +104,7 @@ def neighbors(n: int, k: int, verdict: Verdict, stats: StageStats) -> dict[str, 
         "n_symbols": dg.MetadataValue.int(n),
         "k": dg.MetadataValue.int(k),
         "neighbors_published": dg.MetadataValue.int(int(verdict.metadata["neighbors_published"])),
-        "fill_rate": number(verdict.metadata["fill_rate"]),
+        "fill_rate": number(verdict.metadata["fill_rate"], display.share),
         "rows_short_of_k": dg.MetadataValue.int(int(verdict.metadata["rows_short_of_k"])),
         **stage(stats),
     }
@@ -128,6 +135,6 @@ def lead_lag(pairs: np.ndarray, symbols: list[str], stats: StageStats) -> dict[s
         **stage(stats),
     }
     if pairs.shape[0]:
-        out["max_improvement"] = number(float(pairs["improvement"].max()))
-        out["median_improvement"] = number(float(np.median(pairs["improvement"])))
+        out["max_improvement"] = number(pairs["improvement"].max(), display.corr)
+        out["median_improvement"] = number(np.median(pairs["improvement"]), display.corr)
     return out

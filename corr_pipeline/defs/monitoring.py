@@ -44,6 +44,7 @@ import dagster as dg
 from corr_pipeline import settings
 from corr_pipeline.defs.partitions import PARTITION_FMT, snapshot_calendar
 from corr_pipeline.sessions import SessionCalendar
+from corr_pipeline.snapshot import display
 
 __all__ = [
     "FRESHNESS_CHECK_NAME",
@@ -125,7 +126,7 @@ def build_publication_freshness_check(
             )
             return
         overdue = (now - deadline).total_seconds()
-        meta["dagster/overdue_seconds"] = dg.MetadataValue.float(round(overdue, 0))
+        meta["dagster/overdue_seconds"] = dg.MetadataValue.float(display.seconds(overdue))
         yield dg.AssetCheckResult(
             passed=False,
             severity=dg.AssetCheckSeverity.ERROR,

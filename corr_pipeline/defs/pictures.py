@@ -17,6 +17,7 @@ import numpy as np
 
 from corr_pipeline import viz
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
+from corr_pipeline.snapshot import display
 
 __all__ = [
     "heatmap_metadata",
@@ -54,17 +55,18 @@ def histogram_metadata(
 ) -> dict[str, Any]:
     """Histogram picture plus numeric facts (plotted by the UI across partitions):
     ``correlation_histogram`` (md), ``corr_mean``, ``corr_median`` (linear inside its bin),
-    ``corr_nan_share``, each rounded to 6 decimals and left out when not finite."""
+    ``corr_nan_share`` (rounded by :mod:`corr_pipeline.snapshot.display`: correlations to 4
+    decimals, the share to 4 significant digits), each left out when not finite."""
     h = viz.correlation_histogram(corr, max_values=max_values, working_memory_mb=working_memory_mb)
     png = viz.correlation_histogram_png(histogram=h)
     out: dict[str, Any] = {"correlation_histogram": png_metadata(png, "correlation histogram")}
-    for key, value in (
-        ("corr_mean", h.mean),
-        ("corr_median", h.quantile(0.5)),
-        ("corr_nan_share", h.nan_share),
+    for key, value, rule in (
+        ("corr_mean", h.mean, display.corr),
+        ("corr_median", h.quantile(0.5), display.corr),
+        ("corr_nan_share", h.nan_share, display.share),
     ):
         if math.isfinite(value):
-            out[key] = float(round(value, 6))
+            out[key] = dg.MetadataValue.float(rule(value))
     return out
 
 

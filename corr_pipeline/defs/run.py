@@ -1,10 +1,15 @@
 """Materialize the snapshot graph from Python (the ``corr-pipeline demo`` command, scripts, tests).
 
-:func:`materialize_snapshot` runs ``snapshot_job`` for one partition through
-``dagster.execute_job`` on a *persistent* Dagster instance, with the multiprocess executor by
-default (each step in its own process, exactly as the daemon would run it). The run is recorded
-in that instance, so ``dg dev`` started with the same ``DAGSTER_HOME`` shows it (assets,
-checks, metadata plots) afterwards.
+Two routes, both with the multiprocess executor by default (each step in its own process,
+exactly as the daemon would run it), both recorded in the instance, so ``dg dev`` started with
+the same ``DAGSTER_HOME`` shows the run (assets, checks, metadata plots) afterwards:
+
+- :func:`launch_snapshot` (the demo) launches the run through the instance like the UI and
+  ``dagster job launch``: created from the code location's remote job, so it has its origin
+  (Overview timeline, re-execution), and started by the instance's run launcher;
+- :func:`materialize_snapshot` (scripts, tests) runs it in this process with
+  ``dagster.execute_job`` on a reconstructable job, on any instance (ephemeral too), without a
+  code location.
 
 Instance resolution: the ``instance`` argument, else :func:`corr_pipeline.settings.dagster_home`
 (``$DAGSTER_HOME`` if set; else the current directory when it holds ``dagster.yaml``, i.e. the
@@ -18,16 +23,20 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import sqlalchemy as sa
+from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES, DagsterRunStatus
 
 from corr_pipeline import settings
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.reads import latest_trade_date
+from corr_pipeline.defs.concurrency import instance_limits
 from corr_pipeline.defs.definitions import build_definitions
 from corr_pipeline.defs.partitions import (
     partition_key_for,
@@ -35,8 +44,13 @@ from corr_pipeline.defs.partitions import (
     snapshot_partitions,
 )
 from corr_pipeline.defs.resources import SnapshotParams
+from corr_pipeline.defs.runs import PARTITION_TAG
 
 SNAPSHOT_JOB_NAME = "snapshot_job"
+#: The code location as ``workspace.yaml`` and ``[tool.dg]`` name it (the UI finds the runs of
+#: :func:`launch_snapshot` under this name, to re-execute them).
+CODE_LOCATION_NAME = "corr_pipeline"
+CODE_LOCATION_MODULE = "corr_pipeline.definitions"
 REPO_DAGSTER_YAML = Path(__file__).resolve().parents[2] / "dagster.yaml"
 
 
@@ -158,22 +172,26 @@ def _plain(value: Any) -> Any:
 
 
 def summarize(
-    result: Any,
+    events: Iterable[Any],
+    *,
+    run_id: str,
+    success: bool,
     partition_key: str,
     dagster_home: Path,
     store_dir: Path,
     instance: dg.DagsterInstance | None = None,
 ) -> SnapshotRunSummary:
-    """Collect materialization metadata and check outcomes from an execution result, and with
-    ``instance`` the steps' times (:meth:`~dagster.DagsterInstance.get_run_step_stats`)."""
+    """Collect materialization metadata, check outcomes and failed steps from a run's Dagster
+    events (an execution result's ``all_events``, or the instance's event log of the run), and
+    with ``instance`` the steps' times (:meth:`~dagster.DagsterInstance.get_run_step_stats`)."""
     summary = SnapshotRunSummary(
         partition_key=partition_key,
-        run_id=result.run_id,
-        success=result.success,
+        run_id=run_id,
+        success=success,
         dagster_home=dagster_home,
         store_dir=store_dir,
     )
-    for event in result.all_events:
+    for event in events:
         kind = event.event_type_value
         if kind == "ASSET_MATERIALIZATION":
             materialization = event.event_specific_data.materialization
@@ -187,7 +205,7 @@ def summarize(
         elif kind == "STEP_START" and event.step_key:
             summary.steps.append(StepRun(event.step_key, event.pid, "STARTED", None))
     if instance is not None:
-        stats = {s.step_key: s for s in instance.get_run_step_stats(result.run_id)}
+        stats = {s.step_key: s for s in instance.get_run_step_stats(run_id)}
         for step in summary.steps:
             found = stats.get(step.key)
             if found is None:
@@ -198,36 +216,22 @@ def summarize(
     return summary
 
 
-def materialize_snapshot(
-    partition_key: str,
+def snapshot_run_config(
     *,
-    instance: dg.DagsterInstance | None = None,
     params: dict[str, Any] | None = None,
     store_dir: str | os.PathLike[str] | None = None,
     in_process: bool = False,
     max_concurrent: int | None = None,
     forkserver: bool = True,
     log_level: str = "INFO",
-    raise_on_error: bool = False,
-) -> SnapshotRunSummary:
-    """Run ``snapshot_job`` for ``partition_key`` and summarize it.
-
-    ``params`` overrides fields of :class:`~corr_pipeline.defs.resources.SnapshotParams`
-    (validated at run start); ``store_dir`` overrides the matrix store directory (default
-    :func:`settings.store_dir`); ``in_process`` uses the in-process executor instead of one
-    process per step; ``max_concurrent`` caps parallel step processes (default: CPU count);
-    ``forkserver`` starts step processes from a forkserver that has preloaded
-    ``corr_pipeline.definitions`` (dagster, numpy, numba kernels), saving the few seconds each
-    freshly spawned step would spend importing them; ``log_level`` is the console log level
-    (the instance's event log keeps everything).
-    """
-    check_partition_key(partition_key)
+) -> tuple[dict[str, Any], Path]:
+    """The run config of a ``snapshot_job`` run and the matrix store it writes to (arguments as
+    in :func:`materialize_snapshot`). ``params`` are validated here, before a run starts, as one
+    ValueError naming every field (inside the run Dagster reports them only as the cause of a
+    generic resource-initialisation error); unknown keys are refused by Dagster's config
+    check, which names them."""
     resources: dict[str, Any] = {}
     if params:
-        # Mistyped and inconsistent values are refused here, before a run starts, as one
-        # ValueError naming every field (inside the run Dagster reports them only as the cause
-        # of a generic resource-initialisation error). Unknown keys are refused by Dagster's
-        # config check, which names them.
         SnapshotParams(**params)
         resources["snapshot_params"] = {"config": dict(params)}
     store = Path(store_dir).expanduser().resolve() if store_dir else settings.store_dir()
@@ -249,7 +253,44 @@ def materialize_snapshot(
             }
         if multiprocess:
             run_config["execution"] = {"config": {"multiprocess": multiprocess}}
+    return run_config, store
 
+
+def materialize_snapshot(
+    partition_key: str,
+    *,
+    instance: dg.DagsterInstance | None = None,
+    params: dict[str, Any] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
+    in_process: bool = False,
+    max_concurrent: int | None = None,
+    forkserver: bool = True,
+    log_level: str = "INFO",
+    raise_on_error: bool = False,
+) -> SnapshotRunSummary:
+    """Run ``snapshot_job`` for ``partition_key`` in this process (``dagster.execute_job`` on
+    a reconstructable job; any instance, ephemeral included) and summarize it. The run has no
+    code-location origin: the UI lists it but cannot re-execute it, and leaves it out of the
+    Overview timeline; :func:`launch_snapshot` launches a run like the UI's.
+
+    ``params`` overrides fields of :class:`~corr_pipeline.defs.resources.SnapshotParams`
+    (validated at run start); ``store_dir`` overrides the matrix store directory (default
+    :func:`settings.store_dir`); ``in_process`` uses the in-process executor instead of one
+    process per step; ``max_concurrent`` caps parallel step processes (default: CPU count);
+    ``forkserver`` starts step processes from a forkserver that has preloaded
+    ``corr_pipeline.definitions`` (dagster, numpy, numba kernels), saving the few seconds each
+    freshly spawned step would spend importing them; ``log_level`` is the console log level
+    (the instance's event log keeps everything).
+    """
+    check_partition_key(partition_key)
+    run_config, store = snapshot_run_config(
+        params=params,
+        store_dir=store_dir,
+        in_process=in_process,
+        max_concurrent=max_concurrent,
+        forkserver=forkserver,
+        log_level=log_level,
+    )
     owned = instance is None
     instance = instance or open_instance()
     home = Path(instance.root_directory) if instance.is_persistent else settings.dagster_home()
@@ -261,7 +302,158 @@ def materialize_snapshot(
             tags={"dagster/partition": partition_key},
             raise_on_error=raise_on_error,
         ) as result:
-            return summarize(result, partition_key, home, store, instance)
+            return summarize(
+                result.all_events,
+                run_id=result.run_id,
+                success=result.success,
+                partition_key=partition_key,
+                dagster_home=home,
+                store_dir=store,
+                instance=instance,
+            )
     finally:
         if owned:
             instance.dispose()
+
+
+def check_run_limits(instance: dg.DagsterInstance, partition_key: str) -> None:
+    """Refuse (ValueError naming the run in the way) what the run queue of ``dagster.yaml``
+    would hold back (:mod:`corr_pipeline.defs.concurrency`): a run of ``partition_key`` already
+    in progress (one run per partition), or as many snapshot runs in progress as the pool's
+    limit. Every snapshot run carries its partition tag, so those are the runs counted."""
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES)))
+    snapshot_runs = [run for run in runs if PARTITION_TAG in run.tags]
+    where = f"on the Dagster instance {instance.root_directory}"
+    for run in snapshot_runs:
+        if run.tags[PARTITION_TAG] == partition_key:
+            raise ValueError(
+                f"run {run.run_id} of partition {partition_key} is in progress {where} "
+                "(one run per partition): wait for it to finish"
+            )
+    limit = instance_limits(instance).snapshot_runs
+    if limit is not None and len(snapshot_runs) >= limit:
+        raise ValueError(
+            f"{len(snapshot_runs)} snapshot run(s) in progress {where} (the limit is {limit}: "
+            "corr-pipeline concurrency show): wait for one to finish"
+        )
+
+
+def launch_snapshot(
+    partition_key: str,
+    *,
+    instance: dg.DagsterInstance,
+    params: dict[str, Any] | None = None,
+    store_dir: str | os.PathLike[str] | None = None,
+    max_concurrent: int | None = None,
+    forkserver: bool = True,
+    log_level: str = "INFO",
+    poll_seconds: float = 0.5,
+) -> SnapshotRunSummary:
+    """Launch the ``snapshot_job`` run of ``partition_key`` through ``instance`` as ``dagster job
+    launch`` and the UI do, wait for it, and summarize it.
+
+    The code location is loaded the way ``dg dev`` and ``workspace.yaml`` load it (module
+    ``corr_pipeline.definitions`` in a code server, location ``corr_pipeline``); the run is
+    created from its remote job, so it records its origin (the UI shows it in the Overview
+    timeline and can re-execute it), with the job's tags (its maximum runtime) and
+    the partition's (``dagster/partition``, ``dagster/partition_set``), and is launched by the
+    instance's run launcher (a run worker process started by the code server, each step in its
+    own process as usual).
+
+    ``dagster.yaml`` queues runs (``QueuedRunCoordinator``) for the daemon of ``dg dev``, which
+    may not be running: the run is launched directly (``instance.launch_run``, what the
+    ``DefaultRunCoordinator`` does), after checking the queue's limits that concern it
+    (:func:`check_run_limits`: one run per partition, the pool's snapshot runs at once;
+    ValueError naming the run in the way otherwise). ``instance`` must be persistent (the run worker is another process). An interrupt (Ctrl-C) terminates the
+    run. Other arguments as in :func:`materialize_snapshot`.
+    """
+    from dagster._core.storage.tags import PARTITION_NAME_TAG, PARTITION_SET_TAG
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import ModuleTarget
+
+    check_partition_key(partition_key)
+    if not instance.is_persistent:
+        raise ValueError("launch_snapshot needs a persistent Dagster instance (DAGSTER_HOME)")
+    run_config, store = snapshot_run_config(
+        params=params,
+        store_dir=store_dir,
+        max_concurrent=max_concurrent,
+        forkserver=forkserver,
+        log_level=log_level,
+    )
+    check_run_limits(instance, partition_key)
+    target = ModuleTarget(
+        module_name=CODE_LOCATION_MODULE,
+        attribute=None,
+        working_directory=None,
+        location_name=CODE_LOCATION_NAME,
+    )
+    # the code server's own INFO lines (start, stop, .env loaded) would interleave with the
+    # run's log on the terminal
+    with WorkspaceProcessContext(
+        instance, target, code_server_log_level="WARNING"
+    ) as process_context:
+        workspace = process_context.create_request_context()
+        error = workspace.get_code_location_error(CODE_LOCATION_NAME)
+        if error is not None:
+            raise ValueError(
+                f"the code location {CODE_LOCATION_NAME} failed to load: "
+                f"{error.message.strip().splitlines()[-1] if error.message.strip() else error}"
+            )
+        location = workspace.get_code_location(CODE_LOCATION_NAME)
+        (repo,) = location.get_repositories().values()
+        remote_job = repo.get_full_job(SNAPSHOT_JOB_NAME)
+        tags = {**remote_job.tags, PARTITION_NAME_TAG: partition_key}
+        partition_sets = [p for p in repo.get_partition_sets() if p.job_name == SNAPSHOT_JOB_NAME]
+        if partition_sets:
+            tags[PARTITION_SET_TAG] = partition_sets[0].name
+        plan = location.get_execution_plan(
+            remote_job, run_config, step_keys_to_execute=None, known_state=None, instance=instance
+        ).execution_plan_snapshot
+        run = instance.create_run(
+            job_name=remote_job.name,
+            run_id=None,
+            run_config=run_config,
+            resolved_op_selection=None,
+            step_keys_to_execute=plan.step_keys_to_execute,
+            op_selection=None,
+            status=None,
+            root_run_id=None,
+            parent_run_id=None,
+            tags=tags,
+            job_snapshot=remote_job.job_snapshot,
+            execution_plan_snapshot=plan,
+            parent_job_snapshot=remote_job.parent_job_snapshot,
+            remote_job_origin=remote_job.get_remote_origin(),
+            job_code_origin=remote_job.get_python_origin(),
+            asset_selection=None,
+            asset_check_selection=None,
+            asset_graph=repo.asset_graph,
+        )
+        instance.launch_run(run.run_id, workspace)
+        try:
+            finished = _wait_for_run(instance, run.run_id, poll_seconds)
+        except KeyboardInterrupt:
+            instance.run_launcher.terminate(run.run_id)
+            raise
+    events = [e.dagster_event for e in instance.all_logs(run.run_id) if e.dagster_event]
+    return summarize(
+        events,
+        run_id=run.run_id,
+        success=finished.status == DagsterRunStatus.SUCCESS,
+        partition_key=partition_key,
+        dagster_home=Path(instance.root_directory),
+        store_dir=store,
+        instance=instance,
+    )
+
+
+def _wait_for_run(instance: dg.DagsterInstance, run_id: str, poll_seconds: float) -> dg.DagsterRun:
+    """Poll ``run_id`` until it has finished (success, failure or cancellation)."""
+    while True:
+        run = instance.get_run_by_id(run_id)
+        if run is None:
+            raise ValueError(f"run {run_id} disappeared from the Dagster instance")
+        if run.is_finished:
+            return run
+        time.sleep(poll_seconds)

@@ -6,11 +6,12 @@ break shows verbatim in its table cell and can neither break the table nor add m
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from corr_pipeline.snapshot import display
 
 _SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_{}[]<>()#+-.!|~"})
 
@@ -38,10 +39,6 @@ def table(
     return "\n".join(lines)
 
 
-def _signed(value: float) -> str:
-    return "NaN" if math.isnan(value) else f"{value:+.3f}"
-
-
 def strongest_pairs(pairs: np.ndarray, symbols: Sequence[str], *, top: int = 15) -> str:
     """The first ``top`` lead-lag pairs (already in SPEC §6 order: improvement descending):
     leader, lagger, lag, lagged corr, sync corr (NaN allowed), improvement, overlap."""
@@ -50,9 +47,9 @@ def strongest_pairs(pairs: np.ndarray, symbols: Sequence[str], *, top: int = 15)
             escape(symbols[int(row["leader"])]),
             escape(symbols[int(row["lagger"])]),
             str(int(row["lag"])),
-            _signed(float(row["lagged_corr"])),
-            _signed(float(row["sync_corr"])),
-            f"{float(row['improvement']):.3f}",
+            display.corr_text(row["lagged_corr"]),
+            display.corr_text(row["sync_corr"]),
+            display.corr_text(row["improvement"], signed=False),
             str(int(row["overlap"])),
         ]
         for row in pairs[:top]

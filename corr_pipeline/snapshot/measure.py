@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from corr_pipeline.snapshot import display
+
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
@@ -138,11 +140,11 @@ class StageStats:
 
     def metadata(self) -> dict[str, float]:
         """Numeric metadata (the Dagster UI plots these across partitions)."""
-        out: dict[str, float] = {"stage_seconds": round(self.seconds, 3)}
+        out: dict[str, float] = {"stage_seconds": display.seconds(self.seconds)}
         if self.peak_rss_mib is not None:
-            out["peak_rss_mib"] = round(self.peak_rss_mib, 1)
+            out["peak_rss_mib"] = display.mib(self.peak_rss_mib)
         if self.rss_anon_mib is not None:
-            out["rss_anon_mib"] = round(self.rss_anon_mib, 1)
+            out["rss_anon_mib"] = display.mib(self.rss_anon_mib)
         out.update(self.extra)
         return out
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, row_blocks, square_tile_side
 from corr_pipeline.db.publish import SnapshotResults
+from corr_pipeline.snapshot import display
 
 
 @dataclass
@@ -100,7 +101,7 @@ def verify_returns(
         verdict.fail(f"{len(flat_columns)} kept symbols have zero variance: {names}")
     cells = n_rows * n_cols
     verdict.metadata["missing_return_share"] = (
-        round(1.0 - finite_total / cells, 6) if cells else 0.0
+        display.share(1.0 - finite_total / cells) if cells else 0.0
     )
     return verdict
 
@@ -234,7 +235,7 @@ def verify_correlation(stats: CorrelationStats) -> dict[str, Verdict]:
             "nan_at_or_above_min_overlap": stats.nan_at_or_above_min_overlap,
             "pairs_defined": stats.pairs_defined,
             "pairs_total": stats.pairs_total,
-            "max_abs_offdiag_corr": round(stats.max_abs_offdiag, 6),
+            "max_abs_offdiag_corr": display.corr(stats.max_abs_offdiag),
         },
     )
     if stats.out_of_range:
@@ -344,7 +345,7 @@ def verify_neighbors(
         # rows not full must have selected every finite entry: checked via filled == expected
     verdict.metadata.update(counts)
     verdict.metadata["neighbors_published"] = filled_total
-    verdict.metadata["fill_rate"] = round(filled_total / (n * k), 6) if n * k else 1.0
+    verdict.metadata["fill_rate"] = display.share(filled_total / (n * k)) if n * k else 1.0
     labels = {
         "bad_padding": "rows whose filled prefix is not min(k, finite entries) or padding is not -1/NaN",
         "bad_index": "indices outside [0, N)",
@@ -394,7 +395,7 @@ def verify_clusters(labels: np.ndarray, n_symbols: int, *, top: int = 10) -> Ver
             "n_clusters": n_clusters,
             "n_singletons": int(np.count_nonzero(sizes == 1)),
             "largest_cluster_size": int(largest[0]),
-            "largest_cluster_share": round(float(largest[0]) / n_symbols, 6),
+            "largest_cluster_share": display.share(float(largest[0]) / n_symbols),
             "largest_sizes": ", ".join(str(int(s)) for s in largest),
         }
     )
@@ -455,7 +456,7 @@ def verify_lead_lag_pairs(
     verdict.metadata["lags_seen"] = ", ".join(
         f"{int(v)}: {int(c)}" for v, c in zip(*np.unique(lag, return_counts=True), strict=True)
     )
-    verdict.metadata["max_improvement"] = round(float(improvement.max()), 6)
+    verdict.metadata["max_improvement"] = display.corr(improvement.max())
     return verdict
 
 
@@ -490,7 +491,7 @@ def verify_injected_pairs(
         {
             "injected_pairs_kept": eligible,
             "injected_pairs_found": found,
-            "recall": round(found / eligible, 6) if eligible else 1.0,
+            "recall": display.share(found / eligible) if eligible else 1.0,
         }
     )
     if missed:

@@ -13,8 +13,11 @@ from corr_pipeline.viz.reductions import (
 )
 from corr_pipeline.viz.render import (
     DEFAULT_MAX_PNG_BYTES,
+    EDGE_LABEL_GID,
+    NODE_LABEL_GID,
     clustered_heatmap_png,
     correlation_histogram_png,
+    lead_lag_network_figure,
     lead_lag_network_png,
     png_data_uri,
     png_markdown,
@@ -22,6 +25,8 @@ from corr_pipeline.viz.render import (
 
 __all__ = [
     "DEFAULT_MAX_PNG_BYTES",
+    "EDGE_LABEL_GID",
+    "NODE_LABEL_GID",
     "CorrelationHistogram",
     "HeatmapGrid",
     "cluster_order",
@@ -29,6 +34,7 @@ __all__ = [
     "correlation_histogram",
     "correlation_histogram_png",
     "heatmap_grid",
+    "lead_lag_network_figure",
     "lead_lag_network_png",
     "normalize_pairs",
     "png_data_uri",

@@ -14,7 +14,8 @@
     The ``top`` lead-lag pairs (SPEC §6) by improvement as a directed bipartite graph: leaders
     on the left, laggers on the right, an arrow leader → lagger labelled with the lag in days and
     the lagged correlation, red for a positive lagged correlation, blue for a negative one,
-    thicker for a larger improvement. O(top).
+    thicker for a larger improvement; labels placed along their arrows, measured so that none
+    overlaps another (a pair with no room on its arrow is listed on the right). O(top²).
 
 Figures are drawn on matplotlib's Agg canvas (no pyplot, no display, thread-safe per figure),
 reduced to a 256-colour palette with Pillow and kept under ``max_bytes`` (default
@@ -30,10 +31,11 @@ allows ``data:`` image sources); the Dagster metadata itself is built in
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +56,9 @@ __all__ = [
     "DEFAULT_MAX_PNG_BYTES",
     "clustered_heatmap_png",
     "correlation_histogram_png",
+    "EDGE_LABEL_GID",
+    "NODE_LABEL_GID",
+    "lead_lag_network_figure",
     "lead_lag_network_png",
     "png_data_uri",
     "png_markdown",
@@ -287,31 +292,110 @@ def _n_from_pairs(h: CorrelationHistogram) -> int | None:
 # --------------------------------------------------------------------------------------------
 
 
-def lead_lag_network_png(
+#: ``gid`` of the texts that label an edge of the lead-lag network (on its arrow, or a line of
+#: the side list), and of its symbol names: what the layout keeps apart (and the tests measure).
+EDGE_LABEL_GID = "lead-lag-edge-label"
+NODE_LABEL_GID = "lead-lag-node-label"
+
+_NETWORK_WIDTH_IN = 6.4
+_LIST_WIDTH_IN = 3.0
+_TITLE_IN = 0.8
+_LABEL_PAD_PX = 2.0
+_X_LEADER, _X_LAGGER = 0.22, 0.78
+
+
+def _edge_label(row: dict[str, Any]) -> str:
+    label = f"{row['lag']}d" if row.get("lag") is not None else ""
+    if row.get("lagged_corr") is not None:
+        label += f" {_fmt_float(row['lagged_corr'], '+.2f')}"
+    return label.strip()
+
+
+def _apart(box: Any, others: list[Any], pad: float) -> bool:
+    """True when ``box`` (display pixels) is at least ``pad`` pixels from every box of
+    ``others`` on one axis."""
+    return all(
+        box.x1 + pad <= o.x0 or o.x1 + pad <= box.x0 or box.y1 + pad <= o.y0 or o.y1 + pad <= box.y0
+        for o in others
+    )
+
+
+def _crosses_other_arrow(corners: np.ndarray, own: int, lines: list[tuple[float, float]]) -> bool:
+    """True when an arrow other than ``lines[own]`` passes through the box whose data-space
+    corners are ``corners`` (``[[x0, y0], [x1, y1]]``); arrows are the straight segments from
+    ``(_X_LEADER, y0)`` to ``(_X_LAGGER, y1)``."""
+    (bx0, by0), (bx1, by1) = corners
+    lo, hi = max(bx0, _X_LEADER), min(bx1, _X_LAGGER)
+    if lo > hi:
+        return False
+    for k, (y0, y1) in enumerate(lines):
+        if k == own:
+            continue
+        ya = y0 + (lo - _X_LEADER) / (_X_LAGGER - _X_LEADER) * (y1 - y0)
+        yb = y0 + (hi - _X_LEADER) / (_X_LAGGER - _X_LEADER) * (y1 - y0)
+        if min(ya, yb) <= by1 and max(ya, yb) >= by0:
+            return True
+    return False
+
+
+def _label_candidates(preferred: float) -> list[float]:
+    """Positions along an arrow (0 = leader end, 1 = lagger end), nearest ``preferred`` first."""
+    grid = [0.12 + 0.04 * i for i in range(20)]  # 0.12 .. 0.88
+    return sorted(grid, key=lambda t: (abs(t - preferred), t))
+
+
+def lead_lag_network_figure(
     pairs: Any,
     symbols: Sequence[str] | None = None,
     *,
     top: int = 30,
     title: str | None = None,
-    max_bytes: int = DEFAULT_MAX_PNG_BYTES,
-) -> bytes:
-    """PNG of the ``top`` lead-lag pairs by improvement as a directed bipartite graph.
+) -> Any:
+    """The matplotlib figure of :func:`lead_lag_network_png` (Agg canvas, fixed layout: render
+    it with ``tight_layout`` off, as that function does).
 
-    Leaders form the left column (strongest pair first), laggers the right column (ordered by
-    the mean row of their leaders, which keeps arrows short and mostly horizontal); a symbol
-    that both leads and lags appears in both columns. Each arrow goes leader → lagger and is
-    labelled ``<lag>d <lagged corr>``: red for a positive lagged correlation, blue for a
-    negative one, thicker for a larger improvement. Symbol names are drawn verbatim (no
-    mathtext), shortened to 18 characters.
+    Edge labels never overlap one another nor a symbol name. Each label is placed along its
+    arrow, strongest pair first: at the first of the positions ``0.12, 0.16, ..., 0.88`` of the
+    arrow (nearest its preferred one first: near the leader when the leader has one arrow, near
+    the lagger when the lagger has one, else the middle) where its text, measured by the
+    renderer, stays :data:`_LABEL_PAD_PX` pixels clear of every label already placed and of every
+    symbol name. A pair whose label fits nowhere on its arrow is listed instead in a column to
+    the right (``leader → lagger  <lag>d <lagged corr>``), one line each, spaced by more than the
+    text's height, and the whole layout is drawn again with that column reserved (the arrows'
+    room changes, so every label is placed anew). Sizes scale with the resolution together, so
+    the PNG's lower-resolution retries keep the labels apart.
     """
     rows = normalize_pairs(pairs, symbols, top=top)
-    height = 2.0 + 0.24 * max(len(rows), 4)
-    fig, ax = _new_figure(6.4, min(height, 9.5))
-    ax.axis("off")
+    height = min(2.0 + 0.24 * max(len(rows), 4), 9.5)
     if not rows:
+        fig, ax = _new_figure(_NETWORK_WIDTH_IN, height)
+        ax.axis("off")
         ax.text(0.5, 0.5, "no lead-lag pairs", ha="center", va="center", parse_math=False)
         _set_title(ax, title or "Lead-lag pairs", "")
-        return _figure_png(fig, max_bytes=max_bytes)
+        return fig
+    with _quiet_drawing():
+        fig, unplaced = _draw_network(rows, height, title, with_list=False)
+        if unplaced:  # the arrows keep their size in inches: the same labels are placed again
+            fig.clear()
+            fig, unplaced = _draw_network(rows, height, title, with_list=True)
+    return fig
+
+
+def _draw_network(
+    rows: list[dict[str, Any]], height: float, title: str | None, *, with_list: bool
+) -> tuple[Any, list[int]]:
+    """Draw the network of ``rows``; ``with_list``: widen the figure by a right-hand column and
+    list there the pairs whose label fits on no position of its arrow. Returns the figure and
+    the indices of the pairs not labelled on their arrow."""
+    width = _NETWORK_WIDTH_IN + (_LIST_WIDTH_IN if with_list else 0.0)
+    fig, ax = _new_figure(width, height)
+    top_frac = 1.0 - _TITLE_IN / height
+    bottom_frac = 0.1 / height
+    ax.set_position((0.01, bottom_frac, (_NETWORK_WIDTH_IN - 0.13) / width, top_frac - bottom_frac))
+    ax.axis("off")
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(-0.01, 1.04)
+
     leaders: list[str] = []
     for r in rows:
         if r["leader"] not in leaders:
@@ -336,59 +420,150 @@ def lead_lag_network_png(
     improvements = np.array([finite_or(r.get("improvement"), 0.0) for r in rows])
     low, span = float(improvements.min()), float(improvements.max() - improvements.min())
     fontsize = 8 if n_rows <= 30 else 6
+    colors = []
     for r, imp in zip(rows, improvements, strict=True):
         y0, y1 = y_leader[r["leader"]], y_lagger[r["lagger"]]
-        positive = finite_or(r.get("lagged_corr"), 0.0) >= 0
-        color = "#c44e52" if positive else "#4c72b0"
-        width = 0.8 + (2.4 * (imp - low) / span if span > 0 else 1.2)
+        color = "#c44e52" if finite_or(r.get("lagged_corr"), 0.0) >= 0 else "#4c72b0"
+        colors.append(color)
         ax.annotate(
             "",
-            xy=(0.78, y1),
-            xytext=(0.22, y0),
+            xy=(_X_LAGGER, y1),
+            xytext=(_X_LEADER, y0),
             arrowprops={
                 "arrowstyle": "-|>",
                 "color": color,
-                "lw": width,
+                "lw": 0.8 + (2.4 * (imp - low) / span if span > 0 else 1.2),
                 "shrinkA": 2,
                 "shrinkB": 2,
                 "mutation_scale": 10,
             },
         )
-        label = f"{r['lag']}d" if r.get("lag") is not None else ""
-        if r.get("lagged_corr") is not None:
-            label += f" {_fmt_float(r['lagged_corr'], '+.2f')}"
-        # label where the arrow is alone: near its leader (one outgoing arrow), else near its
-        # lagger (one incoming arrow), else in the middle
-        t = 0.2 if out_degree[r["leader"]] == 1 else (0.8 if in_degree[r["lagger"]] == 1 else 0.5)
-        ax.text(
-            0.22 + t * 0.56,
-            y0 + t * (y1 - y0) + 0.004,
-            label.strip(),
+    names = [
+        ax.text(_X_LEADER - 0.02, y, _shorten(n, 18), fontsize=fontsize, ha="right", va="center")
+        for n, y in y_leader.items()
+    ] + [
+        ax.text(_X_LAGGER + 0.02, y, _shorten(n, 18), fontsize=fontsize, ha="left", va="center")
+        for n, y in y_lagger.items()
+    ]
+    names.append(ax.text(0.2, 1.0, "leader", fontsize=8, ha="right", va="bottom", weight="bold"))
+    names.append(ax.text(0.8, 1.0, "lagger", fontsize=8, ha="left", va="bottom", weight="bold"))
+    for text in names:
+        text.set_parse_math(False)
+        text.set_gid(NODE_LABEL_GID)
+    sub = "arrows: lag in days and lagged corr (red +, blue -), width ~ improvement"
+    if with_list:
+        sub += "\npairs listed on the right: no room for their label on the arrow"
+    _set_title(ax, title or f"Strongest {len(rows)} lead-lag pairs by improvement", sub)
+
+    renderer = fig.canvas.get_renderer()
+    taken = [t.get_window_extent(renderer) for t in names]
+    lines = [(y_leader[r["leader"]], y_lagger[r["lagger"]]) for r in rows]
+    unplaced: list[int] = []
+    for k, r in enumerate(rows):
+        y0, y1 = y_leader[r["leader"]], y_lagger[r["lagger"]]
+        preferred = (
+            0.2 if out_degree[r["leader"]] == 1 else (0.8 if in_degree[r["lagger"]] == 1 else 0.5)
+        )
+        label = ax.text(
+            0,
+            0,
+            _edge_label(r),
             fontsize=fontsize - 1,
             ha="center",
-            va="bottom",
-            color=color,
+            va="center",
+            color=colors[k],
             parse_math=False,
+            gid=EDGE_LABEL_GID,
+            bbox={"boxstyle": "square,pad=0.05", "facecolor": "white", "edgecolor": "none"},
         )
-    for name, y in y_leader.items():
-        ax.text(
-            0.2, y, _shorten(name, 18), fontsize=fontsize, ha="right", va="center", parse_math=False
+        # first choice: a position where no other arrow crosses the label (it reads as its
+        # arrow's); else any position clear of the other labels
+        spot = None
+        for t in _label_candidates(preferred):
+            label.set_position((_X_LEADER + t * (_X_LAGGER - _X_LEADER), y0 + t * (y1 - y0)))
+            box = label.get_window_extent(renderer)
+            if _apart(box, taken, _LABEL_PAD_PX):
+                crossed = _crosses_other_arrow(ax.transData.inverted().transform(box), k, lines)
+                if not crossed:
+                    spot = (t, box)
+                    break
+                spot = spot or (t, box)
+        if spot is None:
+            label.remove()
+            unplaced.append(k)
+        else:
+            t, box = spot
+            label.set_position((_X_LEADER + t * (_X_LAGGER - _X_LEADER), y0 + t * (y1 - y0)))
+            taken.append(box)
+    if with_list and unplaced:
+        _list_pairs(fig, rows, unplaced, colors, bottom_frac, top_frac, width)
+    return fig, unplaced
+
+
+def _list_pairs(
+    fig: Any,
+    rows: list[dict[str, Any]],
+    which: list[int],
+    colors: list[str],
+    bottom_frac: float,
+    top_frac: float,
+    width: float,
+) -> None:
+    """The pairs ``which`` as lines ``leader → lagger  <lag>d <corr>`` in the right-hand column,
+    spaced 1.4 times the font size (more than a line of text is high), the font shrunk until
+    they all fit."""
+    axes = fig.add_axes(
+        (
+            _NETWORK_WIDTH_IN / width,
+            bottom_frac,
+            (_LIST_WIDTH_IN - 0.1) / width,
+            top_frac - bottom_frac,
         )
-    for name, y in y_lagger.items():
-        ax.text(
-            0.8, y, _shorten(name, 18), fontsize=fontsize, ha="left", va="center", parse_math=False
-        )
-    ax.text(0.2, 1.0, "leader", fontsize=8, ha="right", va="bottom", weight="bold")
-    ax.text(0.8, 1.0, "lagger", fontsize=8, ha="left", va="bottom", weight="bold")
-    ax.set_xlim(-0.02, 1.02)
-    ax.set_ylim(-0.01, 1.04)
-    head = title or f"Strongest {len(rows)} lead-lag pairs by improvement"
-    _set_title(
-        ax,
-        head,
-        "arrows: lag in days and lagged corr (red +, blue -), width ~ improvement",
     )
-    return _figure_png(fig, max_bytes=max_bytes)
+    axes.axis("off")
+    axes.set_xlim(0, 1)
+    axes.set_ylim(0, 1)
+    height_pt = (top_frac - bottom_frac) * fig.get_figheight() * 72.0
+    lines = len(which) + 1
+    size = min(7.0, height_pt / (1.4 * lines))
+    step = 1.4 * size / height_pt
+    head = axes.text(0, 1, "pairs labelled here", fontsize=size, weight="bold", va="top")
+    head.set_gid(NODE_LABEL_GID)
+    for i, k in enumerate(which, start=1):
+        r = rows[k]
+        axes.text(
+            0,
+            1 - i * step,
+            f"{_shorten(r['leader'], 12)} → {_shorten(r['lagger'], 12)}  {_edge_label(r)}",
+            fontsize=size,
+            va="top",
+            color=colors[k],
+            parse_math=False,
+            gid=EDGE_LABEL_GID,
+        )
+
+
+def lead_lag_network_png(
+    pairs: Any,
+    symbols: Sequence[str] | None = None,
+    *,
+    top: int = 30,
+    title: str | None = None,
+    max_bytes: int = DEFAULT_MAX_PNG_BYTES,
+) -> bytes:
+    """PNG of the ``top`` lead-lag pairs by improvement as a directed bipartite graph
+    (:func:`lead_lag_network_figure`).
+
+    Leaders form the left column (strongest pair first), laggers the right column (ordered by
+    the mean row of their leaders, which keeps arrows short and mostly horizontal); a symbol
+    that both leads and lags appears in both columns. Each arrow goes leader → lagger and is
+    labelled ``<lag>d <lagged corr>``: red for a positive lagged correlation, blue for a
+    negative one, thicker for a larger improvement. No two labels overlap: a label with no room
+    on its arrow goes to a list on the right. Symbol names are drawn verbatim (no mathtext),
+    shortened to 18 characters.
+    """
+    fig = lead_lag_network_figure(pairs, symbols, top=top, title=title)
+    return _figure_png(fig, max_bytes=max_bytes, tight=False)
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -445,8 +620,21 @@ def _safe_tick_labels(labels: Iterable[Any]) -> None:
         label.set_parse_math(False)
 
 
-def _figure_png(fig: Any, *, max_bytes: int = DEFAULT_MAX_PNG_BYTES, paint: Any = None) -> bytes:
-    """Render ``fig`` to a palette PNG no larger than ``max_bytes`` (lowering dpi if needed).
+@contextlib.contextmanager
+def _quiet_drawing() -> Iterator[None]:
+    """Drawing or measuring text without the warnings that are no errors: fonts without a glyph
+    for some symbol characters (drawn as boxes), ``tight_layout`` giving up."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*[Gg]lyph.*missing.*")
+        warnings.filterwarnings("ignore", message=r".*tight_layout.*")
+        yield
+
+
+def _figure_png(
+    fig: Any, *, max_bytes: int = DEFAULT_MAX_PNG_BYTES, paint: Any = None, tight: bool = True
+) -> bytes:
+    """Render ``fig`` to a palette PNG no larger than ``max_bytes`` (lowering dpi if needed),
+    after ``tight_layout`` unless ``tight`` is false (a figure laid out by hand).
 
     ``paint(fig, image)`` may draw into the rendered RGB ``PIL.Image`` before it is encoded
     (called at each resolution tried).
@@ -458,11 +646,9 @@ def _figure_png(fig: Any, *, max_bytes: int = DEFAULT_MAX_PNG_BYTES, paint: Any 
     try:
         for _ in range(6):
             fig.set_dpi(dpi)
-            with warnings.catch_warnings():
-                # fonts without a glyph for some symbol characters: drawn as boxes, not errors
-                warnings.filterwarnings("ignore", message=r".*[Gg]lyph.*missing.*")
-                warnings.filterwarnings("ignore", message=r".*tight_layout.*")
-                fig.tight_layout()
+            with _quiet_drawing():
+                if tight:
+                    fig.tight_layout()
                 fig.canvas.draw()
             rgba = np.asarray(fig.canvas.buffer_rgba())
             image = Image.fromarray(np.ascontiguousarray(rgba[..., :3]), "RGB")

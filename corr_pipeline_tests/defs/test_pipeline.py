@@ -38,6 +38,7 @@ from corr_pipeline.defs.run import (
     open_instance,
     snapshot_job_def,
 )
+from corr_pipeline.snapshot import display
 from corr_pipeline.store.matrix_store import MatrixStore
 
 N_SYMBOLS, N_DAYS, SEED = 300, 120, 20261127
@@ -120,10 +121,49 @@ def two_partitions(universe, tmp_path):
     return store, results
 
 
+def _display_rule(key: str):
+    """The rounding rule a float metadata entry must follow, by its name."""
+    if key.endswith("_seconds") or key.startswith(("load_", "publish_")):
+        return display.seconds
+    if key.endswith("_mib"):
+        return display.mib
+    if key == "mean_overlap":
+        return display.mean_count
+    if "share" in key or key in ("fill_rate", "recall"):
+        return display.share
+    return display.corr  # correlations, their means and quantiles, improvements
+
+
+def _assert_metadata_readable(result) -> int:
+    """Every float the run put in metadata (materializations and check results) is rounded by
+    its rule and stays a float (plotted); dtypes are shown readably. Returns the floats seen."""
+    entries = []
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_MATERIALIZATION":
+            entries += event.event_specific_data.materialization.metadata.items()
+        elif event.event_type_value == "ASSET_CHECK_EVALUATION":
+            entries += event.event_specific_data.metadata.items()
+    floats = 0
+    arrays = [v.value for k, v in entries if k == "arrays"]
+    assert any(
+        "leader: int32, lagger: int32, lag: int16, lagged_corr: float32" in md for md in arrays
+    ), arrays
+    for key, value in entries:
+        if isinstance(value, dg.FloatMetadataValue) and value.value is not None:
+            floats += 1
+            assert _display_rule(key)(value.value) == value.value, (key, value.value)
+        if isinstance(value, dg.MarkdownMetadataValue) and key == "arrays":
+            assert "<" not in value.value and "[(" not in value.value, value.value
+        if key == "dtype":
+            assert value.value in ("int8", "int16", "int32", "int64"), value.value
+    return floats
+
+
 def test_full_graph_for_two_partitions(two_partitions, engine):
     store, results = two_partitions
     for day, result in results.items():
         assert result.success, day
+        assert _assert_metadata_readable(result) >= 20
         outcomes = _check_outcomes(result)
         assert len(outcomes) == 9
         assert all(outcomes.values()), outcomes

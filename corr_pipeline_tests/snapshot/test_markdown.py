@@ -15,7 +15,7 @@ def test_lead_lag_markdown_table_escapes_symbols():
     table = markdown.strongest_pairs(pairs, symbols)
     lines = table.splitlines()
     assert lines[0].startswith("| leader | lagger | lag |")
-    assert lines[2] == "| A\\|B | \\*C\\* | 2 | +0.500 | NaN | 0.450 | 100 |"
+    assert lines[2] == "| A\\|B | \\*C\\* | 2 | +0.5000 | NaN | 0.4500 | 100 |"
 
 
 def test_dropped_symbols_and_clusters_escape_names_and_say_when_empty():

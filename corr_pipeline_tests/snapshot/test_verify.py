@@ -232,7 +232,7 @@ def test_injected_pairs_check():
     real = verify.verify_injected_pairs(pairs, symbols, [])
     assert real.passed and "no synthetic truth" in real.metadata["note"]
     md = markdown.strongest_pairs(pairs, symbols, top=1)
-    assert "| A | B | 2 | +0.800 | +0.000 | 0.800 | 80 |" in md
+    assert "| A | B | 2 | +0.8000 | +0.0000 | 0.8000 | 80 |" in md
 
 
 def test_returns_check():

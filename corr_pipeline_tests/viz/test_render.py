@@ -3,6 +3,8 @@ verbatim."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -58,3 +60,70 @@ def test_lead_lag_network_png_valid_with_odd_symbols_and_empty():
     assert len(png) <= viz.DEFAULT_MAX_PNG_BYTES
     empty = viz.lead_lag_network_png(np.zeros(0, dtype=LEAD_LAG_DTYPE), symbols)
     decode(empty)
+
+
+def _complete_pairs(n: int, seed: int = 1) -> np.ndarray:
+    """Every ordered pair of ``n`` symbols: each leader has n - 1 arrows, labels must crowd."""
+    rng = np.random.default_rng(seed)
+    i, j = np.nonzero(~np.eye(n, dtype=bool))
+    pairs = np.zeros(i.size, dtype=LEAD_LAG_DTYPE)
+    pairs["leader"], pairs["lagger"] = i, j
+    pairs["lag"] = rng.integers(1, 6, i.size)
+    pairs["lagged_corr"] = rng.uniform(-0.6, 0.6, i.size)
+    pairs["improvement"] = rng.uniform(0, 0.5, i.size)
+    pairs["overlap"] = 100
+    return pairs
+
+
+def _texts(fig, gid: str) -> list:
+    return [a for a in fig.findobj(lambda a: getattr(a, "get_gid", lambda: None)() == gid)]
+
+
+def _intersect(a, b) -> bool:
+    """Positive-area intersection of two display-space boxes."""
+    return max(a.x0, b.x0) < min(a.x1, b.x1) and max(a.y0, b.y0) < min(a.y1, b.y1)
+
+
+@pytest.mark.parametrize(
+    ("name", "pairs", "n_symbols", "top", "listed"),
+    [
+        ("sparse", lead_lag_pairs(5, 50), 50, 30, False),
+        ("default", lead_lag_pairs(40, 10), 10, 30, False),
+        ("one leader", lead_lag_pairs(60, 30, seed=3), 30, 30, None),
+        ("dense", lead_lag_pairs(400, 40, seed=2), 40, 120, None),
+        ("complete", _complete_pairs(12), 12, 132, True),
+    ],
+)
+def test_lead_lag_network_edge_labels_never_overlap(name, pairs, n_symbols, top, listed):
+    """Measured by the renderer, at the picture's resolution and at a lower one (the PNG's
+    fallback when it is too large): no two edge labels overlap, none overlaps a symbol name,
+    and every pair shown has exactly one label (on its arrow or in the list on the right)."""
+    from corr_pipeline.viz.reductions import normalize_pairs
+    from corr_pipeline.viz.render import _edge_label
+
+    symbols = [f"S{i:05d}" for i in range(n_symbols)]
+    if name == "one leader":
+        pairs["leader"] = 0
+        pairs["lagger"] = np.arange(1, pairs.size + 1) % n_symbols
+        pairs = pairs[pairs["lagger"] != 0][: n_symbols - 1]
+    rows = normalize_pairs(pairs, symbols, top=top)
+    fig = viz.lead_lag_network_figure(pairs, symbols, top=top)
+    for dpi in (100, 64):
+        fig.set_dpi(dpi)
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        labels = _texts(fig, viz.EDGE_LABEL_GID)
+        names = _texts(fig, viz.NODE_LABEL_GID)
+        assert len(labels) == len(rows)
+        on_arrows = sorted(t.get_text() for t in labels if "→" not in t.get_text())
+        in_list = sorted(t.get_text().split("  ")[-1] for t in labels if "→" in t.get_text())
+        assert sorted(on_arrows + in_list) == sorted(_edge_label(r) for r in rows)
+        if listed is not None:
+            assert bool(in_list) is listed, (name, len(in_list))
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        name_boxes = [t.get_window_extent(renderer) for t in names]
+        for (i, a), (j, b) in itertools.combinations(enumerate(boxes), 2):
+            assert not _intersect(a, b), (name, dpi, labels[i].get_text(), labels[j].get_text())
+        for a, label in zip(boxes, labels, strict=True):
+            assert not any(_intersect(a, b) for b in name_boxes), (name, dpi, label.get_text())
+    fig.clear()
