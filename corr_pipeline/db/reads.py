@@ -1,7 +1,8 @@
 """Small reads other layers need (SQLAlchemy Core): the extent and trade dates of the price
 source, and how complete one session's prices are (:func:`session_prices`, for the sensor that
 starts a snapshot when the day's prices are in); the published snapshot dates and the matrix-store versions each one pins (retention,
-SPEC §8).
+SPEC §8); the published rows of one snapshot as arrays (:func:`published_rows`, for the
+changes between two sessions, SPEC §10).
 
 The price reads use the project's ``prices`` table by default, or the ``source`` they are given
 (a :class:`~corr_pipeline.db.price_source.PriceSource`, resolved against the catalog first, so a
@@ -13,21 +14,24 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from corr_pipeline.db.dates import as_iso_date
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource, resolve_price_source
-from corr_pipeline.db.schema import snapshots
+from corr_pipeline.db.schema import lead_lag_pairs, peer_neighbors, snapshots, symbol_clusters
 
 __all__ = [
     "PricesExtent",
+    "PublishedRows",
     "SessionPrices",
     "count_trade_dates",
     "latest_trade_date",
     "prices_extent",
     "published_dates",
     "published_matrix_versions",
+    "published_rows",
     "session_prices",
 ]
 
@@ -208,4 +212,93 @@ def session_prices(
         previous_symbols=int(previous_symbols),
         carried=int(carried),
         fingerprint=f"{int(rows)}-{digest}" if rows else "0",
+    )
+
+
+@dataclass(frozen=True)
+class PublishedRows:
+    """The published rows of one snapshot (SPEC §7) as the arrays the pipeline computed them in,
+    indices into ``symbols`` (sorted by code point, SPEC §2).
+
+    ``neighbor_index`` int32 N x k (−1 = padding; k = the largest published rank),
+    ``cluster_labels`` int32 (N,), ``lead_lag_pairs`` a structured array of
+    :data:`~corr_pipeline.compute.lead_lag.LEAD_LAG_DTYPE` (a NULL ``sync_corr`` read back as
+    NaN), ``params`` and ``matrix_versions`` the ``snapshots`` row's (SPEC §8)."""
+
+    snapshot_date: dt.date
+    symbols: list[str]
+    neighbor_index: np.ndarray
+    cluster_labels: np.ndarray
+    lead_lag_pairs: np.ndarray
+    params: dict
+    matrix_versions: dict[str, dict[str, str]] | None
+
+
+def published_rows(engine: sa.Engine, day: dt.date | str) -> PublishedRows | None:
+    """The published snapshot of ``day`` as arrays (None when ``day`` is not published), read
+    in one database snapshot (REPEATABLE READ: never a mix of two publications)."""
+    # imported here: the command line's --help must not import numba (compute.lead_lag does)
+    from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
+
+    d = as_iso_date(day, "day")
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
+        head = conn.execute(
+            sa.select(snapshots.c.params, snapshots.c.matrix_versions).where(
+                snapshots.c.snapshot_date == d
+            )
+        ).first()
+        if head is None:
+            return None
+        clusters = conn.execute(
+            sa.select(symbol_clusters.c.symbol, symbol_clusters.c.cluster_id)
+            .where(symbol_clusters.c.snapshot_date == d)
+            .order_by(symbol_clusters.c.symbol)
+        ).all()
+        neighbors = conn.execute(
+            sa.select(
+                peer_neighbors.c.symbol, peer_neighbors.c.rank, peer_neighbors.c.neighbor
+            ).where(peer_neighbors.c.snapshot_date == d)
+        ).all()
+        pairs = conn.execute(
+            sa.select(
+                lead_lag_pairs.c.leader,
+                lead_lag_pairs.c.lagger,
+                lead_lag_pairs.c.lag,
+                lead_lag_pairs.c.lagged_corr,
+                lead_lag_pairs.c.sync_corr,
+                lead_lag_pairs.c.improvement,
+                lead_lag_pairs.c.overlap,
+            )
+            .where(lead_lag_pairs.c.snapshot_date == d)
+            .order_by(lead_lag_pairs.c.improvement.desc(), "leader", "lagger")
+        ).all()
+    symbols = [str(s) for s, _ in clusters]
+    position = {s: i for i, s in enumerate(symbols)}
+    k = max((int(r) for _, r, _ in neighbors), default=0)
+    index = np.full((len(symbols), k), -1, np.int32)
+    for symbol, rank, neighbor in neighbors:
+        index[position[symbol], int(rank) - 1] = position[neighbor]
+    out = np.zeros(len(pairs), LEAD_LAG_DTYPE)
+    if pairs:
+        leader, lagger, lag, lagged, sync, improvement, overlap = zip(*pairs, strict=True)
+        out["leader"] = [position[s] for s in leader]
+        out["lagger"] = [position[s] for s in lagger]
+        out["lag"] = lag
+        out["lagged_corr"] = lagged
+        out["sync_corr"] = [np.nan if v is None else v for v in sync]
+        out["improvement"] = improvement
+        out["overlap"] = overlap
+    versions = head.matrix_versions
+    return PublishedRows(
+        snapshot_date=d,
+        symbols=symbols,
+        neighbor_index=index,
+        cluster_labels=np.array([c for _, c in clusters], np.int32),
+        lead_lag_pairs=out,
+        params=dict(head.params or {}),
+        matrix_versions=None
+        if versions is None
+        else {
+            str(a): {str(n): str(v) for n, v in arrays.items()} for a, arrays in versions.items()
+        },
     )
