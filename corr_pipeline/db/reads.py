@@ -20,7 +20,13 @@ from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from corr_pipeline.db.dates import as_iso_date
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource, resolve_price_source
-from corr_pipeline.db.schema import lead_lag_pairs, peer_neighbors, snapshots, symbol_clusters
+from corr_pipeline.db.schema import (
+    change_summaries,
+    lead_lag_pairs,
+    peer_neighbors,
+    snapshots,
+    symbol_clusters,
+)
 
 __all__ = [
     "PricesExtent",
@@ -32,6 +38,7 @@ __all__ = [
     "published_dates",
     "published_matrix_versions",
     "published_rows",
+    "recorded_change_dates",
     "session_prices",
 ]
 
@@ -114,6 +121,19 @@ def published_matrix_versions(engine: sa.Engine) -> dict[dt.date, dict[str, dict
             day: (None if versions is None else {str(a): dict(v) for a, v in versions.items()})
             for day, versions in conn.execute(statement)
         }
+
+
+def recorded_change_dates(engine: sa.Engine) -> list[dt.date]:
+    """The snapshot dates whose changes are published (``change_summaries``, SPEC §10), oldest
+    first: retention keeps a previous session's matrices until its successor is among them."""
+    with engine.connect() as conn:
+        return list(
+            conn.execute(
+                sa.select(change_summaries.c.snapshot_date).order_by(
+                    change_summaries.c.snapshot_date
+                )
+            ).scalars()
+        )
 
 
 def published_dates(engine: sa.Engine, *, before: dt.date | str | None = None) -> list[dt.date]:

@@ -27,7 +27,7 @@ from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.price_source import PriceSourceError
 from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
-from corr_pipeline.db.reads import published_matrix_versions
+from corr_pipeline.db.reads import published_matrix_versions, recorded_change_dates
 from corr_pipeline.db.synth import read_truth
 from corr_pipeline.defs import metadata, pictures
 from corr_pipeline.defs.checks import check_result
@@ -607,6 +607,7 @@ def _apply_retention(
             keep,
             writing=context.partition_key,
             in_flight=in_flight,
+            read_changed=lambda: recorded_change_dates(engine),
         )
     except Exception as exc:  # noqa: BLE001 - the publication itself succeeded
         context.log.warning(

@@ -22,6 +22,7 @@ import contextlib
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
@@ -39,6 +40,7 @@ from corr_pipeline.compute.changes import (
     neighbor_turnover,
 )
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
+from corr_pipeline.db.publish_changes import ChangesPublication
 from corr_pipeline.db.reads import PublishedRows, published_dates, published_rows
 from corr_pipeline.store.matrix_store import (
     MatrixNotFoundError,
@@ -52,6 +54,7 @@ __all__ = [
     "ChangesResults",
     "compute_changes",
     "previous_session",
+    "publication",
 ]
 
 #: The parts that need both dates' matrices (skipped when the previous ones were pruned).
@@ -203,5 +206,161 @@ def compute_changes(
             "min_members": int(min_members),
             "min_overlap": min_overlap,
             "quantiles": list(quantiles),
+        },
+    )
+
+
+def _number(value: float) -> float | None:
+    """A finite float, or None (NULL) for NaN."""
+    return float(value) if np.isfinite(value) else None
+
+
+def publication(results: ChangesResults) -> ChangesPublication:
+    """The rows :func:`corr_pipeline.db.publish_changes.publish_changes` writes for ``results``
+    (SPEC §10): NaN (no compared pair, a skipped part) becomes NULL."""
+    today, before, match, corr = results.today, results.previous, results.match, results.correlation
+    means = corr.means if corr is not None else {}
+    summary: dict[str, Any] = {
+        "previous_date": results.previous_date,
+        "n_symbols": len(today.symbols),
+        "n_previous_symbols": len(before.symbols),
+        "n_common": len(match.common),
+        "n_entered": int(match.entered.size),
+        "n_left": int(match.left.size),
+        "n_pairs": None if corr is None else int(corr.n_pairs),
+        "mean_corr": _number(means.get("corr_today", np.nan)),
+        "previous_mean_corr": _number(means.get("corr_previous", np.nan)),
+        "mean_abs_corr": _number(means.get("abs_corr_today", np.nan)),
+        "previous_mean_abs_corr": _number(means.get("abs_corr_previous", np.nan)),
+        "mean_change": _number(means.get("change", np.nan)),
+        "mean_abs_change": _number(means.get("abs_change", np.nan)),
+        "quantiles": None
+        if corr is None or corr.n_pairs == 0
+        else {
+            "levels": list(corr.quantile_levels),
+            **{name: [float(v) for v in values] for name, values in corr.quantiles.items()},
+        },
+        "change_histogram": None
+        if corr is None
+        else {
+            "edges": [float(corr.change_edges[0]), float(corr.change_edges[-1])],
+            "counts": [int(c) for c in corr.change_counts],
+        },
+        "skipped": dict(results.skipped),
+        "params": dict(results.params),
+    }
+    pairs: list[tuple[Any, ...]] = []
+    if corr is not None:
+        for rank, (p, q) in enumerate(zip(corr.top_p, corr.top_q, strict=True)):
+            pairs.append(
+                (
+                    rank + 1,
+                    match.common[p],
+                    match.common[q],
+                    float(corr.top_corr_today[rank]),
+                    float(corr.top_corr_previous[rank]),
+                    int(corr.top_overlap_today[rank]),
+                    int(corr.top_overlap_previous[rank]),
+                    float(corr.top_change[rank]),
+                )
+            )
+    migrations = results.clusters
+    symbols: list[tuple[Any, ...]] = []
+    for p, name in enumerate(match.common):
+        symbols.append(
+            (
+                name,
+                "kept",
+                int(today.cluster_labels[match.today_index[p]]),
+                int(before.cluster_labels[match.previous_index[p]]),
+                bool(migrations.moved[p]),
+                int(results.n_neighbors[p]),
+                int(results.new_neighbors[p]),
+            )
+        )
+    for i in match.entered:
+        symbols.append(
+            (today.symbols[i], "entered", int(today.cluster_labels[i]), None, None, None, None)
+        )
+    for i in match.left:
+        symbols.append(
+            (before.symbols[i], "left", None, int(before.cluster_labels[i]), None, None, None)
+        )
+    clusters: list[tuple[Any, ...]] = []
+    for a, b in enumerate(migrations.match_today):
+        matched = b >= 0
+        clusters.append(
+            (
+                len(clusters),
+                a,
+                int(b) if matched else None,
+                int(migrations.size_today[a]),
+                int(migrations.size_previous[b]) if matched else 0,
+                int(migrations.shared[a]),
+                "matched" if matched else "appeared",
+                bool(migrations.split[b]) if matched else False,
+                bool(migrations.merged[a]),
+            )
+        )
+    for b in np.flatnonzero(migrations.match_previous < 0):
+        clusters.append(
+            (
+                len(clusters),
+                None,
+                int(b),
+                0,
+                int(migrations.size_previous[b]),
+                0,
+                "vanished",
+                bool(migrations.split[b]),
+                False,
+            )
+        )
+    ll, pt, pp = results.lead_lag, today.lead_lag_pairs, before.lead_lag_pairs
+    lead_lag: list[tuple[Any, ...]] = []
+    for r in ll.appeared:
+        lead_lag.append(
+            (
+                today.symbols[pt["leader"][r]],
+                today.symbols[pt["lagger"][r]],
+                "appeared",
+                int(pt["lag"][r]),
+                None,
+                float(pt["improvement"][r]),
+                None,
+            )
+        )
+    for r in ll.vanished:
+        lead_lag.append(
+            (
+                before.symbols[pp["leader"][r]],
+                before.symbols[pp["lagger"][r]],
+                "vanished",
+                None,
+                int(pp["lag"][r]),
+                None,
+                float(pp["improvement"][r]),
+            )
+        )
+    for r, s in zip(ll.changed_today, ll.changed_previous, strict=True):
+        lead_lag.append(
+            (
+                today.symbols[pt["leader"][r]],
+                today.symbols[pt["lagger"][r]],
+                "lag_changed",
+                int(pt["lag"][r]),
+                int(pp["lag"][s]),
+                float(pt["improvement"][r]),
+                float(pp["improvement"][s]),
+            )
+        )
+    return ChangesPublication(
+        snapshot_date=results.snapshot_date,
+        summary=summary,
+        rows={
+            "change_pairs": pairs,
+            "change_symbols": symbols,
+            "change_clusters": clusters,
+            "change_lead_lag": lead_lag,
         },
     )
