@@ -22,10 +22,7 @@ from corr_pipeline.db.dates import as_iso_date
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource, resolve_price_source
 from corr_pipeline.db.schema import (
     change_summaries,
-    lead_lag_pairs,
-    peer_neighbors,
     snapshots,
-    symbol_clusters,
 )
 
 __all__ = [
@@ -254,9 +251,46 @@ class PublishedRows:
     matrix_versions: dict[str, dict[str, str]] | None
 
 
+#: The published snapshot of :d as columns: symbols are turned into their positions in the
+#: snapshot's symbol list (code-point order, ``COLLATE "C"``) by the server, and each column
+#: comes back as one array (``array_agg``): no Python object per row.
+_SYMBOLS_SQL = (
+    "SELECT array_agg(symbol ORDER BY symbol), array_agg(cluster_id ORDER BY symbol) "
+    "FROM symbol_clusters WHERE snapshot_date = :d"
+)
+_POSITIONS = (
+    "WITH s AS (SELECT symbol, (row_number() OVER (ORDER BY symbol) - 1)::int AS i "
+    "FROM symbol_clusters WHERE snapshot_date = :d) "
+)
+_NEIGHBORS_SQL = (
+    _POSITIONS + "SELECT array_agg(a.i), array_agg(p.rank::int), array_agg(b.i) "
+    "FROM peer_neighbors p JOIN s a ON a.symbol = p.symbol JOIN s b ON b.symbol = p.neighbor "
+    "WHERE p.snapshot_date = :d"
+)
+_PAIRS_SQL = (
+    _POSITIONS
+    + "SELECT array_agg(a.i ORDER BY x.improvement DESC, x.leader, x.lagger), "
+    + ", ".join(
+        f"array_agg({c} ORDER BY x.improvement DESC, x.leader, x.lagger)"
+        for c in (
+            "b.i",
+            "x.lag::int",
+            "x.lagged_corr",
+            "x.sync_corr",
+            "x.improvement",
+            "x.overlap",
+        )
+    )
+    + " FROM lead_lag_pairs x JOIN s a ON a.symbol = x.leader JOIN s b ON b.symbol = x.lagger "
+    "WHERE x.snapshot_date = :d"
+)
+
+
 def published_rows(engine: sa.Engine, day: dt.date | str) -> PublishedRows | None:
     """The published snapshot of ``day`` as arrays (None when ``day`` is not published), read
-    in one database snapshot (REPEATABLE READ: never a mix of two publications)."""
+    in one database snapshot (REPEATABLE READ: never a mix of two publications). The symbols
+    are those of ``symbol_clusters`` (every kept symbol has its row); lead-lag pairs in SPEC §6
+    order."""
     # imported here: the command line's --help must not import numba (compute.lead_lag does)
     from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 
@@ -269,51 +303,27 @@ def published_rows(engine: sa.Engine, day: dt.date | str) -> PublishedRows | Non
         ).first()
         if head is None:
             return None
-        clusters = conn.execute(
-            sa.select(symbol_clusters.c.symbol, symbol_clusters.c.cluster_id)
-            .where(symbol_clusters.c.snapshot_date == d)
-            .order_by(symbol_clusters.c.symbol)
-        ).all()
-        neighbors = conn.execute(
-            sa.select(
-                peer_neighbors.c.symbol, peer_neighbors.c.rank, peer_neighbors.c.neighbor
-            ).where(peer_neighbors.c.snapshot_date == d)
-        ).all()
-        pairs = conn.execute(
-            sa.select(
-                lead_lag_pairs.c.leader,
-                lead_lag_pairs.c.lagger,
-                lead_lag_pairs.c.lag,
-                lead_lag_pairs.c.lagged_corr,
-                lead_lag_pairs.c.sync_corr,
-                lead_lag_pairs.c.improvement,
-                lead_lag_pairs.c.overlap,
-            )
-            .where(lead_lag_pairs.c.snapshot_date == d)
-            .order_by(lead_lag_pairs.c.improvement.desc(), "leader", "lagger")
-        ).all()
-    symbols = [str(s) for s, _ in clusters]
-    position = {s: i for i, s in enumerate(symbols)}
-    k = max((int(r) for _, r, _ in neighbors), default=0)
-    index = np.full((len(symbols), k), -1, np.int32)
-    for symbol, rank, neighbor in neighbors:
-        index[position[symbol], int(rank) - 1] = position[neighbor]
-    out = np.zeros(len(pairs), LEAD_LAG_DTYPE)
-    if pairs:
-        leader, lagger, lag, lagged, sync, improvement, overlap = zip(*pairs, strict=True)
-        out["leader"] = [position[s] for s in leader]
-        out["lagger"] = [position[s] for s in lagger]
-        out["lag"] = lag
-        out["lagged_corr"] = lagged
-        out["sync_corr"] = [np.nan if v is None else v for v in sync]
-        out["improvement"] = improvement
-        out["overlap"] = overlap
+        symbol_list, labels = conn.execute(sa.text(_SYMBOLS_SQL), {"d": d}).one()
+        rows, ranks, neighbors = conn.execute(sa.text(_NEIGHBORS_SQL), {"d": d}).one()
+        pair_columns = conn.execute(sa.text(_PAIRS_SQL), {"d": d}).one()
+    symbols = [str(s) for s in symbol_list or []]
+    rank = np.asarray(ranks or [], np.int64)
+    index = np.full((len(symbols), int(rank.max(initial=0))), -1, np.int32)
+    if rank.size:
+        index[np.asarray(rows, np.int64), rank - 1] = np.asarray(neighbors, np.int32)
+    n_pairs = len(pair_columns[0] or [])
+    out = np.zeros(n_pairs, LEAD_LAG_DTYPE)
+    if n_pairs:
+        for name, values in zip(LEAD_LAG_DTYPE.names or (), pair_columns, strict=True):
+            if name == "sync_corr":  # NULL (an undefined synchronous corr) is NaN again
+                values = [np.nan if v is None else v for v in values]
+            out[name] = values
     versions = head.matrix_versions
     return PublishedRows(
         snapshot_date=d,
         symbols=symbols,
         neighbor_index=index,
-        cluster_labels=np.array([c for _, c in clusters], np.int32),
+        cluster_labels=np.asarray(labels or [], np.int32),
         lead_lag_pairs=out,
         params=dict(head.params or {}),
         matrix_versions=None

@@ -250,11 +250,12 @@ class ChangesResult:
     """What changed in the snapshot of ``snapshot`` since ``previous_date`` (SPEC §10):
     ``summary`` (the ``change_summaries`` row: counts, drift, quantiles, skipped parts),
     ``moves`` (the largest, rows of ``change_pairs``), ``entered`` / ``left`` (symbols, by
-    name) and ``counts`` of the other kinds of change."""
+    name) and ``counts`` of the other kinds of change. ``previous_date`` and ``summary`` are
+    None for the first published snapshot (nothing to compare with)."""
 
     snapshot: Snapshot
-    previous_date: dt.date
-    summary: dict[str, Any]
+    previous_date: dt.date | None
+    summary: dict[str, Any] | None
     moves: list[dict[str, Any]]
     entered: list[str]
     left: list[str]
@@ -272,6 +273,8 @@ class ChangesResult:
             "quantiles",
             "skipped",
         )
+        if self.previous_date is None or self.summary is None:
+            return {"query": "changes", **self.snapshot.to_json(), "previous_date": None}
         return {
             "query": "changes",
             **self.snapshot.to_json(),
@@ -292,10 +295,11 @@ class SymbolChangesResult:
     became of its previous cluster (``previous_cluster_now``: today's cluster matched to it, or
     None if it vanished), its new and dropped neighbors (by name), its lead-lag changes, and its
     largest correlation moves (``moves``, from the matrices of both days when they are in the
-    store, else its rows among the market's top moves: ``moves_source`` says which)."""
+    store, else its rows among the market's top moves: ``moves_source`` says which).
+    ``previous_date`` is None (``status`` ``"first"``) for the first published snapshot."""
 
     snapshot: Snapshot
-    previous_date: dt.date
+    previous_date: dt.date | None
     symbol: str
     status: str
     cluster_id: int | None
@@ -313,7 +317,7 @@ class SymbolChangesResult:
         return {
             "query": "changes",
             **self.snapshot.to_json(),
-            "previous_date": self.previous_date.isoformat(),
+            "previous_date": None if self.previous_date is None else self.previous_date.isoformat(),
             "symbol": self.symbol,
             "status": self.status,
             "cluster_id": self.cluster_id,

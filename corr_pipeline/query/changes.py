@@ -8,7 +8,8 @@
 ``date=None`` (or ``"latest"``) is the latest published snapshot; each answer reads one
 database snapshot (:func:`~corr_pipeline.query.published.consistent_read`). The errors are those
 of the other queries (no snapshot, a date without one, an unknown symbol with close matches),
-plus :class:`ChangesNotRecordedError` for a snapshot whose changes are not recorded. A symbol's
+plus :class:`ChangesNotRecordedError` for a snapshot whose changes are not recorded. The first
+published snapshot has nothing to compare with: that is an answer (``previous_date`` None). A symbol's
 largest moves come from one row of each day's correlation matrix in the store (the pinned
 versions, SPEC §8): every pair of the symbol, exact, ties by name; when a matrix is gone, from
 its rows among the market's top moves (``change_pairs``).
@@ -47,13 +48,16 @@ __all__ = ["ChangesNotRecordedError", "changes", "symbol_changes"]
 
 
 class ChangesNotRecordedError(QueryError):
-    """The snapshot exists but its changes are not recorded (no earlier published session, or
-    ``snapshot_changes`` has not run for it)."""
+    """The snapshot has an earlier published session but its changes are not recorded
+    (``snapshot_changes`` has not run for it)."""
 
     kind = "changes_not_recorded"
 
 
-def _summary(conn: sa.Connection, snap: Snapshot) -> dict[str, Any]:
+def _summary(conn: sa.Connection, snap: Snapshot) -> dict[str, Any] | None:
+    """The date's ``change_summaries`` row; None when no earlier snapshot is published (an
+    answer: nothing to compare with); :class:`ChangesNotRecordedError` when there is one but
+    the changes are not recorded."""
     row = conn.execute(
         sa.select(change_summaries).where(change_summaries.c.snapshot_date == snap.snapshot_date)
     ).first()
@@ -64,10 +68,7 @@ def _summary(conn: sa.Connection, snap: Snapshot) -> dict[str, Any]:
         sa.select(sa.func.max(snapshots.c.snapshot_date)).where(snapshots.c.snapshot_date < day)
     ).scalar_one()
     if earlier is None:
-        raise ChangesNotRecordedError(
-            f"no changes for {day}: no snapshot before it is published, so there is nothing to "
-            "compare it with"
-        )
+        return None
     raise ChangesNotRecordedError(
         f"the changes of {day} (against {earlier}) are not recorded: materialize "
         f"snapshot_changes for {day.isoformat()}"
@@ -82,6 +83,8 @@ def changes(
     with consistent_read(engine) as conn:
         snap = resolve_snapshot(conn, date)
         summary = _summary(conn, snap)
+        if summary is None:
+            return ChangesResult(snap, None, None, [], [], [], {})
         day = snap.snapshot_date
         moves_query = (
             sa.select(
@@ -240,6 +243,11 @@ def symbol_changes(
     with consistent_read(engine) as conn:
         snap = resolve_snapshot(conn, date)
         summary = _summary(conn, snap)
+        if summary is None:  # the first published snapshot: the symbol must be in it
+            _require_symbol(conn, snap, symbol)
+            return SymbolChangesResult(
+                snap, None, symbol, "first", None, None, None, None, [], [], None, [], [], ""
+            )
         day, previous = snap.snapshot_date, summary["previous_date"]
         row = conn.execute(
             sa.select(change_symbols).where(

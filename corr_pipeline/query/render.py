@@ -242,6 +242,11 @@ def _names(names: list[str], limit: int = 20) -> str:
 
 def _render_changes(result: ChangesResult) -> str:
     s, c = result.summary, result.counts
+    if s is None:
+        return (
+            f"no changes in {_describe(result.snapshot)}: no snapshot before it is published, "
+            "so there is nothing to compare it with"
+        )
     lines = [
         f"changes in {_describe(result.snapshot)} since {result.previous_date}",
         f"symbols: {s['n_common']:,} in both, {len(result.entered):,} entered, "
@@ -302,6 +307,11 @@ def _render_changes(result: ChangesResult) -> str:
 
 def _render_symbol_changes(result: SymbolChangesResult) -> str:
     who = printable(result.symbol)
+    if result.previous_date is None:
+        return (
+            f"no changes of {who} in {_describe(result.snapshot)}: no snapshot before it is "
+            "published, so there is nothing to compare it with"
+        )
     lines = [f"changes of {who} in {_describe(result.snapshot)} since {result.previous_date}"]
     if result.status == "entered":
         lines.append(f"{who} entered the universe (cluster {result.cluster_id})")

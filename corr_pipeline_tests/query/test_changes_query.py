@@ -114,8 +114,13 @@ def test_entered_left_and_pruned_matrices(published):
 
 def test_errors_follow_the_other_queries(published, clean_db):
     engine = published["engine"]
-    with pytest.raises(q.ChangesNotRecordedError, match="no snapshot before it is published"):
-        q.changes(engine, D0)
+    first = q.changes(engine, D0)  # the first published snapshot: an answer, not an error
+    assert first.previous_date is None and first.to_json()["previous_date"] is None
+    assert "no snapshot before it is published" in q.to_text(first)
+    first_symbol = q.symbol_changes(engine, published["s0"][0], D0)
+    assert first_symbol.status == "first" and "nothing to compare" in q.to_text(first_symbol)
+    with pytest.raises(q.UnknownSymbolError):
+        q.symbol_changes(engine, "NOPE", D0)
     with pytest.raises(q.SnapshotNotFoundError, match="no snapshot for 2026-11-20"):
         q.changes(engine, "2026-11-20")
     with pytest.raises(q.UnknownSymbolError, match="unknown symbol") as info:
@@ -147,7 +152,10 @@ def test_cli(published, capsys):
     code, out, _ = _run(engine, ["query", "changes", symbol, "--json"], capsys)
     assert code == 0 and json.loads(out)["symbol"] == symbol
     code, out, err = _run(engine, ["query", "changes", "--date", str(D0), "--json"], capsys)
+    assert code == 0 and json.loads(out)["previous_date"] is None
+    publish_day(engine, None, D2, published["s1"], 3)  # published, changes not computed
+    code, out, err = _run(engine, ["query", "changes", "--json"], capsys)
     assert code == 2 and json.loads(out)["error"]["type"] == "changes_not_recorded"
-    assert err.startswith("corr-pipeline query: no changes for 2026-11-23")
-    code, out, err = _run(engine, ["query", "changes", "NOPE"], capsys)
+    assert err.startswith("corr-pipeline query: the changes of 2026-11-25")
+    code, out, err = _run(engine, ["query", "changes", "NOPE", "--date", str(D1)], capsys)
     assert code == 2 and out == "" and 'unknown symbol "NOPE"' in err
