@@ -8,8 +8,9 @@ interleave, and two publishers of the same date's changes end with one whole ver
 1. take the lock;
 2. ``DELETE`` the date's rows from the four child tables, then its ``change_summaries`` row;
 3. ``INSERT`` the ``change_summaries`` row (jsonb: quantiles, histogram, skipped parts, params);
-4. one ``COPY ... FROM STDIN`` per child table (psycopg's row writer: the values are typed by
-   the server, NULL for ``None`` and NaN is refused before the transaction);
+4. one ``COPY ... FROM STDIN (FORMAT BINARY)`` per child table (psycopg's row writer with the
+   column types set: float32 values go into ``real`` columns exactly; NULL for ``None``; NaN is
+   refused before the transaction);
 5. ``COMMIT``: readers see the previous version until then, the new one after, never a mix.
 
 Everything is validated before the transaction starts (:class:`PublishError`, nothing written).
@@ -81,6 +82,14 @@ CHANGE_COLUMNS: dict[str, tuple[str, ...]] = {
         "improvement",
         "previous_improvement",
     ),
+}
+
+#: PostgreSQL types of the columns of :data:`CHANGE_COLUMNS`, for the binary COPY.
+_COPY_TYPES: dict[str, tuple[str, ...]] = {
+    "change_pairs": ("int2", "text", "text", "float4", "float4", "int4", "int4", "float8"),
+    "change_symbols": ("text", "text", "int4", "int4", "bool", "int4", "int4"),
+    "change_clusters": ("int4", "int4", "int4", "int4", "int4", "int4", "text", "bool", "bool"),
+    "change_lead_lag": ("text", "text", "text", "int2", "int2", "float4", "float4"),
 }
 
 #: The ``change_summaries`` columns a publication sets (``created_at`` is ``now()``).
@@ -189,8 +198,11 @@ def publish_changes(engine: sa.Engine, changes: ChangesPublication) -> ChangesRe
         timings["replace_summary_s"] = time.perf_counter() - t
         for table, names in CHANGE_COLUMNS.items():
             t = time.perf_counter()
-            statement = f"COPY {table} (snapshot_date, {', '.join(names)}) FROM STDIN"
+            statement = (
+                f"COPY {table} (snapshot_date, {', '.join(names)}) FROM STDIN (FORMAT BINARY)"
+            )
             with cur.copy(statement) as copy:
+                copy.set_types(["date", *_COPY_TYPES[table]])
                 for row in changes.rows[table]:
                     copy.write_row((d, *row))
             rows[table] = cur.rowcount

@@ -284,7 +284,7 @@ def symbol_changes(
                     change_lead_lag.c.snapshot_date == day,
                     sa.or_(change_lead_lag.c.leader == symbol, change_lead_lag.c.lagger == symbol),
                 )
-                .order_by(change_lead_lag.c.change, change_lead_lag.c.leader, "lagger")
+                .order_by(change_lead_lag.c.change, change_lead_lag.c.leader, "lagger")  # a-l-v
             )
         ]
         pins_today, pins_before = _pinned(conn, day), _pinned(conn, previous)

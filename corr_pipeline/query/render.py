@@ -305,6 +305,12 @@ def _render_changes(result: ChangesResult) -> str:
     return "\n".join(lines)
 
 
+#: The kinds of lead-lag change (SPEC §10.5), in the order the answer lists them.
+LEAD_LAG_CHANGES = ("appeared", "lag_changed", "vanished")
+#: Lead-lag changes of one symbol shown in the terminal (all with ``--json``).
+LEAD_LAG_SHOWN = 10
+
+
 def _render_symbol_changes(result: SymbolChangesResult) -> str:
     who = printable(result.symbol)
     if result.previous_date is None:
@@ -330,17 +336,24 @@ def _render_symbol_changes(result: SymbolChangesResult) -> str:
             f"{_names(result.new_neighbors)}; dropped: {_names(result.dropped_neighbors)}"
         )
     if result.lead_lag:
-        lines.append("lead-lag changes:")
+        counts = {c: sum(r["change"] == c for r in result.lead_lag) for c in LEAD_LAG_CHANGES}
+        lines.append(
+            "lead-lag changes: "
+            + ", ".join(f"{n} {c.replace('_', ' ')}" for c, n in counts.items() if n)
+        )
+        shown = result.lead_lag[:LEAD_LAG_SHOWN]
         lines.append(
             format_table(
                 ["change", "leader", "lagger", "lag", "previous lag"],
                 [
                     [r["change"], r["leader"], r["lagger"], r["lag"] or "", r["previous_lag"] or ""]
-                    for r in result.lead_lag
+                    for r in shown
                 ],
                 "lllrr",
             )
         )
+        if len(shown) < len(result.lead_lag):
+            lines.append(f"({len(result.lead_lag) - len(shown)} more with --json)")
     else:
         lines.append("lead-lag changes: none")
     if result.moves:
