@@ -17,11 +17,16 @@ temporary. A pair is *compared* iff both correlations are finite and both overla
   ``x[lo] + (h − lo)(x[lo+1] − x[lo])`` with ``h = q (n − 1)``), by a two-pass radix select:
   the first pass counts the values per bin of the top 20 bits of their order-preserving 32-bit
   key, the second collects the values of the few bins holding the wanted order statistics, which
-  are then sorted. Exact, and the memory is 4 x 2^20 counts plus those bins;
+  are then sorted. Exact, and the memory is 4 x 2^20 counts per parallel chunk plus those bins;
 - a histogram of ``Δ`` (``change_bins`` equal bins over [−2, 2]);
 - the top ``top_m`` pairs by ``|Δ|`` descending, ties to the smaller pair ``(p, q)``
   (lexicographic, i.e. by name): the same strict-improvement running selection as the neighbors
   (:mod:`corr_pipeline.compute.selection`), scanning pairs in increasing ``(p, q)`` order.
+
+The rows are split into at most 4 interleaved chunks (row ``p`` in chunk ``p % chunks``) scanned
+in parallel (numba ``prange``); the results do not depend on the number of chunks: the counts
+are integers, the top M of each chunk is exact and merged with the same order, and the sums are
+accumulated per row and added in row order.
 
 ``neighbor_turnover`` (10.3): for a common symbol, how many of today's top-k neighbors were not
 among its previous top-k (by name).
@@ -73,6 +78,8 @@ DISTRIBUTIONS = ("corr_today", "corr_previous", "abs_corr_today", "abs_corr_prev
 
 _KEY_SHIFT = 12  # 32-bit keys, bins of their top 20 bits
 _N_BINS = 1 << (32 - _KEY_SHIFT)
+#: At most this many chunks scanned in parallel (each holds 4 x 2^20 counts, 32 MiB).
+_MAX_CHUNKS = 4
 
 
 # ------------------------------------------------------------------------------------------------
@@ -165,7 +172,7 @@ def _key(bits):  # pragma: no cover - compiled
     return bits | np.uint32(0x80000000)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(parallel=True, cache=True)
 def _scan(  # pragma: no cover - compiled
     ct,
     ctf,
@@ -181,7 +188,7 @@ def _scan(  # pragma: no cover - compiled
     p1,
     min_overlap,
     first_pass,
-    sums,
+    row_sums,
     hist,
     change_counts,
     top_scores,
@@ -193,64 +200,79 @@ def _scan(  # pragma: no cover - compiled
 ):
     """Pairs ``p in [p0, p1)``, ``q > p`` of common symbols; ``ctf``/``cpf`` the corr rows
     ``row0_t ..`` / ``row0_p ..`` (``ct``/``cp`` their uint32 views) and ``ot``/``op`` the
-    overlap rows.
+    overlap rows. Row ``p`` belongs to chunk ``c = p % n_chunks`` (``hist.shape[0]``), and the
+    chunks run in parallel, each with its own histograms, Δ counts, top-M list and value regions.
 
-    First pass: ``sums`` (count, Σct, Σcp, Σ|ct|, Σ|cp|, ΣΔ, Σ|Δ|), the four 20-bit key
-    histograms, the Δ histogram and the running top-M. Second pass: append the values whose bin
-    ``lookup[d, bin] >= 0`` to ``values[offsets[slot] + fill[slot]]``.
+    First pass: ``row_sums[p]`` (count, Σct, Σcp, Σ|ct|, Σ|cp|, ΣΔ, Σ|Δ| of row ``p``), the four
+    20-bit key histograms ``hist[c]``, the Δ histogram ``change_counts[c]`` and the running
+    top-M ``top_scores[c]`` / ``top_keys[c]`` (pairs of a chunk arrive in increasing key order).
+    Second pass: append each key whose bin has ``lookup[d, bin] = slot >= 0`` to
+    ``values[offsets[c, slot] + fill[c, slot]]``.
     """
     n = ti.shape[0]
-    n_change = change_counts.shape[0]
-    m = top_scores.shape[0]
-    for p in range(p0, p1):
-        rt = ti[p] - row0_t
-        rp = pi[p] - row0_p
-        for q in range(p + 1, n):
-            jt = ti[q]
-            jp = pi[q]
-            if ot[rt, jt] < min_overlap or op[rp, jp] < min_overlap:
-                continue
-            bt = ct[rt, jt]
-            bp = cp[rp, jp]
-            # finite float32 <=> exponent bits not all ones
-            if (bt & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
-                continue
-            if (bp & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
-                continue
-            keys = (
-                _key(bt),
-                _key(bp),
-                (bt & np.uint32(0x7FFFFFFF)) | np.uint32(0x80000000),
-                (bp & np.uint32(0x7FFFFFFF)) | np.uint32(0x80000000),
-            )
+    n_chunks = hist.shape[0]
+    n_change = change_counts.shape[1]
+    m = top_scores.shape[1]
+    for c in numba.prange(n_chunks):
+        start = p0 + (c - p0 % n_chunks + n_chunks) % n_chunks
+        for p in range(start, p1, n_chunks):
+            rt = ti[p] - row0_t
+            rp = pi[p] - row0_p
+            s0 = s1 = s2 = s3 = s4 = s5 = s6 = 0.0
+            for q in range(p + 1, n):
+                jt = ti[q]
+                jp = pi[q]
+                if ot[rt, jt] < min_overlap or op[rp, jp] < min_overlap:
+                    continue
+                bt = ct[rt, jt]
+                bp = cp[rp, jp]
+                # finite float32 <=> exponent bits not all ones
+                if (bt & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
+                    continue
+                if (bp & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
+                    continue
+                keys = (
+                    _key(bt),
+                    _key(bp),
+                    (bt & np.uint32(0x7FFFFFFF)) | np.uint32(0x80000000),
+                    (bp & np.uint32(0x7FFFFFFF)) | np.uint32(0x80000000),
+                )
+                if first_pass:
+                    vt = np.float64(ctf[rt, jt])
+                    vp = np.float64(cpf[rp, jp])
+                    d = vt - vp
+                    ad = abs(d)
+                    s0 += 1.0
+                    s1 += vt
+                    s2 += vp
+                    s3 += abs(vt)
+                    s4 += abs(vp)
+                    s5 += d
+                    s6 += ad
+                    for k in range(4):
+                        hist[c, k, keys[k] >> _KEY_SHIFT] += 1
+                    b = int((d + 2.0) * n_change / 4.0)
+                    if b >= n_change:
+                        b = n_change - 1
+                    elif b < 0:
+                        b = 0
+                    change_counts[c, b] += 1
+                    if m > 0:
+                        _insert(top_scores[c], top_keys[c], m, ad, p * n + q)
+                else:
+                    for k in range(4):
+                        slot = lookup[k, keys[k] >> _KEY_SHIFT]
+                        if slot >= 0:
+                            values[offsets[c, slot] + fill[c, slot]] = keys[k]
+                            fill[c, slot] += 1
             if first_pass:
-                vt = np.float64(ctf[rt, jt])
-                vp = np.float64(cpf[rp, jp])
-                d = vt - vp
-                ad = abs(d)
-                sums[0] += 1.0
-                sums[1] += vt
-                sums[2] += vp
-                sums[3] += abs(vt)
-                sums[4] += abs(vp)
-                sums[5] += d
-                sums[6] += ad
-                for k in range(4):
-                    hist[k, keys[k] >> _KEY_SHIFT] += 1
-                b = int((d + 2.0) * n_change / 4.0)
-                if b >= n_change:
-                    b = n_change - 1
-                elif b < 0:
-                    b = 0
-                change_counts[b] += 1
-                if m > 0:
-                    _insert(top_scores, top_keys, m, ad, p * n + q)
-            else:
-                for k in range(4):
-                    slot = lookup[k, keys[k] >> _KEY_SHIFT]
-                    if slot >= 0:
-                        values[offsets[slot] + fill[slot]] = keys[k]
-                        fill[slot] += 1
+                row_sums[p, 0] = s0
+                row_sums[p, 1] = s1
+                row_sums[p, 2] = s2
+                row_sums[p, 3] = s3
+                row_sums[p, 4] = s4
+                row_sums[p, 5] = s5
+                row_sums[p, 6] = s6
 
 
 def _from_key(key: np.ndarray) -> np.ndarray:
@@ -312,13 +334,14 @@ def correlation_changes(
     n = int(ti.size)
     m = int(top_m)
 
-    sums = np.zeros(7, np.float64)
-    hist = np.zeros((4, _N_BINS), np.int64)
-    change_counts = np.zeros(int(change_bins), np.int64)
-    top_scores = np.full(m, -np.inf, np.float64)
-    top_keys = np.full(m, -1, np.int64)
+    chunks = max(1, min(numba.get_num_threads(), _MAX_CHUNKS))
+    row_sums = np.zeros((n, 7), np.float64)
+    hist = np.zeros((chunks, 4, _N_BINS), np.int64)
+    change_counts = np.zeros((chunks, int(change_bins)), np.int64)
+    top_scores = np.full((chunks, m), -np.inf, np.float64)
+    top_keys = np.full((chunks, m), -1, np.int64)
     no_lookup = np.zeros((4, 1), np.int32)
-    no_slots = np.zeros(0, np.int64)
+    no_slots = np.zeros((chunks, 0), np.int64)
     no_values = np.zeros(0, np.uint32)
     # a block row reads one row of each of the four matrices (views, no copies)
     row_bytes = sum(a.shape[1] * a.dtype.itemsize for a in (corr_today, overlap_today))
@@ -346,7 +369,7 @@ def correlation_changes(
                 p1,
                 int(min_overlap),
                 first_pass,
-                sums,
+                row_sums,
                 hist,
                 change_counts,
                 top_scores,
@@ -358,6 +381,7 @@ def correlation_changes(
             )
 
     run(True, no_lookup, no_slots, no_slots, no_values)
+    sums = row_sums.sum(axis=0)  # per-row sums, added in row order: independent of the chunks
     count = int(sums[0])
     names = ("corr_today", "corr_previous", "abs_corr_today", "abs_corr_previous")
     means = {
@@ -372,7 +396,8 @@ def correlation_changes(
         # the order statistics wanted: lo and lo + 1 of h = q (n - 1)
         lows = {int(np.floor(q * (count - 1))) for q in levels}
         ranks = sorted(lows | {min(r + 1, count - 1) for r in lows})
-        cum = np.cumsum(hist, axis=1)
+        counts = hist.sum(axis=0)
+        cum = np.cumsum(counts, axis=1)
         lookup = np.full((4, _N_BINS), -1, np.int32)
         slot_bins: list[tuple[int, int]] = []
         for d in range(4):
@@ -381,16 +406,21 @@ def correlation_changes(
                 if lookup[d, b] < 0:
                     lookup[d, b] = len(slot_bins)
                     slot_bins.append((d, b))
-        sizes = np.array([hist[d, b] for d, b in slot_bins], np.int64)
-        offsets = np.zeros(len(slot_bins), np.int64)
-        np.cumsum(sizes[:-1], out=offsets[1:])
-        fill = np.zeros(len(slot_bins), np.int64)
+        # slot s of chunk c: hist[c, d, b] values from offsets[c, s] (slots one after the
+        # other, the chunks' parts of a slot one after the other)
+        per_chunk = np.array([hist[:, d, b] for d, b in slot_bins], np.int64).T  # chunks x slots
+        sizes = per_chunk.sum(axis=0)
+        offsets = np.zeros_like(per_chunk)
+        offsets[1:] = np.cumsum(per_chunk[:-1], axis=0)
+        offsets += np.concatenate(([0], np.cumsum(sizes)[:-1]))[None, :]
+        fill = np.zeros_like(per_chunk)
         values = np.empty(int(sizes.sum()), np.uint32)
         run(False, lookup, offsets, fill, values)
-        if not np.array_equal(fill, sizes):  # the two passes read different data
+        if not np.array_equal(fill, per_chunk):  # the two passes read different data
             raise RuntimeError("correlation_changes: the inputs changed between the two passes")
+        slot_start = offsets[0]
         sorted_bins = {
-            (d, b): np.sort(values[offsets[s] : offsets[s] + sizes[s]])
+            (d, b): np.sort(values[slot_start[s] : slot_start[s] + sizes[s]])
             for s, (d, b) in enumerate(slot_bins)
         }
 
@@ -408,8 +438,10 @@ def correlation_changes(
                     order_statistic(d, lo), order_statistic(d, hi), h - lo
                 )
 
-    kept = top_keys >= 0
-    keys = top_keys[kept]
+    # the global top M is among the chunks' top M: |Δ| descending, then the pair key
+    scores, all_keys = top_scores.ravel(), top_keys.ravel()
+    kept = np.flatnonzero(all_keys >= 0)
+    keys = all_keys[kept[np.lexsort((all_keys[kept], -scores[kept]))][:m]]
     tp, tq = keys // max(n, 1), keys % max(n, 1)
     rows_t, cols_t, rows_p, cols_p = ti[tp], ti[tq], pi[tp], pi[tq]
     top_corr_today = np.asarray(corr_today[rows_t, cols_t], dtype=np.float32)
@@ -419,7 +451,7 @@ def correlation_changes(
         means=means,
         quantile_levels=levels,
         quantiles=out_quantiles,
-        change_counts=change_counts,
+        change_counts=change_counts.sum(axis=0),
         change_edges=np.linspace(-2.0, 2.0, int(change_bins) + 1),
         top_p=tp,
         top_q=tq,

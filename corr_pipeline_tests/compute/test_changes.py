@@ -387,3 +387,25 @@ def test_lead_lag_changes_match_dicts_of_names(seed):
     assert (
         list(zip(got.changed_today.tolist(), got.changed_previous.tolist(), strict=True)) == changed
     )
+
+
+def test_results_do_not_depend_on_the_chunks_or_the_blocks(monkeypatch):
+    import corr_pipeline.compute.changes as module
+
+    rng = np.random.default_rng(42)
+    symbols_t, symbols_p = _names(rng, 60, 70), _names(rng, 62, 70)
+    corr_t, ov_t = _day(rng, symbols_t, ties=True)
+    corr_p, ov_p = _day(rng, symbols_p, ties=True)
+    match = match_symbols(symbols_t, symbols_p)
+    runs = []
+    for chunks, budget in ((1, 64), (4, 64), (4, 1e-4), (1, 1e-3)):
+        monkeypatch.setattr(module, "_MAX_CHUNKS", chunks)
+        args = (corr_t, ov_t, corr_p, ov_p, match.today_index, match.previous_index)
+        runs.append(correlation_changes(*args, min_overlap=25, top_m=40, working_memory_mb=budget))
+    for other in runs[1:]:
+        assert other.means == runs[0].means  # bit for bit
+        for name in DISTRIBUTIONS:
+            np.testing.assert_array_equal(other.quantiles[name], runs[0].quantiles[name])
+        np.testing.assert_array_equal(other.change_counts, runs[0].change_counts)
+        np.testing.assert_array_equal(other.top_p, runs[0].top_p)
+        np.testing.assert_array_equal(other.top_q, runs[0].top_q)
