@@ -37,9 +37,9 @@ def change_histogram_png(
     fig, ax = _new_figure(6.4, 4.0)
     shown = np.where(counts > 0, counts, np.nan)  # empty bins are not drawn on the log scale
     ax.stairs(shown, edges, fill=True, color="#4c72b0", alpha=0.85)
-    ax.set_yscale("log")
     used = np.flatnonzero(counts)
-    if used.size:
+    if used.size:  # nothing to put on a log scale otherwise
+        ax.set_yscale("log")
         ax.set_xlim(edges[used[0]], edges[used[-1] + 1])
     ax.axvline(0.0, color="grey", linewidth=0.6)
     ax.set_xlabel("corr today − corr previous session")
