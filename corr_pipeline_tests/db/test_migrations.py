@@ -440,7 +440,8 @@ def test_fresh_database(new_database: Callable[[], str]) -> None:
     and created by ensure_schema(create_if_fresh=True), what the loading commands use."""
     with opened(new_database()) as db:
         status = migrate.schema_status(db)
-        assert status.fresh and [rev.id for rev in status.pending] == ["0001", "0002", "0003", "0004", HEAD]
+        pending = [rev.id for rev in status.pending]
+        assert status.fresh and pending == ["0001", "0002", "0003", "0004", HEAD]
         with pytest.raises(SchemaVersionError) as info:
             migrate.require_current(db)
         assert str(info.value) == (
