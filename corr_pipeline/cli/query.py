@@ -1,4 +1,4 @@
-"""``corr-pipeline query snapshots|peers|cluster|lead-lag|corr``: the answers of
+"""``corr-pipeline query snapshots|peers|cluster|lead-lag|corr|changes``: the answers of
 :mod:`corr_pipeline.query` on the command line.
 
 Each prints a fixed-width table (:func:`corr_pipeline.query.to_text`), or JSON with ``--json``
@@ -20,11 +20,13 @@ import sqlalchemy as sa
 from corr_pipeline.query import (
     Answer,
     QueryError,
+    changes,
     cluster,
     corr,
     lead_lag,
     peers,
     snapshots,
+    symbol_changes,
     to_text,
 )
 
@@ -91,6 +93,10 @@ def run_query(
             result = lead_lag(engine, args.symbol, args.date, limit=args.limit)
         elif what == "corr":
             result = corr(engine, args.a, args.b, args.date)
+        elif what == "changes" and args.symbol is None:
+            result = changes(engine, args.date, limit=args.limit)
+        elif what == "changes":
+            result = symbol_changes(engine, args.symbol, args.date, limit=args.limit)
         else:  # pragma: no cover - argparse restricts the choices
             raise QueryError(f"unknown query {what!r}")
     except QueryError as exc:
@@ -173,3 +179,21 @@ def add_query_commands(
     )
     p.add_argument("a", metavar="A")
     p.add_argument("b", metavar="B")
+
+    p = common(
+        sub.add_parser(
+            "changes",
+            help="what changed since the previous session: drift, largest moves, clusters, "
+            "lead-lag (or one symbol's changes)",
+        )
+    )
+    p.add_argument(
+        "symbol", metavar="SYMBOL", nargs="?", default=None, help="one symbol (default: market)"
+    )
+    p.add_argument(
+        "--limit",
+        type=_limit,
+        default=20,
+        metavar="N",
+        help="the N largest correlation moves (default 20, 0 = all recorded)",
+    )

@@ -17,7 +17,7 @@ from typing import Any
 
 from corr_pipeline import settings
 from corr_pipeline.cli.common import echo, open_engine, positive_int
-from corr_pipeline.db.reads import published_matrix_versions
+from corr_pipeline.db.reads import published_matrix_versions, recorded_change_dates
 from corr_pipeline.query.render import format_table
 from corr_pipeline.snapshot.retention import apply_retention, format_bytes, store_inventory
 from corr_pipeline.store.matrix_store import MatrixStore
@@ -123,6 +123,7 @@ def cmd_store_prune(args: argparse.Namespace) -> int:
         keep,
         in_flight=runs_in_flight(),
         dry_run=args.dry_run,
+        read_changed=lambda: recorded_change_dates(engine),
     )
     for line in report.lines():
         echo(line)

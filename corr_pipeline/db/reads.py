@@ -1,7 +1,8 @@
 """Small reads other layers need (SQLAlchemy Core): the extent and trade dates of the price
 source, and how complete one session's prices are (:func:`session_prices`, for the sensor that
 starts a snapshot when the day's prices are in); the published snapshot dates and the matrix-store versions each one pins (retention,
-SPEC §8).
+SPEC §8); the published rows of one snapshot as arrays (:func:`published_rows`, for the
+changes between two sessions, SPEC §10).
 
 The price reads use the project's ``prices`` table by default, or the ``source`` they are given
 (a :class:`~corr_pipeline.db.price_source.PriceSource`, resolved against the catalog first, so a
@@ -13,15 +14,20 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import aggregate_order_by
 
 from corr_pipeline.db.dates import as_iso_date
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource, resolve_price_source
-from corr_pipeline.db.schema import snapshots
+from corr_pipeline.db.schema import (
+    change_summaries,
+    snapshots,
+)
 
 __all__ = [
     "PricesExtent",
+    "PublishedRows",
     "SessionPrices",
     "count_trade_dates",
     "latest_trade_date",
@@ -29,6 +35,8 @@ __all__ = [
     "prices_extent",
     "published_dates",
     "published_matrix_versions",
+    "published_rows",
+    "recorded_change_dates",
     "session_prices",
     "trade_dates",
 ]
@@ -154,6 +162,19 @@ def published_matrix_versions(engine: sa.Engine) -> dict[dt.date, dict[str, dict
         }
 
 
+def recorded_change_dates(engine: sa.Engine) -> list[dt.date]:
+    """The snapshot dates whose changes are published (``change_summaries``, SPEC §10), oldest
+    first: retention keeps a previous session's matrices until its successor is among them."""
+    with engine.connect() as conn:
+        return list(
+            conn.execute(
+                sa.select(change_summaries.c.snapshot_date).order_by(
+                    change_summaries.c.snapshot_date
+                )
+            ).scalars()
+        )
+
+
 def published_dates(engine: sa.Engine, *, before: dt.date | str | None = None) -> list[dt.date]:
     """Published ``snapshot_date`` values (oldest first), only those ``< before`` when given."""
     statement = sa.select(snapshots.c.snapshot_date).order_by(snapshots.c.snapshot_date)
@@ -250,4 +271,106 @@ def session_prices(
         previous_symbols=int(previous_symbols),
         carried=int(carried),
         fingerprint=f"{int(rows)}-{digest}" if rows else "0",
+    )
+
+
+@dataclass(frozen=True)
+class PublishedRows:
+    """The published rows of one snapshot (SPEC §7) as the arrays the pipeline computed them in,
+    indices into ``symbols`` (sorted by code point, SPEC §2).
+
+    ``neighbor_index`` int32 N x k (−1 = padding; k = the largest published rank),
+    ``cluster_labels`` int32 (N,), ``lead_lag_pairs`` a structured array of
+    :data:`~corr_pipeline.compute.lead_lag.LEAD_LAG_DTYPE` (a NULL ``sync_corr`` read back as
+    NaN), ``params`` and ``matrix_versions`` the ``snapshots`` row's (SPEC §8)."""
+
+    snapshot_date: dt.date
+    symbols: list[str]
+    neighbor_index: np.ndarray
+    cluster_labels: np.ndarray
+    lead_lag_pairs: np.ndarray
+    params: dict
+    matrix_versions: dict[str, dict[str, str]] | None
+
+
+#: The published snapshot of :d as columns: symbols are turned into their positions in the
+#: snapshot's symbol list (code-point order, ``COLLATE "C"``) by the server, and each column
+#: comes back as one array (``array_agg``): no Python object per row.
+_SYMBOLS_SQL = (
+    "SELECT array_agg(symbol ORDER BY symbol), array_agg(cluster_id ORDER BY symbol) "
+    "FROM symbol_clusters WHERE snapshot_date = :d"
+)
+_POSITIONS = (
+    "WITH s AS (SELECT symbol, (row_number() OVER (ORDER BY symbol) - 1)::int AS i "
+    "FROM symbol_clusters WHERE snapshot_date = :d) "
+)
+_NEIGHBORS_SQL = (
+    _POSITIONS + "SELECT array_agg(a.i), array_agg(p.rank::int), array_agg(b.i) "
+    "FROM peer_neighbors p JOIN s a ON a.symbol = p.symbol JOIN s b ON b.symbol = p.neighbor "
+    "WHERE p.snapshot_date = :d"
+)
+_PAIRS_SQL = (
+    _POSITIONS
+    + "SELECT array_agg(a.i ORDER BY x.improvement DESC, x.leader, x.lagger), "
+    + ", ".join(
+        f"array_agg({c} ORDER BY x.improvement DESC, x.leader, x.lagger)"
+        for c in (
+            "b.i",
+            "x.lag::int",
+            "x.lagged_corr",
+            "x.sync_corr",
+            "x.improvement",
+            "x.overlap",
+        )
+    )
+    + " FROM lead_lag_pairs x JOIN s a ON a.symbol = x.leader JOIN s b ON b.symbol = x.lagger "
+    "WHERE x.snapshot_date = :d"
+)
+
+
+def published_rows(engine: sa.Engine, day: dt.date | str) -> PublishedRows | None:
+    """The published snapshot of ``day`` as arrays (None when ``day`` is not published), read
+    in one database snapshot (REPEATABLE READ: never a mix of two publications). The symbols
+    are those of ``symbol_clusters`` (every kept symbol has its row); lead-lag pairs in SPEC §6
+    order."""
+    # imported here: the command line's --help must not import numba (compute.lead_lag does)
+    from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
+
+    d = as_iso_date(day, "day")
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
+        head = conn.execute(
+            sa.select(snapshots.c.params, snapshots.c.matrix_versions).where(
+                snapshots.c.snapshot_date == d
+            )
+        ).first()
+        if head is None:
+            return None
+        symbol_list, labels = conn.execute(sa.text(_SYMBOLS_SQL), {"d": d}).one()
+        rows, ranks, neighbors = conn.execute(sa.text(_NEIGHBORS_SQL), {"d": d}).one()
+        pair_columns = conn.execute(sa.text(_PAIRS_SQL), {"d": d}).one()
+    symbols = [str(s) for s in symbol_list or []]
+    rank = np.asarray(ranks or [], np.int64)
+    index = np.full((len(symbols), int(rank.max(initial=0))), -1, np.int32)
+    if rank.size:
+        index[np.asarray(rows, np.int64), rank - 1] = np.asarray(neighbors, np.int32)
+    n_pairs = len(pair_columns[0] or [])
+    out = np.zeros(n_pairs, LEAD_LAG_DTYPE)
+    if n_pairs:
+        for name, values in zip(LEAD_LAG_DTYPE.names or (), pair_columns, strict=True):
+            if name == "sync_corr":  # NULL (an undefined synchronous corr) is NaN again
+                values = [np.nan if v is None else v for v in values]
+            out[name] = values
+    versions = head.matrix_versions
+    return PublishedRows(
+        snapshot_date=d,
+        symbols=symbols,
+        neighbor_index=index,
+        cluster_labels=np.asarray(labels or [], np.int32),
+        lead_lag_pairs=out,
+        params=dict(head.params or {}),
+        matrix_versions=None
+        if versions is None
+        else {
+            str(a): {str(n): str(v) for n, v in arrays.items()} for a, arrays in versions.items()
+        },
     )

@@ -20,6 +20,15 @@ Tables
 ``lead_lag_pairs``           (snapshot_date, leader, lagger) -> lag, lagged_corr, sync_corr (NULL-able,
                              NaN allowed), improvement, overlap; indexed by (snapshot_date, lagger)
                              for "who leads this symbol".
+``change_summaries``         one row per snapshot_date whose changes against the previous
+                             published session were computed (SPEC §10): the market-level drift,
+                             the parts skipped; parent of the four ``change_*`` tables below
+                             (``FOREIGN KEY ... ON DELETE CASCADE``: a few thousand rows a date).
+``change_pairs``             (snapshot_date, rank) -> the top moves by |Δcorr|.
+``change_symbols``           (snapshot_date, symbol) -> kept/entered/left, cluster move, neighbor
+                             turnover; one row per symbol of either day.
+``change_clusters``          (snapshot_date, line) -> a cluster matched, appeared or vanished.
+``change_lead_lag``          (snapshot_date, leader, lagger) -> appeared/vanished/lag changed.
 ``synthetic.lead_lag_truth`` (leader, lagger) -> lag, seed: the lead-lag pairs the synthetic
                              universe generator injected, so tests and the demo can check
                              recovery. In its own PostgreSQL schema ``synthetic``, apart from the
@@ -110,6 +119,117 @@ lead_lag_pairs = sa.Table(
     sa.Index("ix_lead_lag_pairs_lagger", "snapshot_date", "lagger"),
 )
 
+# ---- the changes against the previous session (SPEC §10, migration 0005) ----------------------
+
+change_summaries = sa.Table(
+    "change_summaries",
+    metadata,
+    sa.Column("snapshot_date", sa.Date, primary_key=True),
+    sa.Column("previous_date", sa.Date, nullable=False),
+    sa.Column("n_symbols", sa.Integer, nullable=False),
+    sa.Column("n_previous_symbols", sa.Integer, nullable=False),
+    sa.Column("n_common", sa.Integer, nullable=False),
+    sa.Column("n_entered", sa.Integer, nullable=False),
+    sa.Column("n_left", sa.Integer, nullable=False),
+    sa.Column("n_pairs", sa.BigInteger, nullable=True),
+    sa.Column("mean_corr", sa.Double, nullable=True),
+    sa.Column("previous_mean_corr", sa.Double, nullable=True),
+    sa.Column("mean_abs_corr", sa.Double, nullable=True),
+    sa.Column("previous_mean_abs_corr", sa.Double, nullable=True),
+    sa.Column("mean_change", sa.Double, nullable=True),
+    sa.Column("mean_abs_change", sa.Double, nullable=True),
+    sa.Column("quantiles", JSONB, nullable=True),
+    sa.Column("change_histogram", JSONB, nullable=True),
+    sa.Column("skipped", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column("params", JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
+    sa.Column(
+        "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
+    sa.CheckConstraint("previous_date < snapshot_date", name="ck_change_summaries_previous"),
+)
+
+
+def _change_date() -> sa.Column:
+    return sa.Column(
+        "snapshot_date",
+        sa.Date,
+        sa.ForeignKey("change_summaries.snapshot_date", ondelete="CASCADE"),
+        primary_key=True,
+    )
+
+
+change_pairs = sa.Table(
+    "change_pairs",
+    metadata,
+    _change_date(),
+    sa.Column("rank", sa.SmallInteger, primary_key=True),
+    sa.Column("symbol_a", SYMBOL, nullable=False),
+    sa.Column("symbol_b", SYMBOL, nullable=False),
+    sa.Column("corr", sa.REAL, nullable=False),
+    sa.Column("previous_corr", sa.REAL, nullable=False),
+    sa.Column("overlap", sa.Integer, nullable=False),
+    sa.Column("previous_overlap", sa.Integer, nullable=False),
+    sa.Column("change", sa.Double, nullable=False),
+    sa.CheckConstraint("rank >= 1", name="ck_change_pairs_rank_positive"),
+)
+
+change_symbols = sa.Table(
+    "change_symbols",
+    metadata,
+    _change_date(),
+    sa.Column("symbol", SYMBOL, primary_key=True),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("cluster_id", sa.Integer, nullable=True),
+    sa.Column("previous_cluster_id", sa.Integer, nullable=True),
+    sa.Column("moved", sa.Boolean, nullable=True),
+    sa.Column("n_neighbors", sa.Integer, nullable=True),
+    sa.Column("new_neighbors", sa.Integer, nullable=True),
+    sa.CheckConstraint("status IN ('kept', 'entered', 'left')", name="ck_change_symbols_status"),
+)
+
+change_clusters = sa.Table(
+    "change_clusters",
+    metadata,
+    _change_date(),
+    sa.Column("line", sa.Integer, primary_key=True),
+    sa.Column("cluster_id", sa.Integer, nullable=True),
+    sa.Column("previous_cluster_id", sa.Integer, nullable=True),
+    sa.Column("size", sa.Integer, nullable=False),
+    sa.Column("previous_size", sa.Integer, nullable=False),
+    sa.Column("shared", sa.Integer, nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("split", sa.Boolean, nullable=False),
+    sa.Column("merged", sa.Boolean, nullable=False),
+    sa.CheckConstraint(
+        "status IN ('matched', 'appeared', 'vanished')", name="ck_change_clusters_status"
+    ),
+)
+
+change_lead_lag = sa.Table(
+    "change_lead_lag",
+    metadata,
+    _change_date(),
+    sa.Column("leader", SYMBOL, primary_key=True),
+    sa.Column("lagger", SYMBOL, primary_key=True),
+    sa.Column("change", sa.Text, nullable=False),
+    sa.Column("lag", sa.SmallInteger, nullable=True),
+    sa.Column("previous_lag", sa.SmallInteger, nullable=True),
+    sa.Column("improvement", sa.REAL, nullable=True),
+    sa.Column("previous_improvement", sa.REAL, nullable=True),
+    sa.CheckConstraint(
+        "change IN ('appeared', 'vanished', 'lag_changed')", name="ck_change_lead_lag_change"
+    ),
+)
+
+#: The tables a publication of changes writes, parent first (SPEC §10).
+CHANGE_TABLES = (
+    "change_summaries",
+    "change_pairs",
+    "change_symbols",
+    "change_clusters",
+    "change_lead_lag",
+)
+
 #: The PostgreSQL schema of the synthetic data, apart from the production tables.
 SYNTHETIC_SCHEMA = "synthetic"
 
@@ -125,6 +245,11 @@ synthetic_lead_lag_truth = sa.Table(
 
 #: The production tables, children before parents (safe order for TRUNCATE/DELETE).
 PRODUCTION_TABLES: tuple[sa.Table, ...] = (
+    change_pairs,
+    change_symbols,
+    change_clusters,
+    change_lead_lag,
+    change_summaries,
     peer_neighbors,
     symbol_clusters,
     lead_lag_pairs,

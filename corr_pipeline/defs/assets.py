@@ -5,6 +5,8 @@
     prices ─► returns_matrix ─┬─► correlation_matrix + overlap_matrix ─┬─► top_k_neighbors ─┐
                               │                                        ├─► clusters ────────┤
                               └──────────(with the sync corr)──────────┴─► lead_lag_pairs ──┴─► snapshot_publication
+                                                                                                         │
+                                                                                 snapshot_changes ◄──────┘
 
 Each asset loads its inputs (read-only memory maps through the matrix-store IO manager), calls
 one step of :mod:`corr_pipeline.snapshot.steps`, verifies the result
@@ -12,8 +14,10 @@ one step of :mod:`corr_pipeline.snapshot.steps`, verifies the result
 (:mod:`corr_pipeline.defs.metadata`). Only ``snapshot_publication`` writes to PostgreSQL, in
 one transaction for the three result tables (SPEC §7), recording the matrix-store versions the
 results come from (each bundle records the versions it read as its ``inputs``); it then applies
-the store's retention (SPEC §8). Only ``returns_matrix`` reads prices; the synthetic ground
-truth is read by the separate check ``injected_pairs_found`` alone. The memory of each step is
+the store's retention (SPEC §8). ``snapshot_changes`` then compares the publication with the
+previous published session's (SPEC §10) and publishes the changes the same way (and applies
+retention again, now that the previous session's matrices are no longer needed). Only
+``returns_matrix`` reads prices; the synthetic ground truth is read by the separate check ``injected_pairs_found`` alone. The memory of each step is
 listed in
 :mod:`corr_pipeline.snapshot.steps`; with the multiprocess executor each step is its own
 process. Retries: see :mod:`corr_pipeline.defs.retries`.
@@ -23,12 +27,14 @@ from functools import partial
 
 import dagster as dg
 import numpy as np
+from pydantic import Field
 
 from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.price_source import PriceSourceError
 from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
-from corr_pipeline.db.reads import published_matrix_versions
+from corr_pipeline.db.publish_changes import publish_changes
+from corr_pipeline.db.reads import published_matrix_versions, recorded_change_dates
 from corr_pipeline.db.synth import read_truth
 from corr_pipeline.defs import metadata, pictures
 from corr_pipeline.defs.checks import check_result
@@ -48,7 +54,7 @@ from corr_pipeline.defs.step_options import (
     SNAPSHOT_GROUP,
     SNAPSHOT_STEP,
 )
-from corr_pipeline.snapshot import display, retention, steps, verify
+from corr_pipeline.snapshot import changes, display, retention, steps, verify
 from corr_pipeline.snapshot.measure import measure_stage
 from corr_pipeline.store.matrix_store import MatrixBundle, StoredArray, sources
 
@@ -609,6 +615,7 @@ def _apply_retention(
             keep,
             writing=context.partition_key,
             in_flight=in_flight,
+            read_changed=lambda: recorded_change_dates(engine),
         )
     except Exception as exc:  # noqa: BLE001 - the publication itself succeeded
         context.log.warning(
@@ -626,6 +633,97 @@ def _apply_retention(
     }
 
 
+# --------------------------------------------------------------------------------------------
+# snapshot_changes (SPEC §10)
+# --------------------------------------------------------------------------------------------
+
+
+class ChangesConfig(dg.Config):
+    """Run configuration of ``snapshot_changes``."""
+
+    top_m: int = Field(
+        default=100, ge=0, description="Pairs kept by |corr today - corr previous| (SPEC §10.2)."
+    )
+
+
+@dg.asset(
+    **SNAPSHOT_STEP,
+    group_name=SNAPSHOT_GROUP,
+    retry_policy=DATABASE_RETRY_POLICY,
+    kinds={"postgres", "numpy"},
+    deps=["snapshot_publication"],
+    description="What changed since the previous published session (SPEC §10): market-level "
+    "drift, the largest correlation moves, neighbor turnover, cluster migrations, lead-lag "
+    "changes, symbols entered and left; published in one transaction (change_* tables), "
+    "replacing an earlier version of the date. Records nothing when no earlier session is "
+    "published.",
+)
+def snapshot_changes(
+    context: dg.AssetExecutionContext,
+    config: ChangesConfig,
+    snapshot_params: SnapshotParams,
+    postgres: PostgresResource,
+    matrix_store: MatrixStoreResource,
+):
+    with retry_only_if_database_unavailable(f"snapshot_changes {context.partition_key}"):
+        params = snapshot_params.to_parameters()
+        day = snapshot_date(context.partition_key)
+        engine = postgres.get_engine()
+        with measure_stage() as stats:
+            try:
+                results = changes.compute_changes(
+                    engine,
+                    matrix_store.store,
+                    day,
+                    top_m=config.top_m,
+                    working_memory_mb=params.working_memory_mb,
+                    log=context.log.info,
+                )
+            except LookupError as exc:
+                raise dg.Failure(description=str(exc), allow_retries=False) from None
+            if results is None:
+                context.log.info(f"no snapshot before {day} is published: no changes recorded")
+                return dg.MaterializeResult(
+                    metadata={
+                        "previous_date": dg.MetadataValue.text("none"),
+                        "recorded": dg.MetadataValue.bool(False),
+                        "note": dg.MetadataValue.text(
+                            f"no snapshot before {day} is published: nothing to compare"
+                        ),
+                    }
+                )
+            rows = changes.publication(results)
+            report = publish_changes(engine, rows)
+        metadata.log_stage(context, f"changes {day} vs {results.previous_date}", stats)
+        for part, reason in results.skipped.items():
+            context.log.warning(f"{part} skipped: {reason}")
+    retention_metadata = _apply_retention(context, matrix_store, engine)
+    corr = results.correlation
+    return dg.MaterializeResult(
+        metadata={
+            "recorded": dg.MetadataValue.bool(True),
+            **metadata.changes(results, dict(rows.summary), dict(rows.rows), stats),
+            **{f"{t}_rows": dg.MetadataValue.int(n) for t, n in report.rows.items()},
+            "replaced_previous": dg.MetadataValue.bool(report.replaced_previous),
+            **retention_metadata,
+            **(
+                {}
+                if corr is None
+                else metadata.pictures(
+                    context,
+                    "change histogram",
+                    lambda: pictures.change_histogram_metadata(
+                        corr.change_counts,
+                        corr.change_edges,
+                        mean_abs_change=corr.means["abs_change"],
+                        title=f"Correlation changes {results.previous_date} → {day}",
+                    ),
+                )
+            ),
+        },
+    )
+
+
 snapshot_assets = [
     returns_matrix,
     correlation_and_overlap,
@@ -633,5 +731,6 @@ snapshot_assets = [
     clusters,
     lead_lag_pairs,
     snapshot_publication,
+    snapshot_changes,
     injected_pairs_found,  # the one separate asset check (synthetic data only)
 ]

@@ -138,3 +138,60 @@ def lead_lag(pairs: np.ndarray, symbols: list[str], stats: StageStats) -> dict[s
         out["max_improvement"] = number(pairs["improvement"].max(), display.corr)
         out["median_improvement"] = number(np.median(pairs["improvement"]), display.corr)
     return out
+
+
+def changes(
+    results: Any, summary: dict[str, Any], rows: dict[str, Any], stats: StageStats
+) -> dict[str, Any]:
+    """The changes against the previous session (SPEC §10): the drift as floats (plotted
+    across partitions), counts of every kind of change, the largest moves and the symbols with
+    the largest neighbor turnover as markdown, the parts skipped."""
+    out: dict[str, Any] = {
+        "previous_date": dg.MetadataValue.text(results.previous_date.isoformat()),
+        "n_common": dg.MetadataValue.int(int(summary["n_common"])),
+        "n_entered": dg.MetadataValue.int(int(summary["n_entered"])),
+        "n_left": dg.MetadataValue.int(int(summary["n_left"])),
+    }
+    for key in (
+        "mean_corr",
+        "previous_mean_corr",
+        "mean_abs_corr",
+        "previous_mean_abs_corr",
+        "mean_change",
+        "mean_abs_change",
+    ):
+        if summary[key] is not None:
+            out[key] = number(summary[key], display.corr)
+    quantiles = summary["quantiles"]
+    if quantiles is not None and 0.5 in quantiles["levels"]:
+        median = quantiles["levels"].index(0.5)
+        out["median_corr"] = number(quantiles["corr_today"][median], display.corr)
+        out["median_abs_corr"] = number(quantiles["abs_corr_today"][median], display.corr)
+    if summary["n_pairs"] is not None:
+        out["n_pairs_compared"] = dg.MetadataValue.int(int(summary["n_pairs"]))
+        out["largest_moves"] = dg.MetadataValue.md(markdown.largest_moves(rows["change_pairs"]))
+    migrations = results.clusters
+    lead_lag = results.lead_lag
+    out.update(
+        {
+            "n_moved_symbols": dg.MetadataValue.int(int(migrations.moved.sum())),
+            "n_clusters_appeared": dg.MetadataValue.int(int((migrations.match_today < 0).sum())),
+            "n_clusters_vanished": dg.MetadataValue.int(int((migrations.match_previous < 0).sum())),
+            "n_clusters_split": dg.MetadataValue.int(int(migrations.split.sum())),
+            "n_clusters_merged": dg.MetadataValue.int(int(migrations.merged.sum())),
+            "n_lead_lag_appeared": dg.MetadataValue.int(int(lead_lag.appeared.size)),
+            "n_lead_lag_vanished": dg.MetadataValue.int(int(lead_lag.vanished.size)),
+            "n_lead_lag_lag_changed": dg.MetadataValue.int(int(lead_lag.changed_today.size)),
+            "largest_turnover": dg.MetadataValue.md(
+                markdown.largest_turnover(
+                    results.match.common, results.new_neighbors, results.n_neighbors
+                )
+            ),
+            "skipped": dg.MetadataValue.json(dict(summary["skipped"])),
+        }
+    )
+    if results.n_neighbors.sum():
+        out["neighbor_turnover"] = number(
+            float(results.new_neighbors.sum() / results.n_neighbors.sum()), display.share
+        )
+    return {**out, **stage(stats)}

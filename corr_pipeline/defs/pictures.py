@@ -20,6 +20,7 @@ from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 from corr_pipeline.snapshot import display
 
 __all__ = [
+    "change_histogram_metadata",
     "heatmap_metadata",
     "histogram_metadata",
     "lead_lag_network_metadata",
@@ -78,3 +79,14 @@ def lead_lag_network_metadata(
     :func:`corr_pipeline.compute.find_lead_lag_pairs`."""
     png = viz.lead_lag_network_png(pairs, symbols, top=top)
     return {"lead_lag_network": png_metadata(png, "lead-lag network")}
+
+
+def change_histogram_metadata(
+    counts: np.ndarray, edges: np.ndarray, *, mean_abs_change: float, title: str
+) -> dict[str, Any]:
+    """``{"change_histogram": <distribution of correlation changes>}``
+    (:func:`corr_pipeline.viz.changes.change_histogram_png`, SPEC §10.1)."""
+    from corr_pipeline.viz.changes import change_histogram_png
+
+    png = change_histogram_png(counts, edges, mean_abs_change=mean_abs_change, title=title)
+    return {"change_histogram": png_metadata(png, "distribution of correlation changes")}

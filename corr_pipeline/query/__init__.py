@@ -11,6 +11,10 @@
                                         matrix in the matrix store, at the versions the
                                         snapshot pins (SPEC §8), nothing recomputed
 ``corr_from_store(store, a, b, date)``  the same from the matrix store alone (no database)
+``changes(engine, date)``               what changed since the previous session (SPEC §10):
+                                        drift, largest moves, entered/left, counts
+``symbol_changes(engine, s, date)``     one symbol's cluster move, neighbor turnover, lead-lag
+                                        changes and largest correlation moves
 
 ``date=None`` means the latest snapshot. Each function returns a typed answer
 (:mod:`~corr_pipeline.query.answers`) with ``.to_json()``; :func:`to_text` gives its text for a
@@ -25,13 +29,16 @@ Modules: ``published`` (SQL reads of the published tables, one database snapshot
 
 from corr_pipeline.query.answers import (
     Answer,
+    ChangesResult,
     ClusterResult,
     CorrResult,
     LeadLagResult,
     PeersResult,
     Snapshot,
     SnapshotsResult,
+    SymbolChangesResult,
 )
+from corr_pipeline.query.changes import ChangesNotRecordedError, changes, symbol_changes
 from corr_pipeline.query.errors import (
     MatricesPrunedError,
     MatrixUnavailableError,
@@ -58,6 +65,8 @@ __all__ = [
     "OVERLAP_ARRAY",
     "OVERLAP_ASSET",
     "Answer",
+    "ChangesNotRecordedError",
+    "ChangesResult",
     "ClusterResult",
     "CorrResult",
     "LeadLagResult",
@@ -69,7 +78,9 @@ __all__ = [
     "Snapshot",
     "SnapshotNotFoundError",
     "SnapshotsResult",
+    "SymbolChangesResult",
     "UnknownSymbolError",
+    "changes",
     "close_matches",
     "cluster",
     "corr",
@@ -80,5 +91,6 @@ __all__ = [
     "peers",
     "snapshots",
     "suggest_symbols",
+    "symbol_changes",
     "to_text",
 ]

@@ -19,12 +19,14 @@ import numpy as np
 
 __all__ = [
     "Answer",
+    "ChangesResult",
     "ClusterResult",
     "CorrResult",
     "LeadLagResult",
     "PeersResult",
     "Snapshot",
     "SnapshotsResult",
+    "SymbolChangesResult",
 ]
 
 
@@ -239,5 +241,107 @@ class CorrResult:
         }
 
 
+def _json_row(row: dict[str, Any], floats: tuple[str, ...]) -> dict[str, Any]:
+    return {k: (_json_float(v) if k in floats else v) for k, v in row.items()}
+
+
+@dataclass
+class ChangesResult:
+    """What changed in the snapshot of ``snapshot`` since ``previous_date`` (SPEC §10):
+    ``summary`` (the ``change_summaries`` row: counts, drift, quantiles, skipped parts),
+    ``moves`` (the largest, rows of ``change_pairs``), ``entered`` / ``left`` (symbols, by
+    name) and ``counts`` of the other kinds of change. ``previous_date`` and ``summary`` are
+    None for the first published snapshot (nothing to compare with)."""
+
+    snapshot: Snapshot
+    previous_date: dt.date | None
+    summary: dict[str, Any] | None
+    moves: list[dict[str, Any]]
+    entered: list[str]
+    left: list[str]
+    counts: dict[str, int]
+
+    def to_json(self) -> dict[str, Any]:
+        drift = (
+            "n_pairs",
+            "mean_corr",
+            "previous_mean_corr",
+            "mean_abs_corr",
+            "previous_mean_abs_corr",
+            "mean_change",
+            "mean_abs_change",
+            "quantiles",
+            "skipped",
+        )
+        if self.previous_date is None or self.summary is None:
+            return {"query": "changes", **self.snapshot.to_json(), "previous_date": None}
+        return {
+            "query": "changes",
+            **self.snapshot.to_json(),
+            "previous_date": self.previous_date.isoformat(),
+            "n_common": self.summary["n_common"],
+            "entered": self.entered,
+            "left": self.left,
+            "drift": {key: self.summary[key] for key in drift},
+            "counts": dict(self.counts),
+            "largest_moves": [_json_row(m, ("corr", "previous_corr")) for m in self.moves],
+        }
+
+
+@dataclass
+class SymbolChangesResult:
+    """What changed for ``symbol`` since ``previous_date`` (SPEC §10): its ``status`` (kept,
+    entered, left), its clusters (``cluster_id``, ``previous_cluster_id``, ``moved``) and what
+    became of its previous cluster (``previous_cluster_now``: today's cluster matched to it, or
+    None if it vanished), its new and dropped neighbors (by name), its lead-lag changes, and its
+    largest correlation moves (``moves``, from the matrices of both days when they are in the
+    store, else its rows among the market's top moves: ``moves_source`` says which).
+    ``previous_date`` is None (``status`` ``"first"``) for the first published snapshot."""
+
+    snapshot: Snapshot
+    previous_date: dt.date | None
+    symbol: str
+    status: str
+    cluster_id: int | None
+    previous_cluster_id: int | None
+    moved: bool | None
+    previous_cluster_now: int | None
+    new_neighbors: list[str]
+    dropped_neighbors: list[str]
+    n_neighbors: int | None
+    lead_lag: list[dict[str, Any]]
+    moves: list[dict[str, Any]]
+    moves_source: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "query": "changes",
+            **self.snapshot.to_json(),
+            "previous_date": None if self.previous_date is None else self.previous_date.isoformat(),
+            "symbol": self.symbol,
+            "status": self.status,
+            "cluster_id": self.cluster_id,
+            "previous_cluster_id": self.previous_cluster_id,
+            "moved": self.moved,
+            "previous_cluster_now": self.previous_cluster_now,
+            "n_neighbors": self.n_neighbors,
+            "new_neighbors": self.new_neighbors,
+            "dropped_neighbors": self.dropped_neighbors,
+            "lead_lag": [
+                _json_row(r, ("improvement", "previous_improvement")) for r in self.lead_lag
+            ],
+            "moves_source": self.moves_source,
+            "largest_moves": [_json_row(m, ("corr", "previous_corr")) for m in self.moves],
+        }
+
+
 #: Any answer of the query layer (what ``to_text`` and the command line accept).
-Answer: TypeAlias = SnapshotsResult | PeersResult | ClusterResult | LeadLagResult | CorrResult
+Answer: TypeAlias = (
+    SnapshotsResult
+    | PeersResult
+    | ClusterResult
+    | LeadLagResult
+    | CorrResult
+    | ChangesResult
+    | SymbolChangesResult
+)

@@ -23,12 +23,14 @@ from rich.text import Text
 
 from corr_pipeline.query.answers import (
     Answer,
+    ChangesResult,
     ClusterResult,
     CorrResult,
     LeadLagResult,
     PeersResult,
     Snapshot,
     SnapshotsResult,
+    SymbolChangesResult,
 )
 
 __all__ = ["display_width", "format_table", "printable", "to_text"]
@@ -103,6 +105,10 @@ def to_text(result: Answer) -> str:
         return _render_lead_lag(result)
     if isinstance(result, CorrResult):
         return _render_corr(result)
+    if isinstance(result, ChangesResult):
+        return _render_changes(result)
+    if isinstance(result, SymbolChangesResult):
+        return _render_symbol_changes(result)
     raise TypeError(f"not a query answer: {type(result).__name__}")
 
 
@@ -225,5 +231,147 @@ def _render_corr(result: CorrResult) -> str:
         lines.append(
             "note: this snapshot's matrices exist in the store but the snapshot is not "
             "published in the database (its later steps did not complete)"
+        )
+    return "\n".join(lines)
+
+
+def _names(names: list[str], limit: int = 20) -> str:
+    shown = ", ".join(printable(n) for n in names[:limit])
+    return shown + (f" ... ({len(names) - limit} more)" if len(names) > limit else "") or "none"
+
+
+def _render_changes(result: ChangesResult) -> str:
+    s, c = result.summary, result.counts
+    if s is None:
+        return (
+            f"no changes in {_describe(result.snapshot)}: no snapshot before it is published, "
+            "so there is nothing to compare it with"
+        )
+    lines = [
+        f"changes in {_describe(result.snapshot)} since {result.previous_date}",
+        f"symbols: {s['n_common']:,} in both, {len(result.entered):,} entered, "
+        f"{len(result.left):,} left",
+    ]
+    if s["n_pairs"] is None:
+        lines.append(
+            "market drift: skipped (" + "; ".join(sorted(set(s["skipped"].values()))) + ")"
+        )
+    else:
+        q = s["quantiles"] or {}
+        median = q.get("levels", []).index(0.5) if 0.5 in q.get("levels", []) else None
+        rows = [
+            ["mean corr", _fmt(s["previous_mean_corr"]), _fmt(s["mean_corr"])],
+            ["mean |corr|", _fmt(s["previous_mean_abs_corr"]), _fmt(s["mean_abs_corr"])],
+        ]
+        if median is not None:
+            rows.append(
+                ["median corr", _fmt(q["corr_previous"][median]), _fmt(q["corr_today"][median])]
+            )
+        lines.append(
+            f"market drift over {s['n_pairs']:,} pairs on both days: mean |change| "
+            f"{_fmt(s['mean_abs_change'], '.4f')}, mean change {_fmt(s['mean_change'])}"
+        )
+        lines.append(format_table(["", str(result.previous_date), "today"], rows, "lrr"))
+    lines.append(
+        f"clusters: {c['moved_symbols']:,} symbol(s) moved, {c['clusters_split']} split, "
+        f"{c['clusters_merged']} merged, {c['clusters_appeared']} appeared, "
+        f"{c['clusters_vanished']} vanished"
+    )
+    lines.append(
+        f"lead-lag pairs: {c['lead_lag_appeared']:,} appeared, {c['lead_lag_vanished']:,} "
+        f"vanished, {c['lead_lag_lag_changed']:,} changed lag"
+    )
+    lines.append(f"entered: {_names(result.entered)}")
+    lines.append(f"left: {_names(result.left)}")
+    if result.moves:
+        lines.append("largest correlation moves:")
+        lines.append(
+            format_table(
+                ["rank", "symbol a", "symbol b", "previous", "today", "change"],
+                [
+                    [
+                        m["rank"],
+                        m["symbol_a"],
+                        m["symbol_b"],
+                        _fmt(m["previous_corr"]),
+                        _fmt(m["corr"]),
+                        _fmt(m["change"]),
+                    ]
+                    for m in result.moves
+                ],  # fmt: skip
+                "rllrrr",
+            )
+        )
+    return "\n".join(lines)
+
+
+#: The kinds of lead-lag change (SPEC §10.5), in the order the answer lists them.
+LEAD_LAG_CHANGES = ("appeared", "lag_changed", "vanished")
+#: Lead-lag changes of one symbol shown in the terminal (all with ``--json``).
+LEAD_LAG_SHOWN = 10
+
+
+def _render_symbol_changes(result: SymbolChangesResult) -> str:
+    who = printable(result.symbol)
+    if result.previous_date is None:
+        return (
+            f"no changes of {who} in {_describe(result.snapshot)}: no snapshot before it is "
+            "published, so there is nothing to compare it with"
+        )
+    lines = [f"changes of {who} in {_describe(result.snapshot)} since {result.previous_date}"]
+    if result.status == "entered":
+        lines.append(f"{who} entered the universe (cluster {result.cluster_id})")
+    elif result.status == "left":
+        lines.append(f"{who} left the universe (it was in cluster {result.previous_cluster_id})")
+    else:
+        now = result.previous_cluster_now
+        fate = "vanished" if now is None else f"continues as cluster {now}"
+        lines.append(
+            f"cluster: {result.previous_cluster_id} -> {result.cluster_id}"
+            + (" (moved" if result.moved else " (stayed")
+            + f"; its previous cluster {fate})"
+        )
+        lines.append(
+            f"neighbors: {len(result.new_neighbors)} of {result.n_neighbors} new: "
+            f"{_names(result.new_neighbors)}; dropped: {_names(result.dropped_neighbors)}"
+        )
+    if result.lead_lag:
+        counts = {c: sum(r["change"] == c for r in result.lead_lag) for c in LEAD_LAG_CHANGES}
+        lines.append(
+            "lead-lag changes: "
+            + ", ".join(f"{n} {c.replace('_', ' ')}" for c, n in counts.items() if n)
+        )
+        shown = result.lead_lag[:LEAD_LAG_SHOWN]
+        lines.append(
+            format_table(
+                ["change", "leader", "lagger", "lag", "previous lag"],
+                [
+                    [r["change"], r["leader"], r["lagger"], r["lag"] or "", r["previous_lag"] or ""]
+                    for r in shown
+                ],
+                "lllrr",
+            )
+        )
+        if len(shown) < len(result.lead_lag):
+            lines.append(f"({len(result.lead_lag) - len(shown)} more with --json)")
+    else:
+        lines.append("lead-lag changes: none")
+    if result.moves:
+        source = (
+            ""
+            if result.moves_source == "matrices"
+            else " (among the market's top moves only: "
+            "the matrices of a day are no longer in the store)"
+        )
+        lines.append(f"largest correlation moves{source}:")
+        lines.append(
+            format_table(
+                ["with", "previous", "today", "change"],
+                [
+                    [m["other"], _fmt(m["previous_corr"]), _fmt(m["corr"]), _fmt(m["change"])]
+                    for m in result.moves
+                ],
+                "lrrr",
+            )
         )
     return "\n".join(lines)

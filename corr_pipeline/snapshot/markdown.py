@@ -82,3 +82,30 @@ def dropped_symbols(dropped: Sequence[tuple[str, str]], *, limit: int = 25) -> s
     if len(dropped) > limit:
         rows.append(["...", f"{len(dropped) - limit} more"])
     return table(("symbol", "reason"), "ll", rows, empty="_no symbol dropped_")
+
+
+def largest_moves(rows: Sequence[Sequence[Any]], *, top: int = 15) -> str:
+    """The first ``top`` correlation moves (rows of ``change_pairs``, SPEC §10.2: rank, a, b,
+    corr, previous corr, overlap, previous overlap, change)."""
+    cells = [
+        [
+            str(rank),
+            escape(a),
+            escape(b),
+            display.corr_text(previous),
+            display.corr_text(corr),
+            display.corr_text(change),
+        ]
+        for rank, a, b, corr, previous, _overlap, _previous_overlap, change in rows[:top]
+    ]
+    headers = ("rank", "symbol a", "symbol b", "previous", "today", "change")
+    return table(headers, "rllrrr", cells, empty="_no pair compared_")
+
+
+def largest_turnover(
+    symbols: Sequence[str], n_new: np.ndarray, n: np.ndarray, *, top: int = 10
+) -> str:
+    """The ``top`` symbols with the most new neighbors (SPEC §10.3), ties by name."""
+    order = np.lexsort((np.arange(len(symbols)), -np.asarray(n_new)))[:top]
+    cells = [[escape(symbols[i]), f"{int(n_new[i])} of {int(n[i])}"] for i in order if n_new[i] > 0]
+    return table(("symbol", "new neighbors"), "lr", cells, empty="_no neighbor changed_")

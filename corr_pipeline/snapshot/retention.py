@@ -13,7 +13,10 @@ What PostgreSQL knows (the published dates and the store versions each snapshot 
 2. only then reads the published dates and their pinned versions (``read_published``): no
    publication of a locked partition can commit meanwhile, so the pins are current;
 3. keeps the newest ``K`` published dates: their superseded versions are garbage-collected (a
-   version survives while a current manifest or the date's publication names it);
+   version survives while a current manifest or the date's publication names it); and, when
+   ``read_changed`` is given, the previous published date of every kept date whose changes
+   (SPEC §10) are not recorded yet, so that ``snapshot_changes`` can still read its matrices
+   (kept the same way; at most one date more than ``K``);
 4. removes the partitions of every other published date, and of unpublished dates older than the
    oldest kept one (a failed run's leftovers), recording what was removed in the store's
    ``.retention/`` so that ``query corr`` can say the matrices were pruned; the published rows
@@ -75,6 +78,7 @@ class RetentionReport:
     collected: GarbageReport = field(default_factory=GarbageReport)
     busy: list[str] = field(default_factory=list)
     unpublished_kept: list[str] = field(default_factory=list)
+    kept_for_changes: list[str] = field(default_factory=list)
 
     @property
     def removed_partitions(self) -> list[str]:
@@ -107,6 +111,11 @@ class RetentionReport:
             out.append(f"  {would}delete {len(self.collected.temps_removed)} stale temp file(s)")
         if self.busy:
             out.append(f"  left alone (in use, a run in flight): {', '.join(sorted(self.busy))}")
+        if self.kept_for_changes:
+            out.append(
+                "  kept until the changes of the next session are computed: "
+                + ", ".join(self.kept_for_changes)
+            )
         if self.unpublished_kept:
             out.append(
                 "  kept, not published (newer than the kept window): "
@@ -126,9 +135,11 @@ def apply_retention(
     writing: str | None = None,
     in_flight: Collection[str] = (),
     dry_run: bool = False,
+    read_changed: Callable[[], Collection[dt.date]] | None = None,
 ) -> RetentionReport:
     """Keep the matrices of the newest ``keep`` published partitions, remove the others (see the
-    module docstring); ``read_published`` is called once, after the partitions are locked."""
+    module docstring); ``read_published`` (and ``read_changed``, the snapshot dates whose
+    changes are recorded) are called once, after the partitions are locked."""
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     report = RetentionReport(keep=keep, dry_run=dry_run)
@@ -148,6 +159,18 @@ def apply_retention(
         published_keys = sorted(d.isoformat() for d in published)
         kept = published_keys[-keep:]
         report.kept = kept
+        if read_changed is not None:
+            changed = {d.isoformat() for d in read_changed()}
+            position = {key: i for i, key in enumerate(published_keys)}
+            report.kept_for_changes = sorted(
+                {
+                    published_keys[position[key] - 1]
+                    for key in kept
+                    if key not in changed and position[key] > 0
+                }
+                - set(kept)
+            )
+            kept = sorted(set(kept) | set(report.kept_for_changes))
         oldest_kept = kept[0] if kept else None
         for key in locked:
             pins: Any = published.get(dt.date.fromisoformat(key))

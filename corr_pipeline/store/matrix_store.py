@@ -944,6 +944,13 @@ class MatrixStore:
         assert held is not None
         return held
 
+    def hold_existing_partition(self, asset: str, partition: str) -> locks.Hold | None:
+        """Like :meth:`hold_partition`, but None (nothing created) when ``<asset>/<partition>``
+        does not exist, e.g. after retention removed it."""
+        return self._hold(
+            self.partition_dir(asset, partition), exclusive=False, blocking=True, create=False
+        )
+
     # ---- writing -----------------------------------------------------------------------
 
     def allocate(

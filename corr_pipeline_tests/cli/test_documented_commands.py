@@ -91,6 +91,10 @@ COMMANDS: dict[str, list[str] | None] = {
     "corr-pipeline query cluster": ["corr-pipeline query cluster S00003"],
     "corr-pipeline query lead-lag": ["corr-pipeline query lead-lag S00003"],
     "corr-pipeline query corr": ["corr-pipeline query corr S00003 S00007 --date 2026-11-27"],
+    "corr-pipeline query changes": [
+        "corr-pipeline query changes",
+        "corr-pipeline query changes S00003 --date 2026-11-27 --json",
+    ],
     "corr-pipeline store list": ["corr-pipeline store list", "corr-pipeline store list --json"],
     "corr-pipeline store prune": ["corr-pipeline store prune --keep 5 --dry-run"],
     "corr-pipeline bench": ["corr-pipeline bench --n 40 --t 60"],

@@ -103,12 +103,15 @@ def test_older_schema_is_refused_until_db_upgrade(
     assert status.returncode == 1, status.stderr
     assert "schema revision: 0002\n" in status.stdout
     assert f"code revision:   {HEAD}\n" in status.stdout
-    assert "pending:         2 migration(s)\n  0003  " in status.stdout
+    assert "pending:         3 migration(s)\n  0003  " in status.stdout
     assert f"status:          database schema is at 0002, the code needs {HEAD}" in status.stdout
 
     upgraded = corr_pipeline("db", "upgrade")
     assert upgraded.returncode == 0, upgraded.stderr
-    assert f"revision {HEAD} (upgraded from 0002 to {HEAD}: applied 0003, 0004)" in upgraded.stdout
+    assert (
+        f"revision {HEAD} (upgraded from 0002 to {HEAD}: applied 0003, 0004, 0005)"
+        in upgraded.stdout
+    )
     status = corr_pipeline("db", "status")
     assert status.returncode == 0 and "status:          up to date" in status.stdout
     again = corr_pipeline("db", "init")  # = upgrade, idempotent
@@ -129,10 +132,10 @@ def test_newer_schema_is_refused(
         migrate.upgrade(engine)
     finally:
         engine.dispose()
-    _set_revision(url, "0005")
+    _set_revision(url, "0099")
     env = _env(url)
     expected = (
-        f"corr-pipeline: error: database schema is at 0005, newer than this code (which needs "
+        f"corr-pipeline: error: database schema is at 0099, newer than this code (which needs "
         f"{HEAD}): run the corr_pipeline version that upgraded it (pip install --upgrade "
         "corr_pipeline), or restore the backup taken before"
     )
@@ -140,7 +143,7 @@ def test_newer_schema_is_refused(
     assert _error_line(corr_pipeline("db", "upgrade")) == expected
     status = corr_pipeline("db", "status")
     assert status.returncode == 1
-    assert "schema revision: 0005 (unknown to this code: written by a newer version)" in (
+    assert "schema revision: 0099 (unknown to this code: written by a newer version)" in (
         status.stdout
     )
 

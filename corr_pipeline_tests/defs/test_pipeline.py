@@ -453,6 +453,7 @@ def test_definitions_contents():
         "clusters",
         "lead_lag_pairs",
         "snapshot_publication",
+        "snapshot_changes",
     }
     assert len(list(repo.asset_graph.asset_check_keys)) == 10  # with publication_freshness
     job = defs.resolve_job_def("snapshot_job")

@@ -259,6 +259,7 @@ def fast_retries(monkeypatch):
         "returns_matrix",
         "lead_lag_pairs_injected_pairs_found",
         "snapshot_publication",
+        "snapshot_changes",
     }
     return fast
 

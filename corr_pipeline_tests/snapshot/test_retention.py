@@ -250,3 +250,27 @@ def test_store_inventory(clean_db, store):
     assert entries[DAYS[3].isoformat()].pinned == "-" and not entries[DAYS[3].isoformat()].published
     assert entries[DAYS[4].isoformat()].pinned == "unrecorded"
     assert first.to_json()["bytes"] == first.bytes
+
+
+def test_the_previous_session_keeps_its_matrices_until_its_successor_has_changes(clean_db, store):
+    # keep = 1: without the rule, publishing DAYS[4] would remove DAYS[3], whose matrices the
+    # changes of DAYS[4] (SPEC §10) need
+    for i, day in enumerate(DAYS):
+        _publish(clean_db, day, _matrices(store, day, value=i + 1), seed=i + 1)
+    changed: set[dt.date] = set(DAYS[:3])  # DAYS[3] and DAYS[4] have no changes recorded yet
+    read = lambda: published_matrix_versions(clean_db)  # noqa: E731
+    report = apply_retention(store, read, 1, read_changed=lambda: changed)
+    assert report.kept == [DAYS[4].isoformat()]
+    assert report.kept_for_changes == [DAYS[3].isoformat()]
+    assert sorted(report.removed_partitions) == [d.isoformat() for d in DAYS[:3]]
+    assert any("kept until the changes" in line for line in report.lines())
+    assert store.partition_keys() == [DAYS[3].isoformat(), DAYS[4].isoformat()]
+    # once the changes of DAYS[4] are recorded, DAYS[3] goes
+    changed.add(DAYS[4])
+    report = apply_retention(store, read, 1, read_changed=lambda: changed)
+    assert report.kept_for_changes == [] and report.removed_partitions == [DAYS[3].isoformat()]
+    assert store.partition_keys() == [DAYS[4].isoformat()]
+    # without read_changed: the newest K only, as before
+    _publish(clean_db, dt.date(2026, 11, 2), _matrices(store, dt.date(2026, 11, 2), 9), seed=9)
+    report = apply_retention(store, read, 1)
+    assert report.removed_partitions == [DAYS[4].isoformat()]

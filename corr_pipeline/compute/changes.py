@@ -1,0 +1,677 @@
+"""What changed between two snapshots: the previous session's and today's (issue 17).
+
+Symbols are matched by name, never by index: the two universes differ (symbols enter and leave).
+:func:`match_symbols` builds the index maps of the common symbols, in name order (code points, the
+order of SPEC §2, so the maps are increasing in both universes when each is sorted by name).
+Every function here works on those maps; "pair ``(p, q)``" means common symbols ``p < q``.
+
+``correlation_changes`` (SPEC §10.1, 10.2) — one scan of the pairs ``p < q`` of common symbols,
+row block by row block (:func:`corr_pipeline.compute.tiling.row_blocks`), reading the four N x N
+inputs (corr and overlap of both days, typically read-only memory maps) in place: no N x N
+temporary. A pair is *compared* iff both correlations are finite and both overlaps are
+``>= min_overlap``. Over the compared pairs:
+
+- sums for the means of ``corr``, ``|corr|`` of each day and of ``Δ = corr_today − corr_previous``
+  and ``|Δ|`` (float64 accumulators, ``Δ`` in float64 from the float32 values);
+- the exact quantiles of ``corr`` and ``|corr|`` of each day (numpy's default "linear" rule:
+  ``x[lo] + (h − lo)(x[lo+1] − x[lo])`` with ``h = q (n − 1)``), by a two-pass radix select:
+  the first pass counts the values per bin of the top 20 bits of their order-preserving 32-bit
+  key, the second collects the values of the few bins holding the wanted order statistics, which
+  are then sorted. Exact, and the memory is 4 x 2^20 counts per parallel chunk plus those bins;
+- a histogram of ``Δ`` (``change_bins`` equal bins over [−2, 2]);
+- the top ``top_m`` pairs by ``|Δ|`` descending, ties to the smaller pair ``(p, q)``
+  (lexicographic, i.e. by name): the same strict-improvement running selection as the neighbors
+  (:mod:`corr_pipeline.compute.selection`), scanning pairs in increasing ``(p, q)`` order.
+
+The rows are split into at most 4 interleaved chunks (row ``p`` in chunk ``p % chunks``) scanned
+in parallel (numba ``prange``); the results do not depend on the number of chunks: the counts
+are integers, the top M of each chunk is exact and merged with the same order, and the sums are
+accumulated per row and added in row order.
+
+``neighbor_turnover`` (10.3): for a common symbol, how many of today's top-k neighbors were not
+among its previous top-k (by name).
+
+``cluster_migrations`` (10.4): today's clusters matched one-to-one to the previous ones by a
+maximum total member overlap (``scipy.optimize.linear_sum_assignment``).
+
+``lead_lag_changes`` (10.5): the pairs (by name) that appeared, vanished or changed lag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from corr_pipeline.compute.selection import _insert
+from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, row_blocks
+from corr_pipeline.compute.validation import (
+    check_array,
+    check_positive_int,
+    check_square_corr,
+    check_working_memory,
+)
+
+__all__ = [
+    "DEFAULT_QUANTILES",
+    "ClusterMigrations",
+    "CorrelationChanges",
+    "LeadLagChanges",
+    "SymbolMatch",
+    "cluster_migrations",
+    "correlation_changes",
+    "lead_lag_changes",
+    "match_symbols",
+    "neighbor_turnover",
+]
+
+#: Quantile levels of the market-level drift.
+DEFAULT_QUANTILES: tuple[float, ...] = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+
+#: The four distributions whose quantiles are reported, in this order.
+DISTRIBUTIONS = ("corr_today", "corr_previous", "abs_corr_today", "abs_corr_previous")
+
+_KEY_SHIFT = 12  # 32-bit keys, bins of their top 20 bits
+_N_BINS = 1 << (32 - _KEY_SHIFT)
+#: At most this many chunks scanned in parallel (each holds 4 x 2^20 counts, 32 MiB).
+_MAX_CHUNKS = 4
+
+
+# ------------------------------------------------------------------------------------------------
+# symbols matched by name
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SymbolMatch:
+    """The two universes matched by name.
+
+    common : the common symbols, ascending (code points).
+    today_index, previous_index : int64, their positions in today's / the previous universe.
+    entered : int64 positions in today's universe of the symbols not in the previous one.
+    left : int64 positions in the previous universe of the symbols not in today's.
+    previous_to_today : int64 (N_previous,), today's position of each previous symbol, −1 if it left.
+    """
+
+    common: list[str]
+    today_index: np.ndarray
+    previous_index: np.ndarray
+    entered: np.ndarray
+    left: np.ndarray
+    previous_to_today: np.ndarray
+
+
+def match_symbols(today: Sequence[str], previous: Sequence[str]) -> SymbolMatch:
+    """Match two symbol lists by name (duplicates in either list raise ``ValueError``)."""
+    pos_today = {s: i for i, s in enumerate(today)}
+    pos_prev = {s: i for i, s in enumerate(previous)}
+    if len(pos_today) != len(today) or len(pos_prev) != len(previous):
+        raise ValueError("symbol lists must not contain duplicates")
+    common = sorted(pos_today.keys() & pos_prev.keys())
+    prev_to_today = np.array([pos_today.get(s, -1) for s in previous], dtype=np.int64)
+    return SymbolMatch(
+        common=common,
+        today_index=np.array([pos_today[s] for s in common], dtype=np.int64),
+        previous_index=np.array([pos_prev[s] for s in common], dtype=np.int64),
+        entered=np.array(
+            sorted((i for s, i in pos_today.items() if s not in pos_prev), key=today.__getitem__),
+            dtype=np.int64,
+        ),
+        left=np.flatnonzero(prev_to_today < 0).astype(np.int64),
+        previous_to_today=prev_to_today,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# correlation changes: drift and top-M pairs
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CorrelationChanges:
+    """Result of :func:`correlation_changes` (SPEC §10.1, §10.2).
+
+    n_pairs : compared pairs ``p < q``.
+    means : ``{"corr_today", "corr_previous", "abs_corr_today", "abs_corr_previous", "change",
+        "abs_change"}`` → mean over the compared pairs (NaN when there are none).
+    quantile_levels : the levels ``q``.
+    quantiles : ``{name in DISTRIBUTIONS: float64 array of len(quantile_levels)}`` (NaN when no pair).
+    change_counts : int64 histogram of ``Δ`` over ``change_edges`` (float64, bins + 1 edges over
+        [−2, 2]; the last bin includes 2).
+    top_p, top_q : int64 positions (into the common symbols) of the top pairs, ``p < q``, by
+        ``|Δ|`` descending then ``(p, q)`` ascending; at most ``top_m`` (fewer if fewer pairs).
+    top_corr_today, top_corr_previous : float32 values; top_overlap_today, top_overlap_previous :
+        int64 overlaps; top_change : float64 ``Δ`` (signed).
+    """
+
+    n_pairs: int
+    means: dict[str, float]
+    quantile_levels: tuple[float, ...]
+    quantiles: dict[str, np.ndarray]
+    change_counts: np.ndarray
+    change_edges: np.ndarray
+    top_p: np.ndarray
+    top_q: np.ndarray
+    top_corr_today: np.ndarray
+    top_corr_previous: np.ndarray
+    top_overlap_today: np.ndarray
+    top_overlap_previous: np.ndarray
+    top_change: np.ndarray
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _key(bits):  # pragma: no cover - compiled
+    """Order-preserving uint32 key of a float32 given as its uint32 bit pattern."""
+    if bits & np.uint32(0x80000000):
+        return ~bits
+    return bits | np.uint32(0x80000000)
+
+
+@numba.njit(parallel=True, cache=True)
+def _scan(  # pragma: no cover - compiled
+    ct,
+    ctf,
+    ot,
+    cp,
+    cpf,
+    op,
+    row0_t,
+    row0_p,
+    ti,
+    pi,
+    p0,
+    p1,
+    min_overlap,
+    first_pass,
+    row_sums,
+    hist,
+    change_counts,
+    top_scores,
+    top_keys,
+    lookup,
+    offsets,
+    fill,
+    values,
+):
+    """Pairs ``p in [p0, p1)``, ``q > p`` of common symbols; ``ctf``/``cpf`` the corr rows
+    ``row0_t ..`` / ``row0_p ..`` (``ct``/``cp`` their uint32 views) and ``ot``/``op`` the
+    overlap rows. Row ``p`` belongs to chunk ``c = p % n_chunks`` (``hist.shape[0]``), and the
+    chunks run in parallel, each with its own histograms, Δ counts, top-M list and value regions.
+
+    First pass: ``row_sums[p]`` (count, Σct, Σcp, Σ|ct|, Σ|cp|, ΣΔ, Σ|Δ| of row ``p``), the four
+    20-bit key histograms ``hist[c]``, the Δ histogram ``change_counts[c]`` and the running
+    top-M ``top_scores[c]`` / ``top_keys[c]`` (pairs of a chunk arrive in increasing key order).
+    Second pass: append each key whose bin has ``lookup[d, bin] = slot >= 0`` to
+    ``values[offsets[c, slot] + fill[c, slot]]``.
+    """
+    n = ti.shape[0]
+    n_chunks = hist.shape[0]
+    n_change = change_counts.shape[1]
+    m = top_scores.shape[1]
+    for c in numba.prange(n_chunks):
+        start = p0 + (c - p0 % n_chunks + n_chunks) % n_chunks
+        for p in range(start, p1, n_chunks):
+            rt = ti[p] - row0_t
+            rp = pi[p] - row0_p
+            s0 = s1 = s2 = s3 = s4 = s5 = s6 = 0.0
+            for q in range(p + 1, n):
+                jt = ti[q]
+                jp = pi[q]
+                if ot[rt, jt] < min_overlap or op[rp, jp] < min_overlap:
+                    continue
+                bt = ct[rt, jt]
+                bp = cp[rp, jp]
+                # finite float32 <=> exponent bits not all ones
+                if (bt & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
+                    continue
+                if (bp & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
+                    continue
+                keys = (
+                    _key(bt),
+                    _key(bp),
+                    (bt & np.uint32(0x7FFFFFFF)) | np.uint32(0x80000000),
+                    (bp & np.uint32(0x7FFFFFFF)) | np.uint32(0x80000000),
+                )
+                if first_pass:
+                    vt = np.float64(ctf[rt, jt])
+                    vp = np.float64(cpf[rp, jp])
+                    d = vt - vp
+                    ad = abs(d)
+                    s0 += 1.0
+                    s1 += vt
+                    s2 += vp
+                    s3 += abs(vt)
+                    s4 += abs(vp)
+                    s5 += d
+                    s6 += ad
+                    for k in range(4):
+                        hist[c, k, keys[k] >> _KEY_SHIFT] += 1
+                    b = int((d + 2.0) * n_change / 4.0)
+                    if b >= n_change:
+                        b = n_change - 1
+                    elif b < 0:
+                        b = 0
+                    change_counts[c, b] += 1
+                    if m > 0:
+                        _insert(top_scores[c], top_keys[c], m, ad, p * n + q)
+                else:
+                    for k in range(4):
+                        slot = lookup[k, keys[k] >> _KEY_SHIFT]
+                        if slot >= 0:
+                            values[offsets[c, slot] + fill[c, slot]] = keys[k]
+                            fill[c, slot] += 1
+            if first_pass:
+                row_sums[p, 0] = s0
+                row_sums[p, 1] = s1
+                row_sums[p, 2] = s2
+                row_sums[p, 3] = s3
+                row_sums[p, 4] = s4
+                row_sums[p, 5] = s5
+                row_sums[p, 6] = s6
+
+
+def _from_key(key: np.ndarray) -> np.ndarray:
+    """float32 values of order-preserving uint32 keys (inverse of ``_key``)."""
+    key = np.asarray(key, dtype=np.uint32)
+    bits = np.where(key & np.uint32(0x80000000), key & np.uint32(0x7FFFFFFF), ~key)
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def _lerp(lower: float, upper: float, t: float) -> float:
+    """numpy's interpolation of ``np.quantile(method="linear")``."""
+    diff = upper - lower
+    return upper - diff * (1 - t) if t >= 0.5 else lower + diff * t
+
+
+def correlation_changes(
+    corr_today: np.ndarray,
+    overlap_today: np.ndarray,
+    corr_previous: np.ndarray,
+    overlap_previous: np.ndarray,
+    today_index: np.ndarray,
+    previous_index: np.ndarray,
+    *,
+    min_overlap: int,
+    top_m: int = 100,
+    quantiles: Sequence[float] = DEFAULT_QUANTILES,
+    change_bins: int = 80,
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
+) -> CorrelationChanges:
+    """Market-level drift and the largest correlation moves between two snapshots (module
+    docstring; SPEC §10.1–10.2).
+
+    ``today_index[p]`` / ``previous_index[p]`` are the positions of common symbol ``p`` in each
+    universe (:func:`match_symbols`); they must be strictly increasing (both universes sorted by
+    name), so a block of common symbols reads one contiguous range of rows of each matrix.
+    ``top_m = 0`` skips the selection. The result does not depend on ``working_memory_mb``.
+    """
+    check_square_corr(corr_today, "corr_today")
+    check_square_corr(corr_previous, "corr_previous")
+    check_array(overlap_today, "overlap_today", np.integer, shape=corr_today.shape)
+    check_array(overlap_previous, "overlap_previous", np.integer, shape=corr_previous.shape)
+    check_positive_int(min_overlap, "min_overlap")
+    check_positive_int(top_m, "top_m", minimum=0)
+    check_positive_int(change_bins, "change_bins")
+    check_working_memory(working_memory_mb)
+    ti = np.asarray(today_index, dtype=np.int64)
+    pi = np.asarray(previous_index, dtype=np.int64)
+    if ti.ndim != 1 or ti.shape != pi.shape:
+        raise ValueError("today_index and previous_index must be 1-D of the same length")
+    for name, idx, n_max in (
+        ("today_index", ti, corr_today.shape[0]),
+        ("previous_index", pi, corr_previous.shape[0]),
+    ):
+        if idx.size and (idx[0] < 0 or idx[-1] >= n_max or np.any(np.diff(idx) <= 0)):
+            raise ValueError(f"{name} must be strictly increasing within [0, {n_max})")
+    levels = tuple(float(q) for q in quantiles)
+    if any(not 0.0 <= q <= 1.0 for q in levels):
+        raise ValueError(f"quantiles must lie in [0, 1], got {levels}")
+    n = int(ti.size)
+    m = int(top_m)
+
+    chunks = max(1, min(numba.get_num_threads(), _MAX_CHUNKS))
+    row_sums = np.zeros((n, 7), np.float64)
+    hist = np.zeros((chunks, 4, _N_BINS), np.int64)
+    change_counts = np.zeros((chunks, int(change_bins)), np.int64)
+    top_scores = np.full((chunks, m), -np.inf, np.float64)
+    top_keys = np.full((chunks, m), -1, np.int64)
+    no_lookup = np.zeros((4, 1), np.int32)
+    no_slots = np.zeros((chunks, 0), np.int64)
+    no_values = np.zeros(0, np.uint32)
+    # a block row reads one row of each of the four matrices (views, no copies)
+    row_bytes = sum(a.shape[1] * a.dtype.itemsize for a in (corr_today, overlap_today))
+    row_bytes += sum(a.shape[1] * a.dtype.itemsize for a in (corr_previous, overlap_previous))
+    blocks = row_blocks(n, row_bytes, working_memory_mb)
+
+    def run(first_pass: bool, lookup, offsets, fill, values) -> None:
+        for p0, p1 in blocks:
+            t0, t1 = int(ti[p0]), int(ti[p1 - 1]) + 1
+            q0, q1 = int(pi[p0]), int(pi[p1 - 1]) + 1
+            block_t = np.asarray(corr_today[t0:t1])  # views of the memory maps
+            block_p = np.asarray(corr_previous[q0:q1])
+            _scan(
+                block_t.view(np.uint32),
+                block_t,
+                np.asarray(overlap_today[t0:t1]),
+                block_p.view(np.uint32),
+                block_p,
+                np.asarray(overlap_previous[q0:q1]),
+                t0,
+                q0,
+                ti,
+                pi,
+                p0,
+                p1,
+                int(min_overlap),
+                first_pass,
+                row_sums,
+                hist,
+                change_counts,
+                top_scores,
+                top_keys,
+                lookup,
+                offsets,
+                fill,
+                values,
+            )
+
+    run(True, no_lookup, no_slots, no_slots, no_values)
+    sums = row_sums.sum(axis=0)  # per-row sums, added in row order: independent of the chunks
+    count = int(sums[0])
+    names = ("corr_today", "corr_previous", "abs_corr_today", "abs_corr_previous")
+    means = {
+        name: (float(sums[i + 1] / count) if count else float("nan"))
+        for i, name in enumerate(names)
+    }
+    means["change"] = float(sums[5] / count) if count else float("nan")
+    means["abs_change"] = float(sums[6] / count) if count else float("nan")
+
+    out_quantiles = {name: np.full(len(levels), np.nan) for name in DISTRIBUTIONS}
+    if count and levels:
+        # the order statistics wanted: lo and lo + 1 of h = q (n - 1)
+        lows = {int(np.floor(q * (count - 1))) for q in levels}
+        ranks = sorted(lows | {min(r + 1, count - 1) for r in lows})
+        counts = hist.sum(axis=0)
+        cum = np.cumsum(counts, axis=1)
+        lookup = np.full((4, _N_BINS), -1, np.int32)
+        slot_bins: list[tuple[int, int]] = []
+        for d in range(4):
+            for r in ranks:
+                b = int(np.searchsorted(cum[d], r, side="right"))
+                if lookup[d, b] < 0:
+                    lookup[d, b] = len(slot_bins)
+                    slot_bins.append((d, b))
+        # slot s of chunk c: hist[c, d, b] values from offsets[c, s] (slots one after the
+        # other, the chunks' parts of a slot one after the other)
+        per_chunk = np.array([hist[:, d, b] for d, b in slot_bins], np.int64).T  # chunks x slots
+        sizes = per_chunk.sum(axis=0)
+        offsets = np.zeros_like(per_chunk)
+        offsets[1:] = np.cumsum(per_chunk[:-1], axis=0)
+        offsets += np.concatenate(([0], np.cumsum(sizes)[:-1]))[None, :]
+        fill = np.zeros_like(per_chunk)
+        values = np.empty(int(sizes.sum()), np.uint32)
+        run(False, lookup, offsets, fill, values)
+        if not np.array_equal(fill, per_chunk):  # the two passes read different data
+            raise RuntimeError("correlation_changes: the inputs changed between the two passes")
+        slot_start = offsets[0]
+        sorted_bins = {
+            (d, b): np.sort(values[slot_start[s] : slot_start[s] + sizes[s]])
+            for s, (d, b) in enumerate(slot_bins)
+        }
+
+        def order_statistic(d: int, r: int) -> float:
+            b = int(np.searchsorted(cum[d], r, side="right"))
+            before = int(cum[d, b - 1]) if b else 0
+            return float(_from_key(sorted_bins[(d, b)][r - before : r - before + 1])[0])
+
+        for d, name in enumerate(DISTRIBUTIONS):
+            for i, q in enumerate(levels):
+                h = q * (count - 1)
+                lo = int(np.floor(h))
+                hi = min(lo + 1, count - 1)
+                out_quantiles[name][i] = _lerp(
+                    order_statistic(d, lo), order_statistic(d, hi), h - lo
+                )
+
+    # the global top M is among the chunks' top M: |Δ| descending, then the pair key
+    scores, all_keys = top_scores.ravel(), top_keys.ravel()
+    kept = np.flatnonzero(all_keys >= 0)
+    keys = all_keys[kept[np.lexsort((all_keys[kept], -scores[kept]))][:m]]
+    tp, tq = keys // max(n, 1), keys % max(n, 1)
+    rows_t, cols_t, rows_p, cols_p = ti[tp], ti[tq], pi[tp], pi[tq]
+    top_corr_today = np.asarray(corr_today[rows_t, cols_t], dtype=np.float32)
+    top_corr_previous = np.asarray(corr_previous[rows_p, cols_p], dtype=np.float32)
+    return CorrelationChanges(
+        n_pairs=count,
+        means=means,
+        quantile_levels=levels,
+        quantiles=out_quantiles,
+        change_counts=change_counts.sum(axis=0),
+        change_edges=np.linspace(-2.0, 2.0, int(change_bins) + 1),
+        top_p=tp,
+        top_q=tq,
+        top_corr_today=top_corr_today,
+        top_corr_previous=top_corr_previous,
+        top_overlap_today=np.asarray(overlap_today[rows_t, cols_t], dtype=np.int64),
+        top_overlap_previous=np.asarray(overlap_previous[rows_p, cols_p], dtype=np.int64),
+        top_change=top_corr_today.astype(np.float64) - top_corr_previous.astype(np.float64),
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# neighbor turnover
+# ------------------------------------------------------------------------------------------------
+
+
+def neighbor_turnover(
+    match: SymbolMatch,
+    index_today: np.ndarray,
+    index_previous: np.ndarray,
+    *,
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per common symbol ``p``: ``(n_today[p], n_new[p])``, the number of its neighbors today
+    (``index_today`` row, −1 padding excluded) and how many of them were not among its previous
+    neighbors (``index_previous`` row), compared by name. Both int64 of ``len(match.common)``.
+
+    ``index_today`` (N_today × k) and ``index_previous`` (N_previous × k') are the top-k arrays of
+    SPEC §4 (−1 = padding); k and k' may differ.
+    """
+    it = check_array(np.asarray(index_today), "index_today", np.integer, ndim=2)
+    ip = check_array(np.asarray(index_previous), "index_previous", np.integer, ndim=2)
+    check_working_memory(working_memory_mb)
+    n = len(match.common)
+    n_today = np.zeros(n, np.int64)
+    n_new = np.zeros(n, np.int64)
+    k_t, k_p = it.shape[1], ip.shape[1]
+    # previous neighbors in today's index space (a symbol that left: −1, never equal to a
+    # today neighbor, which is >= 0)
+    to_today = np.append(match.previous_to_today, -1)  # index −1 (padding) → −1
+    for p0, p1 in row_blocks(n, max(1, k_t * k_p) * 2 + 16 * (k_t + k_p), working_memory_mb):
+        t = it[match.today_index[p0:p1]].astype(np.int64)
+        prev = to_today[ip[match.previous_index[p0:p1]]]
+        valid = t >= 0
+        seen = (t[:, :, None] == prev[:, None, :]).any(axis=2)
+        n_today[p0:p1] = valid.sum(axis=1)
+        n_new[p0:p1] = (valid & ~seen).sum(axis=1)
+    return n_today, n_new
+
+
+# ------------------------------------------------------------------------------------------------
+# cluster migrations
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterMigrations:
+    """Result of :func:`cluster_migrations` (SPEC §10.4); cluster ids are each day's labels.
+
+    match_today : int64 (K_today,), the previous cluster matched to each today cluster, −1 if
+        none (the cluster *appeared*).
+    match_previous : int64 (K_previous,), the inverse; −1: the previous cluster *vanished*.
+    shared : int64 (K_today,), common members of each today cluster and its match (0 if none).
+    size_today, size_previous : int64, members of each cluster (all symbols of that day).
+    moved : bool (len(common),), common symbol ``p`` whose today cluster is not the match of its
+        previous cluster.
+    split : bool (K_previous,), previous clusters that split; merged : bool (K_today,), today
+        clusters that merged several previous ones.
+    main_source : int64 (K_today,), the previous cluster that gave a today cluster most of its
+        common members (ties to the smaller id; −1 when it has none); main_destination : int64
+        (K_previous,), the inverse.
+    """
+
+    match_today: np.ndarray
+    match_previous: np.ndarray
+    shared: np.ndarray
+    size_today: np.ndarray
+    size_previous: np.ndarray
+    moved: np.ndarray
+    split: np.ndarray
+    merged: np.ndarray
+    main_source: np.ndarray
+    main_destination: np.ndarray
+
+
+def _argmax_ties_smaller(rows: np.ndarray, cols: np.ndarray, weight: np.ndarray, n_rows: int):
+    """Per row: the column with the largest weight, ties to the smaller column; −1 if none."""
+    out = np.full(n_rows, -1, np.int64)
+    if rows.size:
+        order = np.lexsort((cols, -weight, rows))
+        first = np.ones(order.size, bool)
+        first[1:] = rows[order][1:] != rows[order][:-1]
+        out[rows[order][first]] = cols[order][first]
+    return out
+
+
+def cluster_migrations(
+    labels_today: np.ndarray,
+    labels_previous: np.ndarray,
+    match: SymbolMatch,
+    *,
+    min_members: int = 2,
+) -> ClusterMigrations:
+    """Today's clusters matched to the previous ones (SPEC §10.4).
+
+    ``O[a, b]`` = number of common symbols in today's cluster ``a`` and previous cluster ``b``.
+    The matching is a set of one-to-one pairs ``(a, b)`` with ``O[a, b] > 0`` of maximum total
+    ``O`` (``linear_sum_assignment`` on each connected component of the graph of the ``O > 0``
+    pairs, which is the same optimum as on the whole table); pairs with zero overlap are not
+    matches. ``moved``: common symbols whose today cluster is not the match of their previous
+    cluster. ``main_source[a] = argmax_b O[a, b]``, ``main_destination[b] = argmax_a O[a, b]``
+    (ties to the smaller id). Previous cluster ``b`` *split* iff at least two today clusters
+    ``a`` have ``main_source[a] == b`` and ``O[a, b] >= min_members``; today cluster ``a``
+    *merged* iff at least two previous clusters ``b`` have ``main_destination[b] == a`` and
+    ``O[a, b] >= min_members``.
+    """
+    lt_all = check_array(np.asarray(labels_today), "labels_today", np.integer, ndim=1)
+    lp_all = check_array(np.asarray(labels_previous), "labels_previous", np.integer, ndim=1)
+    check_positive_int(min_members, "min_members")
+    for name, labels in (("labels_today", lt_all), ("labels_previous", lp_all)):
+        if labels.size and labels.min() < 0:
+            raise ValueError(f"{name} must be >= 0")
+    k_t = int(lt_all.max()) + 1 if lt_all.size else 0
+    k_p = int(lp_all.max()) + 1 if lp_all.size else 0
+    lt = lt_all[match.today_index].astype(np.int64)
+    lp = lp_all[match.previous_index].astype(np.int64)
+    table = coo_matrix((np.ones(lt.size, np.int64), (lt, lp)), shape=(k_t, k_p)).tocsr()
+    table.sum_duplicates()
+    edges = table.tocoo()
+    ea, eb, ew = edges.row.astype(np.int64), edges.col.astype(np.int64), edges.data.astype(np.int64)
+
+    match_today = np.full(k_t, -1, np.int64)
+    match_previous = np.full(k_p, -1, np.int64)
+    shared = np.zeros(k_t, np.int64)
+    graph = coo_matrix((np.ones(ea.size), (ea, k_t + eb)), shape=(k_t + k_p, k_t + k_p))
+    _, component = connected_components(graph, directed=False)
+    edge_component = component[ea]
+    order = np.argsort(edge_component, kind="stable")
+    bounds = np.flatnonzero(np.diff(edge_component[order])) + 1
+    for group in np.split(order, bounds) if order.size else []:
+        rows, row_pos = np.unique(ea[group], return_inverse=True)
+        cols, col_pos = np.unique(eb[group], return_inverse=True)
+        dense = np.zeros((rows.size, cols.size), np.int64)
+        dense[row_pos, col_pos] = ew[group]
+        r, c = linear_sum_assignment(dense, maximize=True)
+        keep = dense[r, c] > 0
+        a, b = rows[r[keep]], cols[c[keep]]
+        match_today[a] = b
+        match_previous[b] = a
+        shared[a] = dense[r[keep], c[keep]]
+
+    main_source = _argmax_ties_smaller(ea, eb, ew, k_t)
+    main_destination = _argmax_ties_smaller(eb, ea, ew, k_p)
+    big = ew >= min_members
+    split_count = np.bincount(eb[big & (main_source[ea] == eb)], minlength=k_p)
+    merge_count = np.bincount(ea[big & (main_destination[eb] == ea)], minlength=k_t)
+    return ClusterMigrations(
+        match_today=match_today,
+        match_previous=match_previous,
+        shared=shared,
+        size_today=np.bincount(lt_all, minlength=k_t).astype(np.int64),
+        size_previous=np.bincount(lp_all, minlength=k_p).astype(np.int64),
+        moved=match_today[lt] != lp,
+        split=split_count >= 2,
+        merged=merge_count >= 2,
+        main_source=main_source,
+        main_destination=main_destination,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# lead-lag changes
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeadLagChanges:
+    """Result of :func:`lead_lag_changes` (SPEC §10.5): row indices into each day's pairs.
+
+    appeared : today's pairs with no previous pair of the same (leader, lagger) names.
+    vanished : previous pairs with no today pair of the same names.
+    changed_today, changed_previous : the pairs present on both days with a different lag
+        (aligned: ``changed_today[i]`` and ``changed_previous[i]`` are the same names).
+    Only pairs whose two symbols are in both universes are compared (a pair of a symbol that
+    entered or left is reported with the symbol). All sorted by row index.
+    """
+
+    appeared: np.ndarray
+    vanished: np.ndarray
+    changed_today: np.ndarray
+    changed_previous: np.ndarray
+
+
+def lead_lag_changes(
+    pairs_today: np.ndarray, pairs_previous: np.ndarray, match: SymbolMatch, n_today: int
+) -> LeadLagChanges:
+    """Compare two days' lead-lag pairs (structured arrays with ``leader``, ``lagger``, ``lag``,
+    indices into each day's symbols, SPEC §6) by the names of leader and lagger."""
+    common_today = np.zeros(n_today, bool)
+    common_today[match.today_index] = True
+
+    def keys(leader: np.ndarray, lagger: np.ndarray) -> np.ndarray:
+        return leader.astype(np.int64) * n_today + lagger.astype(np.int64)
+
+    t_lead, t_lag = np.asarray(pairs_today["leader"]), np.asarray(pairs_today["lagger"])
+    p_lead = match.previous_to_today[np.asarray(pairs_previous["leader"], dtype=np.int64)]
+    p_lag = match.previous_to_today[np.asarray(pairs_previous["lagger"], dtype=np.int64)]
+    t_rows = np.flatnonzero(common_today[t_lead] & common_today[t_lag])
+    p_rows = np.flatnonzero((p_lead >= 0) & (p_lag >= 0))
+    t_keys = keys(t_lead[t_rows], t_lag[t_rows])
+    p_keys = keys(p_lead[p_rows], p_lag[p_rows])
+    _, in_t, in_p = np.intersect1d(t_keys, p_keys, assume_unique=True, return_indices=True)
+    both_t, both_p = t_rows[in_t], p_rows[in_p]
+    lag_differs = (
+        np.asarray(pairs_today["lag"])[both_t] != np.asarray(pairs_previous["lag"])[both_p]
+    )
+    order = np.argsort(both_t[lag_differs], kind="stable")
+    return LeadLagChanges(
+        appeared=np.setdiff1d(t_rows, both_t),
+        vanished=np.setdiff1d(p_rows, both_p),
+        changed_today=both_t[lag_differs][order],
+        changed_previous=both_p[lag_differs][order],
+    )

@@ -1,0 +1,242 @@
+"""Publish the changes of one snapshot date (SPEC §10), atomically replacing an earlier version.
+
+:func:`publish_changes` runs ONE transaction, like :func:`corr_pipeline.db.publish.publish_snapshot`
+and under the same per-date advisory lock (``pg_advisory_xact_lock(hashtext('corr_pipeline.snapshot'),
+<days since 1970-01-01>)``), so a publication of the snapshot and one of its changes never
+interleave, and two publishers of the same date's changes end with one whole version:
+
+1. take the lock;
+2. ``DELETE`` the date's rows from the four child tables, then its ``change_summaries`` row;
+3. ``INSERT`` the ``change_summaries`` row (jsonb: quantiles, histogram, skipped parts, params);
+4. one ``COPY ... FROM STDIN (FORMAT BINARY)`` per child table (psycopg's row writer with the
+   column types set: float32 values go into ``real`` columns exactly; NULL for ``None``; NaN is
+   refused before the transaction);
+5. ``COMMIT``: readers see the previous version until then, the new one after, never a mix.
+
+Everything is validated before the transaction starts (:class:`PublishError`, nothing written).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from corr_pipeline.db.bulk import driver_connection
+from corr_pipeline.db.dates import as_iso_date
+from corr_pipeline.db.publish import PublishError, _lock_date
+from corr_pipeline.db.schema import CHANGE_TABLES
+
+__all__ = [
+    "CHANGE_COLUMNS",
+    "ChangesPublication",
+    "ChangesReport",
+    "publish_changes",
+    "read_change_counts",
+]
+
+#: The columns of each child table, in the order of the row tuples of :class:`ChangesPublication`.
+CHANGE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "change_pairs": (
+        "rank",
+        "symbol_a",
+        "symbol_b",
+        "corr",
+        "previous_corr",
+        "overlap",
+        "previous_overlap",
+        "change",
+    ),
+    "change_symbols": (
+        "symbol",
+        "status",
+        "cluster_id",
+        "previous_cluster_id",
+        "moved",
+        "n_neighbors",
+        "new_neighbors",
+    ),
+    "change_clusters": (
+        "line",
+        "cluster_id",
+        "previous_cluster_id",
+        "size",
+        "previous_size",
+        "shared",
+        "status",
+        "split",
+        "merged",
+    ),
+    "change_lead_lag": (
+        "leader",
+        "lagger",
+        "change",
+        "lag",
+        "previous_lag",
+        "improvement",
+        "previous_improvement",
+    ),
+}
+
+#: PostgreSQL types of the columns of :data:`CHANGE_COLUMNS`, for the binary COPY.
+_COPY_TYPES: dict[str, tuple[str, ...]] = {
+    "change_pairs": ("int2", "text", "text", "float4", "float4", "int4", "int4", "float8"),
+    "change_symbols": ("text", "text", "int4", "int4", "bool", "int4", "int4"),
+    "change_clusters": ("int4", "int4", "int4", "int4", "int4", "int4", "text", "bool", "bool"),
+    "change_lead_lag": ("text", "text", "text", "int2", "int2", "float4", "float4"),
+}
+
+#: The ``change_summaries`` columns a publication sets (``created_at`` is ``now()``).
+SUMMARY_COLUMNS = (
+    "previous_date",
+    "n_symbols",
+    "n_previous_symbols",
+    "n_common",
+    "n_entered",
+    "n_left",
+    "n_pairs",
+    "mean_corr",
+    "previous_mean_corr",
+    "mean_abs_corr",
+    "previous_mean_abs_corr",
+    "mean_change",
+    "mean_abs_change",
+    "quantiles",
+    "change_histogram",
+    "skipped",
+    "params",
+)
+_JSON_COLUMNS = ("quantiles", "change_histogram", "skipped", "params")
+
+
+@dataclass(frozen=True)
+class ChangesPublication:
+    """What one publication of changes writes (SPEC §10): ``summary`` maps every
+    :data:`SUMMARY_COLUMNS` name to its value (None = NULL; the jsonb ones as plain JSON values),
+    ``rows`` every child table to its row tuples in :data:`CHANGE_COLUMNS` order."""
+
+    snapshot_date: dt.date
+    summary: Mapping[str, Any]
+    rows: Mapping[str, Sequence[tuple[Any, ...]]]
+
+
+@dataclass(frozen=True)
+class ChangesReport:
+    """Rows written per table, seconds (waiting for the lock included), whether an earlier
+    version of the date's changes was replaced."""
+
+    snapshot_date: dt.date
+    rows: dict[str, int]
+    seconds: float
+    lock_wait_seconds: float
+    replaced_previous: bool
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _finite_or_none(value: Any, where: str) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PublishError(f"{where}: {value} cannot be published (use None for NULL)")
+    return value
+
+
+def _validate(changes: ChangesPublication) -> tuple[dt.date, list[Any]]:
+    d = as_iso_date(changes.snapshot_date, "snapshot_date", PublishError)
+    missing = [c for c in SUMMARY_COLUMNS if c not in changes.summary]
+    if missing:
+        raise PublishError(f"the change summary lacks {missing}")
+    if set(changes.rows) != set(CHANGE_COLUMNS):
+        raise PublishError(f"rows must be given for exactly {sorted(CHANGE_COLUMNS)}")
+    previous = as_iso_date(changes.summary["previous_date"], "previous_date", PublishError)
+    if not previous < d:
+        raise PublishError(f"previous_date {previous} must be before the snapshot date {d}")
+    values: list[Any] = []
+    for column in SUMMARY_COLUMNS:
+        value = changes.summary[column]
+        if column in _JSON_COLUMNS:
+            try:
+                value = None if value is None else json.dumps(value, allow_nan=False)
+            except ValueError as exc:
+                raise PublishError(f"change_summaries.{column}: {exc}") from None
+        values.append(_finite_or_none(value, f"change_summaries.{column}"))
+    values[0] = previous
+    for table, rows in changes.rows.items():
+        width = len(CHANGE_COLUMNS[table])
+        for row in rows:
+            if len(row) != width:
+                raise PublishError(f"{table}: a row of {len(row)} values for {width} columns")
+            for column, value in zip(CHANGE_COLUMNS[table], row, strict=True):
+                _finite_or_none(value, f"{table}.{column}")
+    return d, values
+
+
+def publish_changes(engine: sa.Engine, changes: ChangesPublication) -> ChangesReport:
+    """Replace the changes of ``changes.snapshot_date`` with ``changes``, in one transaction
+    under the date's advisory lock (module docstring)."""
+    t_start = time.perf_counter()
+    d, summary = _validate(changes)
+    timings = {"prepare_s": time.perf_counter() - t_start}
+    rows: dict[str, int] = {}
+    with engine.begin() as conn, driver_connection(conn).cursor() as cur:
+        lock_wait = _lock_date(cur, d)
+        t = time.perf_counter()
+        replaced = _delete_changes_rows(cur, d)
+        columns = ", ".join(("snapshot_date", *SUMMARY_COLUMNS, "created_at"))
+        placeholders = ", ".join(
+            "%s::jsonb" if c in _JSON_COLUMNS else "%s" for c in ("snapshot_date", *SUMMARY_COLUMNS)
+        )
+        cur.execute(
+            f"INSERT INTO change_summaries ({columns}) VALUES ({placeholders}, now())",
+            (d, *summary),
+        )
+        rows["change_summaries"] = cur.rowcount
+        timings["replace_summary_s"] = time.perf_counter() - t
+        for table, names in CHANGE_COLUMNS.items():
+            t = time.perf_counter()
+            statement = (
+                f"COPY {table} (snapshot_date, {', '.join(names)}) FROM STDIN (FORMAT BINARY)"
+            )
+            with cur.copy(statement) as copy:
+                copy.set_types(["date", *_COPY_TYPES[table]])
+                for row in changes.rows[table]:
+                    copy.write_row((d, *row))
+            rows[table] = cur.rowcount
+            timings[f"copy_{table}_s"] = time.perf_counter() - t
+        expected = {"change_summaries": 1} | {t: len(r) for t, r in changes.rows.items()}
+        if rows != expected:  # impossible unless COPY lost rows: never commit that
+            raise RuntimeError(
+                f"publishing the changes of {d}: inserted {rows}, expected {expected}"
+            )
+    return ChangesReport(
+        snapshot_date=d,
+        rows=rows,
+        seconds=time.perf_counter() - t_start,
+        lock_wait_seconds=lock_wait,
+        replaced_previous=replaced,
+        timings=timings,
+    )
+
+
+def _delete_changes_rows(cursor: Any, d: dt.date) -> bool:
+    """Delete ``d``'s child rows, then its ``change_summaries`` row; True if there was one."""
+    for child in CHANGE_COLUMNS:
+        cursor.execute(f"DELETE FROM {child} WHERE snapshot_date = %s", (d,))
+    cursor.execute("DELETE FROM change_summaries WHERE snapshot_date = %s", (d,))
+    return bool(cursor.rowcount > 0)
+
+
+def read_change_counts(engine: sa.Engine, snapshot_date: dt.date | str) -> dict[str, int]:
+    """Rows per change table for ``snapshot_date``, read in one consistent snapshot."""
+    d = as_iso_date(snapshot_date, "snapshot_date", PublishError)
+    query = " UNION ALL ".join(
+        f"SELECT '{table}', count(*) FROM {table} WHERE snapshot_date = :d"
+        for table in CHANGE_TABLES
+    )
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
+        found = {str(t): int(c) for t, c in conn.execute(sa.text(query), {"d": d})}
+    return {table: found[table] for table in CHANGE_TABLES}

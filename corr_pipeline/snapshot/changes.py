@@ -1,0 +1,366 @@
+"""What changed since the previous session: the ``snapshot_changes`` step (SPEC §10), no Dagster.
+
+The *previous session* of a snapshot date ``D`` is the newest published ``snapshot_date < D``
+(:func:`previous_session`); with none there is nothing to compare and nothing is recorded.
+Both sides are read the same way, so the changes describe exactly what was published:
+
+- the published rows of both dates (:func:`corr_pipeline.db.reads.published_rows`: symbols,
+  neighbors, clusters, lead-lag pairs) give the symbols that entered or left, the neighbor
+  turnover, the cluster migrations and the lead-lag changes;
+- the correlation and overlap matrices of both dates, at the versions each publication pins
+  (SPEC §8), read as memory maps while a shared hold keeps retention away, give the drift and
+  the top moves. When the previous date's matrices are gone (retention removed them before a
+  late backfill), those two parts are skipped and :attr:`ChangesResults.skipped` says why.
+
+Memory at N = 24,000: the matrices are read in place (row blocks of
+:func:`corr_pipeline.compute.changes.correlation_changes`); the rest is O(N·k + pairs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+
+from corr_pipeline.compute.changes import (
+    DEFAULT_QUANTILES,
+    ClusterMigrations,
+    CorrelationChanges,
+    LeadLagChanges,
+    SymbolMatch,
+    cluster_migrations,
+    correlation_changes,
+    lead_lag_changes,
+    match_symbols,
+    neighbor_turnover,
+)
+from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
+from corr_pipeline.db.publish_changes import ChangesPublication
+from corr_pipeline.db.reads import PublishedRows, published_dates, published_rows
+from corr_pipeline.store.matrix_store import (
+    MatrixNotFoundError,
+    MatrixStore,
+    MatrixStoreError,
+    StoredArray,
+)
+
+__all__ = [
+    "CORRELATION_PARTS",
+    "ChangesResults",
+    "compute_changes",
+    "previous_session",
+    "publication",
+]
+
+#: The parts that need both dates' matrices (skipped when the previous ones were pruned).
+CORRELATION_PARTS = ("drift", "top_moves")
+
+_MATRICES = (("correlation_matrix", "corr"), ("overlap_matrix", "overlap"))
+
+
+@dataclass(frozen=True)
+class ChangesResults:
+    """The changes of ``snapshot_date`` against ``previous_date`` (SPEC §10).
+
+    ``today`` / ``previous``: the published rows of each date; ``match``: their symbols matched
+    by name; ``correlation``: drift and top moves (None when skipped); ``n_neighbors`` /
+    ``new_neighbors``: the turnover per common symbol; ``clusters``, ``lead_lag``: the
+    migrations and lead-lag changes; ``skipped``: ``{part: reason}`` for the parts not computed;
+    ``params``: the parameters used (recorded with the publication).
+    """
+
+    snapshot_date: dt.date
+    previous_date: dt.date
+    today: PublishedRows
+    previous: PublishedRows
+    match: SymbolMatch
+    correlation: CorrelationChanges | None
+    n_neighbors: np.ndarray
+    new_neighbors: np.ndarray
+    clusters: ClusterMigrations
+    lead_lag: LeadLagChanges
+    skipped: dict[str, str] = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+
+
+def previous_session(engine: sa.Engine, day: dt.date) -> dt.date | None:
+    """The newest published snapshot date before ``day``, or None."""
+    earlier = published_dates(engine, before=day)
+    return earlier[-1] if earlier else None
+
+
+def _open_matrices(
+    store: MatrixStore, rows: PublishedRows, stack: contextlib.ExitStack
+) -> tuple[StoredArray, StoredArray] | str:
+    """The pinned corr and overlap of a published date as memory maps, held against retention
+    until ``stack`` closes; or the reason they cannot be read."""
+    partition = rows.snapshot_date.isoformat()
+    pins = rows.matrix_versions or {}
+    opened: list[StoredArray] = []
+    for asset, name in _MATRICES:
+        hold = store.hold_existing_partition(asset, partition)
+        if hold is not None:
+            stack.callback(hold.release)
+        version = (pins.get(asset) or {}).get(name)
+        try:
+            if hold is None:
+                raise MatrixNotFoundError(f"{asset}/{partition} is not in the store")
+            opened.append(store.load(asset, partition, name, version=version))
+        except MatrixStoreError as exc:
+            if store.pruned(partition) is not None:
+                return (
+                    f"the matrices of {partition} were removed by retention "
+                    "(CORR_PIPELINE_KEEP_MATRICES)"
+                )
+            return f"{asset} of {partition} cannot be read: {exc}"
+        if opened[-1].labels.get("symbols") != rows.symbols:
+            return f"{asset} of {partition} holds other symbols than its publication"
+    return opened[0], opened[1]
+
+
+def compute_changes(
+    engine: sa.Engine,
+    store: MatrixStore,
+    day: dt.date,
+    *,
+    previous: dt.date | None = None,
+    top_m: int = 100,
+    min_members: int = 2,
+    quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
+    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
+    log: Callable[[str], None] | None = None,
+) -> ChangesResults | None:
+    """The changes of the published snapshot of ``day`` against ``previous`` (default: its
+    :func:`previous_session`); None when there is no previous session.
+
+    ``top_m``: pairs kept by |Δcorr| (SPEC §10.2); ``min_members``: the split/merge threshold
+    (SPEC §10.4); ``min_overlap`` is today's snapshot parameter. Raises ``LookupError`` when
+    ``day`` itself is not published.
+    """
+    say = log or (lambda _message: None)
+    today = published_rows(engine, day)
+    if today is None:
+        raise LookupError(f"the snapshot of {day} is not published")
+    if previous is None:
+        previous = previous_session(engine, day)
+    if previous is None:
+        return None
+    before = published_rows(engine, previous)
+    if before is None:
+        raise LookupError(f"the snapshot of {previous} is not published")
+    min_overlap = int(today.params.get("min_overlap", 2))
+    match = match_symbols(today.symbols, before.symbols)
+    say(
+        f"changes {day} vs {previous}: {len(match.common)} common symbols, "
+        f"{match.entered.size} entered, {match.left.size} left"
+    )
+    skipped: dict[str, str] = {}
+    correlation: CorrelationChanges | None = None
+    with contextlib.ExitStack() as stack:
+        opened_today = _open_matrices(store, today, stack)
+        opened_before = _open_matrices(store, before, stack)
+        reason = next((o for o in (opened_before, opened_today) if isinstance(o, str)), None)
+        if reason is not None:
+            skipped = dict.fromkeys(CORRELATION_PARTS, reason)
+            say(f"skipped {', '.join(CORRELATION_PARTS)}: {reason}")
+        else:
+            assert not isinstance(opened_today, str) and not isinstance(opened_before, str)
+            correlation = correlation_changes(
+                opened_today[0].array,
+                opened_today[1].array,
+                opened_before[0].array,
+                opened_before[1].array,
+                match.today_index,
+                match.previous_index,
+                min_overlap=min_overlap,
+                top_m=top_m,
+                quantiles=quantiles,
+                working_memory_mb=working_memory_mb,
+            )
+    n_neighbors, new_neighbors = neighbor_turnover(
+        match, today.neighbor_index, before.neighbor_index, working_memory_mb=working_memory_mb
+    )
+    return ChangesResults(
+        snapshot_date=day,
+        previous_date=previous,
+        today=today,
+        previous=before,
+        match=match,
+        correlation=correlation,
+        n_neighbors=n_neighbors,
+        new_neighbors=new_neighbors,
+        clusters=cluster_migrations(
+            today.cluster_labels, before.cluster_labels, match, min_members=min_members
+        ),
+        lead_lag=lead_lag_changes(
+            today.lead_lag_pairs, before.lead_lag_pairs, match, len(today.symbols)
+        ),
+        skipped=skipped,
+        params={
+            "top_m": int(top_m),
+            "min_members": int(min_members),
+            "min_overlap": min_overlap,
+            "quantiles": list(quantiles),
+        },
+    )
+
+
+def _number(value: float) -> float | None:
+    """A finite float, or None (NULL) for NaN."""
+    return float(value) if np.isfinite(value) else None
+
+
+def publication(results: ChangesResults) -> ChangesPublication:
+    """The rows :func:`corr_pipeline.db.publish_changes.publish_changes` writes for ``results``
+    (SPEC §10): NaN (no compared pair, a skipped part) becomes NULL."""
+    today, before, match, corr = results.today, results.previous, results.match, results.correlation
+    means = corr.means if corr is not None else {}
+    summary: dict[str, Any] = {
+        "previous_date": results.previous_date,
+        "n_symbols": len(today.symbols),
+        "n_previous_symbols": len(before.symbols),
+        "n_common": len(match.common),
+        "n_entered": int(match.entered.size),
+        "n_left": int(match.left.size),
+        "n_pairs": None if corr is None else int(corr.n_pairs),
+        "mean_corr": _number(means.get("corr_today", np.nan)),
+        "previous_mean_corr": _number(means.get("corr_previous", np.nan)),
+        "mean_abs_corr": _number(means.get("abs_corr_today", np.nan)),
+        "previous_mean_abs_corr": _number(means.get("abs_corr_previous", np.nan)),
+        "mean_change": _number(means.get("change", np.nan)),
+        "mean_abs_change": _number(means.get("abs_change", np.nan)),
+        "quantiles": None
+        if corr is None or corr.n_pairs == 0
+        else {
+            "levels": list(corr.quantile_levels),
+            **{name: [float(v) for v in values] for name, values in corr.quantiles.items()},
+        },
+        "change_histogram": None
+        if corr is None
+        else {
+            "edges": [float(corr.change_edges[0]), float(corr.change_edges[-1])],
+            "counts": [int(c) for c in corr.change_counts],
+        },
+        "skipped": dict(results.skipped),
+        "params": dict(results.params),
+    }
+    pairs: list[tuple[Any, ...]] = []
+    if corr is not None:
+        for rank, (p, q) in enumerate(zip(corr.top_p, corr.top_q, strict=True)):
+            pairs.append(
+                (
+                    rank + 1,
+                    match.common[p],
+                    match.common[q],
+                    float(corr.top_corr_today[rank]),
+                    float(corr.top_corr_previous[rank]),
+                    int(corr.top_overlap_today[rank]),
+                    int(corr.top_overlap_previous[rank]),
+                    float(corr.top_change[rank]),
+                )
+            )
+    migrations = results.clusters
+    symbols: list[tuple[Any, ...]] = []
+    for p, name in enumerate(match.common):
+        symbols.append(
+            (
+                name,
+                "kept",
+                int(today.cluster_labels[match.today_index[p]]),
+                int(before.cluster_labels[match.previous_index[p]]),
+                bool(migrations.moved[p]),
+                int(results.n_neighbors[p]),
+                int(results.new_neighbors[p]),
+            )
+        )
+    for i in match.entered:
+        symbols.append(
+            (today.symbols[i], "entered", int(today.cluster_labels[i]), None, None, None, None)
+        )
+    for i in match.left:
+        symbols.append(
+            (before.symbols[i], "left", None, int(before.cluster_labels[i]), None, None, None)
+        )
+    clusters: list[tuple[Any, ...]] = []
+    for a, b in enumerate(migrations.match_today):
+        matched = b >= 0
+        clusters.append(
+            (
+                len(clusters),
+                a,
+                int(b) if matched else None,
+                int(migrations.size_today[a]),
+                int(migrations.size_previous[b]) if matched else 0,
+                int(migrations.shared[a]),
+                "matched" if matched else "appeared",
+                bool(migrations.split[b]) if matched else False,
+                bool(migrations.merged[a]),
+            )
+        )
+    for b in np.flatnonzero(migrations.match_previous < 0):
+        clusters.append(
+            (
+                len(clusters),
+                None,
+                int(b),
+                0,
+                int(migrations.size_previous[b]),
+                0,
+                "vanished",
+                bool(migrations.split[b]),
+                False,
+            )
+        )
+    ll, pt, pp = results.lead_lag, today.lead_lag_pairs, before.lead_lag_pairs
+    lead_lag: list[tuple[Any, ...]] = []
+    for r in ll.appeared:
+        lead_lag.append(
+            (
+                today.symbols[pt["leader"][r]],
+                today.symbols[pt["lagger"][r]],
+                "appeared",
+                int(pt["lag"][r]),
+                None,
+                float(pt["improvement"][r]),
+                None,
+            )
+        )
+    for r in ll.vanished:
+        lead_lag.append(
+            (
+                before.symbols[pp["leader"][r]],
+                before.symbols[pp["lagger"][r]],
+                "vanished",
+                None,
+                int(pp["lag"][r]),
+                None,
+                float(pp["improvement"][r]),
+            )
+        )
+    for r, s in zip(ll.changed_today, ll.changed_previous, strict=True):
+        lead_lag.append(
+            (
+                today.symbols[pt["leader"][r]],
+                today.symbols[pt["lagger"][r]],
+                "lag_changed",
+                int(pt["lag"][r]),
+                int(pp["lag"][s]),
+                float(pt["improvement"][r]),
+                float(pp["improvement"][s]),
+            )
+        )
+    return ChangesPublication(
+        snapshot_date=results.snapshot_date,
+        summary=summary,
+        rows={
+            "change_pairs": pairs,
+            "change_symbols": symbols,
+            "change_clusters": clusters,
+            "change_lead_lag": lead_lag,
+        },
+    )

@@ -1,0 +1,126 @@
+"""snapshot_changes (SPEC §10) in real materializations of the whole graph: nothing recorded for
+the first session, the changes of the second against pandas on the stored matrices, the UI's
+metadata, retention (keep = 1) keeping the previous session's matrices exactly until the
+changes are computed, and a re-materialization replacing the date's changes."""
+
+from __future__ import annotations
+
+import math
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+import sqlalchemy as sa
+
+from corr_pipeline.defs.assets import snapshot_assets
+from corr_pipeline.defs.io_manager import MatrixStoreResource
+from corr_pipeline.store.matrix_store import MatrixStore
+from corr_pipeline_tests.defs.test_pipeline import LAST, _resources, universe  # noqa: F401
+
+FIRST = "2026-11-25"
+
+
+def _run(store_dir, day: str, **config) -> dg.ExecuteInProcessResult:
+    resources = _resources(store_dir)
+    resources["matrix_store"] = MatrixStoreResource(base_dir=str(store_dir), keep_matrices=1)
+    run_config = {"ops": {"snapshot_changes": {"config": config}}} if config else None
+    result = dg.materialize(
+        snapshot_assets, partition_key=day, resources=resources, run_config=run_config
+    )
+    assert result.success
+    return result
+
+
+def _metadata(result: dg.ExecuteInProcessResult) -> dict:
+    [event] = result.asset_materializations_for_node("snapshot_changes")
+    return {key: value.value for key, value in event.metadata.items()}
+
+
+def _pairs_frame(store: MatrixStore, day: str) -> pd.DataFrame:
+    """Every pair (a < b by name) of the day's stored matrices, by plain loops."""
+    corr = store.load("correlation_matrix", day, "corr")
+    overlap = store.load("overlap_matrix", day, "overlap")
+    symbols = corr.labels["symbols"]
+    c, o = np.asarray(corr.array), np.asarray(overlap.array)
+    rows = {}
+    for i, a in enumerate(symbols):
+        for j in range(i + 1, len(symbols)):
+            rows[(a, symbols[j])] = (float(c[i, j]), int(o[i, j]))
+    return pd.DataFrame.from_dict(rows, orient="index", columns=["corr", "overlap"])
+
+
+def test_changes_in_the_pipeline(universe, engine, tmp_path):  # noqa: F811
+    store_dir = tmp_path / "store"
+    store = MatrixStore(store_dir)
+    first = _run(store_dir, FIRST)
+    assert _metadata(first)["recorded"] is False
+    before = _pairs_frame(store, FIRST)  # read now: retention removes them once used
+
+    # keep = 1: publishing LAST would remove FIRST's matrices; they stay until the changes of
+    # LAST are computed (its snapshot_publication keeps them), then snapshot_changes prunes them
+    second = _run(store_dir, LAST, top_m=25)
+    [publication] = second.asset_materializations_for_node("snapshot_publication")
+    assert publication.metadata["retention_removed"].value == []
+    meta = _metadata(second)
+    assert meta["recorded"] is True and meta["previous_date"] == FIRST
+    assert meta["skipped"] == {}
+    assert meta["retention_removed"] == [FIRST]
+    assert store.partition_keys() == [LAST]
+    assert "change_histogram" in meta and meta["change_histogram"].startswith("![")
+    assert "| rank | symbol a |" in meta["largest_moves"]
+
+    # the drift and the top moves against pandas on the stored matrices
+    today = _pairs_frame(store, LAST)
+    both = today.merge(before, left_index=True, right_index=True, suffixes=("_t", "_p"))
+    ok = (
+        np.isfinite(both.corr_t)
+        & np.isfinite(both.corr_p)
+        & (both.overlap_t >= 30)
+        & (both.overlap_p >= 30)
+    )
+    both = both[ok].copy()
+    both["d"] = both.corr_t - both.corr_p
+    assert meta["n_pairs_compared"] == len(both) > 1000
+    assert math.isclose(meta["mean_abs_change"], both.d.abs().mean(), abs_tol=1e-12)
+    assert math.isclose(meta["mean_corr"], both.corr_t.mean(), abs_tol=1e-12)
+    assert math.isclose(meta["median_abs_corr"], both.corr_t.abs().median(), abs_tol=1e-12)
+    both["a"] = [a for a, _ in both.index]
+    both["b"] = [b for _, b in both.index]
+    top = both.assign(ad=both.d.abs()).sort_values(
+        ["ad", "a", "b"], ascending=[False, True, True], kind="mergesort"
+    )
+    with engine.connect() as conn:
+        published = conn.execute(
+            sa.text(
+                "SELECT symbol_a, symbol_b, change FROM change_pairs WHERE snapshot_date = :d "
+                "ORDER BY rank"
+            ),
+            {"d": LAST},
+        ).all()
+        summary = (
+            conn.execute(
+                sa.text("SELECT * FROM change_summaries WHERE snapshot_date = :d"), {"d": LAST}
+            )
+            .one()
+            ._mapping
+        )
+    assert [(a, b) for a, b, _ in published] == list(zip(top.a[:25], top.b[:25], strict=True))
+    np.testing.assert_array_equal([c for _, _, c in published], top.d[:25].to_numpy())
+    assert summary["mean_abs_change"] == meta["mean_abs_change"]
+    assert summary["n_common"] == meta["n_common"]
+
+    # a re-materialization replaces the date's changes: same rows, no duplicates
+    again = _run(store_dir, LAST, top_m=10)
+    assert _metadata(again)["replaced_previous"] is True
+    # FIRST's matrices are gone now: the correlation parts are skipped, the rest recomputed
+    assert set(_metadata(again)["skipped"]) == {"drift", "top_moves"}
+    with engine.connect() as conn:
+        counts = conn.execute(
+            sa.text(
+                "SELECT (SELECT count(*) FROM change_summaries WHERE snapshot_date = :d), "
+                "(SELECT count(*) FROM change_pairs WHERE snapshot_date = :d), "
+                "(SELECT n_pairs FROM change_summaries WHERE snapshot_date = :d)"
+            ),
+            {"d": LAST},
+        ).one()
+    assert tuple(counts) == (1, 0, None)

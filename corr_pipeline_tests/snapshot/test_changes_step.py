@@ -1,0 +1,102 @@
+"""The snapshot_changes step (SPEC §10) against the real PostgreSQL and a matrix store: the
+previous session, symbols matched by name, the parts skipped when the previous matrices were
+pruned, and every number against plain loops over the published values."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pytest
+
+from corr_pipeline.db.publish import delete_snapshot
+from corr_pipeline.snapshot.changes import CORRELATION_PARTS, compute_changes, previous_session
+from corr_pipeline.store.matrix_store import MatrixStore
+from corr_pipeline_tests.snapshot.changes_fixtures import MIN_OVERLAP, publish_day, symbols_of
+
+D0, D1, D2 = dt.date(2026, 11, 23), dt.date(2026, 11, 24), dt.date(2026, 11, 25)
+
+
+@pytest.fixture
+def store(tmp_path) -> MatrixStore:
+    return MatrixStore(tmp_path / "store")
+
+
+def _days(engine, store):
+    rng = np.random.default_rng(5)
+    s0, s1 = symbols_of(rng, 30, 36), symbols_of(rng, 28, 36)
+    pairs0 = [(s0[0], s0[1], 1), (s0[2], s0[3], 2), (s0[4], s0[5], 1)]
+    pairs1 = [(s0[0], s0[1], 3)] if s0[0] in s1 and s0[1] in s1 else []
+    a = publish_day(engine, store, D0, s0, 1, pairs=pairs0)
+    b = publish_day(engine, store, D2, s1, 2, pairs=pairs1)
+    return s0, a, s1, b
+
+
+def test_no_previous_session_records_nothing(clean_db, store):
+    publish_day(clean_db, store, D1, ["A", "B", "C"], 1)
+    assert previous_session(clean_db, D1) is None
+    assert compute_changes(clean_db, store, D1) is None
+    with pytest.raises(LookupError, match="not published"):
+        compute_changes(clean_db, store, D2)
+
+
+def test_changes_against_plain_loops(clean_db, store):
+    s0, a, s1, b = _days(clean_db, store)
+    # D1 has matrices but no publication (published, then withdrawn): D2's previous session is D0
+    publish_day(clean_db, store, D1, s0, 3)
+    delete_snapshot(clean_db, D1)
+    assert previous_session(clean_db, D2) == D0
+    got = compute_changes(clean_db, store, D2, top_m=7, working_memory_mb=1e-4)
+    assert got is not None and got.previous_date == D0 and got.skipped == {}
+    common = sorted(set(s0) & set(s1))
+    assert got.match.common == common
+    assert [s1[i] for i in got.match.entered] == sorted(set(s1) - set(s0))
+    assert [s0[i] for i in got.match.left] == sorted(set(s0) - set(s1))
+    # drift and top moves: plain loops over the names
+    moves = []
+    for x, p in enumerate(common):
+        for q in common[x + 1 :]:
+            i, j, k, m = s1.index(p), s1.index(q), s0.index(p), s0.index(q)
+            ct, cp = float(b["corr"][i, j]), float(a["corr"][k, m])
+            if (
+                np.isfinite(ct)
+                and np.isfinite(cp)
+                and b["overlap"][i, j] >= MIN_OVERLAP
+                and a["overlap"][k, m] >= MIN_OVERLAP
+            ):
+                moves.append((-abs(ct - cp), p, q, ct, cp))
+    moves.sort()
+    assert got.correlation is not None and got.correlation.n_pairs == len(moves)
+    assert got.correlation.means["abs_change"] == pytest.approx(
+        np.mean([-m[0] for m in moves]), abs=1e-12
+    )
+    top = [
+        (common[p], common[q])
+        for p, q in zip(got.correlation.top_p, got.correlation.top_q, strict=True)
+    ]
+    assert top == [(m[1], m[2]) for m in moves[:7]]
+    # neighbor turnover by name
+    for x, symbol in enumerate(common):
+        today = {s1[j] for j in b["index"][s1.index(symbol)] if j >= 0}
+        before = {s0[j] for j in a["index"][s0.index(symbol)] if j >= 0}
+        assert got.new_neighbors[x] == len(today - before), symbol
+    # lead-lag: (s0[0], s0[1]) changed lag if both stayed, the others vanished
+    if s0[0] in s1 and s0[1] in s1:
+        assert got.lead_lag.changed_today.tolist() == [0]
+    vanished = {
+        (s0[got.previous.lead_lag_pairs["leader"][r]], s0[got.previous.lead_lag_pairs["lagger"][r]])
+        for r in got.lead_lag.vanished
+    }
+    expected = {(s0[2], s0[3]), (s0[4], s0[5])}
+    assert vanished == {pq for pq in expected if set(pq) <= set(common)}
+
+
+def test_pruned_previous_matrices_skip_only_the_correlation_parts(clean_db, store):
+    _days(clean_db, store)
+    store.remove_partition(D0.isoformat(), reason="retention: test")
+    got = compute_changes(clean_db, store, D2)
+    assert got is not None and got.correlation is None
+    assert set(got.skipped) == set(CORRELATION_PARTS)
+    assert all("removed by retention" in reason for reason in got.skipped.values())
+    assert got.n_neighbors.size == len(got.match.common)  # the rest is computed
+    assert not (store.base_dir / "correlation_matrix" / D0.isoformat()).exists()
