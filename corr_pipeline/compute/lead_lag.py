@@ -1,4 +1,4 @@
-"""Lead-lag pairs over lags 1..L: an exact scan in O(block × N) memory (SPEC §6).
+"""Lead-lag pairs over lags 1..L: an exact, screened scan in O(block × N) memory (SPEC §6).
 
 Definitions (SPEC §6). For ``ℓ = 1 .. max_lag``
 
@@ -13,27 +13,33 @@ and its ``k_leaders`` best candidates ``(i, s)`` (largest improvement, ties to
 the smaller index); the result is their union, sorted by improvement desc,
 then leader, then lagger.
 
-Why this is exactly the brute-force scan, with no heuristic screen:
-the scan goes over row blocks of leaders ``I``; for each block it computes,
-for *every* lag, the lagged correlation of ``I`` against *all* N laggers
-(the same fused kernel as the synchronous matrix, on the row ranges
-``[0, T−ℓ)`` and ``[ℓ, T)``), keeping per pair only the running best lag
-(strictly larger |corr| replaces, so ties keep the smaller lag). When a
-block is done, every pair ``(i, j)``, ``i ∈ I``, has its exact best lag and
-improvement — nothing was pruned. The two selections are then exact:
+How, and why it is exactly the brute-force scan (details and formulas in ``lead_lag_kernels``).
+The scan goes over row blocks of leaders ``I``:
 
-* a leader's ``k_laggers`` best lie in its own row, which the block holds
-  whole: a top-k over that row (ties to the smaller j) is final;
-* a lagger's ``k_leaders`` best are merged column by column into a running
-  N × k_leaders table as blocks arrive in increasing leader order; a later
-  leader replaces a kept one only with a strictly larger improvement, so ties
-  keep the smaller leader, exactly as a full sort would.
+1. **Screen**: per product tile, one float32 GEMM per lag (and lag 0 when ``corr`` is not
+   given) of ``I`` against all N laggers, turned at once into a rigorous *upper bound* of every
+   pair's improvement (a bound on ``|lagged|`` from the product, the interval sums and the
+   worst case of the gaps, less a lower bound on ``|sync|``). No value is taken from the GEMM.
+2. **Rows**: a leader's ``k_laggers`` best lie in its own row, which the block holds whole.
+   Its pairs are evaluated exactly (``lead_lag_kernels.evaluate_pair``, a pure function of the
+   pair) in two passes — the k best bounds first, then every pair whose bound is not strictly
+   below the k-th exact improvement found so far. A pair left out has k evaluated pairs
+   strictly above it, so it is in no top-k: the row's top-k is final and exact.
+3. **Columns**: a lagger's ``k_leaders`` best are kept in a running N × ``k_leaders`` table
+   across blocks; the block's evaluated pairs are merged in, then every pair whose bound is not
+   strictly below the lagger's k-th kept value is evaluated and merged. Lists are ordered by
+   (improvement desc, index asc), a total order, so ties go to the smaller index whatever the
+   order of arrival, and the table after the last block is the exact column selection.
 
-Nothing of size N × N exists: per block the best-lag arrays are b × N, the
-running table is N × k_leaders, and the synchronous correlation is read
-row block by row block (from the caller's — possibly memory-mapped — matrix,
-or computed for the block). Cost: max_lag products of b × T × N per block,
-i.e. about 2·max_lag times the symmetric GEMM floor, plus the fused passes.
+Every reported value comes from the exact per-pair evaluation, so results are bit-identical
+for every block size and worker count; the screen only decides which pairs need it.
+
+Nothing of size N × N exists: per block the bound and the evaluated pairs' values are b × N,
+the running table is N × k_leaders, and the synchronous correlation is read row block by row
+block (from the caller's — possibly memory-mapped — matrix) or bounded from the lag-0 product
+and computed exactly for the evaluated pairs only. Cost: one b × T × N product per lag (and
+lag 0 without ``corr``) per block, a few flops per pair and lag for the bound, and the exact
+evaluation of the few pairs that can be selected.
 """
 
 from __future__ import annotations
@@ -42,16 +48,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corr_pipeline.compute import kernels
-from corr_pipeline.compute.correlation import PairCorrelator, Progress
-from corr_pipeline.compute.selection import merge_top_k_per_column, top_k_per_row
-from corr_pipeline.compute.standardize import make_side, standardize
+from corr_pipeline.compute import lead_lag_kernels as llk
+from corr_pipeline.compute.correlation import Progress
+from corr_pipeline.compute.kernels import FALLBACK_TAU
+from corr_pipeline.compute.standardize import Standardized, make_side, standardize
 from corr_pipeline.compute.tiling import (
     DEFAULT_WORKING_MEMORY_MB,
     GEMM_TILE,
+    PRODUCT_COLUMNS,
     block_rows_for,
-    overlap_dtype,
     row_blocks,
+    tiles_covering,
 )
 from corr_pipeline.compute.validation import (
     check_min_overlap,
@@ -59,7 +66,7 @@ from corr_pipeline.compute.validation import (
     check_returns,
     check_square_corr,
 )
-from corr_pipeline.compute.workers import worker_pool
+from corr_pipeline.compute.workers import available_cores, worker_pool
 
 LEAD_LAG_DTYPE = np.dtype(
     [
@@ -75,24 +82,28 @@ LEAD_LAG_DTYPE = np.dtype(
 """Columns of :func:`find_lead_lag_pairs`' result (SPEC §6, §9)."""
 
 MAX_BLOCK_ROWS = 2 * GEMM_TILE
-"""Default cap on the block height: the b × N best-lag arrays, updated once per lag,
-stay in cache (measured: 256 rows ran ~1.5× faster than 2,000 at N = 2,000)."""
+"""Default cap on the block height: the b × N arrays stay small and blocks align with tiles."""
+
+_NO_SYNC = np.zeros((1, 1), dtype=np.float32)
 
 
 @dataclass
 class _BlockScan:
-    """Best lag per pair for leaders ``[start, stop)`` against all laggers."""
+    """Exact values of the evaluated pairs of leaders ``[start, start + b)`` (b × N each)."""
 
     start: int
-    best_abs: np.ndarray  # b × N float32, -1 where no finite lag
-    best_corr: np.ndarray  # b × N float32, signed
-    best_lag: np.ndarray  # b × N int16
-    best_overlap: np.ndarray  # b × N int32
-    sync: np.ndarray  # b × N float32, signed, NaN allowed
-    improvement: np.ndarray  # b × N float32, -inf for non-candidates
+    improvement: np.ndarray  # float32, NaN where not evaluated, -inf for non-candidates
+    best_corr: np.ndarray  # float32, signed
+    best_lag: np.ndarray  # int16
+    best_overlap: np.ndarray  # int32
+    sync: np.ndarray  # float32, signed, NaN allowed
+
+    @property
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return (self.improvement, self.best_corr, self.best_lag, self.best_overlap, self.sync)
 
     def rows_of(self, leaders: np.ndarray, laggers: np.ndarray) -> np.ndarray:
-        """The result rows for pairs (global leader, lagger) of this block."""
+        """The result rows for evaluated pairs (global leader, lagger) of this block."""
         local = leaders - self.start
         out = np.empty(leaders.size, dtype=LEAD_LAG_DTYPE)
         out["leader"] = leaders
@@ -106,9 +117,69 @@ class _BlockScan:
 
 
 def _block_row_bytes(n_cols: int) -> int:
-    """Per block row: best_abs, best_corr, sync, improvement (4 B), lag (2 B), overlap (4 B),
-    the sync overlap when computed (2 B) and the transposed copy for the merge (4 B)."""
-    return n_cols * (4 * 4 + 2 + 4 + 2 + 4)
+    """Per block row: the bound and the evaluated values (4 + 4 + 4 + 2 + 4 + 4 bytes per pair)
+    and the synchronous correlation read from ``corr`` (4)."""
+    return n_cols * (4 + 4 + 4 + 2 + 4 + 4 + 4)
+
+
+@dataclass(frozen=True)
+class _Screen:
+    """Everything the screen and the exact evaluation read, built once per call."""
+
+    window: Standardized
+    max_lag: int
+    with_sync: bool
+    min_overlap: int
+    min_improvement: float
+    gamma: np.ndarray  # (L+1,) float64: GEMM rounding bound per lag
+    intervals: tuple[np.ndarray, ...]  # lo_a, hi_a, gaps_a, lo_b, hi_b, gaps_b
+    largest: tuple[np.ndarray, ...]  # top1, top2, top1_t, top2_t, last1, last2
+    params: tuple
+    data: tuple
+
+
+def _make_screen(
+    window: Standardized, max_lag: int, with_sync: bool, min_overlap: int, min_improvement: float
+) -> _Screen:
+    n_rows = window.n_rows
+    full = make_side(window, 0, n_rows)  # the whole window's interior gaps (CSR)
+    intervals = llk.lag_intervals(window.present_t, window.prefix_count_t, max_lag)
+    top1, top2, last1, last2 = llk.largest_sums(window.z_t, llk.GAP_DEPTH)
+    unit = 2.0**-24
+    terms = n_rows - np.arange(max_lag + 1, dtype=np.float64)
+    lo_a, hi_a, _, lo_b, hi_b, _ = intervals
+    return _Screen(
+        window=window,
+        max_lag=max_lag,
+        with_sync=with_sync,
+        min_overlap=min_overlap,
+        min_improvement=min_improvement,
+        gamma=2.0 * terms * unit / (1.0 - terms * unit),
+        intervals=intervals,
+        largest=(
+            top1,
+            top2,
+            np.ascontiguousarray(top1.T),
+            np.ascontiguousarray(top2.T),
+            last1,
+            last2,
+        ),
+        params=(max_lag, min_overlap, FALLBACK_TAU, np.float32(min_improvement), with_sync),
+        data=(
+            window.z_t,
+            window.present_t,
+            window.raw_t,
+            window.prefix_t,
+            window.prefix_sq_t,
+            window.prefix_count_t,
+            full.gap_ptr,
+            full.gap_rows,
+            lo_a,
+            hi_a,
+            lo_b,
+            hi_b,
+        ),
+    )
 
 
 def find_lead_lag_pairs(
@@ -134,7 +205,7 @@ def find_lead_lag_pairs(
     min_overlap : minimum common finite rows for any correlation (2 <= min_overlap <= T).
     min_improvement : a pair is a candidate iff its improvement is strictly above this.
     corr : the synchronous correlation (N × N float32, e.g. a read-only memory map);
-        computed block by block when not given.
+        computed for the pairs that need it when not given.
     working_memory_mb, block_rows : block sizing; the result does not depend on them.
     progress : ``progress(blocks_done, blocks_total)`` after each block.
 
@@ -159,8 +230,8 @@ def find_lead_lag_pairs(
 
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))
-    column_best = np.full((n_cols, max(k_cols, 1)), -np.inf, dtype=np.float32)
-    column_best_rows = np.full((n_cols, max(k_cols, 1)), -1, dtype=np.int64)
+    column_values = np.full((n_cols, max(k_cols, 1)), -np.inf, dtype=np.float32)
+    column_rows = np.full((n_cols, max(k_cols, 1)), -1, dtype=np.int64)
     column_pairs: list[np.ndarray] = []
     row_pairs: list[np.ndarray] = []
 
@@ -170,112 +241,135 @@ def find_lead_lag_pairs(
     blocks = row_blocks(n_cols, row_bytes, working_memory_mb, block_rows=block_rows)
     with worker_pool() as pool:
         window = standardize(R, pool)
-        full = make_side(window, 0, n_rows)
-        sync_correlator = PairCorrelator(window, full, full, pool)
-        lag_correlators = [
-            PairCorrelator(
-                window, make_side(window, 0, n_rows - lag), make_side(window, lag, n_rows), pool
-            )
-            for lag in range(1, max_lag + 1)
-        ]
+        screen = _make_screen(window, max_lag, corr is None, min_overlap, min_improvement)
         for done, (start, stop) in enumerate(blocks, start=1):
-            scan = _scan_block(
-                start, stop, R, corr, sync_correlator, lag_correlators, min_overlap, min_improvement
-            )
-            if k_rows > 0:
-                row_pairs.append(_row_selection(scan, k_rows))
-            if k_cols > 0:
-                merge_top_k_per_column(
-                    scan.improvement, start, k_cols, column_best, column_best_rows
+            if k_rows > 0 or k_cols > 0:
+                scan = _scan_block(
+                    start, stop, corr, screen, k_rows, k_cols, pool, column_values, column_rows
                 )
-                column_pairs.append(_column_candidates(scan, column_best, column_best_rows))
+                if k_rows > 0:
+                    row_pairs.append(scan[1])
+                if k_cols > 0:
+                    column_pairs.append(_column_candidates(scan[0], column_rows))
             if progress is not None:
                 progress(done, len(blocks))
 
-    selected = row_pairs + [_final_column_selection(column_pairs, column_best_rows)]
+    selected = row_pairs + [_final_column_selection(column_pairs, column_rows)]
     return _union_sorted(np.concatenate(selected) if selected else np.empty(0, LEAD_LAG_DTYPE))
 
 
 def _scan_block(
     start: int,
     stop: int,
-    R: np.ndarray,
     corr: np.ndarray | None,
-    sync_correlator: PairCorrelator,
-    lag_correlators: list[PairCorrelator],
-    min_overlap: int,
-    min_improvement: float,
-) -> _BlockScan:
-    """Best lag, its correlation and overlap, and the improvement, for leaders [start, stop)."""
-    n_cols = R.shape[1]
+    screen: _Screen,
+    k_rows: int,
+    k_cols: int,
+    pool,
+    column_values: np.ndarray,
+    column_rows: np.ndarray,
+) -> tuple[_BlockScan, np.ndarray]:
+    """Screen leaders [start, stop), select their rows' top-k and fold them into the column
+    tables; returns the block's evaluated values and its row selection."""
+    window = screen.window
+    n_rows, n_cols = window.n_rows, window.n_cols
     height = stop - start
-    if corr is not None:
-        sync = np.array(corr[start:stop], dtype=np.float32)
-    else:
-        sync = np.empty((height, n_cols), dtype=np.float32)
-        sync_correlator.run(
-            (start, stop),
-            mode=kernels.MODE_WRITE,
-            symmetric=False,
-            min_overlap=min_overlap,
-            out_origin=(start, 0),
-            out_corr=sync,
-            out_overlap=np.empty((height, n_cols), dtype=overlap_dtype(R.shape[0])),
-        )
-    best_abs = np.full((height, n_cols), -1.0, dtype=np.float32)
-    best_corr = np.full((height, n_cols), np.nan, dtype=np.float32)
-    best_lag = np.zeros((height, n_cols), dtype=np.int16)
-    best_overlap = np.zeros((height, n_cols), dtype=np.int32)
-    for lag, correlator in enumerate(lag_correlators, start=1):
-        correlator.run(
-            (start, stop),
-            mode=kernels.MODE_BEST_LAG,
-            symmetric=False,
-            min_overlap=min_overlap,
-            out_origin=(start, 0),
-            lag=lag,
-            best=(best_abs, best_corr, best_lag, best_overlap),
-        )
-    sync_abs = np.abs(sync)
-    np.nan_to_num(sync_abs, copy=False, nan=0.0)
-    improvement = best_abs - sync_abs
-    candidate = (best_abs >= 0) & (improvement > min_improvement)
-    improvement[~candidate] = -np.inf
-    return _BlockScan(start, best_abs, best_corr, best_lag, best_overlap, sync, improvement)
-
-
-def _row_selection(scan: _BlockScan, k: int) -> np.ndarray:
-    """Each leader's k best laggers in this block (its whole row: final)."""
-    height = scan.improvement.shape[0]
-    scores = np.full((height, k), -np.inf, dtype=np.float32)
-    laggers = np.full((height, k), -1, dtype=np.int64)
-    top_k_per_row(scan.improvement, k, scores, laggers)
-    local, slot = np.nonzero(laggers >= 0)
-    return scan.rows_of(local + scan.start, laggers[local, slot])
-
-
-def _column_candidates(
-    scan: _BlockScan, column_best: np.ndarray, column_best_rows: np.ndarray
-) -> np.ndarray:
-    """Rows of this block that entered a lagger's running top-k (may be displaced later)."""
-    in_block = (column_best_rows >= scan.start) & (
-        column_best_rows < scan.start + scan.improvement.shape[0]
+    sync_block = _NO_SYNC if corr is None else np.array(corr[start:stop], dtype=np.float32)
+    bound = np.empty((height, n_cols), dtype=np.float32)
+    scan = _BlockScan(
+        start,
+        improvement=np.full((height, n_cols), np.nan, dtype=np.float32),
+        best_corr=np.empty((height, n_cols), dtype=np.float32),
+        best_lag=np.empty((height, n_cols), dtype=np.int16),
+        best_overlap=np.empty((height, n_cols), dtype=np.int32),
+        sync=sync_block if corr is not None else np.empty((height, n_cols), dtype=np.float32),
     )
+    first_lag = 0 if screen.with_sync else 1
+
+    def screen_item(item: tuple[int, int, int]) -> None:
+        tile_start, col0, col1 = item
+        tile_stop = min(tile_start + GEMM_TILE, n_cols)
+        products = np.empty(
+            (screen.max_lag + 1, tile_stop - tile_start, col1 - col0), dtype=np.float32
+        )
+        for lag in range(first_lag, screen.max_lag + 1):
+            np.matmul(
+                window.z_t[tile_start:tile_stop, : n_rows - lag],
+                window.z[lag:, col0:col1],
+                out=products[lag],
+            )
+        llk.screen_tile(
+            products,
+            screen.with_sync,
+            screen.max_lag,
+            tile_start,
+            max(start, tile_start),
+            min(stop, tile_stop),
+            start,
+            col0,
+            bound,
+            sync_block,
+            screen.min_overlap,
+            screen.min_improvement,
+            screen.gamma,
+            FALLBACK_TAU * llk.TAU_SCREEN_FACTOR,
+            window.prefix,
+            window.prefix_sq,
+            window.prefix_t,
+            window.prefix_sq_t,
+            *screen.intervals,
+            *screen.largest,
+        )
+
+    items = [
+        (tile_start, col0, min(col0 + PRODUCT_COLUMNS, n_cols))
+        for tile_start, _ in tiles_covering(start, stop)
+        for col0 in range(0, n_cols, PRODUCT_COLUMNS)
+    ]
+    list(pool.map(screen_item, items))  # list() re-raises a worker's error
+
+    row_values = np.full((height, max(k_rows, 1)), -np.inf, dtype=np.float32)
+    row_index = np.full((height, max(k_rows, 1)), -1, dtype=np.int64)
+    args = (screen.params, screen.data, sync_block, scan.arrays)
+    if k_rows > 0:
+        step = max(1, -(-height // (4 * available_cores())))
+        list(
+            pool.map(
+                lambda lo: llk.select_rows(
+                    lo, min(lo + step, height), start, bound, *args, row_values, row_index
+                ),
+                range(0, height, step),
+            )
+        )
+    if k_cols > 0:
+        step = max(32, -(-n_cols // (4 * available_cores())))
+        list(
+            pool.map(
+                lambda lo: llk.select_columns(
+                    lo, min(lo + step, n_cols), start, bound, *args, column_values, column_rows
+                ),
+                range(0, n_cols, step),
+            )
+        )
+    local, slot = np.nonzero(row_index >= 0)
+    return scan, scan.rows_of(local + start, row_index[local, slot])
+
+
+def _column_candidates(scan: _BlockScan, column_rows: np.ndarray) -> np.ndarray:
+    """Rows of this block that are in a lagger's running top-k (may be displaced later)."""
+    in_block = (column_rows >= scan.start) & (column_rows < scan.start + scan.improvement.shape[0])
     laggers, slot = np.nonzero(in_block)
-    return scan.rows_of(column_best_rows[laggers, slot], laggers)
+    return scan.rows_of(column_rows[laggers, slot], laggers)
 
 
-def _final_column_selection(
-    column_pairs: list[np.ndarray], column_best_rows: np.ndarray
-) -> np.ndarray:
+def _final_column_selection(column_pairs: list[np.ndarray], column_rows: np.ndarray) -> np.ndarray:
     """Keep the recorded candidates that are still in their lagger's final top-k."""
     if not column_pairs:
         return np.empty(0, dtype=LEAD_LAG_DTYPE)
     candidates = np.concatenate(column_pairs)
-    n_cols = column_best_rows.shape[0]
-    final = column_best_rows[column_best_rows >= 0]
-    final_keys = np.flatnonzero(column_best_rows.ravel() >= 0) // column_best_rows.shape[1]
-    final_keys = final.astype(np.int64) * n_cols + final_keys
+    n_cols = column_rows.shape[0]
+    laggers = np.flatnonzero(column_rows.ravel() >= 0) // column_rows.shape[1]
+    final_keys = column_rows[column_rows >= 0].astype(np.int64) * n_cols + laggers
     keys = candidates["leader"].astype(np.int64) * n_cols + candidates["lagger"]
     return candidates[np.isin(keys, final_keys)]
 

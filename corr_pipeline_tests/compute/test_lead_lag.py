@@ -435,9 +435,9 @@ def test_reference_selection_by_hand() -> None:
 @pytest.mark.parametrize("chunk", [5, 64])
 def test_product_column_chunks(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
     """Lead-lag with products split into small column chunks still equals the brute force."""
-    from corr_pipeline.compute import correlation
+    from corr_pipeline.compute import lead_lag
 
-    monkeypatch.setattr(correlation, "PRODUCT_COLUMNS", chunk)
+    monkeypatch.setattr(lead_lag, "PRODUCT_COLUMNS", chunk)
     universe = realistic_universe(3, 120, 150, 30, injected=_injected(3, 150, 4, 3))
     params = dict(max_lag=3, k_leaders=2, k_laggers=3, min_improvement=0.0)
     pairs, reference = _run(universe, "computed", **params)
