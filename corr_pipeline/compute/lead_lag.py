@@ -87,39 +87,37 @@ MAX_BLOCK_ROWS = 2 * GEMM_TILE
 _NO_SYNC = np.zeros((1, 1), dtype=np.float32)
 
 
-@dataclass
-class _BlockScan:
-    """Exact values of the evaluated pairs of leaders ``[start, start + b)`` (b × N each)."""
-
-    start: int
-    improvement: np.ndarray  # float32, NaN where not evaluated, -inf for non-candidates
-    best_corr: np.ndarray  # float32, signed
-    best_lag: np.ndarray  # int16
-    best_overlap: np.ndarray  # int32
-    sync: np.ndarray  # float32, signed, NaN allowed
-
-    @property
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        return (self.improvement, self.best_corr, self.best_lag, self.best_overlap, self.sync)
-
-    def rows_of(self, leaders: np.ndarray, laggers: np.ndarray) -> np.ndarray:
-        """The result rows for evaluated pairs (global leader, lagger) of this block."""
-        local = leaders - self.start
-        out = np.empty(leaders.size, dtype=LEAD_LAG_DTYPE)
-        out["leader"] = leaders
-        out["lagger"] = laggers
-        out["lag"] = self.best_lag[local, laggers]
-        out["lagged_corr"] = self.best_corr[local, laggers]
-        out["sync_corr"] = self.sync[local, laggers]
-        out["improvement"] = self.improvement[local, laggers]
-        out["overlap"] = self.best_overlap[local, laggers]
-        return out
-
-
 def _block_row_bytes(n_cols: int) -> int:
-    """Per block row: the bound and the evaluated values (4 + 4 + 4 + 2 + 4 + 4 bytes per pair)
-    and the synchronous correlation read from ``corr`` (4)."""
-    return n_cols * (4 + 4 + 4 + 2 + 4 + 4 + 4)
+    """Per block row: the upper and lower bounds (4 + 4 bytes per pair), the synchronous
+    correlation read from ``corr`` (4) and the pool mask and indices (≈ 4)."""
+    return n_cols * (4 + 4 + 4 + 4)
+
+
+def _top_k_arrays(rows: int, k: int) -> tuple[np.ndarray, ...]:
+    """(improvement, index, best_corr, best_lag, best_overlap, sync), rows × k, empty."""
+    return (
+        np.full((rows, k), -np.inf, dtype=np.float32),
+        np.full((rows, k), -1, dtype=np.int64),
+        np.zeros((rows, k), dtype=np.float32),
+        np.zeros((rows, k), dtype=np.int16),
+        np.zeros((rows, k), dtype=np.int32),
+        np.zeros((rows, k), dtype=np.float32),
+    )
+
+
+def _records(top: tuple[np.ndarray, ...], owner_is_leader: bool, offset: int = 0) -> np.ndarray:
+    """Result rows of the filled entries of a top-k table (rows = leaders or laggers)."""
+    owner, slot = np.nonzero(top[1] >= 0)
+    out = np.empty(owner.size, dtype=LEAD_LAG_DTYPE)
+    other = top[1][owner, slot]
+    out["leader"] = owner + offset if owner_is_leader else other
+    out["lagger"] = other if owner_is_leader else owner
+    out["improvement"] = top[0][owner, slot]
+    out["lagged_corr"] = top[2][owner, slot]
+    out["lag"] = top[3][owner, slot]
+    out["overlap"] = top[4][owner, slot]
+    out["sync_corr"] = top[5][owner, slot]
+    return out
 
 
 @dataclass(frozen=True)
@@ -131,9 +129,9 @@ class _Screen:
     with_sync: bool
     min_overlap: int
     min_improvement: float
-    gamma: np.ndarray  # (L+1,) float64: GEMM rounding bound per lag
-    intervals: tuple[np.ndarray, ...]  # lo_a, hi_a, gaps_a, lo_b, hi_b, gaps_b
-    largest: tuple[np.ndarray, ...]  # top1, top2, top1_t, top2_t, last1, last2
+    extents: tuple[np.ndarray, ...]  # lo, hi, gaps, m1, m2 (column_extents)
+    ragged_cols: np.ndarray
+    lag_y: np.ndarray  # (3, N): dense leaders' lagger-side sums
     params: tuple
     data: tuple
 
@@ -142,28 +140,22 @@ def _make_screen(
     window: Standardized, max_lag: int, with_sync: bool, min_overlap: int, min_improvement: float
 ) -> _Screen:
     n_rows = window.n_rows
-    full = make_side(window, 0, n_rows)  # the whole window's interior gaps (CSR)
-    intervals = llk.lag_intervals(window.present_t, window.prefix_count_t, max_lag)
-    top1, top2, last1, last2 = llk.largest_sums(window.z_t, llk.GAP_DEPTH)
-    unit = 2.0**-24
-    terms = n_rows - np.arange(max_lag + 1, dtype=np.float64)
-    lo_a, hi_a, _, lo_b, hi_b, _ = intervals
+    full = make_side(window, 0, n_rows)  # the whole window's intervals and interior gaps
+    lo, hi, gaps, m1, m2, dense = llk.column_extents(window.present_t, window.z_t)
+    end, end_sq = window.prefix[n_rows], window.prefix_sq[n_rows]
+    lag_y = np.empty((3, window.n_cols))
+    np.max(np.abs(end - window.prefix[1 : max_lag + 1]), axis=0, out=lag_y[0])
+    lag_y[1] = end_sq - window.prefix_sq[max_lag]
+    lag_y[2] = end_sq - window.prefix_sq[1]
     return _Screen(
         window=window,
         max_lag=max_lag,
         with_sync=with_sync,
         min_overlap=min_overlap,
         min_improvement=min_improvement,
-        gamma=2.0 * terms * unit / (1.0 - terms * unit),
-        intervals=intervals,
-        largest=(
-            top1,
-            top2,
-            np.ascontiguousarray(top1.T),
-            np.ascontiguousarray(top2.T),
-            last1,
-            last2,
-        ),
+        extents=(lo, hi, gaps, m1, m2),
+        ragged_cols=np.flatnonzero(~dense).astype(np.int64),
+        lag_y=lag_y,
         params=(max_lag, min_overlap, FALLBACK_TAU, np.float32(min_improvement), with_sync),
         data=(
             window.z_t,
@@ -174,12 +166,17 @@ def _make_screen(
             window.prefix_count_t,
             full.gap_ptr,
             full.gap_rows,
-            lo_a,
-            hi_a,
-            lo_b,
-            hi_b,
+            full.lo,
+            full.hi,
         ),
     )
+
+
+def _gemm_rounding(terms: int) -> float:
+    """Bound ``γ`` on ``|fl(Σ a·b) − Σ a·b| / Σ|a·b|`` for ``terms`` float32 products, any order
+    (``n·u / (1 − n·u)``, u = 2⁻²⁴), doubled for safety."""
+    unit = 2.0**-24
+    return 2.0 * terms * unit / (1.0 - terms * unit)
 
 
 def find_lead_lag_pairs(
@@ -230,9 +227,7 @@ def find_lead_lag_pairs(
 
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))
-    column_values = np.full((n_cols, max(k_cols, 1)), -np.inf, dtype=np.float32)
-    column_rows = np.full((n_cols, max(k_cols, 1)), -1, dtype=np.int64)
-    column_pairs: list[np.ndarray] = []
+    pool_state = _ColumnPool(n_cols, k_cols)
     row_pairs: list[np.ndarray] = []
 
     row_bytes = _block_row_bytes(n_cols)
@@ -244,18 +239,81 @@ def find_lead_lag_pairs(
         screen = _make_screen(window, max_lag, corr is None, min_overlap, min_improvement)
         for done, (start, stop) in enumerate(blocks, start=1):
             if k_rows > 0 or k_cols > 0:
-                scan = _scan_block(
-                    start, stop, corr, screen, k_rows, k_cols, pool, column_values, column_rows
-                )
-                if k_rows > 0:
-                    row_pairs.append(scan[1])
-                if k_cols > 0:
-                    column_pairs.append(_column_candidates(scan[0], column_rows))
+                row_pairs.append(_scan_block(start, stop, corr, screen, k_rows, pool, pool_state))
             if progress is not None:
                 progress(done, len(blocks))
+        if k_cols > 0:
+            row_pairs.append(pool_state.select(screen, pool))
 
-    selected = row_pairs + [_final_column_selection(column_pairs, column_rows)]
-    return _union_sorted(np.concatenate(selected) if selected else np.empty(0, LEAD_LAG_DTYPE))
+    return _union_sorted(np.concatenate(row_pairs) if row_pairs else np.empty(0, LEAD_LAG_DTYPE))
+
+
+class _ColumnPool:
+    """The column selection across blocks: each lagger's running top-k of *lower* bounds (its
+    k-th value never exceeds the final k-th best improvement) and the pooled pairs whose upper
+    bound reaches it; evaluated exactly after the last block (:meth:`select`)."""
+
+    def __init__(self, n_cols: int, k: int) -> None:
+        self.k = k
+        self.lower = np.full((n_cols, max(k, 1)), -np.inf, dtype=np.float32)
+        self.parts: list[tuple[np.ndarray, ...]] = []
+
+    def add_block(
+        self, start: int, upper: np.ndarray, lower: np.ndarray, sync: np.ndarray | None, pool
+    ) -> None:
+        n_cols = upper.shape[1]
+        step = max(64, -(-n_cols // (4 * available_cores())))
+        list(
+            pool.map(
+                lambda lo: llk.fold_column_lower(lo, min(lo + step, n_cols), lower, self.lower),
+                range(0, n_cols, step),
+            )
+        )
+        threshold = self.lower[:, -1]
+        rows, laggers = np.nonzero((upper >= threshold) & (upper > -np.inf))
+        syncs = sync[rows, laggers] if sync is not None else np.full(rows.size, np.nan, np.float32)
+        self.parts.append((rows + start, laggers, upper[rows, laggers], syncs))
+        self._prune()
+
+    def _prune(self) -> None:
+        """Drop pooled pairs whose bound fell strictly below their lagger's threshold."""
+        leaders, laggers, upper, syncs = (np.concatenate(a) for a in zip(*self.parts, strict=True))
+        keep = upper >= self.lower[laggers, -1]
+        self.parts = [(leaders[keep], laggers[keep], upper[keep], syncs[keep])]
+
+    def select(self, screen: _Screen, pool) -> np.ndarray:
+        n_cols = self.lower.shape[0]
+        top = _top_k_arrays(n_cols, self.k)
+        if self.parts:
+            self._prune()
+            leaders, laggers, upper, syncs = self.parts[0]
+            order = np.lexsort((leaders, -upper.astype(np.float64), laggers))
+            leaders, laggers, upper, syncs = (
+                leaders[order].astype(np.int64),
+                laggers[order].astype(np.int64),
+                upper[order],
+                syncs[order],
+            )
+            starts = np.searchsorted(laggers, np.arange(n_cols + 1))
+            step = max(64, -(-n_cols // (8 * available_cores())))
+            list(
+                pool.map(
+                    lambda lo: llk.select_columns(
+                        lo,
+                        min(lo + step, n_cols),
+                        starts,
+                        leaders,
+                        laggers,
+                        upper,
+                        syncs,
+                        screen.params,
+                        screen.data,
+                        top,
+                    ),
+                    range(0, n_cols, step),
+                )
+            )
+        return _records(top, owner_is_leader=False)
 
 
 def _scan_block(
@@ -264,26 +322,17 @@ def _scan_block(
     corr: np.ndarray | None,
     screen: _Screen,
     k_rows: int,
-    k_cols: int,
     pool,
-    column_values: np.ndarray,
-    column_rows: np.ndarray,
-) -> tuple[_BlockScan, np.ndarray]:
-    """Screen leaders [start, stop), select their rows' top-k and fold them into the column
-    tables; returns the block's evaluated values and its row selection."""
+    columns: _ColumnPool,
+) -> np.ndarray:
+    """Screen leaders [start, stop), select their rows' top-k (returned as result rows) and
+    pool their column candidates."""
     window = screen.window
     n_rows, n_cols = window.n_rows, window.n_cols
     height = stop - start
     sync_block = _NO_SYNC if corr is None else np.array(corr[start:stop], dtype=np.float32)
-    bound = np.empty((height, n_cols), dtype=np.float32)
-    scan = _BlockScan(
-        start,
-        improvement=np.full((height, n_cols), np.nan, dtype=np.float32),
-        best_corr=np.empty((height, n_cols), dtype=np.float32),
-        best_lag=np.empty((height, n_cols), dtype=np.int16),
-        best_overlap=np.empty((height, n_cols), dtype=np.int32),
-        sync=sync_block if corr is not None else np.empty((height, n_cols), dtype=np.float32),
-    )
+    upper = np.empty((height, n_cols), dtype=np.float32)
+    lower = np.empty((height, n_cols), dtype=np.float32)
     first_lag = 0 if screen.with_sync else 1
 
     def screen_item(item: tuple[int, int, int]) -> None:
@@ -307,18 +356,21 @@ def _scan_block(
             min(stop, tile_stop),
             start,
             col0,
-            bound,
+            upper,
+            lower,
             sync_block,
             screen.min_overlap,
             screen.min_improvement,
-            screen.gamma,
+            _gemm_rounding(n_rows - 1),
+            _gemm_rounding(n_rows),
             FALLBACK_TAU * llk.TAU_SCREEN_FACTOR,
             window.prefix,
             window.prefix_sq,
             window.prefix_t,
             window.prefix_sq_t,
-            *screen.intervals,
-            *screen.largest,
+            *screen.extents,
+            screen.ragged_cols,
+            screen.lag_y,
         )
 
     items = [
@@ -328,50 +380,31 @@ def _scan_block(
     ]
     list(pool.map(screen_item, items))  # list() re-raises a worker's error
 
-    row_values = np.full((height, max(k_rows, 1)), -np.inf, dtype=np.float32)
-    row_index = np.full((height, max(k_rows, 1)), -1, dtype=np.int64)
-    args = (screen.params, screen.data, sync_block, scan.arrays)
+    rows = np.empty(0, dtype=LEAD_LAG_DTYPE)
     if k_rows > 0:
+        top = _top_k_arrays(height, k_rows)
         step = max(1, -(-height // (4 * available_cores())))
         list(
             pool.map(
                 lambda lo: llk.select_rows(
-                    lo, min(lo + step, height), start, bound, *args, row_values, row_index
+                    lo,
+                    min(lo + step, height),
+                    start,
+                    upper,
+                    lower,
+                    sync_block,
+                    screen.with_sync,
+                    screen.params,
+                    screen.data,
+                    top,
                 ),
                 range(0, height, step),
             )
         )
-    if k_cols > 0:
-        step = max(32, -(-n_cols // (4 * available_cores())))
-        list(
-            pool.map(
-                lambda lo: llk.select_columns(
-                    lo, min(lo + step, n_cols), start, bound, *args, column_values, column_rows
-                ),
-                range(0, n_cols, step),
-            )
-        )
-    local, slot = np.nonzero(row_index >= 0)
-    return scan, scan.rows_of(local + start, row_index[local, slot])
-
-
-def _column_candidates(scan: _BlockScan, column_rows: np.ndarray) -> np.ndarray:
-    """Rows of this block that are in a lagger's running top-k (may be displaced later)."""
-    in_block = (column_rows >= scan.start) & (column_rows < scan.start + scan.improvement.shape[0])
-    laggers, slot = np.nonzero(in_block)
-    return scan.rows_of(column_rows[laggers, slot], laggers)
-
-
-def _final_column_selection(column_pairs: list[np.ndarray], column_rows: np.ndarray) -> np.ndarray:
-    """Keep the recorded candidates that are still in their lagger's final top-k."""
-    if not column_pairs:
-        return np.empty(0, dtype=LEAD_LAG_DTYPE)
-    candidates = np.concatenate(column_pairs)
-    n_cols = column_rows.shape[0]
-    laggers = np.flatnonzero(column_rows.ravel() >= 0) // column_rows.shape[1]
-    final_keys = column_rows[column_rows >= 0].astype(np.int64) * n_cols + laggers
-    keys = candidates["leader"].astype(np.int64) * n_cols + candidates["lagger"]
-    return candidates[np.isin(keys, final_keys)]
+        rows = _records(top, owner_is_leader=True, offset=start)
+    if columns.k > 0:
+        columns.add_block(start, upper, lower, None if corr is None else sync_block, pool)
+    return rows
 
 
 def _union_sorted(pairs: np.ndarray) -> np.ndarray:

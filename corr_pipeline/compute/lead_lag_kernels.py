@@ -62,80 +62,127 @@ BOUND_MARGIN = 2.0**-12
 TAU_SCREEN_FACTOR = 1.01
 """The bound treats a variance within this factor of the fallback threshold as ill-conditioned."""
 
-GAP_DEPTH = 8
-"""Largest-values sums ``M1, M2`` are tabulated for up to this many gaps, then extended linearly."""
-
-NOT_EVALUATED = np.float32(np.nan)
+DENSE_GAPS = 16
+"""A column missing at most this many rows of the window is *dense*: its interval is taken as the
+whole window and its missing rows as gaps (ragged columns use their own interval)."""
 
 
 @njit(cache=True, nogil=True)
-def lag_intervals(present_t, count_t, max_lag):  # pragma: no cover - compiled
-    """Per lag ``ℓ = 0..max_lag`` and column: side A (rows [0, T−ℓ)) and side B (rows [ℓ, T),
-    local row = window row − ℓ) intervals ``[lo, hi)`` and interior-gap counts (``count_t`` = PM
-    transposed); empty sides
-    have ``lo = hi = 0``. Returns ``lo_a, hi_a, gaps_a, lo_b, hi_b, gaps_b``, each (L+1, N) int64."""
+def column_extents(present_t, z_t):  # pragma: no cover - compiled
+    """Per column: presence interval ``[lo, hi)`` on the whole window (``0, T`` for a *dense*
+    column, one missing at most :data:`DENSE_GAPS` rows), the rows missing inside it ``gaps``,
+    and the largest ``|Z|`` (``m1``) and ``Z²`` (``m2``). Returns ``lo, hi, gaps`` (int64),
+    ``m1, m2`` (float64), ``dense`` (bool)."""
     n_cols, n_rows = present_t.shape
-    shape = (max_lag + 1, n_cols)
-    lo_a = np.zeros(shape, dtype=np.int64)
-    hi_a = np.zeros(shape, dtype=np.int64)
-    gaps_a = np.zeros(shape, dtype=np.int64)
-    lo_b = np.zeros(shape, dtype=np.int64)
-    hi_b = np.zeros(shape, dtype=np.int64)
-    gaps_b = np.zeros(shape, dtype=np.int64)
+    lo = np.zeros(n_cols, dtype=np.int64)
+    hi = np.zeros(n_cols, dtype=np.int64)
+    gaps = np.zeros(n_cols, dtype=np.int64)
+    m1 = np.zeros(n_cols)
+    m2 = np.zeros(n_cols)
+    dense = np.zeros(n_cols, dtype=np.bool_)
     for c in range(n_cols):
         p = present_t[c]
-        for lag in range(max_lag + 1):
-            stop = n_rows - lag
-            lo = 0
-            while lo < stop and p[lo] == 0:
-                lo += 1
-            if lo < stop:
-                hi = stop
-                while p[hi - 1] == 0:
-                    hi -= 1
-                lo_a[lag, c] = lo
-                hi_a[lag, c] = hi
-                gaps_a[lag, c] = hi - lo - (count_t[c, hi] - count_t[c, lo])
-            lo = lag
-            while lo < n_rows and p[lo] == 0:
-                lo += 1
-            if lo < n_rows:
-                hi = n_rows
-                while p[hi - 1] == 0:
-                    hi -= 1
-                lo_b[lag, c] = lo - lag
-                hi_b[lag, c] = hi - lag
-                gaps_b[lag, c] = hi - lo - (count_t[c, hi] - count_t[c, lo])
-    return lo_a, hi_a, gaps_a, lo_b, hi_b, gaps_b
-
-
-@njit(cache=True, nogil=True)
-def largest_sums(z_t, depth):  # pragma: no cover - compiled
-    """``top1[c, g]`` / ``top2[c, g]``: sums of the ``g`` largest ``|Z_c|`` / ``Z_c²`` (g = 0..depth),
-    and ``last1[c]`` / ``last2[c]``: the depth-th largest values (for ``g > depth``:
-    ``M(g) ≤ top[c, depth] + (g − depth)·last[c]``). All float64."""
-    n_cols, n_rows = z_t.shape
-    top1 = np.zeros((n_cols, depth + 1))
-    top2 = np.zeros((n_cols, depth + 1))
-    last1 = np.zeros(n_cols)
-    last2 = np.zeros(n_cols)
-    largest = np.zeros(depth)
-    for c in range(n_cols):
-        largest[:] = 0.0
+        count = 0
+        first = n_rows
+        last = -1
+        largest = 0.0
         for t in range(n_rows):
-            v = abs(np.float64(z_t[c, t]))
-            if v > largest[depth - 1]:
-                pos = depth - 1
-                while pos > 0 and v > largest[pos - 1]:
-                    largest[pos] = largest[pos - 1]
-                    pos -= 1
-                largest[pos] = v
-        for g in range(depth):
-            top1[c, g + 1] = top1[c, g] + largest[g]
-            top2[c, g + 1] = top2[c, g] + largest[g] * largest[g]
-        last1[c] = largest[depth - 1]
-        last2[c] = largest[depth - 1] * largest[depth - 1]
-    return top1, top2, last1, last2
+            if p[t]:
+                count += 1
+                first = min(first, t)
+                last = t
+            largest = max(largest, abs(np.float64(z_t[c, t])))
+        m1[c] = largest
+        m2[c] = largest * largest
+        if n_rows - count <= DENSE_GAPS:
+            dense[c] = True
+            hi[c] = n_rows
+            gaps[c] = n_rows - count
+        elif count > 0:
+            lo[c] = first
+            hi[c] = last + 1
+            gaps[c] = last + 1 - first - count
+    return lo, hi, gaps, m1, m2, dense
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pair_bounds(
+    p_max,
+    p_sync,
+    with_sync,
+    sync_abs,
+    x_sum,
+    x_sq_lo,
+    x_sq_hi,
+    y_sum,
+    y_sq_lo,
+    y_sq_hi,
+    n_core,
+    n_hull,
+    n0,
+    x0_sum,
+    x0_sq,
+    y0_sum,
+    y0_sq,
+    g_i,
+    g_j,
+    m1_i,
+    m2_i,
+    m1_j,
+    m2_j,
+    min_overlap,
+    min_improvement,
+    gamma,
+    gamma0,
+    tau_screen,
+):  # pragma: no cover - compiled
+    """(upper, lower) bounds of one pair's improvement from its interval sums (module docstring).
+
+    ``x_*`` / ``y_*``: leader / lagger sums over the rows every lag's overlap contains (``x_sum``
+    already includes the rows some lags add, as ``|Σ| + extra·m1``), ``*_sq_lo`` / ``*_sq_hi``
+    bound the sums of squares from below / above; ``n_core`` / ``n_hull``: the fewest / most rows
+    a lag's interval intersection has; ``*0*``: the same for the synchronous pair."""
+    n_lo = n_core - g_i - g_j
+    inv_n = 1.0 / max(n_lo, 1)
+    sx = x_sum + g_j * m1_i
+    sy = y_sum + g_i * m1_j
+    vx = x_sq_lo - g_j * m2_i - sx * sx * inv_n
+    vy = y_sq_lo - g_i * m2_j - sy * sy * inv_n
+    ok = (n_lo >= 1) and (vx > tau_screen * x_sq_hi) and (vy > tau_screen * y_sq_hi)
+    scale = math.sqrt(x_sq_hi * y_sq_hi)
+    cross = sx * sy * inv_n
+    upper = 1.0
+    lower = -np.inf
+    if ok:
+        upper = min(1.0, (p_max + gamma * scale + cross) / math.sqrt(vx * vy))
+        if n_lo >= min_overlap:
+            lower = max(0.0, (p_max - gamma * scale - cross) / scale)
+    if n_hull < min_overlap:
+        upper = -np.inf
+    if with_sync:
+        n0_lo = n0 - g_i - g_j
+        inv0 = 1.0 / max(n0_lo, 1)
+        sx0 = x0_sum + g_j * m1_i
+        sy0 = y0_sum + g_i * m1_j
+        vx0 = x0_sq - g_j * m2_i - sx0 * sx0 * inv0
+        vy0 = y0_sq - g_i * m2_j - sy0 * sy0 * inv0
+        scale0 = math.sqrt(x0_sq * y0_sq)
+        cross0 = sx0 * sy0 * inv0
+        sync_lo = 0.0
+        sync_hi = 1.0
+        if (n0_lo >= min_overlap) and (vx0 > tau_screen * x0_sq) and (vy0 > tau_screen * y0_sq):
+            sync_lo = min(1.0, max(0.0, (p_sync - gamma0 * scale0 - cross0) / scale0))
+            sync_hi = min(1.0, (p_sync + gamma0 * scale0 + cross0) / math.sqrt(vx0 * vy0))
+    else:
+        sync_lo = sync_abs
+        sync_hi = sync_abs
+    bound_hi = upper - sync_lo + BOUND_MARGIN
+    bound_lo = lower - sync_hi - BOUND_MARGIN
+    if upper == -np.inf or not bound_hi > min_improvement:
+        bound_hi = -np.inf
+    if not bound_lo > min_improvement:
+        bound_lo = -np.inf
+    return bound_hi, bound_lo
 
 
 @njit(cache=True, nogil=True)
@@ -148,123 +195,196 @@ def screen_tile(  # pragma: no cover - compiled
     row_hi,
     block_start,
     col0,
-    out_bound,
+    out_upper,
+    out_lower,
     sync_block,
     min_overlap,
     min_improvement,
     gamma,
+    gamma0,
     tau_screen,
     prefix,
     prefix_sq,
     prefix_t,
     prefix_sq_t,
-    lo_a,
-    hi_a,
-    gaps_a,
-    lo_b,
-    hi_b,
-    gaps_b,
-    top1,
-    top2,
-    top1_t,
-    top2_t,
-    last1,
-    last2,
+    lo,
+    hi,
+    gaps,
+    m1,
+    m2,
+    ragged_cols,
+    lag_y,
 ):
-    """Improvement bounds (module docstring) of leaders ``[row_lo, row_hi)`` against the laggers
-    ``col0 ..`` of one product chunk, into ``out_bound[i − block_start, j]`` (float32).
+    """Upper and lower improvement bounds (module docstring) of leaders ``[row_lo, row_hi)``
+    against the laggers ``col0 ..`` of one product chunk, into ``out_*[i − block_start, j]``.
 
-    ``products[ℓ]`` holds the float32 product of lag ℓ for the tile (rows from ``tile_start``);
-    slot 0 (lag 0) is used only when ``with_sync``; otherwise ``|sync|`` is read from
-    ``sync_block[i − block_start, j]`` (NaN read as 0). ``gamma[ℓ]`` bounds the GEMM rounding."""
+    ``products[ℓ]`` is the float32 product of lag ℓ for the tile (rows from ``tile_start``;
+    slot 0, lag 0, only when ``with_sync``, else ``|sync|`` is read from ``sync_block``, NaN as 0).
+    ``ragged_cols`` lists (ascending) the columns that are not dense. ``lag_y`` holds the dense
+    leaders' lagger-side sums (rows ``max_ℓ |PZ_j[T] − PZ_j[ℓ]|``, ``PZ2_j[T] − PZ2_j[L]``,
+    ``PZ2_j[T] − PZ2_j[1]``).
+
+    For every lag ℓ, the leader's rows lie in ``[max(lo_j − ℓ, 0), min(hi_j − ℓ, T − ℓ))`` (j's
+    interval shifted) and the lagger's in ``[max(lo_i + ℓ, ℓ), min(hi_i + ℓ, T))``; each column
+    is zero outside its own interval, so each side's sums only depend on the *other* column's
+    interval. Over ℓ = 1..L these ranges contain a common core and lie in a hull at most
+    ``L − 1`` rows larger at each end: sums over the core, plus ``(|hull| − |core|)·m1`` for
+    the sum, bound every lag at once (one bound per pair for all lags, with the largest |P|)."""
     width = products.shape[2]
     n_rows = prefix.shape[0] - 1
-    depth = top1.shape[1] - 1
-    upper = np.empty(width)
-    lower = np.empty(width)
-    first_lag = 0 if with_sync else 1
+    L = max_lag
+    y_sum = np.empty(width)
+    y_sq_lo = np.empty(width)
+    y_sq_hi = np.empty(width)
+    y0_sum = np.empty(width)
+    y0_sq = np.empty(width)
+    r_first = np.searchsorted(ragged_cols, col0)
+    r_last = np.searchsorted(ragged_cols, col0 + width)
     for i in range(row_lo, row_hi):
         ti = i - tile_start
         r = i - block_start
-        for c in range(width):
-            upper[c] = -np.inf
-            lower[c] = 0.0
-        for lag in range(first_lag, max_lag + 1):
-            prod = products[lag]
-            lo_i = lo_a[lag, i]
-            hi_i = hi_a[lag, i]
-            g_i = gaps_a[lag, i]
-            g_row = min(g_i, depth)
-            g_ext = max(g_i - depth, 0)
-            pz_i = prefix_t[i]
-            pz2_i = prefix_sq_t[i]
-            pz_hi = prefix[hi_i + lag]
-            pz_lo = prefix[lo_i + lag]
-            pz2_hi = prefix_sq[hi_i + lag]
-            pz2_lo = prefix_sq[lo_i + lag]
-            pz_end = prefix[n_rows]
-            pz2_end = prefix_sq[n_rows]
-            pz_start = prefix[lag]
-            pz2_start = prefix_sq[lag]
-            m1_row = top1_t[g_row]
-            m2_row = top2_t[g_row]
-            lo_bl = lo_b[lag]
-            hi_bl = hi_b[lag]
-            g_bl = gaps_b[lag]
-            gam = gamma[lag]
+        lo_i = lo[i]
+        hi_i = hi[i]
+        g_i = gaps[i]
+        pz_i = prefix_t[i]
+        pz2_i = prefix_sq_t[i]
+        # Lagger-side sums over the rows the leader's interval allows (vectors over j).
+        if lo_i == 0 and hi_i == n_rows:
+            for c in range(width):
+                y_sum[c] = lag_y[0, col0 + c]
+                y_sq_lo[c] = lag_y[1, col0 + c]
+                y_sq_hi[c] = lag_y[2, col0 + c]
+        else:
+            c_lo = min(lo_i + L, n_rows)
+            c_hi = max(min(hi_i + 1, n_rows), c_lo)
+            h_lo = min(lo_i + 1, n_rows)
+            h_hi = max(min(hi_i + L, n_rows), h_lo)
+            extra = max(h_hi - h_lo - (c_hi - c_lo), 0)
             for c in range(width):
                 j = col0 + c
-                lo_j = lo_bl[j]
-                hi_j = hi_bl[j]
-                g_j = g_bl[j]
-                k_lo = max(lo_i, lo_j)
-                k_hi = min(hi_i, hi_j)
-                n_k = k_hi - k_lo
-                k_hi = max(k_hi, k_lo)
-                sx_k = pz_i[k_hi] - pz_i[k_lo]
-                sxx_k = pz2_i[k_hi] - pz2_i[k_lo]
-                # Lagger sums over K: its own interval ends are its whole-side values.
-                # PZ_j at an end of its own interval equals PZ_j at the end of its side (no
-                # finite value in between), a fixed row: every read below is row-contiguous.
-                cut_hi = hi_i <= hi_j
-                cut_lo = lo_i >= lo_j
-                sy_k = (pz_hi[j] if cut_hi else pz_end[j]) - (pz_lo[j] if cut_lo else pz_start[j])
-                syy_k = (pz2_hi[j] if cut_hi else pz2_end[j]) - (
-                    pz2_lo[j] if cut_lo else pz2_start[j]
-                )
-                g_col = min(g_j, depth)
-                m1_i = top1[i, g_col] + max(g_j - depth, 0) * last1[i]
-                m2_i = top2[i, g_col] + max(g_j - depth, 0) * last2[i]
-                m1_j = m1_row[j] + g_ext * last1[j]
-                m2_j = m2_row[j] + g_ext * last2[j]
-                n_lo = n_k - g_i - g_j
-                inv_n = 1.0 / max(n_lo, 1)
-                sx = abs(sx_k) + m1_i
-                sy = abs(sy_k) + m1_j
-                vx = sxx_k - m2_i - sx * sx * inv_n
-                vy = syy_k - m2_j - sy * sy * inv_n
-                ok = (n_lo >= 1) and (vx > tau_screen * sxx_k) and (vy > tau_screen * syy_k)
-                scale = math.sqrt(max(sxx_k * syy_k, 0.0))
-                cross = sx * sy * inv_n
-                p = abs(np.float64(prod[ti, c]))
-                if lag == 0:
-                    if ok and n_lo >= min_overlap and scale > 0.0:
-                        lower[c] = min(1.0, max(0.0, (p - gam * scale - cross) / scale))
-                else:
-                    u = 1.0
-                    if ok:
-                        u = min(1.0, (p + gam * scale + cross) / math.sqrt(vx * vy))
-                    if n_k >= min_overlap and u > upper[c]:
-                        upper[c] = u
+                y_sum[c] = abs(prefix[c_hi, j] - prefix[c_lo, j]) + extra * m1[j]
+                core_sq = prefix_sq[c_hi, j] - prefix_sq[c_lo, j]
+                y_sq_lo[c] = core_sq
+                y_sq_hi[c] = core_sq + extra * m2[j]
+        if with_sync:
+            for c in range(width):
+                j = col0 + c
+                y0_sum[c] = abs(prefix[hi_i, j] - prefix[lo_i, j])
+                y0_sq[c] = prefix_sq[hi_i, j] - prefix_sq[lo_i, j]
+        # Leader-side sums when j is dense (its interval is the whole window).
+        x_sum = 0.0
+        for lag in range(1, L + 1):
+            x_sum = max(x_sum, abs(pz_i[n_rows - lag] - pz_i[0]))
+        x_sq_lo = pz2_i[n_rows - L] - pz2_i[0]
+        x_sq_hi = pz2_i[n_rows - 1] - pz2_i[0]
+        n_core = min(hi_i, n_rows - L) - lo_i
+        n_hull = min(hi_i, n_rows - 1) - lo_i
+        x0_sum = abs(pz_i[n_rows] - pz_i[0])
+        x0_sq = pz2_i[n_rows] - pz2_i[0]
+        n0 = hi_i - lo_i
+        gam = gamma
         for c in range(width):
             j = col0 + c
+            p_max = 0.0
+            for lag in range(1, L + 1):
+                p_max = max(p_max, abs(np.float64(products[lag, ti, c])))
+            p_sync = abs(np.float64(products[0, ti, c])) if with_sync else 0.0
+            sync_abs = 0.0
             if not with_sync:
-                s = abs(np.float64(sync_block[r, j]))
-                lower[c] = 0.0 if math.isnan(s) else s
-            bound = upper[c] - lower[c] + BOUND_MARGIN
-            if j == i or upper[c] == -np.inf or not bound > min_improvement:
-                bound = -np.inf
-            out_bound[r, j] = bound
+                sync_abs = abs(np.float64(sync_block[r, j]))
+                if math.isnan(sync_abs):
+                    sync_abs = 0.0
+            upper, lower = _pair_bounds(
+                p_max,
+                p_sync,
+                with_sync,
+                sync_abs,
+                x_sum,
+                x_sq_lo,
+                x_sq_hi,
+                y_sum[c],
+                y_sq_lo[c],
+                y_sq_hi[c],
+                n_core,
+                n_hull,
+                n0,
+                x0_sum,
+                x0_sq,
+                y0_sum[c],
+                y0_sq[c],
+                g_i,
+                gaps[j],
+                m1[i],
+                m2[i],
+                m1[j],
+                m2[j],
+                min_overlap,
+                min_improvement,
+                gam,
+                gamma0,
+                tau_screen,
+            )
+            out_upper[r, j] = upper
+            out_lower[r, j] = lower
+        # Ragged laggers: the leader-side sums over their (shifted) intervals.
+        for q in range(r_first, r_last):
+            j = ragged_cols[q]
+            c = j - col0
+            lo_j = lo[j]
+            hi_j = hi[j]
+            c_lo = max(lo_j - 1, 0)
+            c_hi = max(min(hi_j - L, n_rows - L), c_lo)
+            h_lo = max(lo_j - L, 0)
+            h_hi = max(min(hi_j - 1, n_rows - 1), h_lo)
+            extra = max(h_hi - h_lo - (c_hi - c_lo), 0)
+            xs = abs(pz_i[c_hi] - pz_i[c_lo]) + extra * m1[i]
+            core_sq = pz2_i[c_hi] - pz2_i[c_lo]
+            nc = min(hi_i, hi_j - L, n_rows - L) - max(lo_i, lo_j - 1)
+            nh = min(hi_i, hi_j - 1, n_rows - 1) - max(lo_i, lo_j - L)
+            p_max = 0.0
+            for lag in range(1, L + 1):
+                p_max = max(p_max, abs(np.float64(products[lag, ti, c])))
+            p_sync = abs(np.float64(products[0, ti, c])) if with_sync else 0.0
+            sync_abs = 0.0
+            if not with_sync:
+                sync_abs = abs(np.float64(sync_block[r, j]))
+                if math.isnan(sync_abs):
+                    sync_abs = 0.0
+            upper, lower = _pair_bounds(
+                p_max,
+                p_sync,
+                with_sync,
+                sync_abs,
+                xs,
+                core_sq,
+                core_sq + extra * m2[i],
+                y_sum[c],
+                y_sq_lo[c],
+                y_sq_hi[c],
+                nc,
+                nh,
+                min(hi_i, hi_j) - max(lo_i, lo_j),
+                abs(pz_i[hi_j] - pz_i[lo_j]),
+                pz2_i[hi_j] - pz2_i[lo_j],
+                y0_sum[c],
+                y0_sq[c],
+                g_i,
+                gaps[j],
+                m1[i],
+                m2[i],
+                m1[j],
+                m2[j],
+                min_overlap,
+                min_improvement,
+                gam,
+                gamma0,
+                tau_screen,
+            )
+            out_upper[r, j] = upper
+            out_lower[r, j] = lower
+        if row_lo <= i < row_hi and col0 <= i < col0 + width:
+            out_upper[r, i] = -np.inf
+            out_lower[r, i] = -np.inf
 
 
 @njit(cache=True, nogil=True)
@@ -290,7 +410,7 @@ def lagged_value(i, j, lag, min_overlap, tau, data):  # pragma: no cover - compi
     """Exact correlation (float64, NaN allowed) and overlap of (R[t, i], R[t + lag, j]).
 
     ``data`` = (z_t, present_t, raw_t, prefix_t, prefix_sq_t, prefix_count_t, gap_ptr,
-    gap_rows, lo_a, hi_a, lo_b, hi_b); gaps are the whole window's interior gaps."""
+    gap_rows, lo, hi): the whole window's presence intervals and interior gaps (CSR)."""
     z_t = data[0]
     present_t = data[1]
     raw_t = data[2]
@@ -299,9 +419,11 @@ def lagged_value(i, j, lag, min_overlap, tau, data):  # pragma: no cover - compi
     prefix_count_t = data[5]
     gap_ptr = data[6]
     gap_rows = data[7]
+    lo = data[8]
+    hi = data[9]
     n_rows = z_t.shape[1]
-    k_lo = max(data[8][lag, i], data[10][lag, j])
-    k_hi = min(data[9][lag, i], data[11][lag, j])
+    k_lo = max(lo[i], lo[j] - lag, 0)
+    k_hi = min(hi[i], hi[j] - lag, n_rows - lag)
     if k_hi <= k_lo:
         return np.nan, 0
     sx = prefix_t[i, k_hi] - prefix_t[i, k_lo]
@@ -341,17 +463,16 @@ def lagged_value(i, j, lag, min_overlap, tau, data):  # pragma: no cover - compi
 
 
 @njit(cache=True, nogil=True)
-def evaluate_pair(i, j, r, params, data, sync_block, out):  # pragma: no cover - compiled
-    """Exact best lag, its correlation and overlap, the sync correlation and the improvement of
-    (i, j) (SPEC §6), written at ``[r, j]`` of ``out`` = (improvement, best_corr, best_lag,
-    best_overlap, sync); returns the improvement (float32, −inf for a non-candidate).
+def pair_values(i, j, given_sync, params, data):  # pragma: no cover - compiled
+    """Exact (improvement, best_corr, best_lag, best_overlap, sync) of the pair (i, j), SPEC §6;
+    the improvement is float32, −inf for a non-candidate.
 
-    ``params`` = (max_lag, min_overlap, tau, min_improvement as float32, with_sync)."""
+    ``params`` = (max_lag, min_overlap, tau, min_improvement as float32, with_sync); without
+    ``with_sync`` the synchronous correlation is ``given_sync`` (float32, NaN allowed)."""
     max_lag = params[0]
     min_overlap = params[1]
     tau = params[2]
     min_improvement = params[3]
-    with_sync = params[4]
     best_abs = np.float32(-1.0)
     best_corr = np.float32(np.nan)
     best_lag = 0
@@ -365,22 +486,16 @@ def evaluate_pair(i, j, r, params, data, sync_block, out):  # pragma: no cover -
             best_corr = v32
             best_lag = lag
             best_overlap = count
-    if with_sync:
+    sync = given_sync
+    if params[4]:
         sync = np.float32(lagged_value(i, j, 0, min_overlap, tau, data)[0])
-    else:
-        sync = sync_block[r, j]
     sync_abs = abs(sync)
     if math.isnan(sync_abs):
         sync_abs = np.float32(0.0)
     improvement = best_abs - sync_abs
     if not (best_abs >= 0 and improvement > min_improvement):
         improvement = np.float32(-np.inf)
-    out[0][r, j] = improvement
-    out[1][r, j] = best_corr
-    out[2][r, j] = best_lag
-    out[3][r, j] = best_overlap
-    out[4][r, j] = sync
-    return improvement
+    return improvement, best_corr, best_lag, best_overlap, sync
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -390,98 +505,118 @@ def _before(value, index, other_value, other_index):  # pragma: no cover - compi
 
 
 @njit(cache=True, nogil=True)
-def insert_ordered(values, indices, value, index):  # pragma: no cover - compiled
-    """Insert (value, index) into the list ordered by :func:`_before`, dropping the last."""
+def _insert_value(values, value):  # pragma: no cover - compiled
+    """Insert ``value`` into the descending list ``values``, dropping the last."""
     k = values.shape[0]
-    if not _before(value, index, values[k - 1], indices[k - 1]):
+    if not value > values[k - 1]:
         return
     pos = k - 1
-    while pos > 0 and _before(value, index, values[pos - 1], indices[pos - 1]):
+    while pos > 0 and value > values[pos - 1]:
         values[pos] = values[pos - 1]
-        indices[pos] = indices[pos - 1]
         pos -= 1
     values[pos] = value
-    indices[pos] = index
+
+
+@njit(cache=True, nogil=True)
+def _select_exact(  # pragma: no cover - compiled
+    i_of, j_of, upper, given_sync, index_of, params, data, out, slot
+):
+    """Threshold selection over candidates sorted by ``upper`` descending: evaluate each
+    exactly and keep the top k (``out[*][slot]``, ordered by (improvement desc, index_of asc)),
+    stopping at the first candidate whose bound is strictly below the k-th kept improvement
+    (every later one is too). ``out`` = (improvement, index, best_corr, best_lag,
+    best_overlap, sync), each (rows × k), to be filled with −inf / −1."""
+    values = out[0][slot]
+    index = out[1][slot]
+    k = values.shape[0]
+    for q in range(i_of.shape[0]):
+        if upper[q] < values[k - 1]:
+            break
+        e, corr, lag, overlap, sync = pair_values(i_of[q], j_of[q], given_sync[q], params, data)
+        key = index_of[q]
+        if not _before(e, key, values[k - 1], index[k - 1]) or e == -np.inf:
+            continue
+        pos = k - 1
+        while pos > 0 and _before(e, key, values[pos - 1], index[pos - 1]):
+            values[pos] = values[pos - 1]
+            index[pos] = index[pos - 1]
+            out[2][slot, pos] = out[2][slot, pos - 1]
+            out[3][slot, pos] = out[3][slot, pos - 1]
+            out[4][slot, pos] = out[4][slot, pos - 1]
+            out[5][slot, pos] = out[5][slot, pos - 1]
+            pos -= 1
+        values[pos] = e
+        index[pos] = key
+        out[2][slot, pos] = corr
+        out[3][slot, pos] = lag
+        out[4][slot, pos] = overlap
+        out[5][slot, pos] = sync
 
 
 @njit(cache=True, nogil=True)
 def select_rows(  # pragma: no cover - compiled
-    row_lo, row_hi, block_start, bound, params, data, sync_block, out, row_values, row_index
+    row_lo, row_hi, block_start, upper, lower, sync_block, with_sync, params, data, out
 ):
-    """Each leader's final top-k laggers (``row_values`` / ``row_index``, block rows × k, to be
-    filled with −inf / −1): seeds are the k best bounds, then every pair whose bound is not
-    strictly below the current k-th exact improvement is evaluated (module docstring)."""
-    n_cols = bound.shape[1]
-    k = row_values.shape[1]
-    seed_values = np.empty(k, dtype=np.float32)
-    seed_index = np.empty(k, dtype=np.int64)
-    evaluated = out[0]
+    """Each leader's final top-k laggers (rows ``[row_lo, row_hi)`` of the block): the k-th
+    largest lower bound of the row is a threshold no selected pair is below; the pairs whose
+    upper bound reaches it are evaluated in decreasing bound order (:func:`_select_exact`)."""
+    n_cols = upper.shape[1]
+    k = out[0].shape[1]
+    kth = np.empty(k, dtype=np.float32)
     for r in range(row_lo, row_hi):
-        i = block_start + r
-        seed_values[:] = -np.inf
-        seed_index[:] = -1
+        kth[:] = -np.inf
         for j in range(n_cols):
-            u = bound[r, j]
-            if u > -np.inf:
-                insert_ordered(seed_values, seed_index, u, j)
-        values = row_values[r]
-        index = row_index[r]
-        for s in range(k):
-            j = seed_index[s]
-            if j < 0:
-                break
-            e = evaluate_pair(i, j, r, params, data, sync_block, out)
-            if e > -np.inf:
-                insert_ordered(values, index, e, j)
+            _insert_value(kth, lower[r, j])
+        threshold = kth[k - 1]
+        count = 0
         for j in range(n_cols):
-            u = bound[r, j]
-            if u > -np.inf and u >= values[k - 1] and math.isnan(evaluated[r, j]):
-                e = evaluate_pair(i, j, r, params, data, sync_block, out)
-                if e > -np.inf:
-                    insert_ordered(values, index, e, j)
+            if upper[r, j] > -np.inf and upper[r, j] >= threshold:
+                count += 1
+        cols = np.empty(count, dtype=np.int64)
+        count = 0
+        for j in range(n_cols):
+            if upper[r, j] > -np.inf and upper[r, j] >= threshold:
+                cols[count] = j
+                count += 1
+        bounds = np.empty(count, dtype=np.float32)
+        for q in range(count):
+            bounds[q] = upper[r, cols[q]]
+        order = np.argsort(-bounds, kind="mergesort")
+        cols = cols[order]
+        syncs = np.empty(count, dtype=np.float32)
+        for q in range(count):
+            syncs[q] = np.float32(np.nan) if with_sync else sync_block[r, cols[q]]
+        leaders = np.full(count, block_start + r, dtype=np.int64)
+        _select_exact(leaders, cols, bounds[order], syncs, cols, params, data, out, r)
+
+
+@njit(cache=True, nogil=True)
+def fold_column_lower(col_lo, col_hi, lower, column_lower):  # pragma: no cover - compiled
+    """Fold the block's lower bounds into each lagger's running top-k of lower bounds (N × k)."""
+    for r in range(lower.shape[0]):
+        for j in range(col_lo, col_hi):
+            _insert_value(column_lower[j], lower[r, j])
 
 
 @njit(cache=True, nogil=True)
 def select_columns(  # pragma: no cover - compiled
-    col_lo, col_hi, block_start, bound, params, data, sync_block, out, column_values, column_rows
+    seg_lo, seg_hi, starts, leaders, laggers, upper, syncs, params, data, out
 ):
-    """Fold the block's leaders into each lagger's running top-k (``column_values`` /
-    ``column_rows``, N × k, global leader indices): the pairs already evaluated, then seeds (the
-    k best bounds not below the k-th kept value), then every pair whose bound is not strictly
-    below the current k-th value (module docstring). Columns are walked in small groups, rows
-    in order, so the bound matrix is read row-major."""
-    height = bound.shape[0]
-    k = column_values.shape[1]
-    group = 32
-    evaluated = out[0]
-    seed_values = np.empty((group, k), dtype=np.float32)
-    seed_rows = np.empty((group, k), dtype=np.int64)
-    for g_lo in range(col_lo, col_hi, group):
-        g_hi = min(g_lo + group, col_hi)
-        for r in range(height):
-            for j in range(g_lo, g_hi):
-                e = evaluated[r, j]
-                if e > -np.inf:  # evaluated (not NaN) and a candidate
-                    insert_ordered(column_values[j], column_rows[j], e, block_start + r)
-        seed_values[:] = -np.inf
-        seed_rows[:] = -1
-        for r in range(height):
-            for j in range(g_lo, g_hi):
-                u = bound[r, j]
-                if u > -np.inf and u >= column_values[j, k - 1] and math.isnan(evaluated[r, j]):
-                    insert_ordered(seed_values[j - g_lo], seed_rows[j - g_lo], u, r)
-        for j in range(g_lo, g_hi):
-            for s in range(k):
-                r = seed_rows[j - g_lo, s]
-                if r < 0:
-                    break
-                e = evaluate_pair(block_start + r, j, r, params, data, sync_block, out)
-                if e > -np.inf:
-                    insert_ordered(column_values[j], column_rows[j], e, block_start + r)
-        for r in range(height):
-            for j in range(g_lo, g_hi):
-                u = bound[r, j]
-                if u > -np.inf and u >= column_values[j, k - 1] and math.isnan(evaluated[r, j]):
-                    e = evaluate_pair(block_start + r, j, r, params, data, sync_block, out)
-                    if e > -np.inf:
-                        insert_ordered(column_values[j], column_rows[j], e, block_start + r)
+    """Each lagger's final top-k leaders from its pooled candidates: segments
+    ``starts[s] .. starts[s + 1]`` (s in [seg_lo, seg_hi)) of the pool sorted by lagger, then
+    bound descending; results in ``out[*][lagger]`` (:func:`_select_exact`)."""
+    for s in range(seg_lo, seg_hi):
+        a = starts[s]
+        b = starts[s + 1]
+        if b > a:
+            _select_exact(
+                leaders[a:b],
+                laggers[a:b],
+                upper[a:b],
+                syncs[a:b],
+                leaders[a:b],
+                params,
+                data,
+                out,
+                laggers[a],
+            )
