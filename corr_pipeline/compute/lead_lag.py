@@ -129,7 +129,8 @@ class _Screen:
     with_sync: bool
     min_overlap: int
     min_improvement: float
-    extents: tuple[np.ndarray, ...]  # lo, hi, gaps, m1, m2 (column_extents)
+    ahead: np.ndarray  # T × N float32: max over lags of |Z[t + ℓ, j]|
+    extents: tuple[np.ndarray, ...]  # lo, hi, gaps, miss_ptr, miss_rows, miss_cols, m1
     ragged_cols: np.ndarray
     lag_y: np.ndarray  # (3, N): dense leaders' lagger-side sums
     params: tuple
@@ -141,19 +142,26 @@ def _make_screen(
 ) -> _Screen:
     n_rows = window.n_rows
     full = make_side(window, 0, n_rows)  # the whole window's intervals and interior gaps
-    lo, hi, gaps, m1, m2, dense = llk.column_extents(window.present_t, window.z_t)
+    lo, hi, gaps, miss_ptr, miss_rows, miss_cols, m1, dense = llk.column_extents(
+        window.present_t, window.z_t
+    )
     end, end_sq = window.prefix[n_rows], window.prefix_sq[n_rows]
     lag_y = np.empty((3, window.n_cols))
     np.max(np.abs(end - window.prefix[1 : max_lag + 1]), axis=0, out=lag_y[0])
     lag_y[1] = end_sq - window.prefix_sq[max_lag]
     lag_y[2] = end_sq - window.prefix_sq[1]
+    magnitude = np.abs(window.z)
+    ahead = np.zeros_like(magnitude)
+    for lag in range(1, max_lag + 1):
+        np.maximum(ahead[: n_rows - lag], magnitude[lag:], out=ahead[: n_rows - lag])
     return _Screen(
         window=window,
         max_lag=max_lag,
         with_sync=with_sync,
         min_overlap=min_overlap,
         min_improvement=min_improvement,
-        extents=(lo, hi, gaps, m1, m2),
+        ahead=ahead,
+        extents=(lo, hi, gaps, miss_ptr, miss_rows, miss_cols, m1),
         ragged_cols=np.flatnonzero(~dense).astype(np.int64),
         lag_y=lag_y,
         params=(max_lag, min_overlap, FALLBACK_TAU, np.float32(min_improvement), with_sync),
@@ -364,6 +372,9 @@ def _scan_block(
             _gemm_rounding(n_rows - 1),
             _gemm_rounding(n_rows),
             FALLBACK_TAU * llk.TAU_SCREEN_FACTOR,
+            window.z,
+            window.z_t,
+            screen.ahead,
             window.prefix,
             window.prefix_sq,
             window.prefix_t,

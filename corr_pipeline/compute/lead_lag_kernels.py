@@ -69,16 +69,16 @@ whole window and its missing rows as gaps (ragged columns use their own interval
 
 @njit(cache=True, nogil=True)
 def column_extents(present_t, z_t):  # pragma: no cover - compiled
-    """Per column: presence interval ``[lo, hi)`` on the whole window (``0, T`` for a *dense*
-    column, one missing at most :data:`DENSE_GAPS` rows), the rows missing inside it ``gaps``,
-    and the largest ``|Z|`` (``m1``) and ``Z²`` (``m2``). Returns ``lo, hi, gaps`` (int64),
-    ``m1, m2`` (float64), ``dense`` (bool)."""
+    """Per column: its interval ``[lo, hi)`` (``0, T`` for a *dense* column, one missing at most
+    :data:`DENSE_GAPS` rows; else first to last finite row), its missing rows inside it as CSR
+    (``miss_ptr``, ``miss_rows`` ascending, ``miss_cols``), their count ``gaps``, and ``m1`` =
+    the largest ``|Z|`` of the column. Returns ``lo, hi, gaps, miss_ptr, miss_rows, miss_cols,
+    m1, dense``."""
     n_cols, n_rows = present_t.shape
     lo = np.zeros(n_cols, dtype=np.int64)
     hi = np.zeros(n_cols, dtype=np.int64)
     gaps = np.zeros(n_cols, dtype=np.int64)
     m1 = np.zeros(n_cols)
-    m2 = np.zeros(n_cols)
     dense = np.zeros(n_cols, dtype=np.bool_)
     for c in range(n_cols):
         p = present_t[c]
@@ -93,16 +93,27 @@ def column_extents(present_t, z_t):  # pragma: no cover - compiled
                 last = t
             largest = max(largest, abs(np.float64(z_t[c, t])))
         m1[c] = largest
-        m2[c] = largest * largest
         if n_rows - count <= DENSE_GAPS:
             dense[c] = True
             hi[c] = n_rows
-            gaps[c] = n_rows - count
         elif count > 0:
             lo[c] = first
             hi[c] = last + 1
-            gaps[c] = last + 1 - first - count
-    return lo, hi, gaps, m1, m2, dense
+        gaps[c] = hi[c] - lo[c] - count if count > 0 else 0
+    miss_ptr = np.zeros(n_cols + 1, dtype=np.int64)
+    for c in range(n_cols):
+        miss_ptr[c + 1] = miss_ptr[c] + gaps[c]
+    miss_rows = np.empty(miss_ptr[n_cols], dtype=np.int64)
+    miss_cols = np.empty(miss_ptr[n_cols], dtype=np.int64)
+    for c in range(n_cols):
+        q = miss_ptr[c]
+        if gaps[c] > 0:
+            for t in range(lo[c], hi[c]):
+                if not present_t[c, t]:
+                    miss_rows[q] = t
+                    miss_cols[q] = c
+                    q += 1
+    return lo, hi, gaps, miss_ptr, miss_rows, miss_cols, m1, dense
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -111,43 +122,38 @@ def _pair_bounds(
     p_sync,
     with_sync,
     sync_abs,
-    x_sum,
+    sx,
     x_sq_lo,
     x_sq_hi,
-    y_sum,
+    sy,
     y_sq_lo,
     y_sq_hi,
     n_core,
     n_hull,
-    n0,
-    x0_sum,
-    x0_sq,
-    y0_sum,
-    y0_sq,
     g_i,
     g_j,
-    m1_i,
-    m2_i,
-    m1_j,
-    m2_j,
+    sx0,
+    sxx0,
+    sy0,
+    syy0,
+    n0,
     min_overlap,
     min_improvement,
     gamma,
     gamma0,
     tau_screen,
 ):  # pragma: no cover - compiled
-    """(upper, lower) bounds of one pair's improvement from its interval sums (module docstring).
+    """(upper, lower) bounds of one pair's improvement (module docstring).
 
-    ``x_*`` / ``y_*``: leader / lagger sums over the rows every lag's overlap contains (``x_sum``
-    already includes the rows some lags add, as ``|Σ| + extra·m1``), ``*_sq_lo`` / ``*_sq_hi``
-    bound the sums of squares from below / above; ``n_core`` / ``n_hull``: the fewest / most rows
-    a lag's interval intersection has; ``*0*``: the same for the synchronous pair."""
+    Lags: ``sx``, ``sy`` bound ``|Sx|``, ``|Sy|``; ``*_sq_lo`` / ``*_sq_hi`` bound ``Sxx``, ``Syy``
+    from below / above, for every lag; ``n_core`` / ``n_hull`` are the fewest / most rows of a
+    lag's interval intersection, ``g_i + g_j`` the most rows missing in it. Sync: exact ``Sx``,
+    ``Sxx``, ``Sy``, ``Syy`` over the overlap, whose size is ``n0 − g_i − g_j`` to
+    ``n0 − max(g_i, g_j)``."""
     n_lo = n_core - g_i - g_j
     inv_n = 1.0 / max(n_lo, 1)
-    sx = x_sum + g_j * m1_i
-    sy = y_sum + g_i * m1_j
-    vx = x_sq_lo - g_j * m2_i - sx * sx * inv_n
-    vy = y_sq_lo - g_i * m2_j - sy * sy * inv_n
+    vx = x_sq_lo - sx * sx * inv_n
+    vy = y_sq_lo - sy * sy * inv_n
     ok = (n_lo >= 1) and (vx > tau_screen * x_sq_hi) and (vy > tau_screen * y_sq_hi)
     scale = math.sqrt(x_sq_hi * y_sq_hi)
     cross = sx * sy * inv_n
@@ -161,18 +167,22 @@ def _pair_bounds(
         upper = -np.inf
     if with_sync:
         n0_lo = n0 - g_i - g_j
-        inv0 = 1.0 / max(n0_lo, 1)
-        sx0 = x0_sum + g_j * m1_i
-        sy0 = y0_sum + g_i * m1_j
-        vx0 = x0_sq - g_j * m2_i - sx0 * sx0 * inv0
-        vy0 = y0_sq - g_i * m2_j - sy0 * sy0 * inv0
-        scale0 = math.sqrt(x0_sq * y0_sq)
-        cross0 = sx0 * sy0 * inv0
+        n0_hi = n0 - max(g_i, g_j)
+        inv_lo = 1.0 / max(n0_lo, 1)
+        inv_hi = 1.0 / max(n0_hi, 1)
+        vx_lo = sxx0 - sx0 * sx0 * inv_lo
+        vy_lo = syy0 - sy0 * sy0 * inv_lo
+        vx_hi = sxx0 - sx0 * sx0 * inv_hi
+        vy_hi = syy0 - sy0 * sy0 * inv_hi
+        scale0 = math.sqrt(max(sxx0 * syy0, 0.0))
+        cross0 = abs(sx0 * sy0) * inv_lo
         sync_lo = 0.0
         sync_hi = 1.0
-        if (n0_lo >= min_overlap) and (vx0 > tau_screen * x0_sq) and (vy0 > tau_screen * y0_sq):
-            sync_lo = min(1.0, max(0.0, (p_sync - gamma0 * scale0 - cross0) / scale0))
-            sync_hi = min(1.0, (p_sync + gamma0 * scale0 + cross0) / math.sqrt(vx0 * vy0))
+        if (n0_lo >= min_overlap) and (vx_lo > tau_screen * sxx0) and (vy_lo > tau_screen * syy0):
+            sync_lo = min(
+                1.0, max(0.0, (p_sync - gamma0 * scale0 - cross0) / math.sqrt(vx_hi * vy_hi))
+            )
+            sync_hi = min(1.0, (p_sync + gamma0 * scale0 + cross0) / math.sqrt(vx_lo * vy_lo))
     else:
         sync_lo = sync_abs
         sync_hi = sync_abs
@@ -203,6 +213,9 @@ def screen_tile(  # pragma: no cover - compiled
     gamma,
     gamma0,
     tau_screen,
+    z,
+    z_t,
+    ahead,
     prefix,
     prefix_sq,
     prefix_t,
@@ -210,8 +223,10 @@ def screen_tile(  # pragma: no cover - compiled
     lo,
     hi,
     gaps,
+    miss_ptr,
+    miss_rows,
+    miss_cols,
     m1,
-    m2,
     ragged_cols,
     lag_y,
 ):
@@ -220,16 +235,19 @@ def screen_tile(  # pragma: no cover - compiled
 
     ``products[ℓ]`` is the float32 product of lag ℓ for the tile (rows from ``tile_start``;
     slot 0, lag 0, only when ``with_sync``, else ``|sync|`` is read from ``sync_block``, NaN as 0).
-    ``ragged_cols`` lists (ascending) the columns that are not dense. ``lag_y`` holds the dense
-    leaders' lagger-side sums (rows ``max_ℓ |PZ_j[T] − PZ_j[ℓ]|``, ``PZ2_j[T] − PZ2_j[L]``,
-    ``PZ2_j[T] − PZ2_j[1]``).
+    ``ahead[t, j] = max_{ℓ=1..L} |Z[t + ℓ, j]|``; ``lag_y`` holds the dense leaders'
+    lagger-side sums (rows ``max_ℓ |PZ_j[T] − PZ_j[ℓ]|``, ``PZ2_j[T] − PZ2_j[L]``,
+    ``PZ2_j[T] − PZ2_j[1]``); ``ragged_cols`` lists the columns that are not dense.
 
-    For every lag ℓ, the leader's rows lie in ``[max(lo_j − ℓ, 0), min(hi_j − ℓ, T − ℓ))`` (j's
-    interval shifted) and the lagger's in ``[max(lo_i + ℓ, ℓ), min(hi_i + ℓ, T))``; each column
-    is zero outside its own interval, so each side's sums only depend on the *other* column's
-    interval. Over ℓ = 1..L these ranges contain a common core and lie in a hull at most
-    ``L − 1`` rows larger at each end: sums over the core, plus ``(|hull| − |core|)·m1`` for
-    the sum, bound every lag at once (one bound per pair for all lags, with the largest |P|)."""
+    For every lag ℓ, the leader's rows lie in ``[max(lo_j − ℓ, 0), min(hi_j − ℓ, T − ℓ))`` and
+    the lagger's in ``[lo_i + ℓ, min(hi_i + ℓ, T))``; each column is zero outside its own
+    interval, so each side's interval sums only depend on the *other* column's interval. Over
+    ℓ = 1..L these ranges contain a common core and lie in a hull at most ``L − 1`` rows larger
+    at each end: sums over the core plus ``(|hull| − |core|)·m1`` bound every lag at once (one
+    bound per pair for all lags, with the largest |P|). A row ``w`` where the lagger is missing
+    removes the leader's ``Z_i(w − ℓ)`` from the leader's sums: at most ``max_ℓ |Z_i(w − ℓ)|``
+    (and its square); the leader's missing rows ``t`` likewise remove at most ``ahead[t, j]``
+    from the lagger's. For the synchronous pair these corrections are exact."""
     width = products.shape[2]
     n_rows = prefix.shape[0] - 1
     L = max_lag
@@ -238,8 +256,15 @@ def screen_tile(  # pragma: no cover - compiled
     y_sq_hi = np.empty(width)
     y0_sum = np.empty(width)
     y0_sq = np.empty(width)
+    x_gap1 = np.empty(width)
+    x_gap2 = np.empty(width)
+    x0_gap1 = np.empty(width)
+    x0_gap2 = np.empty(width)
+    behind = np.empty(n_rows)
     r_first = np.searchsorted(ragged_cols, col0)
     r_last = np.searchsorted(ragged_cols, col0 + width)
+    e_first = miss_ptr[col0]
+    e_last = miss_ptr[col0 + width]
     for i in range(row_lo, row_hi):
         ti = i - tile_start
         r = i - block_start
@@ -248,6 +273,13 @@ def screen_tile(  # pragma: no cover - compiled
         g_i = gaps[i]
         pz_i = prefix_t[i]
         pz2_i = prefix_sq_t[i]
+        zi = z_t[i]
+        # behind[w] = max over lags of |Z_i(w − ℓ)|.
+        for w in range(n_rows):
+            v = 0.0
+            for lag in range(1, min(L, w) + 1):
+                v = max(v, abs(np.float64(zi[w - lag])))
+            behind[w] = v
         # Lagger-side sums over the rows the leader's interval allows (vectors over j).
         if lo_i == 0 and hi_i == n_rows:
             for c in range(width):
@@ -265,12 +297,35 @@ def screen_tile(  # pragma: no cover - compiled
                 y_sum[c] = abs(prefix[c_hi, j] - prefix[c_lo, j]) + extra * m1[j]
                 core_sq = prefix_sq[c_hi, j] - prefix_sq[c_lo, j]
                 y_sq_lo[c] = core_sq
-                y_sq_hi[c] = core_sq + extra * m2[j]
-        if with_sync:
+                y_sq_hi[c] = core_sq + extra * m1[j] * m1[j]
+        for c in range(width):
+            j = col0 + c
+            y0_sum[c] = prefix[hi_i, j] - prefix[lo_i, j]
+            y0_sq[c] = prefix_sq[hi_i, j] - prefix_sq[lo_i, j]
+        for q in range(miss_ptr[i], miss_ptr[i + 1]):
+            t = miss_rows[q]
             for c in range(width):
-                j = col0 + c
-                y0_sum[c] = abs(prefix[hi_i, j] - prefix[lo_i, j])
-                y0_sq[c] = prefix_sq[hi_i, j] - prefix_sq[lo_i, j]
+                a = np.float64(ahead[t, col0 + c])
+                y_sum[c] += a
+                y_sq_lo[c] -= a * a
+                v = np.float64(z[t, col0 + c])
+                y0_sum[c] -= v
+                y0_sq[c] -= v * v
+        # Leader-side corrections for the laggers' missing rows (one scatter over the chunk).
+        for c in range(width):
+            x_gap1[c] = 0.0
+            x_gap2[c] = 0.0
+            x0_gap1[c] = 0.0
+            x0_gap2[c] = 0.0
+        for q in range(e_first, e_last):
+            w = miss_rows[q]
+            c = miss_cols[q] - col0
+            b = behind[w]
+            x_gap1[c] += b
+            x_gap2[c] += b * b
+            v = np.float64(zi[w])
+            x0_gap1[c] += v
+            x0_gap2[c] += v * v
         # Leader-side sums when j is dense (its interval is the whole window).
         x_sum = 0.0
         for lag in range(1, L + 1):
@@ -279,10 +334,9 @@ def screen_tile(  # pragma: no cover - compiled
         x_sq_hi = pz2_i[n_rows - 1] - pz2_i[0]
         n_core = min(hi_i, n_rows - L) - lo_i
         n_hull = min(hi_i, n_rows - 1) - lo_i
-        x0_sum = abs(pz_i[n_rows] - pz_i[0])
+        x0_sum = pz_i[n_rows] - pz_i[0]
         x0_sq = pz2_i[n_rows] - pz2_i[0]
         n0 = hi_i - lo_i
-        gam = gamma
         for c in range(width):
             j = col0 + c
             p_max = 0.0
@@ -299,28 +353,24 @@ def screen_tile(  # pragma: no cover - compiled
                 p_sync,
                 with_sync,
                 sync_abs,
-                x_sum,
-                x_sq_lo,
+                x_sum + x_gap1[c],
+                x_sq_lo - x_gap2[c],
                 x_sq_hi,
                 y_sum[c],
                 y_sq_lo[c],
                 y_sq_hi[c],
                 n_core,
                 n_hull,
-                n0,
-                x0_sum,
-                x0_sq,
-                y0_sum[c],
-                y0_sq[c],
                 g_i,
                 gaps[j],
-                m1[i],
-                m2[i],
-                m1[j],
-                m2[j],
+                x0_sum - x0_gap1[c],
+                x0_sq - x0_gap2[c],
+                y0_sum[c],
+                y0_sq[c],
+                n0,
                 min_overlap,
                 min_improvement,
-                gam,
+                gamma,
                 gamma0,
                 tau_screen,
             )
@@ -355,34 +405,30 @@ def screen_tile(  # pragma: no cover - compiled
                 p_sync,
                 with_sync,
                 sync_abs,
-                xs,
-                core_sq,
-                core_sq + extra * m2[i],
+                xs + x_gap1[c],
+                core_sq - x_gap2[c],
+                core_sq + extra * m1[i] * m1[i],
                 y_sum[c],
                 y_sq_lo[c],
                 y_sq_hi[c],
                 nc,
                 nh,
-                min(hi_i, hi_j) - max(lo_i, lo_j),
-                abs(pz_i[hi_j] - pz_i[lo_j]),
-                pz2_i[hi_j] - pz2_i[lo_j],
-                y0_sum[c],
-                y0_sq[c],
                 g_i,
                 gaps[j],
-                m1[i],
-                m2[i],
-                m1[j],
-                m2[j],
+                pz_i[hi_j] - pz_i[lo_j] - x0_gap1[c],
+                pz2_i[hi_j] - pz2_i[lo_j] - x0_gap2[c],
+                y0_sum[c],
+                y0_sq[c],
+                min(hi_i, hi_j) - max(lo_i, lo_j),
                 min_overlap,
                 min_improvement,
-                gam,
+                gamma,
                 gamma0,
                 tau_screen,
             )
             out_upper[r, j] = upper
             out_lower[r, j] = lower
-        if row_lo <= i < row_hi and col0 <= i < col0 + width:
+        if col0 <= i < col0 + width:
             out_upper[r, i] = -np.inf
             out_lower[r, i] = -np.inf
 
