@@ -130,7 +130,7 @@ class _Screen:
     min_overlap: int
     min_improvement: float
     ahead: np.ndarray  # T × N float32: max over lags of |Z[t + ℓ, j]|
-    extents: tuple[np.ndarray, ...]  # lo, hi, gaps, miss_ptr, miss_rows, miss_cols, m1
+    extents: tuple[np.ndarray, ...]  # lo, hi, gaps, miss_ptr, miss_rows, miss_cols
     ragged_cols: np.ndarray
     lag_y: np.ndarray  # (3, N): dense leaders' lagger-side sums
     params: tuple
@@ -142,9 +142,7 @@ def _make_screen(
 ) -> _Screen:
     n_rows = window.n_rows
     full = make_side(window, 0, n_rows)  # the whole window's intervals and interior gaps
-    lo, hi, gaps, miss_ptr, miss_rows, miss_cols, m1, dense = llk.column_extents(
-        window.present_t, window.z_t
-    )
+    lo, hi, gaps, miss_ptr, miss_rows, miss_cols, dense = llk.column_extents(window.present_t)
     end, end_sq = window.prefix[n_rows], window.prefix_sq[n_rows]
     lag_y = np.empty((3, window.n_cols))
     np.max(np.abs(end - window.prefix[1 : max_lag + 1]), axis=0, out=lag_y[0])
@@ -161,7 +159,7 @@ def _make_screen(
         min_overlap=min_overlap,
         min_improvement=min_improvement,
         ahead=ahead,
-        extents=(lo, hi, gaps, miss_ptr, miss_rows, miss_cols, m1),
+        extents=(lo, hi, gaps, miss_ptr, miss_rows, miss_cols),
         ragged_cols=np.flatnonzero(~dense).astype(np.int64),
         lag_y=lag_y,
         params=(max_lag, min_overlap, FALLBACK_TAU, np.float32(min_improvement), with_sync),

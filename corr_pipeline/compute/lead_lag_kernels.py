@@ -68,31 +68,26 @@ whole window and its missing rows as gaps (ragged columns use their own interval
 
 
 @njit(cache=True, nogil=True)
-def column_extents(present_t, z_t):  # pragma: no cover - compiled
+def column_extents(present_t):  # pragma: no cover - compiled
     """Per column: its interval ``[lo, hi)`` (``0, T`` for a *dense* column, one missing at most
     :data:`DENSE_GAPS` rows; else first to last finite row), its missing rows inside it as CSR
-    (``miss_ptr``, ``miss_rows`` ascending, ``miss_cols``), their count ``gaps``, and ``m1`` =
-    the largest ``|Z|`` of the column. Returns ``lo, hi, gaps, miss_ptr, miss_rows, miss_cols,
-    m1, dense``."""
+    (``miss_ptr``, ``miss_rows`` ascending, ``miss_cols``) and their count ``gaps``. Returns
+    ``lo, hi, gaps, miss_ptr, miss_rows, miss_cols, dense``."""
     n_cols, n_rows = present_t.shape
     lo = np.zeros(n_cols, dtype=np.int64)
     hi = np.zeros(n_cols, dtype=np.int64)
     gaps = np.zeros(n_cols, dtype=np.int64)
-    m1 = np.zeros(n_cols)
     dense = np.zeros(n_cols, dtype=np.bool_)
     for c in range(n_cols):
         p = present_t[c]
         count = 0
         first = n_rows
         last = -1
-        largest = 0.0
         for t in range(n_rows):
             if p[t]:
                 count += 1
                 first = min(first, t)
                 last = t
-            largest = max(largest, abs(np.float64(z_t[c, t])))
-        m1[c] = largest
         if n_rows - count <= DENSE_GAPS:
             dense[c] = True
             hi[c] = n_rows
@@ -113,7 +108,7 @@ def column_extents(present_t, z_t):  # pragma: no cover - compiled
                     miss_rows[q] = t
                     miss_cols[q] = c
                     q += 1
-    return lo, hi, gaps, miss_ptr, miss_rows, miss_cols, m1, dense
+    return lo, hi, gaps, miss_ptr, miss_rows, miss_cols, dense
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -226,7 +221,6 @@ def screen_tile(  # pragma: no cover - compiled
     miss_ptr,
     miss_rows,
     miss_cols,
-    m1,
     ragged_cols,
     lag_y,
 ):
@@ -243,8 +237,8 @@ def screen_tile(  # pragma: no cover - compiled
     the lagger's in ``[lo_i + ℓ, min(hi_i + ℓ, T))``; each column is zero outside its own
     interval, so each side's interval sums only depend on the *other* column's interval. Over
     ℓ = 1..L these ranges contain a common core and lie in a hull at most ``L − 1`` rows larger
-    at each end: sums over the core plus ``(|hull| − |core|)·m1`` bound every lag at once (one
-    bound per pair for all lags, with the largest |P|). A row ``w`` where the lagger is missing
+    at each end: sums over the core plus the absolute values (squares) of the fringe rows bound
+    every lag at once (one bound per pair for all lags, with the largest |P|). A row ``w`` where the lagger is missing
     removes the leader's ``Z_i(w − ℓ)`` from the leader's sums: at most ``max_ℓ |Z_i(w − ℓ)|``
     (and its square); the leader's missing rows ``t`` likewise remove at most ``ahead[t, j]``
     from the lagger's. For the synchronous pair these corrections are exact."""
@@ -291,13 +285,19 @@ def screen_tile(  # pragma: no cover - compiled
             c_hi = max(min(hi_i + 1, n_rows), c_lo)
             h_lo = min(lo_i + 1, n_rows)
             h_hi = max(min(hi_i + L, n_rows), h_lo)
-            extra = max(h_hi - h_lo - (c_hi - c_lo), 0)
             for c in range(width):
                 j = col0 + c
-                y_sum[c] = abs(prefix[c_hi, j] - prefix[c_lo, j]) + extra * m1[j]
+                y_sum[c] = abs(prefix[c_hi, j] - prefix[c_lo, j])
                 core_sq = prefix_sq[c_hi, j] - prefix_sq[c_lo, j]
                 y_sq_lo[c] = core_sq
-                y_sq_hi[c] = core_sq + extra * m1[j] * m1[j]
+                y_sq_hi[c] = core_sq
+            # The fringe rows (hull less core), at most L − 1 at each end, exactly.
+            for t in range(h_lo, h_hi):
+                if t < c_lo or t >= c_hi:
+                    for c in range(width):
+                        v = abs(np.float64(z[t, col0 + c]))
+                        y_sum[c] += v
+                        y_sq_hi[c] += v * v
         for c in range(width):
             j = col0 + c
             y0_sum[c] = prefix[hi_i, j] - prefix[lo_i, j]
@@ -386,9 +386,14 @@ def screen_tile(  # pragma: no cover - compiled
             c_hi = max(min(hi_j - L, n_rows - L), c_lo)
             h_lo = max(lo_j - L, 0)
             h_hi = max(min(hi_j - 1, n_rows - 1), h_lo)
-            extra = max(h_hi - h_lo - (c_hi - c_lo), 0)
-            xs = abs(pz_i[c_hi] - pz_i[c_lo]) + extra * m1[i]
+            xs = abs(pz_i[c_hi] - pz_i[c_lo])
             core_sq = pz2_i[c_hi] - pz2_i[c_lo]
+            fringe_sq = 0.0
+            for t in range(h_lo, h_hi):
+                if t < c_lo or t >= c_hi:
+                    v = abs(np.float64(zi[t]))
+                    xs += v
+                    fringe_sq += v * v
             nc = min(hi_i, hi_j - L, n_rows - L) - max(lo_i, lo_j - 1)
             nh = min(hi_i, hi_j - 1, n_rows - 1) - max(lo_i, lo_j - L)
             p_max = 0.0
@@ -407,7 +412,7 @@ def screen_tile(  # pragma: no cover - compiled
                 sync_abs,
                 xs + x_gap1[c],
                 core_sq - x_gap2[c],
-                core_sq + extra * m1[i] * m1[i],
+                core_sq + fringe_sq,
                 y_sum[c],
                 y_sq_lo[c],
                 y_sq_hi[c],
