@@ -322,17 +322,11 @@ class _ColumnPool:
         return _records(top, owner_is_leader=False)
 
 
-def _scan_block(
-    start: int,
-    stop: int,
-    corr: np.ndarray | None,
-    screen: _Screen,
-    k_rows: int,
-    pool,
-    columns: _ColumnPool,
-) -> np.ndarray:
-    """Screen leaders [start, stop), select their rows' top-k (returned as result rows) and
-    pool their column candidates."""
+def _screen_block(
+    start: int, stop: int, corr: np.ndarray | None, screen: _Screen, pool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Upper and lower improvement bounds (b × N float32, −inf where none) of leaders
+    [start, stop), and the block's rows of ``corr`` (a 1 × 1 dummy when it is not given)."""
     window = screen.window
     n_rows, n_cols = window.n_rows, window.n_cols
     height = stop - start
@@ -340,6 +334,7 @@ def _scan_block(
     upper = np.empty((height, n_cols), dtype=np.float32)
     lower = np.empty((height, n_cols), dtype=np.float32)
     first_lag = 0 if screen.with_sync else 1
+    lo, hi, gaps, miss_ptr, miss_rows, miss_cols = screen.extents
 
     def screen_item(item: tuple[int, int, int]) -> None:
         tile_start, col0, col1 = item
@@ -377,7 +372,12 @@ def _scan_block(
             window.prefix_sq,
             window.prefix_t,
             window.prefix_sq_t,
-            *screen.extents,
+            lo,
+            hi,
+            gaps,
+            miss_ptr,
+            miss_rows,
+            miss_cols,
             screen.ragged_cols,
             screen.lag_y,
         )
@@ -388,7 +388,22 @@ def _scan_block(
         for col0 in range(0, n_cols, PRODUCT_COLUMNS)
     ]
     list(pool.map(screen_item, items))  # list() re-raises a worker's error
+    return upper, lower, sync_block
 
+
+def _scan_block(
+    start: int,
+    stop: int,
+    corr: np.ndarray | None,
+    screen: _Screen,
+    k_rows: int,
+    pool,
+    columns: _ColumnPool,
+) -> np.ndarray:
+    """Screen leaders [start, stop), select their rows' top-k (returned as result rows) and
+    pool their column candidates."""
+    height = stop - start
+    upper, lower, sync_block = _screen_block(start, stop, corr, screen, pool)
     rows = np.empty(0, dtype=LEAD_LAG_DTYPE)
     if k_rows > 0:
         top = _top_k_arrays(height, k_rows)
