@@ -145,48 +145,39 @@ def _pair_bounds(
     lag's interval intersection, ``g_i + g_j`` the most rows missing in it. Sync: exact ``Sx``,
     ``Sxx``, ``Sy``, ``Syy`` over the overlap, whose size is ``n0 − g_i − g_j`` to
     ``n0 − max(g_i, g_j)``."""
+    # Branch-free (every value computed, then selected) so that the loop vectorizes.
     n_lo = n_core - g_i - g_j
-    inv_n = 1.0 / max(n_lo, 1)
+    inv_n = 1.0 / max(n_lo, 1.0)
     vx = x_sq_lo - sx * sx * inv_n
     vy = y_sq_lo - sy * sy * inv_n
-    ok = (n_lo >= 1) and (vx > tau_screen * x_sq_hi) and (vy > tau_screen * y_sq_hi)
-    scale = math.sqrt(x_sq_hi * y_sq_hi)
+    ok = (n_lo >= 1) & (vx > tau_screen * x_sq_hi) & (vy > tau_screen * y_sq_hi)
+    scale = math.sqrt(max(x_sq_hi * y_sq_hi, 0.0))
     cross = sx * sy * inv_n
-    upper = 1.0
-    lower = -np.inf
-    if ok:
-        upper = min(1.0, (p_max + gamma * scale + cross) / math.sqrt(vx * vy))
-        if n_lo >= min_overlap:
-            lower = max(0.0, (p_max - gamma * scale - cross) / scale)
-    if n_hull < min_overlap:
-        upper = -np.inf
-    if with_sync:
-        n0_lo = n0 - g_i - g_j
-        n0_hi = n0 - max(g_i, g_j)
-        inv_lo = 1.0 / max(n0_lo, 1)
-        inv_hi = 1.0 / max(n0_hi, 1)
-        vx_lo = sxx0 - sx0 * sx0 * inv_lo
-        vy_lo = syy0 - sy0 * sy0 * inv_lo
-        vx_hi = sxx0 - sx0 * sx0 * inv_hi
-        vy_hi = syy0 - sy0 * sy0 * inv_hi
-        scale0 = math.sqrt(max(sxx0 * syy0, 0.0))
-        cross0 = abs(sx0 * sy0) * inv_lo
-        sync_lo = 0.0
-        sync_hi = 1.0
-        if (n0_lo >= min_overlap) and (vx_lo > tau_screen * sxx0) and (vy_lo > tau_screen * syy0):
-            sync_lo = min(
-                1.0, max(0.0, (p_sync - gamma0 * scale0 - cross0) / math.sqrt(vx_hi * vy_hi))
-            )
-            sync_hi = min(1.0, (p_sync + gamma0 * scale0 + cross0) / math.sqrt(vx_lo * vy_lo))
-    else:
-        sync_lo = sync_abs
-        sync_hi = sync_abs
+    up = min(1.0, (p_max + gamma * scale + cross) / math.sqrt(max(vx * vy, 1e-300)))
+    lw = max(0.0, (p_max - gamma * scale - cross) / max(scale, 1e-300))
+    upper = up if ok else 1.0
+    upper = upper if n_hull >= min_overlap else -np.inf
+    lower = lw if ok & (n_lo >= min_overlap) else -np.inf
+    n0_lo = n0 - g_i - g_j
+    inv_lo = 1.0 / max(n0_lo, 1.0)
+    inv_hi = 1.0 / max(n0 - max(g_i, g_j), 1.0)
+    vx_lo = sxx0 - sx0 * sx0 * inv_lo
+    vy_lo = syy0 - sy0 * sy0 * inv_lo
+    vx_hi = sxx0 - sx0 * sx0 * inv_hi
+    vy_hi = syy0 - sy0 * sy0 * inv_hi
+    scale0 = math.sqrt(max(sxx0 * syy0, 0.0))
+    cross0 = abs(sx0 * sy0) * inv_lo
+    ok0 = (n0_lo >= min_overlap) & (vx_lo > tau_screen * sxx0) & (vy_lo > tau_screen * syy0)
+    s_lo = min(
+        1.0, max(0.0, (p_sync - gamma0 * scale0 - cross0) / math.sqrt(max(vx_hi * vy_hi, 1e-300)))
+    )
+    s_hi = min(1.0, (p_sync + gamma0 * scale0 + cross0) / math.sqrt(max(vx_lo * vy_lo, 1e-300)))
+    sync_lo = (s_lo if ok0 else 0.0) if with_sync else sync_abs
+    sync_hi = (s_hi if ok0 else 1.0) if with_sync else sync_abs
     bound_hi = upper - sync_lo + BOUND_MARGIN
     bound_lo = lower - sync_hi - BOUND_MARGIN
-    if upper == -np.inf or not bound_hi > min_improvement:
-        bound_hi = -np.inf
-    if not bound_lo > min_improvement:
-        bound_lo = -np.inf
+    bound_hi = bound_hi if (upper > -np.inf) & (bound_hi > min_improvement) else -np.inf
+    bound_lo = bound_lo if bound_lo > min_improvement else -np.inf
     return bound_hi, bound_lo
 
 
@@ -255,6 +246,14 @@ def screen_tile(  # pragma: no cover - compiled
     x0_gap1 = np.empty(width)
     x0_gap2 = np.empty(width)
     behind = np.empty(n_rows)
+    p_max_v = np.empty(width)
+    p_sync_v = np.empty(width)
+    sync_v = np.empty(width)
+    up_v = np.empty(width)
+    lo_v = np.empty(width)
+    gaps_v = np.empty(width)
+    for c in range(width):
+        gaps_v[c] = np.float64(gaps[col0 + c])
     r_first = np.searchsorted(ragged_cols, col0)
     r_last = np.searchsorted(ragged_cols, col0 + width)
     e_first = miss_ptr[col0]
@@ -337,45 +336,57 @@ def screen_tile(  # pragma: no cover - compiled
         x0_sum = pz_i[n_rows] - pz_i[0]
         x0_sq = pz2_i[n_rows] - pz2_i[0]
         n0 = hi_i - lo_i
+        f_core = np.float64(n_core)
+        f_hull = np.float64(n_hull)
+        f_gi = np.float64(g_i)
+        f_n0 = np.float64(n0)
+        f_min_overlap = np.float64(min_overlap)
         for c in range(width):
-            j = col0 + c
-            p_max = 0.0
-            for lag in range(1, L + 1):
-                p_max = max(p_max, abs(np.float64(products[lag, ti, c])))
-            p_sync = abs(np.float64(products[0, ti, c])) if with_sync else 0.0
-            sync_abs = 0.0
-            if not with_sync:
-                sync_abs = abs(np.float64(sync_block[r, j]))
-                if math.isnan(sync_abs):
-                    sync_abs = 0.0
+            p_max_v[c] = abs(np.float64(products[1, ti, c]))
+        for lag in range(2, L + 1):
+            for c in range(width):
+                p_max_v[c] = max(p_max_v[c], abs(np.float64(products[lag, ti, c])))
+        if with_sync:
+            for c in range(width):
+                p_sync_v[c] = abs(np.float64(products[0, ti, c]))
+                sync_v[c] = 0.0
+        else:
+            for c in range(width):
+                p_sync_v[c] = 0.0
+                v = abs(np.float64(sync_block[r, col0 + c]))
+                sync_v[c] = 0.0 if math.isnan(v) else v
+        for c in range(width):
             upper, lower = _pair_bounds(
-                p_max,
-                p_sync,
+                p_max_v[c],
+                p_sync_v[c],
                 with_sync,
-                sync_abs,
+                sync_v[c],
                 x_sum + x_gap1[c],
                 x_sq_lo - x_gap2[c],
                 x_sq_hi,
                 y_sum[c],
                 y_sq_lo[c],
                 y_sq_hi[c],
-                n_core,
-                n_hull,
-                g_i,
-                gaps[j],
+                f_core,
+                f_hull,
+                f_gi,
+                gaps_v[c],
                 x0_sum - x0_gap1[c],
                 x0_sq - x0_gap2[c],
                 y0_sum[c],
                 y0_sq[c],
-                n0,
-                min_overlap,
+                f_n0,
+                f_min_overlap,
                 min_improvement,
                 gamma,
                 gamma0,
                 tau_screen,
             )
-            out_upper[r, j] = upper
-            out_lower[r, j] = lower
+            up_v[c] = upper
+            lo_v[c] = lower
+        for c in range(width):
+            out_upper[r, col0 + c] = up_v[c]
+            out_lower[r, col0 + c] = lo_v[c]
         # Ragged laggers: the leader-side sums over their (shifted) intervals.
         for q in range(r_first, r_last):
             j = ragged_cols[q]
