@@ -1,12 +1,11 @@
-"""Numba kernels of the screened lead-lag scan (SPEC §6): per-lag intervals, a rigorous upper
-bound of every pair's improvement, the exact per-pair evaluation and the two threshold selections.
+"""Numba kernels of the screened lead-lag scan (SPEC §6): rigorous upper and lower bounds of
+every pair's improvement, the exact per-pair evaluation and the threshold selections.
 
 Notation (see ``standardize``): ``Z`` the standardized zero-filled window, ``PZ``, ``PZ2``, ``PM``
 its prefix sums of values, squares and presence. For lag ``ℓ`` the leader ``i`` is read on rows
-``t ∈ [0, T−ℓ)`` (side A) and the lagger ``j`` on rows ``t + ℓ`` (side B, local row ``t``). On
-each side a column is present on an interval ``[lo, hi)`` (first to last finite row of that side)
-less ``g`` interior gaps. The overlap of a pair lies in ``K = [max(loA_i, loB_j), min(hiA_i,
-hiB_j))`` and is ``K`` less at most ``gA_i + gB_j`` rows.
+``t ∈ [0, T−ℓ)`` and the lagger ``j`` on rows ``t + ℓ``. A column is present on ``[lo, hi)``
+(first to last finite row of the window) less its interior gaps, so the pair's overlap lies in
+``K = [max(lo_i, lo_j − ℓ, 0), min(hi_i, hi_j − ℓ, T − ℓ))`` less the gaps of either.
 
 **Exact value** (:func:`lagged_value`), the same formula and exactness guard as ``kernels``:
 
@@ -19,32 +18,44 @@ recomputed from the raw returns in float64 (``kernels.exact_pair_correlation``) 
 at most ``tau`` times the interval sum of squares it came from (``base``). Every value is a pure
 function of the pair: it does not depend on the block, the tile or the thread that computes it.
 
-**Upper bound** (:func:`screen_tile`). With ``P`` the float32 GEMM product of the pair (any
-summation order: ``|P − Sxy| ≤ γ·sqrt(Sxx_K·Syy_K)``, ``γ = 2·T·2⁻²⁴``), ``M1_c(g)`` / ``M2_c(g)``
-the sums of the ``g`` largest ``|Z_c|`` / ``Z_c²`` of column ``c`` over the whole window, and
-``n_lo = |K| − gA_i − gB_j``:
+**Bounds** (:func:`screen_tile`, :func:`_pair_bounds`). Each column has an interval ``[lo, hi)``
+(the whole window for a *dense* column) and ``g`` missing rows inside it. For lag ℓ the leader is
+read on ``K_x(ℓ) = [max(lo_j − ℓ, 0), min(hi_j − ℓ, T − ℓ))`` and the lagger on ``K_y(ℓ) =
+[lo_i + ℓ, min(hi_i + ℓ, T))``: each column is zero outside its own interval, so each side's
+interval sums depend on the *other* column's interval only. Over ℓ = 1..L these ranges share a
+core and lie in a hull at most L − 1 rows larger at each end, so with ``P`` the largest
+``|float32 GEMM product|`` over the lags (``|P − Sxy| ≤ γ·sqrt(Sxx·Syy)`` for any summation
+order, ``γ = 2·T·2⁻²⁴/(1 − T·2⁻²⁴)``), for every lag at once:
 
-    |Sx| ≤ sx := |PZ_i[K]| + M1_i(gB_j)           Sxx ≥ PZ2_i[K] − M2_i(gB_j)
-    var_x ≥ vx := PZ2_i[K] − M2_i(gB_j) − sx²/n_lo   (and var_y ≥ vy symmetrically)
-    |corr_ℓ| ≤ U_ℓ := min(1, (|P| + γ·sqrt(PZ2_i[K]·PZ2_j[K]) + sx·sy/n_lo) / sqrt(vx·vy))
+    |Sx| ≤ sx := |Σ_core Z_i| + Σ_fringe |Z_i| + Σ_{w: j missing} max_ℓ |Z_i(w − ℓ)|
+    Sxx ≥ sxx_lo := Σ_core Z_i² − Σ_{w: j missing} max_ℓ Z_i(w − ℓ)²     Sxx ≤ sxx_hi := Σ_hull Z_i²
+    n ≥ n_lo := |core ∩| − g_i − g_j        (sy, syy_lo, syy_hi symmetric, with j's rows t + ℓ)
+    var_x ≥ vx := sxx_lo − sx²/n_lo
+    |corr_ℓ| ≤ U := min(1, (P + γ·sqrt(sxx_hi·syy_hi) + sx·sy/n_lo) / sqrt(vx·vy))
+    max_ℓ |corr_ℓ| ≥ D := max(0, (P − γ·sqrt(sxx_hi·syy_hi) − sx·sy/n_lo) / sqrt(sxx_hi·syy_hi))
 
-valid when ``n_lo ≥ 1``, ``vx > tau'·PZ2_i[K]`` and ``vy > tau'·PZ2_j[K]`` (``tau' > tau``: then
-neither variance can trigger the float64 fallback, so the value is the formula's), else
-``U_ℓ = 1`` (a computed correlation is clamped to [−1, 1]); ``U_ℓ = −∞`` when ``|K| <
-min_overlap`` (the lag is NaN). The synchronous correlation has the lower bound
+``U`` holds when ``n_lo ≥ 1``, ``vx > tau'·sxx_hi`` and ``vy > tau'·syy_hi`` (``tau' =
+1.01·tau``: then neither variance can trigger the float64 fallback, so the exact value is the
+formula's), else ``U = 1`` (a computed correlation is clamped to [−1, 1]); ``U = −∞`` when the
+hull has fewer than ``min_overlap`` rows (every lag is NaN). ``D`` holds under the same
+conditions and ``n_lo ≥ min_overlap`` (every lag finite), else there is none. For the
+synchronous pair the interval and gap sums are exact, only ``n`` is known to within
+``min(g_i, g_j)``, giving ``S_lo ≤ |sync| ≤ S_hi`` (``0`` and ``1`` when the conditions fail),
+or ``|sync|`` exactly when ``corr`` is given. Finally
 
-    |sync| ≥ L0 := max(0, |P₀| − γ·sqrt(Sxx_K·Syy_K) − sx·sy/n_lo) / sqrt(Sxx_K·Syy_K)
+    upper = U − S_lo + margin          lower = D − S_hi − margin
 
-(valid under the same conditions and ``n_lo ≥ min_overlap``, else 0), or is read exactly from a
-given ``corr``. The improvement bound is ``max_ℓ U_ℓ − L0 + margin`` (the margin, 2⁻¹², covers
-every float rounding of the bound and of the exact value, both below 1e-6); ``−∞`` for ``i = j``,
-for pairs without a possible lag and when it is at most ``min_improvement``.
+(the margin, 2⁻¹², covers every float rounding of the bounds and of the exact value, all below
+1e-6), each ``−∞`` when at most ``min_improvement`` (then the pair is no candidate, resp. the
+bound says nothing) and for ``i = j``.
 
-**Selection** (:func:`select_rows`, :func:`select_columns`), exact by the threshold argument: a
-pair is evaluated unless its bound is *strictly* below the k-th best exact improvement already
-known in its row (resp. its column), in which case k evaluated pairs beat it strictly and it can
-be in no top-k, whatever its exact value and whatever the tie rule. Top-k lists are ordered by
-(improvement desc, index asc), a total order, so they do not depend on the order of insertion.
+**Selection** (:func:`select_rows`, :func:`select_columns`), exact by the threshold argument:
+if k pairs of a row (or column) have lower bounds ``≥ θ``, its k-th best exact improvement is
+``≥ θ``, so a pair whose upper bound is *strictly* below ``θ`` — or strictly below the k-th
+exact improvement already found — has k pairs strictly above it and is in no top-k, whatever
+its exact value and whatever the tie rule. The others are evaluated exactly in decreasing
+order of their upper bound. Top-k lists are ordered by (improvement desc, index asc), a total
+order, so they do not depend on the order of insertion.
 """
 
 from __future__ import annotations
