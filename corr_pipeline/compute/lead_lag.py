@@ -17,29 +17,31 @@ How, and why it is exactly the brute-force scan (details and formulas in ``lead_
 The scan goes over row blocks of leaders ``I``:
 
 1. **Screen**: per product tile, one float32 GEMM per lag (and lag 0 when ``corr`` is not
-   given) of ``I`` against all N laggers, turned at once into a rigorous *upper bound* of every
-   pair's improvement (a bound on ``|lagged|`` from the product, the interval sums and the
-   worst case of the gaps, less a lower bound on ``|sync|``). No value is taken from the GEMM.
+   given) of ``I`` against all N laggers, turned at once into a rigorous *upper* and *lower*
+   bound of every pair's improvement, valid for all lags together. No value is taken from the
+   GEMM.
 2. **Rows**: a leader's ``k_laggers`` best lie in its own row, which the block holds whole.
-   Its pairs are evaluated exactly (``lead_lag_kernels.evaluate_pair``, a pure function of the
-   pair) in two passes — the k best bounds first, then every pair whose bound is not strictly
-   below the k-th exact improvement found so far. A pair left out has k evaluated pairs
-   strictly above it, so it is in no top-k: the row's top-k is final and exact.
-3. **Columns**: a lagger's ``k_leaders`` best are kept in a running N × ``k_leaders`` table
-   across blocks; the block's evaluated pairs are merged in, then every pair whose bound is not
-   strictly below the lagger's k-th kept value is evaluated and merged. Lists are ordered by
-   (improvement desc, index asc), a total order, so ties go to the smaller index whatever the
-   order of arrival, and the table after the last block is the exact column selection.
+   The k-th largest lower bound of the row is a threshold no selected pair is below; the pairs
+   whose upper bound reaches it are evaluated exactly (``lead_lag_kernels.pair_values``, a
+   pure function of the pair) in decreasing order of their bound, stopping at the first bound
+   strictly below the k-th exact improvement. A pair left out has k pairs strictly above it,
+   so it is in no top-k: the row's top-k is final and exact.
+3. **Columns**: each lagger keeps a running top-``k_leaders`` of lower bounds across blocks
+   (its k-th value never exceeds the final k-th best improvement); the pairs whose upper bound
+   reaches it are pooled (and dropped when it rises above them), and after the last block each
+   lagger's pool is evaluated exactly in the same threshold order.
 
-Every reported value comes from the exact per-pair evaluation, so results are bit-identical
-for every block size and worker count; the screen only decides which pairs need it.
+Top-k lists are ordered by (improvement desc, index asc), a total order, so ties go to the
+smaller index whatever the order of evaluation. Every reported value comes from the exact
+per-pair evaluation, so results are bit-identical for every block size and worker count; the
+screen only decides which pairs need it.
 
-Nothing of size N × N exists: per block the bound and the evaluated pairs' values are b × N,
-the running table is N × k_leaders, and the synchronous correlation is read row block by row
-block (from the caller's — possibly memory-mapped — matrix) or bounded from the lag-0 product
-and computed exactly for the evaluated pairs only. Cost: one b × T × N product per lag (and
-lag 0 without ``corr``) per block, a few flops per pair and lag for the bound, and the exact
-evaluation of the few pairs that can be selected.
+Nothing of size N × N exists: per block the two bounds are b × N, the running lower bounds
+N × k_leaders, the pool holds the few pairs that can still be selected, and the synchronous
+correlation is read row block by row block (from the caller's — possibly memory-mapped —
+matrix) or bounded from the lag-0 product and computed exactly for the evaluated pairs only.
+Cost: one b × T × N product per lag (and lag 0 without ``corr``) per block, one bound per pair
+for all lags, and the exact evaluation of the few pairs that can be selected.
 """
 
 from __future__ import annotations
