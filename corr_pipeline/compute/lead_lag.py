@@ -180,6 +180,11 @@ def _make_screen(
     )
 
 
+def _max_pool(n_cols: int, k: int) -> int:
+    """Pooled column candidates kept before they are evaluated (a few tens of MB at most)."""
+    return max(1 << 20, 16 * n_cols * k)
+
+
 def _gemm_rounding(terms: int) -> float:
     """Bound ``γ`` on ``|fl(Σ a·b) − Σ a·b| / Σ|a·b|`` for ``terms`` float32 products, any order
     (``n·u / (1 − n·u)``, u = 2⁻²⁴), doubled for safety."""
@@ -235,7 +240,7 @@ def find_lead_lag_pairs(
 
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))
-    pool_state = _ColumnPool(n_cols, k_cols)
+    pool_state = _ColumnPool(n_cols, k_cols, max_pool=_max_pool(n_cols, k_cols))
     row_pairs: list[np.ndarray] = []
 
     row_bytes = _block_row_bytes(n_cols)
@@ -257,17 +262,29 @@ def find_lead_lag_pairs(
 
 
 class _ColumnPool:
-    """The column selection across blocks: each lagger's running top-k of *lower* bounds (its
-    k-th value never exceeds the final k-th best improvement) and the pooled pairs whose upper
-    bound reaches it; evaluated exactly after the last block (:meth:`select`)."""
+    """The column selection across blocks: each lagger's running top-k of *lower* bounds and its
+    exact top-k so far (the k-th value of either never exceeds the final k-th best improvement),
+    and the pooled pairs whose upper bound reaches both; evaluated exactly after the last block,
+    or whenever the pool exceeds ``max_pool`` pairs (so it stays O(N·k) whatever the data)."""
 
-    def __init__(self, n_cols: int, k: int) -> None:
+    def __init__(self, n_cols: int, k: int, max_pool: int) -> None:
         self.k = k
+        self.max_pool = max_pool
         self.lower = np.full((n_cols, max(k, 1)), -np.inf, dtype=np.float32)
+        self.top = _top_k_arrays(n_cols, max(k, 1))
         self.parts: list[tuple[np.ndarray, ...]] = []
 
+    def _threshold(self) -> np.ndarray:
+        return np.maximum(self.lower[:, -1], self.top[0][:, -1])
+
     def add_block(
-        self, start: int, upper: np.ndarray, lower: np.ndarray, sync: np.ndarray | None, pool
+        self,
+        start: int,
+        upper: np.ndarray,
+        lower: np.ndarray,
+        sync: np.ndarray | None,
+        screen: _Screen,
+        pool,
     ) -> None:
         n_cols = upper.shape[1]
         step = max(64, -(-n_cols // (4 * available_cores())))
@@ -277,51 +294,56 @@ class _ColumnPool:
                 range(0, n_cols, step),
             )
         )
-        threshold = self.lower[:, -1]
-        rows, laggers = np.nonzero((upper >= threshold) & (upper > -np.inf))
+        rows, laggers = np.nonzero((upper >= self._threshold()) & (upper > -np.inf))
         syncs = sync[rows, laggers] if sync is not None else np.full(rows.size, np.nan, np.float32)
         self.parts.append((rows + start, laggers, upper[rows, laggers], syncs))
         self._prune()
+        if self.parts[0][0].size > self.max_pool:
+            self._evaluate(screen, pool)
 
     def _prune(self) -> None:
         """Drop pooled pairs whose bound fell strictly below their lagger's threshold."""
         leaders, laggers, upper, syncs = (np.concatenate(a) for a in zip(*self.parts, strict=True))
-        keep = upper >= self.lower[laggers, -1]
+        keep = upper >= self._threshold()[laggers]
         self.parts = [(leaders[keep], laggers[keep], upper[keep], syncs[keep])]
 
-    def select(self, screen: _Screen, pool) -> np.ndarray:
+    def _evaluate(self, screen: _Screen, pool) -> None:
+        """Evaluate the pool into the exact top-k tables (threshold order) and empty it."""
         n_cols = self.lower.shape[0]
-        top = _top_k_arrays(n_cols, self.k)
+        self._prune()
+        leaders, laggers, upper, syncs = self.parts[0]
+        self.parts = []
+        order = np.lexsort((leaders, -upper.astype(np.float64), laggers))
+        leaders, laggers, upper, syncs = (
+            leaders[order].astype(np.int64),
+            laggers[order].astype(np.int64),
+            upper[order],
+            syncs[order],
+        )
+        starts = np.searchsorted(laggers, np.arange(n_cols + 1))
+        step = max(64, -(-n_cols // (8 * available_cores())))
+        list(
+            pool.map(
+                lambda lo: llk.select_columns(
+                    lo,
+                    min(lo + step, n_cols),
+                    starts,
+                    leaders,
+                    laggers,
+                    upper,
+                    syncs,
+                    screen.params,
+                    screen.data,
+                    self.top,
+                ),
+                range(0, n_cols, step),
+            )
+        )
+
+    def select(self, screen: _Screen, pool) -> np.ndarray:
         if self.parts:
-            self._prune()
-            leaders, laggers, upper, syncs = self.parts[0]
-            order = np.lexsort((leaders, -upper.astype(np.float64), laggers))
-            leaders, laggers, upper, syncs = (
-                leaders[order].astype(np.int64),
-                laggers[order].astype(np.int64),
-                upper[order],
-                syncs[order],
-            )
-            starts = np.searchsorted(laggers, np.arange(n_cols + 1))
-            step = max(64, -(-n_cols // (8 * available_cores())))
-            list(
-                pool.map(
-                    lambda lo: llk.select_columns(
-                        lo,
-                        min(lo + step, n_cols),
-                        starts,
-                        leaders,
-                        laggers,
-                        upper,
-                        syncs,
-                        screen.params,
-                        screen.data,
-                        top,
-                    ),
-                    range(0, n_cols, step),
-                )
-            )
-        return _records(top, owner_is_leader=False)
+            self._evaluate(screen, pool)
+        return _records(self.top, owner_is_leader=False)
 
 
 def _screen_block(
@@ -429,7 +451,7 @@ def _scan_block(
         )
         rows = _records(top, owner_is_leader=True, offset=start)
     if columns.k > 0:
-        columns.add_block(start, upper, lower, None if corr is None else sync_block, pool)
+        columns.add_block(start, upper, lower, None if corr is None else sync_block, screen, pool)
     return rows
 
 

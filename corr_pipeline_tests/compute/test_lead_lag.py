@@ -598,3 +598,20 @@ def test_exact_ties_go_to_the_smaller_index() -> None:
     got = _columns(find_lead_lag_pairs(R, max_lag=2, k_leaders=1, k_laggers=0, min_overlap=10))
     column2 = got["lagger"] == 2
     assert got["leader"][column2].tolist() == [0]
+
+
+@pytest.mark.parametrize("name", ["mixed", "constant_segments"])
+def test_column_pool_evaluated_early_is_identical(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The column pool is evaluated whenever it exceeds its cap (memory stays O(N·k) even when
+    no bound is tight): with a cap of one pair, so after every block, the result is unchanged."""
+    from corr_pipeline.compute import lead_lag
+
+    universe = SPECIAL_UNIVERSES[name]()
+    params = dict(max_lag=4, k_leaders=3, k_laggers=2, min_overlap=universe.min_overlap)
+    baseline = find_lead_lag_pairs(universe.R, block_rows=16, **params)
+    monkeypatch.setattr(lead_lag, "_max_pool", lambda n_cols, k: 1)
+    _assert_same_pairs(
+        baseline, find_lead_lag_pairs(universe.R, block_rows=16, **params), "pool cap 1"
+    )
