@@ -3,25 +3,39 @@
     python benchmarks/bench_lead_lag.py --n 2000 --t 252 --brute-force
     python benchmarks/bench_lead_lag.py --n 6000 --t 350
     python benchmarks/bench_lead_lag.py --n 24000 --t 252 --corr-memmap /tmp/corr_bench/corr.npy
+    git archive b577483 | tar -x -C /tmp/ll_base   # the code before the screened scan
+    python benchmarks/bench_lead_lag.py --n 6000 --t 350 --compare /tmp/ll_base --rounds 5
 
-The floor is best of 7 of ``R0.T @ R0`` on the zero-filled returns in the same
-run; the target is at most ``10 × max_lag`` floors. ``--brute-force`` also times
-a plain scan (:func:`brute_force_lead_lag`: every lag's full N × N float64 matrix,
-then SPEC §6 literally) and checks both give the same pairs. ``--corr-memmap`` passes
-the synchronous correlation as a read-only memory map, as the pipeline does
-(e.g. the one ``bench_correlation.py --memmap`` left behind for the same N, T).
+The floor is the best of 7 of ``R0.T @ R0`` on the zero-filled float32 returns (numpy's
+symmetric product on both cores), timed in the same process as the kernel (best of
+``--repeat``, default 3); the kernel is reported in floors, in total and per lag. Peak RSS
+and peak RssAnon are sampled over the kernel calls. ``--brute-force`` also times a plain scan
+(:func:`brute_force_lead_lag`: every lag's full N × N float64 matrix, then SPEC §6 literally) and
+checks both give the same pairs. ``--corr-memmap`` passes the synchronous correlation as a
+read-only memory map, as the pipeline does (e.g. the one ``bench_correlation.py --memmap`` left
+behind for the same N, T).
+
+``--compare DIR`` measures, in alternating fresh processes (``--rounds`` each), this tree and
+the package found in ``DIR`` (e.g. an export of an older commit) on the same returns, and
+prints each one's best and median time and floor ratio side by side: the machine's load moves
+both alike.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from common import PeakMemory, git_commit, machine_line
 
-from corr_pipeline.bench.floor import FLOOR_REPEAT, best_of, gemm_floor
+from corr_pipeline.bench.floor import best_of, gemm_floor
 from corr_pipeline.compute import find_lead_lag_pairs
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 from corr_pipeline.synth import ragged_returns
@@ -94,19 +108,8 @@ def brute_force_lead_lag(
     return selected
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--t", type=int, default=252)
-    parser.add_argument("--max-lag", type=int, default=5)
-    parser.add_argument("--k", type=int, default=10, help="k_leaders = k_laggers")
-    parser.add_argument("--min-overlap", type=int, default=60)
-    parser.add_argument("--working-memory-mb", type=float, default=DEFAULT_WORKING_MEMORY_MB)
-    parser.add_argument("--brute-force", action="store_true")
-    parser.add_argument("--corr-memmap", type=Path)
-    parser.add_argument("--repeat", type=int, default=1)
-    args = parser.parse_args()
-
+def measure(args: argparse.Namespace) -> dict:
+    """One process's figures: floor (best of 7), kernel (best of ``args.repeat``), memory."""
     returns = ragged_returns(args.t, args.n, seed=1)
     corr = None
     if args.corr_memmap is not None:
@@ -114,17 +117,10 @@ def main() -> None:
         if corr.shape != (args.n, args.n):
             raise SystemExit(f"{args.corr_memmap} is {corr.shape}, expected N = {args.n}")
     params = dict(
-        max_lag=args.max_lag,
-        k_leaders=args.k,
-        k_laggers=args.k,
-        min_overlap=args.min_overlap,
+        max_lag=args.max_lag, k_leaders=args.k, k_laggers=args.k, min_overlap=args.min_overlap
     )
     find_lead_lag_pairs(returns[:, :256], **params)  # compile / warm up
-    print(f"# {machine_line()}; commit {git_commit()}")
-    print(f"# N = {args.n}, T = {args.t}, max_lag = {args.max_lag}, k = {args.k}")
-
     floor = gemm_floor(returns)
-    print(f"floor   R0.T @ R0 float32 (best of {FLOOR_REPEAT}): {floor:8.3f} s")
     pairs: list[np.ndarray] = []
 
     def run() -> None:
@@ -137,26 +133,99 @@ def main() -> None:
     with PeakMemory() as memory:
         kernel = best_of(run, args.repeat)
     peak = memory.above
+    return {
+        "commit": git_commit(),
+        "floor": floor,
+        "kernel": kernel,
+        "pairs": int(pairs[0].size),
+        "rss_mib": peak.rss_mib,
+        "anon_mib": peak.anon_mib,
+        "input_mib": returns.nbytes / 2**20,
+        "_pairs": pairs[0],
+        "_returns": returns,
+        "_params": params,
+    }
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Alternate fresh processes of this tree and of each ``--compare`` directory."""
+    here = str(Path(__file__).resolve().parents[1])
+    variants = [("this tree", here)] + [(d, str(Path(d).resolve())) for d in args.compare]
+    child = [sys.executable, __file__, "--json"] + [
+        a for a in sys.argv[1:] if a not in args.compare and a not in ("--compare",)
+    ]
+    results: dict[str, list[dict]] = {name: [] for name, _ in variants}
+    print(f"# {machine_line()}; N = {args.n}, T = {args.t}, max_lag = {args.max_lag}, k = {args.k}")
+    for _ in range(args.rounds):
+        for name, path in variants:
+            env = dict(os.environ, PYTHONPATH=path)
+            out = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
+            results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+            print(f"  {name}: {results[name][-1]} (load {os.getloadavg()[0]:.1f})", flush=True)
+    print(
+        "| code | commit | floor s (best / median) | kernel s (best / median) | floors"
+        " (best / median) | per lag | pairs | peak RSS | peak RssAnon |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, runs in results.items():
+        floors = [r["floor"] for r in runs]
+        kernels = [r["kernel"] for r in runs]
+        ratios = [r["kernel"] / r["floor"] for r in runs]
+        print(
+            f"| {name} | {runs[0]['commit']} | {min(floors):.3f} / {statistics.median(floors):.3f}"
+            f" | {min(kernels):.3f} / {statistics.median(kernels):.3f}"
+            f" | {min(ratios):.1f} / {statistics.median(ratios):.1f}"
+            f" | {min(ratios) / args.max_lag:.2f} / {statistics.median(ratios) / args.max_lag:.2f}"
+            f" | {runs[0]['pairs']:,} | +{max(r['rss_mib'] for r in runs):,.0f} MiB"
+            f" | +{max(r['anon_mib'] for r in runs):,.0f} MiB |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--t", type=int, default=252)
+    parser.add_argument("--max-lag", type=int, default=5)
+    parser.add_argument("--k", type=int, default=10, help="k_leaders = k_laggers")
+    parser.add_argument("--min-overlap", type=int, default=60)
+    parser.add_argument("--working-memory-mb", type=float, default=DEFAULT_WORKING_MEMORY_MB)
+    parser.add_argument("--brute-force", action="store_true")
+    parser.add_argument("--corr-memmap", type=Path)
+    parser.add_argument("--repeat", type=int, default=3, help="kernel calls (best of)")
+    parser.add_argument("--compare", nargs="+", default=[], metavar="DIR")
+    parser.add_argument("--rounds", type=int, default=3, help="processes per variant (--compare)")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.compare:
+        compare(args)
+        return
+    result = measure(args)
+    if args.json:
+        print(json.dumps({k: v for k, v in result.items() if not k.startswith("_")}))
+        return
+    floor, kernel = result["floor"], result["kernel"]
+    print(f"# {machine_line()}; commit {result['commit']}")
+    print(f"# N = {args.n}, T = {args.t}, max_lag = {args.max_lag}, k = {args.k}")
+    print(f"floor   R0.T @ R0 float32 (best of 7): {floor:8.3f} s")
     print(
         f"kernel  find_lead_lag_pairs (best of {args.repeat}): {kernel:8.3f} s"
-        f"  = {kernel / floor:5.1f} x floor = {kernel / floor / args.max_lag:4.2f} x max_lag floors;"
-        f" {pairs[0].size} pairs"
+        f"  = {kernel / floor:5.1f} floors = {kernel / floor / args.max_lag:4.2f} floors per lag;"
+        f" {result['pairs']} pairs"
     )
     print(
-        f"memory  peak RSS +{peak.rss_mib:,.0f} MiB, peak RssAnon +{peak.anon_mib:,.0f} MiB"
-        f" (input {returns.nbytes / 2**20:,.0f} MiB"
-        + (", corr memory-mapped" if corr is not None else "")
+        f"memory  peak RSS +{result['rss_mib']:,.0f} MiB, peak RssAnon +{result['anon_mib']:,.0f}"
+        f" MiB (input {result['input_mib']:,.0f} MiB"
+        + (", corr memory-mapped" if args.corr_memmap is not None else "")
         + ")"
     )
     if args.brute_force:
         start = time.perf_counter()
-        ref_pairs = brute_force_lead_lag(returns, **params)
+        ref_pairs = brute_force_lead_lag(result["_returns"], **result["_params"])
         brute = time.perf_counter() - start
+        got = result["_pairs"]
         got_pairs = {
             (int(i), int(j), int(lag))
-            for i, j, lag in zip(
-                pairs[0]["leader"], pairs[0]["lagger"], pairs[0]["lag"], strict=True
-            )
+            for i, j, lag in zip(got["leader"], got["lagger"], got["lag"], strict=True)
         }
         print(
             f"brute   full N x N per lag, float64 (once): {brute:8.3f} s"

@@ -128,7 +128,9 @@ def main() -> None:
     print(f"# database: {where}, PostgreSQL {version}")
     if not args.skip_synth:
         start = time.perf_counter()
-        report = write_synthetic_universe(engine, n_symbols=args.n, n_days=args.t + 1, seed=args.seed)
+        report = write_synthetic_universe(
+            engine, n_symbols=args.n, n_days=args.t + 1, seed=args.seed
+        )
         print(f"synth   {report.rows_written:,} rows in {time.perf_counter() - start:.1f} s")
     start = time.perf_counter()
     sources = build_sources(engine)
@@ -142,7 +144,10 @@ def main() -> None:
         for label, source in parsed.items():
             started = time.perf_counter()
             window = load_returns_window(
-                engine, DEFAULT_END_DATE, lookback_days=args.t, min_history_days=min_history,
+                engine,
+                DEFAULT_END_DATE,
+                lookback_days=args.t,
+                min_history_days=min_history,
                 source=source,
             )
             runs[label].append((time.perf_counter() - started, window))
@@ -151,16 +156,23 @@ def main() -> None:
         f"\nwindow load at N = {args.n:,} symbols x {args.t + 1} dates "
         f"({reference.n_price_rows:,} rows), {args.repeats} runs each, round-robin\n"
     )
-    print("| source | best s | median s | catalog s | dates s | grouped query s | pivot s | kept | same R as native |")
+    print(
+        "| source | best s | median s | catalog s | dates s | grouped query s | pivot s | kept | same R as native |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for label in sources:
         if label not in runs:
-            print(f"| {label} | - | - | - | - | - | - | - | skipped: no postgres_fdw on this server |")
+            print(
+                f"| {label} | - | - | - | - | - | - | - | skipped: no postgres_fdw on this server |"
+            )
             continue
         seconds = [s for s, _ in runs[label]]
         best_s, best = min(runs[label], key=lambda r: r[0])
         t = best.timings
-        same = best.returns.tobytes() == reference.returns.tobytes() and best.symbols == reference.symbols
+        same = (
+            best.returns.tobytes() == reference.returns.tobytes()
+            and best.symbols == reference.symbols
+        )
         note = "yes" if same else "no (numeric(18,6) rounds the prices)"
         print(
             f"| {label} | {best_s:.2f} | {statistics.median(seconds):.2f} | {t['source_s']:.3f} "

@@ -1,4 +1,4 @@
-"""Lead-lag pairs over lags 1..L: an exact scan in O(block × N) memory (SPEC §6).
+"""Lead-lag pairs over lags 1..L: an exact, screened scan in O(block × N) memory (SPEC §6).
 
 Definitions (SPEC §6). For ``ℓ = 1 .. max_lag``
 
@@ -13,27 +13,35 @@ and its ``k_leaders`` best candidates ``(i, s)`` (largest improvement, ties to
 the smaller index); the result is their union, sorted by improvement desc,
 then leader, then lagger.
 
-Why this is exactly the brute-force scan, with no heuristic screen:
-the scan goes over row blocks of leaders ``I``; for each block it computes,
-for *every* lag, the lagged correlation of ``I`` against *all* N laggers
-(the same fused kernel as the synchronous matrix, on the row ranges
-``[0, T−ℓ)`` and ``[ℓ, T)``), keeping per pair only the running best lag
-(strictly larger |corr| replaces, so ties keep the smaller lag). When a
-block is done, every pair ``(i, j)``, ``i ∈ I``, has its exact best lag and
-improvement — nothing was pruned. The two selections are then exact:
+How, and why it is exactly the brute-force scan (details and formulas in ``lead_lag_kernels``).
+The scan goes over row blocks of leaders ``I``:
 
-* a leader's ``k_laggers`` best lie in its own row, which the block holds
-  whole: a top-k over that row (ties to the smaller j) is final;
-* a lagger's ``k_leaders`` best are merged column by column into a running
-  N × k_leaders table as blocks arrive in increasing leader order; a later
-  leader replaces a kept one only with a strictly larger improvement, so ties
-  keep the smaller leader, exactly as a full sort would.
+1. **Screen**: per product tile, one float32 GEMM per lag (and lag 0 when ``corr`` is not
+   given) of ``I`` against all N laggers, turned at once into a rigorous *upper* and *lower*
+   bound of every pair's improvement, valid for all lags together. No value is taken from the
+   GEMM.
+2. **Rows**: a leader's ``k_laggers`` best lie in its own row, which the block holds whole.
+   The k-th largest lower bound of the row is a threshold no selected pair is below; the pairs
+   whose upper bound reaches it are evaluated exactly (``lead_lag_kernels.pair_values``, a
+   pure function of the pair) in decreasing order of their bound, stopping at the first bound
+   strictly below the k-th exact improvement. A pair left out has k pairs strictly above it,
+   so it is in no top-k: the row's top-k is final and exact.
+3. **Columns**: each lagger keeps a running top-``k_leaders`` of lower bounds across blocks
+   (its k-th value never exceeds the final k-th best improvement); the pairs whose upper bound
+   reaches it are pooled (and dropped when it rises above them), and after the last block each
+   lagger's pool is evaluated exactly in the same threshold order.
 
-Nothing of size N × N exists: per block the best-lag arrays are b × N, the
-running table is N × k_leaders, and the synchronous correlation is read
-row block by row block (from the caller's — possibly memory-mapped — matrix,
-or computed for the block). Cost: max_lag products of b × T × N per block,
-i.e. about 2·max_lag times the symmetric GEMM floor, plus the fused passes.
+Top-k lists are ordered by (improvement desc, index asc), a total order, so ties go to the
+smaller index whatever the order of evaluation. Every reported value comes from the exact
+per-pair evaluation, so results are bit-identical for every block size and worker count; the
+screen only decides which pairs need it.
+
+Nothing of size N × N exists: per block the two bounds are b × N, the running lower bounds
+N × k_leaders, the pool holds the few pairs that can still be selected, and the synchronous
+correlation is read row block by row block (from the caller's — possibly memory-mapped —
+matrix) or bounded from the lag-0 product and computed exactly for the evaluated pairs only.
+Cost: one b × T × N product per lag (and lag 0 without ``corr``) per block, one bound per pair
+for all lags, and the exact evaluation of the few pairs that can be selected.
 """
 
 from __future__ import annotations
@@ -42,16 +50,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corr_pipeline.compute import kernels
-from corr_pipeline.compute.correlation import PairCorrelator, Progress
-from corr_pipeline.compute.selection import merge_top_k_per_column, top_k_per_row
-from corr_pipeline.compute.standardize import make_side, standardize
+from corr_pipeline.compute import lead_lag_kernels as llk
+from corr_pipeline.compute.correlation import Progress
+from corr_pipeline.compute.kernels import FALLBACK_TAU
+from corr_pipeline.compute.standardize import Standardized, make_side, standardize
 from corr_pipeline.compute.tiling import (
     DEFAULT_WORKING_MEMORY_MB,
     GEMM_TILE,
+    PRODUCT_COLUMNS,
     block_rows_for,
-    overlap_dtype,
     row_blocks,
+    tiles_covering,
 )
 from corr_pipeline.compute.validation import (
     check_min_overlap,
@@ -59,7 +68,7 @@ from corr_pipeline.compute.validation import (
     check_returns,
     check_square_corr,
 )
-from corr_pipeline.compute.workers import worker_pool
+from corr_pipeline.compute.workers import available_cores, worker_pool
 
 LEAD_LAG_DTYPE = np.dtype(
     [
@@ -75,40 +84,112 @@ LEAD_LAG_DTYPE = np.dtype(
 """Columns of :func:`find_lead_lag_pairs`' result (SPEC §6, §9)."""
 
 MAX_BLOCK_ROWS = 2 * GEMM_TILE
-"""Default cap on the block height: the b × N best-lag arrays, updated once per lag,
-stay in cache (measured: 256 rows ran ~1.5× faster than 2,000 at N = 2,000)."""
+"""Default cap on the block height: the b × N arrays stay small and blocks align with tiles."""
 
-
-@dataclass
-class _BlockScan:
-    """Best lag per pair for leaders ``[start, stop)`` against all laggers."""
-
-    start: int
-    best_abs: np.ndarray  # b × N float32, -1 where no finite lag
-    best_corr: np.ndarray  # b × N float32, signed
-    best_lag: np.ndarray  # b × N int16
-    best_overlap: np.ndarray  # b × N int32
-    sync: np.ndarray  # b × N float32, signed, NaN allowed
-    improvement: np.ndarray  # b × N float32, -inf for non-candidates
-
-    def rows_of(self, leaders: np.ndarray, laggers: np.ndarray) -> np.ndarray:
-        """The result rows for pairs (global leader, lagger) of this block."""
-        local = leaders - self.start
-        out = np.empty(leaders.size, dtype=LEAD_LAG_DTYPE)
-        out["leader"] = leaders
-        out["lagger"] = laggers
-        out["lag"] = self.best_lag[local, laggers]
-        out["lagged_corr"] = self.best_corr[local, laggers]
-        out["sync_corr"] = self.sync[local, laggers]
-        out["improvement"] = self.improvement[local, laggers]
-        out["overlap"] = self.best_overlap[local, laggers]
-        return out
+_NO_SYNC = np.zeros((1, 1), dtype=np.float32)
 
 
 def _block_row_bytes(n_cols: int) -> int:
-    """Per block row: best_abs, best_corr, sync, improvement (4 B), lag (2 B), overlap (4 B),
-    the sync overlap when computed (2 B) and the transposed copy for the merge (4 B)."""
-    return n_cols * (4 * 4 + 2 + 4 + 2 + 4)
+    """Per block row: the upper and lower bounds (4 + 4 bytes per pair), the synchronous
+    correlation read from ``corr`` (4) and the pool mask and indices (≈ 4)."""
+    return n_cols * (4 + 4 + 4 + 4)
+
+
+def _top_k_arrays(rows: int, k: int) -> tuple[np.ndarray, ...]:
+    """(improvement, index, best_corr, best_lag, best_overlap, sync), rows × k, empty."""
+    return (
+        np.full((rows, k), -np.inf, dtype=np.float32),
+        np.full((rows, k), -1, dtype=np.int64),
+        np.zeros((rows, k), dtype=np.float32),
+        np.zeros((rows, k), dtype=np.int16),
+        np.zeros((rows, k), dtype=np.int32),
+        np.zeros((rows, k), dtype=np.float32),
+    )
+
+
+def _records(top: tuple[np.ndarray, ...], owner_is_leader: bool, offset: int = 0) -> np.ndarray:
+    """Result rows of the filled entries of a top-k table (rows = leaders or laggers)."""
+    owner, slot = np.nonzero(top[1] >= 0)
+    out = np.empty(owner.size, dtype=LEAD_LAG_DTYPE)
+    other = top[1][owner, slot]
+    out["leader"] = owner + offset if owner_is_leader else other
+    out["lagger"] = other if owner_is_leader else owner
+    out["improvement"] = top[0][owner, slot]
+    out["lagged_corr"] = top[2][owner, slot]
+    out["lag"] = top[3][owner, slot]
+    out["overlap"] = top[4][owner, slot]
+    out["sync_corr"] = top[5][owner, slot]
+    return out
+
+
+@dataclass(frozen=True)
+class _Screen:
+    """Everything the screen and the exact evaluation read, built once per call."""
+
+    window: Standardized
+    max_lag: int
+    with_sync: bool
+    min_overlap: int
+    min_improvement: float
+    ahead: np.ndarray  # T × N float32: max over lags of |Z[t + ℓ, j]|
+    extents: tuple[np.ndarray, ...]  # lo, hi, gaps, miss_ptr, miss_rows, miss_cols
+    ragged_cols: np.ndarray
+    lag_y: np.ndarray  # (3, N): dense leaders' lagger-side sums
+    params: tuple
+    data: tuple
+
+
+def _make_screen(
+    window: Standardized, max_lag: int, with_sync: bool, min_overlap: int, min_improvement: float
+) -> _Screen:
+    n_rows = window.n_rows
+    full = make_side(window, 0, n_rows)  # the whole window's intervals and interior gaps
+    lo, hi, gaps, miss_ptr, miss_rows, miss_cols, dense = llk.column_extents(window.present_t)
+    end, end_sq = window.prefix[n_rows], window.prefix_sq[n_rows]
+    lag_y = np.empty((3, window.n_cols))
+    np.max(np.abs(end - window.prefix[1 : max_lag + 1]), axis=0, out=lag_y[0])
+    lag_y[1] = end_sq - window.prefix_sq[max_lag]
+    lag_y[2] = end_sq - window.prefix_sq[1]
+    magnitude = np.abs(window.z)
+    ahead = np.zeros_like(magnitude)
+    for lag in range(1, max_lag + 1):
+        np.maximum(ahead[: n_rows - lag], magnitude[lag:], out=ahead[: n_rows - lag])
+    return _Screen(
+        window=window,
+        max_lag=max_lag,
+        with_sync=with_sync,
+        min_overlap=min_overlap,
+        min_improvement=min_improvement,
+        ahead=ahead,
+        extents=(lo, hi, gaps, miss_ptr, miss_rows, miss_cols),
+        ragged_cols=np.flatnonzero(~dense).astype(np.int64),
+        lag_y=lag_y,
+        params=(max_lag, min_overlap, FALLBACK_TAU, np.float32(min_improvement), with_sync),
+        data=(
+            window.z_t,
+            window.present_t,
+            window.raw_t,
+            window.prefix_t,
+            window.prefix_sq_t,
+            window.prefix_count_t,
+            full.gap_ptr,
+            full.gap_rows,
+            full.lo,
+            full.hi,
+        ),
+    )
+
+
+def _max_pool(n_cols: int, k: int) -> int:
+    """Pooled column candidates kept before they are evaluated (a few tens of MB at most)."""
+    return max(1 << 20, 16 * n_cols * k)
+
+
+def _gemm_rounding(terms: int) -> float:
+    """Bound ``γ`` on ``|fl(Σ a·b) − Σ a·b| / Σ|a·b|`` for ``terms`` float32 products, any order
+    (``n·u / (1 − n·u)``, u = 2⁻²⁴), doubled for safety."""
+    unit = 2.0**-24
+    return 2.0 * terms * unit / (1.0 - terms * unit)
 
 
 def find_lead_lag_pairs(
@@ -134,7 +215,7 @@ def find_lead_lag_pairs(
     min_overlap : minimum common finite rows for any correlation (2 <= min_overlap <= T).
     min_improvement : a pair is a candidate iff its improvement is strictly above this.
     corr : the synchronous correlation (N × N float32, e.g. a read-only memory map);
-        computed block by block when not given.
+        computed for the pairs that need it when not given.
     working_memory_mb, block_rows : block sizing; the result does not depend on them.
     progress : ``progress(blocks_done, blocks_total)`` after each block.
 
@@ -159,9 +240,7 @@ def find_lead_lag_pairs(
 
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))
-    column_best = np.full((n_cols, max(k_cols, 1)), -np.inf, dtype=np.float32)
-    column_best_rows = np.full((n_cols, max(k_cols, 1)), -1, dtype=np.int64)
-    column_pairs: list[np.ndarray] = []
+    pool_state = _ColumnPool(n_cols, k_cols, max_pool=_max_pool(n_cols, k_cols))
     row_pairs: list[np.ndarray] = []
 
     row_bytes = _block_row_bytes(n_cols)
@@ -170,114 +249,210 @@ def find_lead_lag_pairs(
     blocks = row_blocks(n_cols, row_bytes, working_memory_mb, block_rows=block_rows)
     with worker_pool() as pool:
         window = standardize(R, pool)
-        full = make_side(window, 0, n_rows)
-        sync_correlator = PairCorrelator(window, full, full, pool)
-        lag_correlators = [
-            PairCorrelator(
-                window, make_side(window, 0, n_rows - lag), make_side(window, lag, n_rows), pool
-            )
-            for lag in range(1, max_lag + 1)
-        ]
+        screen = _make_screen(window, max_lag, corr is None, min_overlap, min_improvement)
         for done, (start, stop) in enumerate(blocks, start=1):
-            scan = _scan_block(
-                start, stop, R, corr, sync_correlator, lag_correlators, min_overlap, min_improvement
-            )
-            if k_rows > 0:
-                row_pairs.append(_row_selection(scan, k_rows))
-            if k_cols > 0:
-                merge_top_k_per_column(
-                    scan.improvement, start, k_cols, column_best, column_best_rows
-                )
-                column_pairs.append(_column_candidates(scan, column_best, column_best_rows))
+            if k_rows > 0 or k_cols > 0:
+                row_pairs.append(_scan_block(start, stop, corr, screen, k_rows, pool, pool_state))
             if progress is not None:
                 progress(done, len(blocks))
+        if k_cols > 0:
+            row_pairs.append(pool_state.select(screen, pool))
 
-    selected = row_pairs + [_final_column_selection(column_pairs, column_best_rows)]
-    return _union_sorted(np.concatenate(selected) if selected else np.empty(0, LEAD_LAG_DTYPE))
+    return _union_sorted(np.concatenate(row_pairs) if row_pairs else np.empty(0, LEAD_LAG_DTYPE))
+
+
+class _ColumnPool:
+    """The column selection across blocks: each lagger's running top-k of *lower* bounds and its
+    exact top-k so far (the k-th value of either never exceeds the final k-th best improvement),
+    and the pooled pairs whose upper bound reaches both; evaluated exactly after the last block,
+    or whenever the pool exceeds ``max_pool`` pairs (so it stays O(N·k) whatever the data)."""
+
+    def __init__(self, n_cols: int, k: int, max_pool: int) -> None:
+        self.k = k
+        self.max_pool = max_pool
+        self.lower = np.full((n_cols, max(k, 1)), -np.inf, dtype=np.float32)
+        self.top = _top_k_arrays(n_cols, max(k, 1))
+        self.parts: list[tuple[np.ndarray, ...]] = []
+
+    def _threshold(self) -> np.ndarray:
+        return np.maximum(self.lower[:, -1], self.top[0][:, -1])
+
+    def add_block(
+        self,
+        start: int,
+        upper: np.ndarray,
+        lower: np.ndarray,
+        sync: np.ndarray | None,
+        screen: _Screen,
+        pool,
+    ) -> None:
+        n_cols = upper.shape[1]
+        step = max(64, -(-n_cols // (4 * available_cores())))
+        list(
+            pool.map(
+                lambda lo: llk.fold_column_lower(lo, min(lo + step, n_cols), lower, self.lower),
+                range(0, n_cols, step),
+            )
+        )
+        rows, laggers = np.nonzero((upper >= self._threshold()) & (upper > -np.inf))
+        syncs = sync[rows, laggers] if sync is not None else np.full(rows.size, np.nan, np.float32)
+        self.parts.append((rows + start, laggers, upper[rows, laggers], syncs))
+        self._prune()
+        if self.parts[0][0].size > self.max_pool:
+            self._evaluate(screen, pool)
+
+    def _prune(self) -> None:
+        """Drop pooled pairs whose bound fell strictly below their lagger's threshold."""
+        leaders, laggers, upper, syncs = (np.concatenate(a) for a in zip(*self.parts, strict=True))
+        keep = upper >= self._threshold()[laggers]
+        self.parts = [(leaders[keep], laggers[keep], upper[keep], syncs[keep])]
+
+    def _evaluate(self, screen: _Screen, pool) -> None:
+        """Evaluate the pool into the exact top-k tables (threshold order) and empty it."""
+        n_cols = self.lower.shape[0]
+        self._prune()
+        leaders, laggers, upper, syncs = self.parts[0]
+        self.parts = []
+        order = np.lexsort((leaders, -upper.astype(np.float64), laggers))
+        leaders, laggers, upper, syncs = (
+            leaders[order].astype(np.int64),
+            laggers[order].astype(np.int64),
+            upper[order],
+            syncs[order],
+        )
+        starts = np.searchsorted(laggers, np.arange(n_cols + 1))
+        step = max(64, -(-n_cols // (8 * available_cores())))
+        list(
+            pool.map(
+                lambda lo: llk.select_columns(
+                    lo,
+                    min(lo + step, n_cols),
+                    starts,
+                    leaders,
+                    laggers,
+                    upper,
+                    syncs,
+                    screen.params,
+                    screen.data,
+                    self.top,
+                ),
+                range(0, n_cols, step),
+            )
+        )
+
+    def select(self, screen: _Screen, pool) -> np.ndarray:
+        if self.parts:
+            self._evaluate(screen, pool)
+        return _records(self.top, owner_is_leader=False)
+
+
+def _screen_block(
+    start: int, stop: int, corr: np.ndarray | None, screen: _Screen, pool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Upper and lower improvement bounds (b × N float32, −inf where none) of leaders
+    [start, stop), and the block's rows of ``corr`` (a 1 × 1 dummy when it is not given)."""
+    window = screen.window
+    n_rows, n_cols = window.n_rows, window.n_cols
+    height = stop - start
+    sync_block = _NO_SYNC if corr is None else np.array(corr[start:stop], dtype=np.float32)
+    upper = np.empty((height, n_cols), dtype=np.float32)
+    lower = np.empty((height, n_cols), dtype=np.float32)
+    first_lag = 0 if screen.with_sync else 1
+    lo, hi, gaps, miss_ptr, miss_rows, miss_cols = screen.extents
+
+    def screen_item(item: tuple[int, int, int]) -> None:
+        tile_start, col0, col1 = item
+        tile_stop = min(tile_start + GEMM_TILE, n_cols)
+        products = np.empty(
+            (screen.max_lag + 1, tile_stop - tile_start, col1 - col0), dtype=np.float32
+        )
+        for lag in range(first_lag, screen.max_lag + 1):
+            np.matmul(
+                window.z_t[tile_start:tile_stop, : n_rows - lag],
+                window.z[lag:, col0:col1],
+                out=products[lag],
+            )
+        llk.screen_tile(
+            products,
+            screen.with_sync,
+            screen.max_lag,
+            tile_start,
+            max(start, tile_start),
+            min(stop, tile_stop),
+            start,
+            col0,
+            upper,
+            lower,
+            sync_block,
+            screen.min_overlap,
+            screen.min_improvement,
+            _gemm_rounding(n_rows - 1),
+            _gemm_rounding(n_rows),
+            FALLBACK_TAU * llk.TAU_SCREEN_FACTOR,
+            window.z,
+            window.z_t,
+            screen.ahead,
+            window.prefix,
+            window.prefix_sq,
+            window.prefix_t,
+            window.prefix_sq_t,
+            lo,
+            hi,
+            gaps,
+            miss_ptr,
+            miss_rows,
+            miss_cols,
+            screen.ragged_cols,
+            screen.lag_y,
+        )
+
+    items = [
+        (tile_start, col0, min(col0 + PRODUCT_COLUMNS, n_cols))
+        for tile_start, _ in tiles_covering(start, stop)
+        for col0 in range(0, n_cols, PRODUCT_COLUMNS)
+    ]
+    list(pool.map(screen_item, items))  # list() re-raises a worker's error
+    return upper, lower, sync_block
 
 
 def _scan_block(
     start: int,
     stop: int,
-    R: np.ndarray,
     corr: np.ndarray | None,
-    sync_correlator: PairCorrelator,
-    lag_correlators: list[PairCorrelator],
-    min_overlap: int,
-    min_improvement: float,
-) -> _BlockScan:
-    """Best lag, its correlation and overlap, and the improvement, for leaders [start, stop)."""
-    n_cols = R.shape[1]
+    screen: _Screen,
+    k_rows: int,
+    pool,
+    columns: _ColumnPool,
+) -> np.ndarray:
+    """Screen leaders [start, stop), select their rows' top-k (returned as result rows) and
+    pool their column candidates."""
     height = stop - start
-    if corr is not None:
-        sync = np.array(corr[start:stop], dtype=np.float32)
-    else:
-        sync = np.empty((height, n_cols), dtype=np.float32)
-        sync_correlator.run(
-            (start, stop),
-            mode=kernels.MODE_WRITE,
-            symmetric=False,
-            min_overlap=min_overlap,
-            out_origin=(start, 0),
-            out_corr=sync,
-            out_overlap=np.empty((height, n_cols), dtype=overlap_dtype(R.shape[0])),
+    upper, lower, sync_block = _screen_block(start, stop, corr, screen, pool)
+    rows = np.empty(0, dtype=LEAD_LAG_DTYPE)
+    if k_rows > 0:
+        top = _top_k_arrays(height, k_rows)
+        step = max(1, -(-height // (4 * available_cores())))
+        list(
+            pool.map(
+                lambda lo: llk.select_rows(
+                    lo,
+                    min(lo + step, height),
+                    start,
+                    upper,
+                    lower,
+                    sync_block,
+                    screen.with_sync,
+                    screen.params,
+                    screen.data,
+                    top,
+                ),
+                range(0, height, step),
+            )
         )
-    best_abs = np.full((height, n_cols), -1.0, dtype=np.float32)
-    best_corr = np.full((height, n_cols), np.nan, dtype=np.float32)
-    best_lag = np.zeros((height, n_cols), dtype=np.int16)
-    best_overlap = np.zeros((height, n_cols), dtype=np.int32)
-    for lag, correlator in enumerate(lag_correlators, start=1):
-        correlator.run(
-            (start, stop),
-            mode=kernels.MODE_BEST_LAG,
-            symmetric=False,
-            min_overlap=min_overlap,
-            out_origin=(start, 0),
-            lag=lag,
-            best=(best_abs, best_corr, best_lag, best_overlap),
-        )
-    sync_abs = np.abs(sync)
-    np.nan_to_num(sync_abs, copy=False, nan=0.0)
-    improvement = best_abs - sync_abs
-    candidate = (best_abs >= 0) & (improvement > min_improvement)
-    improvement[~candidate] = -np.inf
-    return _BlockScan(start, best_abs, best_corr, best_lag, best_overlap, sync, improvement)
-
-
-def _row_selection(scan: _BlockScan, k: int) -> np.ndarray:
-    """Each leader's k best laggers in this block (its whole row: final)."""
-    height = scan.improvement.shape[0]
-    scores = np.full((height, k), -np.inf, dtype=np.float32)
-    laggers = np.full((height, k), -1, dtype=np.int64)
-    top_k_per_row(scan.improvement, k, scores, laggers)
-    local, slot = np.nonzero(laggers >= 0)
-    return scan.rows_of(local + scan.start, laggers[local, slot])
-
-
-def _column_candidates(
-    scan: _BlockScan, column_best: np.ndarray, column_best_rows: np.ndarray
-) -> np.ndarray:
-    """Rows of this block that entered a lagger's running top-k (may be displaced later)."""
-    in_block = (column_best_rows >= scan.start) & (
-        column_best_rows < scan.start + scan.improvement.shape[0]
-    )
-    laggers, slot = np.nonzero(in_block)
-    return scan.rows_of(column_best_rows[laggers, slot], laggers)
-
-
-def _final_column_selection(
-    column_pairs: list[np.ndarray], column_best_rows: np.ndarray
-) -> np.ndarray:
-    """Keep the recorded candidates that are still in their lagger's final top-k."""
-    if not column_pairs:
-        return np.empty(0, dtype=LEAD_LAG_DTYPE)
-    candidates = np.concatenate(column_pairs)
-    n_cols = column_best_rows.shape[0]
-    final = column_best_rows[column_best_rows >= 0]
-    final_keys = np.flatnonzero(column_best_rows.ravel() >= 0) // column_best_rows.shape[1]
-    final_keys = final.astype(np.int64) * n_cols + final_keys
-    keys = candidates["leader"].astype(np.int64) * n_cols + candidates["lagger"]
-    return candidates[np.isin(keys, final_keys)]
+        rows = _records(top, owner_is_leader=True, offset=start)
+    if columns.k > 0:
+        columns.add_block(start, upper, lower, None if corr is None else sync_block, screen, pool)
+    return rows
 
 
 def _union_sorted(pairs: np.ndarray) -> np.ndarray:

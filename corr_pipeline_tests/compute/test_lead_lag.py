@@ -18,7 +18,10 @@ from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation
 from corr_pipeline_tests.compute import reference as ref
 from corr_pipeline_tests.compute.universes import (
     Universe,
+    add_halts,
+    add_stale_quotes,
     adversarial_universe,
+    factor_returns,
     random_small_universe,
     realistic_universe,
 )
@@ -435,10 +438,180 @@ def test_reference_selection_by_hand() -> None:
 @pytest.mark.parametrize("chunk", [5, 64])
 def test_product_column_chunks(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
     """Lead-lag with products split into small column chunks still equals the brute force."""
-    from corr_pipeline.compute import correlation
+    from corr_pipeline.compute import lead_lag
 
-    monkeypatch.setattr(correlation, "PRODUCT_COLUMNS", chunk)
+    monkeypatch.setattr(lead_lag, "PRODUCT_COLUMNS", chunk)
     universe = realistic_universe(3, 120, 150, 30, injected=_injected(3, 150, 4, 3))
     params = dict(max_lag=3, k_leaders=2, k_laggers=3, min_improvement=0.0)
     pairs, reference = _run(universe, "computed", **params)
     assert_lead_lag_matches(pairs, reference, 3, f"{universe} chunk {chunk}")
+
+
+# --------------------------------------------------------------------------------------------
+# The screen (compute/lead_lag_kernels.py): its bounds enclose every exact value, and the
+# screened scan equals the brute force on full-history, all-ragged and mixed universes.
+# --------------------------------------------------------------------------------------------
+
+
+def _all_ragged_universe(seed: int, T: int, N: int, min_overlap: int) -> Universe:
+    """Every column listed late or delisted early (10-60 % of the window missing), plus halts."""
+    rng = np.random.default_rng(seed)
+    R = factor_returns(rng, T, N)
+    for j in range(N):
+        k = int(rng.uniform(0.1, 0.6) * T)
+        if rng.random() < 0.5:
+            R[:k, j] = np.nan
+        else:
+            R[T - k :, j] = np.nan
+    add_halts(R, rng, n_halts=N // 3, max_len=6)
+    return Universe(
+        f"all_ragged_s{seed}", R.astype(np.float32), min_overlap, [f"s{j}" for j in range(N)]
+    )
+
+
+def _constant_segments_universe(seed: int, T: int, N: int, min_overlap: int) -> Universe:
+    """Mixed universe with many runs of exactly zero returns, a constant column and a column
+    constant except for its first rows (near-constant overlaps: the float64 fallback)."""
+    universe = realistic_universe(seed, T, N, min_overlap, injected=_injected(seed, N, 3, 3))
+    rng = np.random.default_rng(seed)
+    R = universe.R.copy()
+    add_stale_quotes(R, rng, n_runs=N, max_len=T // 3)
+    R[:, 1] = 0.003
+    R[:, 2] = 0.001
+    R[:8, 2] = rng.normal(0.0, 0.02, 8)
+    R[:, 3] = R[:, 4] * 1e6 + 7.0  # huge offset and scale
+    return Universe(
+        f"constant_segments_s{seed}", R.astype(np.float32), min_overlap, universe.column_names
+    )
+
+
+def _tied_universe(seed: int, T: int, N: int, min_overlap: int) -> Universe:
+    """Exact duplicate columns (leaders and laggers): exact ties everywhere among them."""
+    universe = realistic_universe(seed, T, N, min_overlap, injected=_injected(seed, N, 3, 2))
+    R = universe.R.copy()
+    for a, b in ((0, 5), (0, 9), (3, 11), (20, 21)):
+        R[:, b] = R[:, a]
+    for leader, lagger, _ in universe.injected:
+        R[:, (lagger + 1) % N] = R[:, lagger]
+        R[:, (leader + 2) % N] = R[:, leader]
+    return Universe(f"tied_s{seed}", R, min_overlap, universe.column_names)
+
+
+SPECIAL_UNIVERSES = {
+    "full_history": lambda: realistic_universe(
+        70,
+        252,
+        120,
+        60,
+        ragged=False,
+        halts=False,
+        nan_fraction=0.0,
+        injected=_injected(70, 120, 4, 5),
+    ),
+    "full_history_scattered_gaps": lambda: realistic_universe(
+        71, 252, 120, 60, ragged=False, halts=False, nan_fraction=0.01
+    ),
+    "all_ragged": lambda: _all_ragged_universe(72, 200, 110, 40),
+    "mixed": lambda: realistic_universe(73, 252, 130, 60, injected=_injected(73, 130, 4, 5)),
+    "constant_segments": lambda: _constant_segments_universe(74, 120, 90, 30),
+    "ties": lambda: _tied_universe(75, 150, 80, 40),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPECIAL_UNIVERSES))
+def test_screen_bounds_enclose_exact_values(name: str) -> None:
+    """For every pair: lower bound <= exact improvement <= upper bound (SPEC §6 exactness of the
+    screen), with the synchronous correlation computed and given, and no bound ever wrong on
+    whether a pair is a candidate."""
+    from corr_pipeline.compute import lead_lag, lead_lag_kernels
+    from corr_pipeline.compute.workers import worker_pool
+
+    universe = SPECIAL_UNIVERSES[name]()
+    R, m, N = universe.R, universe.min_overlap, universe.N
+    corr = pairwise_correlation(R, min_overlap=m).corr
+    for given_corr in (None, corr):
+        with worker_pool() as pool:
+            window = lead_lag.standardize(R, pool)
+            screen = lead_lag._make_screen(window, 5, given_corr is None, m, 0.0)
+            upper, lower, sync_block = lead_lag._screen_block(0, N, given_corr, screen, pool)
+        checked = 0
+        for i in range(N):
+            for j in range(N):
+                sync = np.float32(np.nan) if given_corr is None else sync_block[i, j]
+                exact = lead_lag_kernels.pair_values(i, j, sync, screen.params, screen.data)[0]
+                if i == j:
+                    assert upper[i, j] == -np.inf and lower[i, j] == -np.inf
+                    continue
+                assert exact <= upper[i, j], (name, i, j, exact, upper[i, j])
+                assert lower[i, j] <= exact, (name, i, j, exact, lower[i, j])
+                checked += exact > -np.inf
+        assert checked > N, "too few candidates to test the bounds"
+
+
+@pytest.mark.parametrize("name", sorted(SPECIAL_UNIVERSES))
+@pytest.mark.parametrize("corr_mode", ["computed", "kernel"])
+def test_special_universes_match_brute_force(name: str, corr_mode: str) -> None:
+    universe = SPECIAL_UNIVERSES[name]()
+    for max_lag, k in ((5, 3), (2, 1)):
+        params = dict(max_lag=max_lag, k_leaders=k, k_laggers=k)
+        pairs, reference = _run(universe, corr_mode, **params)
+        assert_lead_lag_matches(pairs, reference, max_lag, f"{universe} {params} corr={corr_mode}")
+        for rows in (1, 13, 64):
+            _assert_same_pairs(
+                pairs,
+                find_lead_lag_pairs(
+                    universe.R,
+                    min_overlap=universe.min_overlap,
+                    corr=None
+                    if corr_mode == "computed"
+                    else pairwise_correlation(universe.R, min_overlap=universe.min_overlap).corr,
+                    block_rows=rows,
+                    **params,
+                ),
+                f"{universe} block_rows={rows}",
+            )
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_worker_count_invariance(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """Bit-identical results with 1 and 3 worker threads (the default uses every core)."""
+    from corr_pipeline.compute import workers
+
+    universe = realistic_universe(76, 200, 140, 50, injected=_injected(76, 140, 4, 4))
+    params = dict(max_lag=4, k_leaders=3, k_laggers=2, min_overlap=50)
+    baseline = find_lead_lag_pairs(universe.R, **params)
+    monkeypatch.setattr(workers, "available_cores", lambda: threads)
+    _assert_same_pairs(baseline, find_lead_lag_pairs(universe.R, **params), f"{threads} threads")
+
+
+def test_exact_ties_go_to_the_smaller_index() -> None:
+    """Duplicate laggers (resp. leaders) have identical improvements: k = 1 keeps the smaller."""
+    rng = np.random.default_rng(77)
+    T = 200
+    leader = rng.standard_normal(T)
+    lagger = np.r_[rng.standard_normal(1), leader[:-1]] + 0.5 * rng.standard_normal(T)
+    R = np.column_stack([leader, lagger, lagger]).astype(np.float32)
+    got = _columns(find_lead_lag_pairs(R, max_lag=2, k_leaders=0, k_laggers=1, min_overlap=10))
+    row0 = got["leader"] == 0
+    assert got["lagger"][row0].tolist() == [1] and got["lag"][row0].tolist() == [1]
+    R = np.column_stack([leader, leader, lagger]).astype(np.float32)
+    got = _columns(find_lead_lag_pairs(R, max_lag=2, k_leaders=1, k_laggers=0, min_overlap=10))
+    column2 = got["lagger"] == 2
+    assert got["leader"][column2].tolist() == [0]
+
+
+@pytest.mark.parametrize("name", ["mixed", "constant_segments"])
+def test_column_pool_evaluated_early_is_identical(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The column pool is evaluated whenever it exceeds its cap (memory stays O(N·k) even when
+    no bound is tight): with a cap of one pair, so after every block, the result is unchanged."""
+    from corr_pipeline.compute import lead_lag
+
+    universe = SPECIAL_UNIVERSES[name]()
+    params = dict(max_lag=4, k_leaders=3, k_laggers=2, min_overlap=universe.min_overlap)
+    baseline = find_lead_lag_pairs(universe.R, block_rows=16, **params)
+    monkeypatch.setattr(lead_lag, "_max_pool", lambda n_cols, k: 1)
+    _assert_same_pairs(
+        baseline, find_lead_lag_pairs(universe.R, block_rows=16, **params), "pool cap 1"
+    )

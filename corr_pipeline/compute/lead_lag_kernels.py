@@ -1,0 +1,695 @@
+"""Numba kernels of the screened lead-lag scan (SPEC §6): rigorous upper and lower bounds of
+every pair's improvement, the exact per-pair evaluation and the threshold selections.
+
+Notation (see ``standardize``): ``Z`` the standardized zero-filled window, ``PZ``, ``PZ2``, ``PM``
+its prefix sums of values, squares and presence. For lag ``ℓ`` the leader ``i`` is read on rows
+``t ∈ [0, T−ℓ)`` and the lagger ``j`` on rows ``t + ℓ``. A column is present on ``[lo, hi)``
+(first to last finite row of the window) less its interior gaps, so the pair's overlap lies in
+``K = [max(lo_i, lo_j − ℓ, 0), min(hi_i, hi_j − ℓ, T − ℓ))`` less the gaps of either.
+
+**Exact value** (:func:`lagged_value`), the same formula and exactness guard as ``kernels``:
+
+    n = #{t ∈ K : both present}
+    Sx = PZ_i[K] − Σ_{t ∈ K, j missing at t+ℓ} Z_i(t)    Sxx likewise with Z²    (Sy, Syy symmetric)
+    Sxy = Σ_{t ∈ K} Z_i(t) Z_j(t+ℓ)   (float64 sum of the float32 products, fixed order)
+    corr = (Sxy − Sx·Sy/n) / sqrt((Sxx − Sx²/n)(Syy − Sy²/n))
+
+recomputed from the raw returns in float64 (``kernels.exact_pair_correlation``) when a variance is
+at most ``tau`` times the interval sum of squares it came from (``base``). Every value is a pure
+function of the pair: it does not depend on the block, the tile or the thread that computes it.
+
+**Bounds** (:func:`screen_tile`, :func:`_pair_bounds`). Each column has an interval ``[lo, hi)``
+(the whole window for a *dense* column) and ``g`` missing rows inside it. For lag ℓ the leader is
+read on ``K_x(ℓ) = [max(lo_j − ℓ, 0), min(hi_j − ℓ, T − ℓ))`` and the lagger on ``K_y(ℓ) =
+[lo_i + ℓ, min(hi_i + ℓ, T))``: each column is zero outside its own interval, so each side's
+interval sums depend on the *other* column's interval only. Over ℓ = 1..L these ranges share a
+core and lie in a hull at most L − 1 rows larger at each end, so with ``P`` the largest
+``|float32 GEMM product|`` over the lags (``|P − Sxy| ≤ γ·sqrt(Sxx·Syy)`` for any summation
+order, ``γ = 2·T·2⁻²⁴/(1 − T·2⁻²⁴)``), for every lag at once:
+
+    |Sx| ≤ sx := |Σ_core Z_i| + Σ_fringe |Z_i| + Σ_{w: j missing} max_ℓ |Z_i(w − ℓ)|
+    Sxx ≥ sxx_lo := Σ_core Z_i² − Σ_{w: j missing} max_ℓ Z_i(w − ℓ)²     Sxx ≤ sxx_hi := Σ_hull Z_i²
+    n ≥ n_lo := |core ∩| − g_i − g_j        (sy, syy_lo, syy_hi symmetric, with j's rows t + ℓ)
+    var_x ≥ vx := sxx_lo − sx²/n_lo
+    |corr_ℓ| ≤ U := min(1, (P + γ·sqrt(sxx_hi·syy_hi) + sx·sy/n_lo) / sqrt(vx·vy))
+    max_ℓ |corr_ℓ| ≥ D := max(0, (P − γ·sqrt(sxx_hi·syy_hi) − sx·sy/n_lo) / sqrt(sxx_hi·syy_hi))
+
+``U`` holds when ``n_lo ≥ 1``, ``vx > tau'·sxx_hi`` and ``vy > tau'·syy_hi`` (``tau' =
+1.01·tau``: then neither variance can trigger the float64 fallback, so the exact value is the
+formula's), else ``U = 1`` (a computed correlation is clamped to [−1, 1]); ``U = −∞`` when the
+hull has fewer than ``min_overlap`` rows (every lag is NaN). ``D`` holds under the same
+conditions and ``n_lo ≥ min_overlap`` (every lag finite), else there is none. For the
+synchronous pair the interval and gap sums are exact, only ``n`` is known to within
+``min(g_i, g_j)``, giving ``S_lo ≤ |sync| ≤ S_hi`` (``0`` and ``1`` when the conditions fail),
+or ``|sync|`` exactly when ``corr`` is given. Finally
+
+    upper = U − S_lo + margin          lower = D − S_hi − margin
+
+(the margin, 2⁻¹², covers every float rounding of the bounds and of the exact value, all below
+1e-6), each ``−∞`` when at most ``min_improvement`` (then the pair is no candidate, resp. the
+bound says nothing) and for ``i = j``.
+
+**Selection** (:func:`select_rows`, :func:`select_columns`), exact by the threshold argument:
+if k pairs of a row (or column) have lower bounds ``≥ θ``, its k-th best exact improvement is
+``≥ θ``, so a pair whose upper bound is *strictly* below ``θ`` — or strictly below the k-th
+exact improvement already found — has k pairs strictly above it and is in no top-k, whatever
+its exact value and whatever the tie rule. The others are evaluated exactly in decreasing
+order of their upper bound. Top-k lists are ordered by (improvement desc, index asc), a total
+order, so they do not depend on the order of insertion.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from corr_pipeline.compute.kernels import exact_pair_correlation
+
+BOUND_MARGIN = 2.0**-12
+"""Added to every improvement bound: covers the float rounding of the bound and of the exact value."""
+
+TAU_SCREEN_FACTOR = 1.01
+"""The bound treats a variance within this factor of the fallback threshold as ill-conditioned."""
+
+DENSE_GAPS = 16
+"""A column missing at most this many rows of the window is *dense*: its interval is taken as the
+whole window and its missing rows as gaps (ragged columns use their own interval)."""
+
+
+@njit(cache=True, nogil=True)
+def column_extents(present_t):  # pragma: no cover - compiled
+    """Per column: its interval ``[lo, hi)`` (``0, T`` for a *dense* column, one missing at most
+    :data:`DENSE_GAPS` rows; else first to last finite row), its missing rows inside it as CSR
+    (``miss_ptr``, ``miss_rows`` ascending, ``miss_cols``) and their count ``gaps``. Returns
+    ``lo, hi, gaps, miss_ptr, miss_rows, miss_cols, dense``."""
+    n_cols, n_rows = present_t.shape
+    lo = np.zeros(n_cols, dtype=np.int64)
+    hi = np.zeros(n_cols, dtype=np.int64)
+    gaps = np.zeros(n_cols, dtype=np.int64)
+    dense = np.zeros(n_cols, dtype=np.bool_)
+    for c in range(n_cols):
+        p = present_t[c]
+        count = 0
+        first = n_rows
+        last = -1
+        for t in range(n_rows):
+            if p[t]:
+                count += 1
+                first = min(first, t)
+                last = t
+        if n_rows - count <= DENSE_GAPS:
+            dense[c] = True
+            hi[c] = n_rows
+        elif count > 0:
+            lo[c] = first
+            hi[c] = last + 1
+        gaps[c] = hi[c] - lo[c] - count if count > 0 else 0
+    miss_ptr = np.zeros(n_cols + 1, dtype=np.int64)
+    for c in range(n_cols):
+        miss_ptr[c + 1] = miss_ptr[c] + gaps[c]
+    miss_rows = np.empty(miss_ptr[n_cols], dtype=np.int64)
+    miss_cols = np.empty(miss_ptr[n_cols], dtype=np.int64)
+    for c in range(n_cols):
+        q = miss_ptr[c]
+        if gaps[c] > 0:
+            for t in range(lo[c], hi[c]):
+                if not present_t[c, t]:
+                    miss_rows[q] = t
+                    miss_cols[q] = c
+                    q += 1
+    return lo, hi, gaps, miss_ptr, miss_rows, miss_cols, dense
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _pair_bounds(
+    p_max,
+    p_sync,
+    with_sync,
+    sync_abs,
+    sx,
+    x_sq_lo,
+    x_sq_hi,
+    sy,
+    y_sq_lo,
+    y_sq_hi,
+    n_core,
+    n_hull,
+    g_i,
+    g_j,
+    sx0,
+    sxx0,
+    sy0,
+    syy0,
+    n0,
+    min_overlap,
+    min_improvement,
+    gamma,
+    gamma0,
+    tau_screen,
+):  # pragma: no cover - compiled
+    """(upper, lower) bounds of one pair's improvement (module docstring).
+
+    Lags: ``sx``, ``sy`` bound ``|Sx|``, ``|Sy|``; ``*_sq_lo`` / ``*_sq_hi`` bound ``Sxx``, ``Syy``
+    from below / above, for every lag; ``n_core`` / ``n_hull`` are the fewest / most rows of a
+    lag's interval intersection, ``g_i + g_j`` the most rows missing in it. Sync: exact ``Sx``,
+    ``Sxx``, ``Sy``, ``Syy`` over the overlap, whose size is ``n0 − g_i − g_j`` to
+    ``n0 − max(g_i, g_j)``."""
+    # Branch-free (every value computed, then selected) so that the loop vectorizes.
+    n_lo = n_core - g_i - g_j
+    inv_n = 1.0 / max(n_lo, 1.0)
+    vx = x_sq_lo - sx * sx * inv_n
+    vy = y_sq_lo - sy * sy * inv_n
+    ok = (n_lo >= 1) & (vx > tau_screen * x_sq_hi) & (vy > tau_screen * y_sq_hi)
+    scale = math.sqrt(max(x_sq_hi * y_sq_hi, 0.0))
+    cross = sx * sy * inv_n
+    up = min(1.0, (p_max + gamma * scale + cross) / math.sqrt(max(vx * vy, 1e-300)))
+    lw = max(0.0, (p_max - gamma * scale - cross) / max(scale, 1e-300))
+    upper = up if ok else 1.0
+    upper = upper if n_hull >= min_overlap else -np.inf
+    lower = lw if ok & (n_lo >= min_overlap) else -np.inf
+    n0_lo = n0 - g_i - g_j
+    inv_lo = 1.0 / max(n0_lo, 1.0)
+    inv_hi = 1.0 / max(n0 - max(g_i, g_j), 1.0)
+    vx_lo = sxx0 - sx0 * sx0 * inv_lo
+    vy_lo = syy0 - sy0 * sy0 * inv_lo
+    vx_hi = sxx0 - sx0 * sx0 * inv_hi
+    vy_hi = syy0 - sy0 * sy0 * inv_hi
+    scale0 = math.sqrt(max(sxx0 * syy0, 0.0))
+    cross0 = abs(sx0 * sy0) * inv_lo
+    ok0 = (n0_lo >= min_overlap) & (vx_lo > tau_screen * sxx0) & (vy_lo > tau_screen * syy0)
+    s_lo = min(
+        1.0, max(0.0, (p_sync - gamma0 * scale0 - cross0) / math.sqrt(max(vx_hi * vy_hi, 1e-300)))
+    )
+    s_hi = min(1.0, (p_sync + gamma0 * scale0 + cross0) / math.sqrt(max(vx_lo * vy_lo, 1e-300)))
+    sync_lo = (s_lo if ok0 else 0.0) if with_sync else sync_abs
+    sync_hi = (s_hi if ok0 else 1.0) if with_sync else sync_abs
+    bound_hi = upper - sync_lo + BOUND_MARGIN
+    bound_lo = lower - sync_hi - BOUND_MARGIN
+    bound_hi = bound_hi if (upper > -np.inf) & (bound_hi > min_improvement) else -np.inf
+    bound_lo = bound_lo if bound_lo > min_improvement else -np.inf
+    return bound_hi, bound_lo
+
+
+@njit(cache=True, nogil=True)
+def screen_tile(  # pragma: no cover - compiled
+    products,
+    with_sync,
+    max_lag,
+    tile_start,
+    row_lo,
+    row_hi,
+    block_start,
+    col0,
+    out_upper,
+    out_lower,
+    sync_block,
+    min_overlap,
+    min_improvement,
+    gamma,
+    gamma0,
+    tau_screen,
+    z,
+    z_t,
+    ahead,
+    prefix,
+    prefix_sq,
+    prefix_t,
+    prefix_sq_t,
+    lo,
+    hi,
+    gaps,
+    miss_ptr,
+    miss_rows,
+    miss_cols,
+    ragged_cols,
+    lag_y,
+):
+    """Upper and lower improvement bounds (module docstring) of leaders ``[row_lo, row_hi)``
+    against the laggers ``col0 ..`` of one product chunk, into ``out_*[i − block_start, j]``.
+
+    ``products[ℓ]`` is the float32 product of lag ℓ for the tile (rows from ``tile_start``;
+    slot 0, lag 0, only when ``with_sync``, else ``|sync|`` is read from ``sync_block``, NaN as 0).
+    ``ahead[t, j] = max_{ℓ=1..L} |Z[t + ℓ, j]|``; ``lag_y`` holds the dense leaders'
+    lagger-side sums (rows ``max_ℓ |PZ_j[T] − PZ_j[ℓ]|``, ``PZ2_j[T] − PZ2_j[L]``,
+    ``PZ2_j[T] − PZ2_j[1]``); ``ragged_cols`` lists the columns that are not dense.
+
+    For every lag ℓ, the leader's rows lie in ``[max(lo_j − ℓ, 0), min(hi_j − ℓ, T − ℓ))`` and
+    the lagger's in ``[lo_i + ℓ, min(hi_i + ℓ, T))``; each column is zero outside its own
+    interval, so each side's interval sums only depend on the *other* column's interval. Over
+    ℓ = 1..L these ranges contain a common core and lie in a hull at most ``L − 1`` rows larger
+    at each end: sums over the core plus the absolute values (squares) of the fringe rows bound
+    every lag at once (one bound per pair for all lags, with the largest |P|). A row ``w`` where the lagger is missing
+    removes the leader's ``Z_i(w − ℓ)`` from the leader's sums: at most ``max_ℓ |Z_i(w − ℓ)|``
+    (and its square); the leader's missing rows ``t`` likewise remove at most ``ahead[t, j]``
+    from the lagger's. For the synchronous pair these corrections are exact."""
+    width = products.shape[2]
+    n_rows = prefix.shape[0] - 1
+    L = max_lag
+    y_sum = np.empty(width)
+    y_sq_lo = np.empty(width)
+    y_sq_hi = np.empty(width)
+    y0_sum = np.empty(width)
+    y0_sq = np.empty(width)
+    x_gap1 = np.empty(width)
+    x_gap2 = np.empty(width)
+    x0_gap1 = np.empty(width)
+    x0_gap2 = np.empty(width)
+    behind = np.empty(n_rows)
+    p_max_v = np.empty(width)
+    p_sync_v = np.empty(width)
+    sync_v = np.empty(width)
+    up_v = np.empty(width)
+    lo_v = np.empty(width)
+    gaps_v = np.empty(width)
+    for c in range(width):
+        gaps_v[c] = np.float64(gaps[col0 + c])
+    r_first = np.searchsorted(ragged_cols, col0)
+    r_last = np.searchsorted(ragged_cols, col0 + width)
+    e_first = miss_ptr[col0]
+    e_last = miss_ptr[col0 + width]
+    for i in range(row_lo, row_hi):
+        ti = i - tile_start
+        r = i - block_start
+        lo_i = lo[i]
+        hi_i = hi[i]
+        g_i = gaps[i]
+        pz_i = prefix_t[i]
+        pz2_i = prefix_sq_t[i]
+        zi = z_t[i]
+        # behind[w] = max over lags of |Z_i(w − ℓ)|.
+        for w in range(n_rows):
+            v = 0.0
+            for lag in range(1, min(L, w) + 1):
+                v = max(v, abs(np.float64(zi[w - lag])))
+            behind[w] = v
+        # Lagger-side sums over the rows the leader's interval allows (vectors over j).
+        if lo_i == 0 and hi_i == n_rows:
+            for c in range(width):
+                y_sum[c] = lag_y[0, col0 + c]
+                y_sq_lo[c] = lag_y[1, col0 + c]
+                y_sq_hi[c] = lag_y[2, col0 + c]
+        else:
+            c_lo = min(lo_i + L, n_rows)
+            c_hi = max(min(hi_i + 1, n_rows), c_lo)
+            h_lo = min(lo_i + 1, n_rows)
+            h_hi = max(min(hi_i + L, n_rows), h_lo)
+            for c in range(width):
+                j = col0 + c
+                y_sum[c] = abs(prefix[c_hi, j] - prefix[c_lo, j])
+                core_sq = prefix_sq[c_hi, j] - prefix_sq[c_lo, j]
+                y_sq_lo[c] = core_sq
+                y_sq_hi[c] = core_sq
+            # The fringe rows (hull less core), at most L − 1 at each end, exactly.
+            for t in range(h_lo, h_hi):
+                if t < c_lo or t >= c_hi:
+                    for c in range(width):
+                        v = abs(np.float64(z[t, col0 + c]))
+                        y_sum[c] += v
+                        y_sq_hi[c] += v * v
+        for c in range(width):
+            j = col0 + c
+            y0_sum[c] = prefix[hi_i, j] - prefix[lo_i, j]
+            y0_sq[c] = prefix_sq[hi_i, j] - prefix_sq[lo_i, j]
+        for q in range(miss_ptr[i], miss_ptr[i + 1]):
+            t = miss_rows[q]
+            for c in range(width):
+                a = np.float64(ahead[t, col0 + c])
+                y_sum[c] += a
+                y_sq_lo[c] -= a * a
+                v = np.float64(z[t, col0 + c])
+                y0_sum[c] -= v
+                y0_sq[c] -= v * v
+        # Leader-side corrections for the laggers' missing rows (one scatter over the chunk).
+        for c in range(width):
+            x_gap1[c] = 0.0
+            x_gap2[c] = 0.0
+            x0_gap1[c] = 0.0
+            x0_gap2[c] = 0.0
+        for q in range(e_first, e_last):
+            w = miss_rows[q]
+            c = miss_cols[q] - col0
+            b = behind[w]
+            x_gap1[c] += b
+            x_gap2[c] += b * b
+            v = np.float64(zi[w])
+            x0_gap1[c] += v
+            x0_gap2[c] += v * v
+        # Leader-side sums when j is dense (its interval is the whole window).
+        x_sum = 0.0
+        for lag in range(1, L + 1):
+            x_sum = max(x_sum, abs(pz_i[n_rows - lag] - pz_i[0]))
+        x_sq_lo = pz2_i[n_rows - L] - pz2_i[0]
+        x_sq_hi = pz2_i[n_rows - 1] - pz2_i[0]
+        n_core = min(hi_i, n_rows - L) - lo_i
+        n_hull = min(hi_i, n_rows - 1) - lo_i
+        x0_sum = pz_i[n_rows] - pz_i[0]
+        x0_sq = pz2_i[n_rows] - pz2_i[0]
+        n0 = hi_i - lo_i
+        f_core = np.float64(n_core)
+        f_hull = np.float64(n_hull)
+        f_gi = np.float64(g_i)
+        f_n0 = np.float64(n0)
+        f_min_overlap = np.float64(min_overlap)
+        for c in range(width):
+            p_max_v[c] = abs(np.float64(products[1, ti, c]))
+        for lag in range(2, L + 1):
+            for c in range(width):
+                p_max_v[c] = max(p_max_v[c], abs(np.float64(products[lag, ti, c])))
+        if with_sync:
+            for c in range(width):
+                p_sync_v[c] = abs(np.float64(products[0, ti, c]))
+                sync_v[c] = 0.0
+        else:
+            for c in range(width):
+                p_sync_v[c] = 0.0
+                v = abs(np.float64(sync_block[r, col0 + c]))
+                sync_v[c] = 0.0 if math.isnan(v) else v
+        for c in range(width):
+            upper, lower = _pair_bounds(
+                p_max_v[c],
+                p_sync_v[c],
+                with_sync,
+                sync_v[c],
+                x_sum + x_gap1[c],
+                x_sq_lo - x_gap2[c],
+                x_sq_hi,
+                y_sum[c],
+                y_sq_lo[c],
+                y_sq_hi[c],
+                f_core,
+                f_hull,
+                f_gi,
+                gaps_v[c],
+                x0_sum - x0_gap1[c],
+                x0_sq - x0_gap2[c],
+                y0_sum[c],
+                y0_sq[c],
+                f_n0,
+                f_min_overlap,
+                min_improvement,
+                gamma,
+                gamma0,
+                tau_screen,
+            )
+            up_v[c] = upper
+            lo_v[c] = lower
+        for c in range(width):
+            out_upper[r, col0 + c] = up_v[c]
+            out_lower[r, col0 + c] = lo_v[c]
+        # Ragged laggers: the leader-side sums over their (shifted) intervals.
+        for q in range(r_first, r_last):
+            j = ragged_cols[q]
+            c = j - col0
+            lo_j = lo[j]
+            hi_j = hi[j]
+            c_lo = max(lo_j - 1, 0)
+            c_hi = max(min(hi_j - L, n_rows - L), c_lo)
+            h_lo = max(lo_j - L, 0)
+            h_hi = max(min(hi_j - 1, n_rows - 1), h_lo)
+            xs = abs(pz_i[c_hi] - pz_i[c_lo])
+            core_sq = pz2_i[c_hi] - pz2_i[c_lo]
+            fringe_sq = 0.0
+            for t in range(h_lo, h_hi):
+                if t < c_lo or t >= c_hi:
+                    v = abs(np.float64(zi[t]))
+                    xs += v
+                    fringe_sq += v * v
+            nc = min(hi_i, hi_j - L, n_rows - L) - max(lo_i, lo_j - 1)
+            nh = min(hi_i, hi_j - 1, n_rows - 1) - max(lo_i, lo_j - L)
+            p_max = 0.0
+            for lag in range(1, L + 1):
+                p_max = max(p_max, abs(np.float64(products[lag, ti, c])))
+            p_sync = abs(np.float64(products[0, ti, c])) if with_sync else 0.0
+            sync_abs = 0.0
+            if not with_sync:
+                sync_abs = abs(np.float64(sync_block[r, j]))
+                if math.isnan(sync_abs):
+                    sync_abs = 0.0
+            upper, lower = _pair_bounds(
+                p_max,
+                p_sync,
+                with_sync,
+                sync_abs,
+                xs + x_gap1[c],
+                core_sq - x_gap2[c],
+                core_sq + fringe_sq,
+                y_sum[c],
+                y_sq_lo[c],
+                y_sq_hi[c],
+                nc,
+                nh,
+                g_i,
+                gaps[j],
+                pz_i[hi_j] - pz_i[lo_j] - x0_gap1[c],
+                pz2_i[hi_j] - pz2_i[lo_j] - x0_gap2[c],
+                y0_sum[c],
+                y0_sq[c],
+                min(hi_i, hi_j) - max(lo_i, lo_j),
+                min_overlap,
+                min_improvement,
+                gamma,
+                gamma0,
+                tau_screen,
+            )
+            out_upper[r, j] = upper
+            out_lower[r, j] = lower
+        if col0 <= i < col0 + width:
+            out_upper[r, i] = -np.inf
+            out_lower[r, i] = -np.inf
+
+
+@njit(cache=True, nogil=True)
+def _dot_lagged(x, y):  # pragma: no cover - compiled
+    """``Σ_t x[t]·y[t]`` in float64 over four interleaved partial sums (a fixed order)."""
+    n = x.shape[0]
+    s0 = s1 = s2 = s3 = 0.0
+    t = 0
+    while t + 4 <= n:
+        s0 += np.float64(x[t]) * np.float64(y[t])
+        s1 += np.float64(x[t + 1]) * np.float64(y[t + 1])
+        s2 += np.float64(x[t + 2]) * np.float64(y[t + 2])
+        s3 += np.float64(x[t + 3]) * np.float64(y[t + 3])
+        t += 4
+    while t < n:
+        s0 += np.float64(x[t]) * np.float64(y[t])
+        t += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+@njit(cache=True, nogil=True)
+def lagged_value(i, j, lag, min_overlap, tau, data):  # pragma: no cover - compiled
+    """Exact correlation (float64, NaN allowed) and overlap of (R[t, i], R[t + lag, j]).
+
+    ``data`` = (z_t, present_t, raw_t, prefix_t, prefix_sq_t, prefix_count_t, gap_ptr,
+    gap_rows, lo, hi): the whole window's presence intervals and interior gaps (CSR)."""
+    z_t = data[0]
+    present_t = data[1]
+    raw_t = data[2]
+    prefix_t = data[3]
+    prefix_sq_t = data[4]
+    prefix_count_t = data[5]
+    gap_ptr = data[6]
+    gap_rows = data[7]
+    lo = data[8]
+    hi = data[9]
+    n_rows = z_t.shape[1]
+    k_lo = max(lo[i], lo[j] - lag, 0)
+    k_hi = min(hi[i], hi[j] - lag, n_rows - lag)
+    if k_hi <= k_lo:
+        return np.nan, 0
+    sx = prefix_t[i, k_hi] - prefix_t[i, k_lo]
+    base_x = prefix_sq_t[i, k_hi] - prefix_sq_t[i, k_lo]
+    count = np.int64(prefix_count_t[i, k_hi] - prefix_count_t[i, k_lo])
+    sy = prefix_t[j, k_hi + lag] - prefix_t[j, k_lo + lag]
+    base_y = prefix_sq_t[j, k_hi + lag] - prefix_sq_t[j, k_lo + lag]
+    sxx = base_x
+    syy = base_y
+    for k in range(gap_ptr[j], gap_ptr[j + 1]):
+        t = gap_rows[k] - lag
+        if k_lo <= t < k_hi:
+            v = np.float64(z_t[i, t])
+            sx -= v
+            sxx -= v * v
+            count -= present_t[i, t]
+    for k in range(gap_ptr[i], gap_ptr[i + 1]):
+        t = gap_rows[k]
+        if k_lo <= t < k_hi:
+            v = np.float64(z_t[j, t + lag])
+            sy -= v
+            syy -= v * v
+    if count < min_overlap:
+        return np.nan, count
+    sxy = _dot_lagged(z_t[i, k_lo:k_hi], z_t[j, k_lo + lag : k_hi + lag])
+    inv_n = 1.0 / count
+    var_x = sxx - sx * sx * inv_n
+    var_y = syy - sy * sy * inv_n
+    if var_x <= tau * base_x or var_y <= tau * base_y:
+        value = exact_pair_correlation(
+            raw_t[i, 0 : n_rows - lag], raw_t[j, lag:n_rows], min_overlap
+        )
+    else:
+        value = (sxy - sx * sy * inv_n) / math.sqrt(max(var_x * var_y, 1e-300))
+        value = min(1.0, max(-1.0, value))
+    return value, count
+
+
+@njit(cache=True, nogil=True)
+def pair_values(i, j, given_sync, params, data):  # pragma: no cover - compiled
+    """Exact (improvement, best_corr, best_lag, best_overlap, sync) of the pair (i, j), SPEC §6;
+    the improvement is float32, −inf for a non-candidate.
+
+    ``params`` = (max_lag, min_overlap, tau, min_improvement as float32, with_sync); without
+    ``with_sync`` the synchronous correlation is ``given_sync`` (float32, NaN allowed)."""
+    max_lag = params[0]
+    min_overlap = params[1]
+    tau = params[2]
+    min_improvement = params[3]
+    best_abs = np.float32(-1.0)
+    best_corr = np.float32(np.nan)
+    best_lag = 0
+    best_overlap = 0
+    for lag in range(1, max_lag + 1):
+        value, count = lagged_value(i, j, lag, min_overlap, tau, data)
+        v32 = np.float32(value)
+        magnitude = abs(v32)
+        if magnitude > best_abs:
+            best_abs = magnitude
+            best_corr = v32
+            best_lag = lag
+            best_overlap = count
+    sync = given_sync
+    if params[4]:
+        sync = np.float32(lagged_value(i, j, 0, min_overlap, tau, data)[0])
+    sync_abs = abs(sync)
+    if math.isnan(sync_abs):
+        sync_abs = np.float32(0.0)
+    improvement = best_abs - sync_abs
+    if not (best_abs >= 0 and improvement > min_improvement):
+        improvement = np.float32(-np.inf)
+    return improvement, best_corr, best_lag, best_overlap, sync
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _before(value, index, other_value, other_index):  # pragma: no cover - compiled
+    """The total order of every top-k: larger value first, then smaller index."""
+    return value > other_value or (value == other_value and index < other_index)
+
+
+@njit(cache=True, nogil=True)
+def _insert_value(values, value):  # pragma: no cover - compiled
+    """Insert ``value`` into the descending list ``values``, dropping the last."""
+    k = values.shape[0]
+    if not value > values[k - 1]:
+        return
+    pos = k - 1
+    while pos > 0 and value > values[pos - 1]:
+        values[pos] = values[pos - 1]
+        pos -= 1
+    values[pos] = value
+
+
+@njit(cache=True, nogil=True)
+def _select_exact(  # pragma: no cover - compiled
+    i_of, j_of, upper, given_sync, index_of, params, data, out, slot
+):
+    """Threshold selection over candidates sorted by ``upper`` descending: evaluate each
+    exactly and keep the top k (``out[*][slot]``, ordered by (improvement desc, index_of asc)),
+    stopping at the first candidate whose bound is strictly below the k-th kept improvement
+    (every later one is too). ``out`` = (improvement, index, best_corr, best_lag,
+    best_overlap, sync), each (rows × k), to be filled with −inf / −1."""
+    values = out[0][slot]
+    index = out[1][slot]
+    k = values.shape[0]
+    for q in range(i_of.shape[0]):
+        if upper[q] < values[k - 1]:
+            break
+        e, corr, lag, overlap, sync = pair_values(i_of[q], j_of[q], given_sync[q], params, data)
+        key = index_of[q]
+        if not _before(e, key, values[k - 1], index[k - 1]) or e == -np.inf:
+            continue
+        pos = k - 1
+        while pos > 0 and _before(e, key, values[pos - 1], index[pos - 1]):
+            values[pos] = values[pos - 1]
+            index[pos] = index[pos - 1]
+            out[2][slot, pos] = out[2][slot, pos - 1]
+            out[3][slot, pos] = out[3][slot, pos - 1]
+            out[4][slot, pos] = out[4][slot, pos - 1]
+            out[5][slot, pos] = out[5][slot, pos - 1]
+            pos -= 1
+        values[pos] = e
+        index[pos] = key
+        out[2][slot, pos] = corr
+        out[3][slot, pos] = lag
+        out[4][slot, pos] = overlap
+        out[5][slot, pos] = sync
+
+
+@njit(cache=True, nogil=True)
+def select_rows(  # pragma: no cover - compiled
+    row_lo, row_hi, block_start, upper, lower, sync_block, with_sync, params, data, out
+):
+    """Each leader's final top-k laggers (rows ``[row_lo, row_hi)`` of the block): the k-th
+    largest lower bound of the row is a threshold no selected pair is below; the pairs whose
+    upper bound reaches it are evaluated in decreasing bound order (:func:`_select_exact`)."""
+    n_cols = upper.shape[1]
+    k = out[0].shape[1]
+    kth = np.empty(k, dtype=np.float32)
+    for r in range(row_lo, row_hi):
+        kth[:] = -np.inf
+        for j in range(n_cols):
+            _insert_value(kth, lower[r, j])
+        threshold = kth[k - 1]
+        count = 0
+        for j in range(n_cols):
+            if upper[r, j] > -np.inf and upper[r, j] >= threshold:
+                count += 1
+        cols = np.empty(count, dtype=np.int64)
+        count = 0
+        for j in range(n_cols):
+            if upper[r, j] > -np.inf and upper[r, j] >= threshold:
+                cols[count] = j
+                count += 1
+        bounds = np.empty(count, dtype=np.float32)
+        for q in range(count):
+            bounds[q] = upper[r, cols[q]]
+        order = np.argsort(-bounds, kind="mergesort")
+        cols = cols[order]
+        syncs = np.empty(count, dtype=np.float32)
+        for q in range(count):
+            syncs[q] = np.float32(np.nan) if with_sync else sync_block[r, cols[q]]
+        leaders = np.full(count, block_start + r, dtype=np.int64)
+        _select_exact(leaders, cols, bounds[order], syncs, cols, params, data, out, r)
+
+
+@njit(cache=True, nogil=True)
+def fold_column_lower(col_lo, col_hi, lower, column_lower):  # pragma: no cover - compiled
+    """Fold the block's lower bounds into each lagger's running top-k of lower bounds (N × k)."""
+    for r in range(lower.shape[0]):
+        for j in range(col_lo, col_hi):
+            _insert_value(column_lower[j], lower[r, j])
+
+
+@njit(cache=True, nogil=True)
+def select_columns(  # pragma: no cover - compiled
+    seg_lo, seg_hi, starts, leaders, laggers, upper, syncs, params, data, out
+):
+    """Each lagger's final top-k leaders from its pooled candidates: segments
+    ``starts[s] .. starts[s + 1]`` (s in [seg_lo, seg_hi)) of the pool sorted by lagger, then
+    bound descending; results in ``out[*][lagger]`` (:func:`_select_exact`)."""
+    for s in range(seg_lo, seg_hi):
+        a = starts[s]
+        b = starts[s + 1]
+        if b > a:
+            _select_exact(
+                leaders[a:b],
+                laggers[a:b],
+                upper[a:b],
+                syncs[a:b],
+                leaders[a:b],
+                params,
+                data,
+                out,
+                laggers[a],
+            )
