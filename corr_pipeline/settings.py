@@ -382,19 +382,18 @@ def env_file_values(path: Path | None = None) -> dict[str, str]:
 @contextlib.contextmanager
 def env_file_applied(path: Path | None = None) -> Iterator[dict[str, str]]:
     """Apply ``path`` (default :func:`env_file`) to ``os.environ`` with Dagster's precedence
-    (the file's values replace the environment's), yield them, and restore the environment
-    afterwards (a command run in-process, e.g. by the tests, leaves nothing behind)."""
+    (the file's values replace the environment's), yield them, and restore the whole
+    environment afterwards: a command run in-process (e.g. by the tests) leaves nothing behind,
+    neither the file's values nor what the command itself exported (the demo's first
+    partition, the embedded database's URL)."""
     values = env_file_values(path)
-    previous = {name: os.environ.get(name) for name in values}
+    previous = dict(os.environ)
     os.environ.update(values)
     try:
         yield values
     finally:
-        for name, value in previous.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        os.environ.clear()
+        os.environ.update(previous)
 
 
 def write_env_value(path: Path, name: str, value: str, comment: list[str]) -> None:

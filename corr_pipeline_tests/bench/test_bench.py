@@ -191,12 +191,12 @@ def test_the_floor_times_the_zero_filled_float32_product(monkeypatch: pytest.Mon
     the measurement records the returns' N and T."""
     timed: list[np.ndarray] = []
 
-    def best_of(fn, repeat):  # run what would be timed once, keep its result
+    def wall_and_cpu_times(fn, repeat):  # run what would be timed once, keep its result
         timed.append(fn())
         assert repeat == FLOOR_REPEAT == 7
-        return 0.25
+        return [0.5, 0.25], [1.0, 0.5]
 
-    monkeypatch.setattr(floor_module, "best_of", best_of)
+    monkeypatch.setattr(floor_module, "wall_and_cpu_times", wall_and_cpu_times)
     returns = ragged_returns(37, 53, seed=3)
     assert np.isnan(returns).any()
     floor = measure_floor(returns)
