@@ -1,0 +1,392 @@
+"""The products in stripes of rows, for a runner that maps them over other processes (Dask).
+
+A stripe is a range ``[start, stop)`` of rows of the output (leaders, for the lead-lag scan).
+The stripe functions here run one stripe in whatever process the runner picks and are what a
+task of a cluster runs:
+
+- :func:`correlation_stripe` writes rows ``[start, stop)`` of the upper triangle of ``corr``
+  and ``overlap`` *in place*, in memory maps of the caller's output files, and each chunk's
+  mirror below the diagonal (columns ``[start, stop)`` of the lower rows), exactly as the
+  threaded :func:`~corr_pipeline.compute.correlation.pairwise_correlation` does block by
+  block. Every element ``(i, j)``, ``i <= j``, and its mirror ``(j, i)`` is written by the one
+  stripe holding row ``i``: stripes write disjoint bytes, and a stripe run twice (a retried
+  task) writes the same bytes again.
+- :func:`neighbors_stripe` returns the top-k rows ``[start, stop)`` (N_stripe x k, small),
+  reading its rows of ``corr`` from the file.
+- :func:`lead_lag_stripe` returns its leaders' final per-leader top-k pairs, its per-lagger
+  partial top-k table (scores and leaders, N x k_leaders) and the pairs that entered it;
+  :func:`merge_lead_lag_stripes` merges the tables in stripe order into the exact result.
+
+Bit-identical to the threads for any stripe size and any number of processes: every value
+comes from the same product call on the fixed tile grid
+(:mod:`~corr_pipeline.compute.tiling`), with BLAS on one thread in every process, whichever
+stripe or process issues it. The per-lagger merge is exact because the top-k of a union of
+disjoint candidate sets under a total order ((improvement desc, leader asc)) is the top-k of the
+union of their top-k's.
+
+Only ``R`` (T x N float32) goes to the processes (the runner ships it once per call); each
+process standardises it once per call (``token``) and caches the window for the call's other
+stripes (:func:`_context`). The output files must be reachable under the same path by every
+process (the matrix store's root) and writes to them must be coherent between processes:
+true of processes on one machine (one page cache), which is why a cluster stays on one
+machine (docs/user_guide.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from corr_pipeline.compute import lead_lag as _ll
+from corr_pipeline.compute.correlation import PairCorrelator, Progress, _correlate_block
+from corr_pipeline.compute.neighbors import Neighbors, fill_top_k_rows
+from corr_pipeline.compute.selection import merge_top_k_per_column
+from corr_pipeline.compute.standardize import Standardized, make_side, standardize
+from corr_pipeline.compute.tiling import GEMM_TILE, row_blocks
+
+T = TypeVar("T")
+
+DEFAULT_STRIPE_ROWS = 4 * GEMM_TILE
+"""Rows per stripe (a multiple of the tile, so no product is issued twice); results do not
+depend on it. 512 rows at N = 24,000 is 47 stripes: enough for the workers to balance the
+triangle's uneven stripes, few enough that per-task overhead (~ms) is nothing."""
+
+_CACHED_CONTEXTS = 2
+"""Contexts (standardised windows) a process keeps: the correlation and the lead-lag scan of
+one snapshot may run at the same time on one cluster."""
+
+
+class StripeRunner(Protocol):
+    """Maps a stripe function over stripes, possibly in other processes.
+
+    ``map(fn, shared, stripes, *args, progress=...)`` calls ``fn(shared, stripe, token, *args)``
+    once per stripe (``token``: a string unique to this call, the same for all its stripes) and
+    returns the results in the order of ``stripes``; ``progress(done, total)`` after each
+    stripe, as they complete. ``shared`` (the returns, or None) is shipped once, not per stripe.
+    """
+
+    def map(
+        self,
+        fn: Callable[..., T],
+        shared: np.ndarray | None,
+        stripes: Sequence[tuple[int, int]],
+        *args: Any,
+        progress: Progress | None = None,
+    ) -> list[T]: ...
+
+
+class MappedFile(NamedTuple):
+    """Where an array lives in a file, to memory-map it in another process."""
+
+    path: str
+    offset: int
+    dtype: str
+    shape: tuple[int, ...]
+
+    @classmethod
+    def of(cls, array: np.ndarray) -> MappedFile:
+        """The file behind ``array``, a C-contiguous ``np.memmap`` of a whole file region."""
+        if not isinstance(array, np.memmap) or array.filename is None:
+            raise ValueError("a striped product needs its matrices as file-backed np.memmap")
+        if not array.flags.c_contiguous:
+            raise ValueError("a striped product needs C-contiguous memory maps")
+        return cls(str(array.filename), int(array.offset), array.dtype.str, tuple(array.shape))
+
+    def open(self, mode: Literal["r", "r+"]) -> np.memmap:
+        """The array, mapped (``mode`` ``"r"`` or ``"r+"``; writes go straight to the file)."""
+        return np.memmap(
+            self.path, dtype=np.dtype(self.dtype), mode=mode, offset=self.offset, shape=self.shape
+        )
+
+
+def stripes_of(n_rows: int, stripe_rows: int = DEFAULT_STRIPE_ROWS) -> list[tuple[int, int]]:
+    """``[start, stop)`` stripes of ``stripe_rows`` rows covering ``[0, n_rows)``."""
+    return row_blocks(n_rows, 1, block_rows=stripe_rows)
+
+
+# --------------------------------------------------------------------------------------------
+# per-process context: the standardised window of one call, built once
+# --------------------------------------------------------------------------------------------
+
+
+class _Inline(Executor):
+    """Runs a stripe's work items one after the other in the task's thread: the cluster's
+    parallelism is its tasks (one per worker thread)."""
+
+    def map(self, fn, *iterables, timeout=None, chunksize=1):  # type: ignore[no-untyped-def]
+        return map(fn, *iterables)
+
+
+@dataclass
+class _Context:
+    window: Standardized
+    correlators: dict[int, PairCorrelator]
+
+
+_contexts: OrderedDict[str, _Context] = OrderedDict()
+_contexts_lock = threading.Lock()
+
+
+def _context(token: str, R: np.ndarray) -> _Context:
+    """The standardised window of call ``token`` in this process (built on first use, kept for
+    the call's other stripes; the oldest of more than :data:`_CACHED_CONTEXTS` is dropped).
+
+    Sets this process's BLAS to one thread for good, as the threaded path does for its pool:
+    a product's rounding must not depend on the threads BLAS uses.
+    """
+    with _contexts_lock:
+        found = _contexts.get(token)
+        if found is not None:
+            _contexts.move_to_end(token)
+            return found
+        threadpool_limits(limits=1, user_api="blas")
+        context = _Context(standardize(R), {})
+        _contexts[token] = context
+        while len(_contexts) > _CACHED_CONTEXTS:
+            _contexts.popitem(last=False)
+        return context
+
+
+def _correlator(context: _Context, lag: int) -> PairCorrelator:
+    """A's rows ``[0, T - lag)`` against B's ``[lag, T)`` (lag 0: the synchronous pair)."""
+    found = context.correlators.get(lag)
+    if found is None:
+        w, n = context.window, context.window.z.shape[0]
+        a = make_side(w, 0, n - lag)
+        found = PairCorrelator(w, a, a if lag == 0 else make_side(w, lag, n), _Inline())
+        context.correlators[lag] = found
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# correlation (SPEC §3)
+# --------------------------------------------------------------------------------------------
+
+
+def correlation_stripe(
+    R: np.ndarray,
+    stripe: tuple[int, int],
+    token: str,
+    min_overlap: int,
+    corr_file: MappedFile,
+    overlap_file: MappedFile,
+) -> None:
+    """Rows ``stripe`` of the upper triangle of ``corr`` / ``overlap`` and their mirrors,
+    written in place into the two files (see the module docstring)."""
+    context = _context(token, R)
+    corr, overlap = corr_file.open("r+"), overlap_file.open("r+")
+    _correlate_block(_correlator(context, 0), stripe[0], stripe[1], min_overlap, corr, overlap)
+    del corr, overlap  # unmapped; the written pages are the file's (shared page cache)
+
+
+def striped_correlation(
+    R: np.ndarray,
+    runner: StripeRunner,
+    *,
+    min_overlap: int,
+    out_corr: np.ndarray,
+    out_overlap: np.ndarray,
+    stripe_rows: int = DEFAULT_STRIPE_ROWS,
+    progress: Progress | None = None,
+) -> None:
+    """:func:`~corr_pipeline.compute.correlation.pairwise_correlation` into the file-backed
+    ``out_corr`` / ``out_overlap``, one :func:`correlation_stripe` per stripe on ``runner``;
+    bit-identical to the threaded function."""
+    from corr_pipeline.compute.correlation import check_correlation_args
+
+    check_correlation_args(R, min_overlap, out_corr, out_overlap)
+    files = (MappedFile.of(out_corr), MappedFile.of(out_overlap))
+    stripes = stripes_of(R.shape[1], stripe_rows)
+    runner.map(correlation_stripe, R, stripes, min_overlap, *files, progress=progress)
+
+
+# --------------------------------------------------------------------------------------------
+# neighbors (SPEC §4)
+# --------------------------------------------------------------------------------------------
+
+
+def neighbors_stripe(
+    _R: None,
+    stripe: tuple[int, int],
+    _token: str,
+    k: int,
+    corr_file: MappedFile,
+    overlap_file: MappedFile | None,
+    working_memory_mb: float,
+) -> Neighbors:
+    """The top-k rows ``stripe`` of the file's ``corr`` (and ``overlap`` at them)."""
+    corr = corr_file.open("r")
+    overlap = None if overlap_file is None else overlap_file.open("r")
+    return fill_top_k_rows(corr, overlap, k, stripe, working_memory_mb)
+
+
+def striped_neighbors(
+    corr: np.ndarray,
+    runner: StripeRunner,
+    *,
+    k: int,
+    overlap: np.ndarray | None = None,
+    working_memory_mb: float,
+    stripe_rows: int = DEFAULT_STRIPE_ROWS,
+    progress: Progress | None = None,
+) -> Neighbors:
+    """:func:`~corr_pipeline.compute.neighbors.top_k_neighbors` of the file-backed ``corr``,
+    one :func:`neighbors_stripe` per stripe on ``runner``; identical to it."""
+    from corr_pipeline.compute.neighbors import check_neighbors_args
+
+    k = check_neighbors_args(corr, k, overlap, working_memory_mb)
+    overlap_file = None if overlap is None else MappedFile.of(overlap)
+    stripes = stripes_of(corr.shape[0], stripe_rows)
+    parts = runner.map(
+        neighbors_stripe,
+        None,
+        stripes,
+        k,
+        MappedFile.of(corr),
+        overlap_file,
+        working_memory_mb,
+        progress=progress,
+    )
+    if not parts:
+        return fill_top_k_rows(corr, overlap, k, (0, 0), working_memory_mb)
+    return Neighbors(
+        np.concatenate([p.index for p in parts]),
+        np.concatenate([p.corr for p in parts]),
+        None if overlap is None else np.concatenate([p.overlap for p in parts]),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# lead-lag (SPEC §6): the dispatch only; the per-block scan is lead_lag's
+# --------------------------------------------------------------------------------------------
+
+
+class LeadLagStripe(NamedTuple):
+    """One stripe's share of the selection (see :func:`merge_lead_lag_stripes`)."""
+
+    row_pairs: np.ndarray  # its leaders' k_laggers best (final)
+    column_best: np.ndarray  # N x k_leaders scores of its leaders, descending
+    column_best_rows: np.ndarray  # N x k_leaders leaders, -1 where empty
+    column_pairs: np.ndarray  # the pairs that entered its per-lagger table
+
+
+def lead_lag_stripe(
+    R: np.ndarray,
+    stripe: tuple[int, int],
+    token: str,
+    corr_file: MappedFile | None,
+    max_lag: int,
+    k_rows: int,
+    k_cols: int,
+    min_overlap: int,
+    min_improvement: float,
+    block_rows: int,
+) -> LeadLagStripe:
+    """The lead-lag scan of leaders ``stripe``, block by block exactly as the threaded scan."""
+    context = _context(token, R)
+    corr = None if corr_file is None else corr_file.open("r")
+    n_cols = R.shape[1]
+    sync = _correlator(context, 0)
+    lagged = [_correlator(context, lag) for lag in range(1, max_lag + 1)]
+    column_best = np.full((n_cols, max(k_cols, 1)), -np.inf, dtype=np.float32)
+    column_best_rows = np.full((n_cols, max(k_cols, 1)), -1, dtype=np.int64)
+    row_pairs: list[np.ndarray] = [np.empty(0, _ll.LEAD_LAG_DTYPE)]
+    column_pairs: list[np.ndarray] = [np.empty(0, _ll.LEAD_LAG_DTYPE)]
+    start0, stop0 = stripe
+    for start, stop in row_blocks(stop0 - start0, 1, block_rows=block_rows):
+        scan = _ll._scan_block(
+            start0 + start, start0 + stop, R, corr, sync, lagged, min_overlap, min_improvement
+        )
+        if k_rows > 0:
+            row_pairs.append(_ll._row_selection(scan, k_rows))
+        if k_cols > 0:
+            merge_top_k_per_column(
+                scan.improvement, scan.start, k_cols, column_best, column_best_rows
+            )
+            column_pairs.append(_ll._column_candidates(scan, column_best, column_best_rows))
+    return LeadLagStripe(
+        np.concatenate(row_pairs), column_best, column_best_rows, np.concatenate(column_pairs)
+    )
+
+
+def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], k_cols: int) -> np.ndarray:
+    """The lead-lag result from the stripes' shares, given in increasing leader order.
+
+    Per lagger, the final ``k_cols`` leaders are the first ``k_cols`` of the stripes' tables
+    side by side, ordered by (improvement desc, leader asc) — the order the running table of
+    the threaded scan keeps; the pairs that entered a stripe's table and are in the final one
+    are kept, with every leader's row selection, and sorted and deduplicated as the threaded
+    scan does.
+    """
+    if not parts:
+        return np.empty(0, _ll.LEAD_LAG_DTYPE)
+    row_pairs = [p.row_pairs for p in parts]
+    if k_cols == 0:
+        return _ll._union_sorted(np.concatenate(row_pairs))
+    scores = np.concatenate([p.column_best for p in parts], axis=1)
+    leaders = np.concatenate([p.column_best_rows for p in parts], axis=1)
+    order = np.lexsort((leaders, -scores.astype(np.float64)), axis=1)[:, :k_cols]
+    final_rows = np.take_along_axis(leaders, order, axis=1)  # -1 where the score is -inf
+    column = _ll._final_column_selection([p.column_pairs for p in parts], final_rows)
+    return _ll._union_sorted(np.concatenate([*row_pairs, column]))
+
+
+def striped_lead_lag(
+    R: np.ndarray,
+    runner: StripeRunner,
+    *,
+    max_lag: int,
+    k_leaders: int,
+    k_laggers: int,
+    min_overlap: int,
+    min_improvement: float = 0.0,
+    corr: np.ndarray | None = None,
+    block_rows: int = _ll.MAX_BLOCK_ROWS,
+    stripe_rows: int = DEFAULT_STRIPE_ROWS,
+    progress: Progress | None = None,
+) -> np.ndarray:
+    """:func:`~corr_pipeline.compute.lead_lag.find_lead_lag_pairs`, one
+    :func:`lead_lag_stripe` per stripe of leaders on ``runner`` (``corr``, when given, a
+    file-backed memory map); exactly its result."""
+    _ll.check_lead_lag_args(R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr)
+    n_cols = R.shape[1]
+    k_rows = min(k_laggers, max(n_cols - 1, 0))
+    k_cols = min(k_leaders, max(n_cols - 1, 0))
+    corr_file = None if corr is None else MappedFile.of(corr)
+    parts = runner.map(
+        lead_lag_stripe,
+        R,
+        stripes_of(n_cols, stripe_rows),
+        corr_file,
+        max_lag,
+        k_rows,
+        k_cols,
+        min_overlap,
+        float(min_improvement),
+        int(block_rows),
+        progress=progress,
+    )
+    return merge_lead_lag_stripes(parts, k_cols)
+
+
+__all__ = [
+    "DEFAULT_STRIPE_ROWS",
+    "LeadLagStripe",
+    "MappedFile",
+    "StripeRunner",
+    "correlation_stripe",
+    "lead_lag_stripe",
+    "merge_lead_lag_stripes",
+    "neighbors_stripe",
+    "striped_correlation",
+    "striped_lead_lag",
+    "striped_neighbors",
+    "stripes_of",
+]
