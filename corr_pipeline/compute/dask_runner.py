@@ -37,6 +37,11 @@ class DaskRunner:
         """The URL of the cluster's Dask dashboard (served when bokeh is installed there)."""
         return str(self.client.dashboard_link)
 
+    @property
+    def n_workers(self) -> int:
+        """Workers connected to the scheduler now."""
+        return len(self.client.scheduler_info().get("workers", {}))
+
     def map(
         self,
         fn: Callable[..., T],
