@@ -5,10 +5,9 @@ The stripe functions here run one stripe in whatever process the runner picks an
 task of a cluster runs:
 
 - :func:`correlation_stripe` writes rows ``[start, stop)`` of the upper triangle of ``corr``
-  and ``overlap`` *in place*, in memory maps of the caller's output files, and each chunk's
-  mirror below the diagonal (columns ``[start, stop)`` of the lower rows), exactly as the
-  threaded :func:`~corr_pipeline.compute.correlation.pairwise_correlation` does block by
-  block. Every element ``(i, j)``, ``i <= j``, and its mirror ``(j, i)`` is written by the one
+  and ``overlap`` *in place*, into the caller's output files (the memory maps' files), and
+  their mirror below the diagonal (columns ``[start, stop)`` of the lower rows): the bytes the
+  threaded :func:`~corr_pipeline.compute.correlation.pairwise_correlation` writes there. Every element ``(i, j)``, ``i <= j``, and its mirror ``(j, i)`` is written by the one
   stripe holding row ``i``: stripes write disjoint bytes, and a stripe run twice (a retried
   task) writes the same bytes again.
 - :func:`neighbors_stripe` returns the top-k rows ``[start, stop)`` (N_stripe x k, small),
@@ -27,13 +26,14 @@ union of their top-k's.
 Only ``R`` (T x N float32) goes to the processes (the runner ships it once per call); each
 process standardises it once per call (``token``) and caches the window for the call's other
 stripes (:func:`_context`). The output files must be reachable under the same path by every
-process (the matrix store's root) and writes to them must be coherent between processes:
-true of processes on one machine (one page cache), which is why a cluster stays on one
-machine (docs/user_guide.md).
+process (the matrix store's root, a shared file system when the workers are on several hosts);
+a stripe writes exactly its byte ranges with ``pwrite`` (never whole pages through a map) and
+closes the file, so processes on other hosts may write the neighbouring bytes.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -44,8 +44,9 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from corr_pipeline.compute import kernels
 from corr_pipeline.compute import lead_lag as _ll
-from corr_pipeline.compute.correlation import PairCorrelator, Progress, _correlate_block
+from corr_pipeline.compute.correlation import PairCorrelator, Progress
 from corr_pipeline.compute.neighbors import Neighbors, fill_top_k_rows
 from corr_pipeline.compute.selection import merge_top_k_per_column
 from corr_pipeline.compute.standardize import Standardized, make_side, standardize
@@ -179,11 +180,57 @@ def correlation_stripe(
     overlap_file: MappedFile,
 ) -> None:
     """Rows ``stripe`` of the upper triangle of ``corr`` / ``overlap`` and their mirrors,
-    written in place into the two files (see the module docstring)."""
+    written in place into the two files (see :func:`_write_stripe`).
+
+    The upper rows ``[start, stop) x [start, N)`` are computed into the stripe's own buffers by
+    the same work items as the threaded path (one product per tile and column chunk), then the
+    mirror is taken from them: bit for bit the bytes the threaded path writes.
+    """
     context = _context(token, R)
-    corr, overlap = corr_file.open("r+"), overlap_file.open("r+")
-    _correlate_block(_correlator(context, 0), stripe[0], stripe[1], min_overlap, corr, overlap)
-    del corr, overlap  # unmapped; the written pages are the file's (shared page cache)
+    start, stop = stripe
+    n = corr_file.shape[0]
+    upper = [
+        np.empty((stop - start, n - start), np.dtype(f.dtype)) for f in (corr_file, overlap_file)
+    ]
+    _correlator(context, 0).run(
+        stripe,
+        mode=kernels.MODE_WRITE,
+        symmetric=True,
+        min_overlap=min_overlap,
+        out_origin=(start, start),
+        out_corr=upper[0],
+        out_overlap=upper[1],
+    )
+    for file, block in zip((corr_file, overlap_file), upper, strict=True):
+        _write_stripe(file, block, start, stop)
+
+
+def _write_stripe(file: MappedFile, upper: np.ndarray, start: int, stop: int) -> None:
+    """Write a stripe's bytes of the N x N matrix in ``file``: its rows ``[start, stop)`` from
+    column ``start`` on (``upper``, whose strictly lower triangle in the diagonal block is
+    filled here from its upper one) and the mirror ``matrix[j, start:stop] = upper[:, j]`` of
+    every row ``j >= stop``.
+
+    With ``os.pwrite`` of exactly those byte ranges, not through a memory map: a map writes
+    back whole pages, and a page shared with another stripe's bytes, written by a process on
+    another host of a shared file system (NFS), would undo that stripe's bytes. Through the
+    page cache on one host, the caller's map of the file sees the writes at once.
+    """
+    height = stop - start
+    n, itemsize = file.shape[1], upper.itemsize
+    diagonal = upper[:, :height]
+    below = np.tril_indices(height, -1)
+    diagonal[below] = diagonal.T[below]
+    mirror = np.ascontiguousarray(upper[:, height:].T)
+    fd = os.open(file.path, os.O_WRONLY)
+    try:
+        for rows, first_row in ((upper, start), (mirror, stop)):
+            for r in range(rows.shape[0]):
+                at = file.offset + ((first_row + r) * n + start) * itemsize
+                if os.pwrite(fd, rows[r], at) != rows[r].nbytes:
+                    raise OSError(f"short write into {file.path} at byte {at}")
+    finally:
+        os.close(fd)
 
 
 def striped_correlation(

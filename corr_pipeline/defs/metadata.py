@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import numpy as np
 
-from corr_pipeline.compute.dask_runner import DaskRunner
 from corr_pipeline.db.window import TOO_FEW_RETURNS, ZERO_VARIANCE, ReturnsWindow
 from corr_pipeline.snapshot import markdown
 from corr_pipeline.snapshot.measure import StageStats
 from corr_pipeline.snapshot.verify import CorrelationStats, Verdict
+
+if TYPE_CHECKING:
+    from corr_pipeline.compute.dask_runner import DaskRunner
 
 
 def number(value: float) -> dg.FloatMetadataValue:
