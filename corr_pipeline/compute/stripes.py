@@ -5,9 +5,12 @@ The stripe functions here run one stripe in whatever process the runner picks an
 task of a cluster runs:
 
 - :func:`correlation_stripe` writes rows ``[start, stop)`` of the upper triangle of ``corr``
-  and ``overlap`` *in place*, into the caller's output files (the memory maps' files), and
-  their mirror below the diagonal (columns ``[start, stop)`` of the lower rows): the bytes the
-  threaded :func:`~corr_pipeline.compute.correlation.pairwise_correlation` writes there. Every element ``(i, j)``, ``i <= j``, and its mirror ``(j, i)`` is written by the one
+  and ``overlap`` *in place*, into the caller's output files (the memory maps' files); once
+  every stripe has, :func:`mirror_stripe` writes the same rows below the diagonal from the
+  upper triangle in the files: the bytes the threaded
+  :func:`~corr_pipeline.compute.correlation.pairwise_correlation` writes there. Each byte of
+  the outputs is written by one task, by rows (a mirror written by the stripe of the upper
+  tile would be one short write per lower row and stripe). Every element ``(i, j)``, ``i <= j``, and its mirror ``(j, i)`` is written by the one
   stripe holding row ``i``: stripes write disjoint bytes, and a stripe run twice (a retried
   task) writes the same bytes again.
 - :func:`neighbors_stripe` returns the top-k rows ``[start, stop)`` (N_stripe x k, small),
@@ -179,12 +182,12 @@ def correlation_stripe(
     corr_file: MappedFile,
     overlap_file: MappedFile,
 ) -> None:
-    """Rows ``stripe`` of the upper triangle of ``corr`` / ``overlap`` and their mirrors,
-    written in place into the two files (see :func:`_write_stripe`).
+    """Phase 1 of a stripe: its rows ``[start, stop)`` of ``corr`` / ``overlap`` from column
+    ``start`` on, written in place into the two files.
 
-    The upper rows ``[start, stop) x [start, N)`` are computed into the stripe's own buffers by
-    the same work items as the threaded path (one product per tile and column chunk), then the
-    mirror is taken from them: bit for bit the bytes the threaded path writes.
+    Computed into the stripe's own buffers by the same work items as the threaded path (one
+    product per tile and column chunk); the strictly lower triangle of the diagonal block is
+    then copied from its upper one, as the threaded path mirrors it.
     """
     context = _context(token, R)
     start, stop = stripe
@@ -201,34 +204,56 @@ def correlation_stripe(
         out_corr=upper[0],
         out_overlap=upper[1],
     )
+    below = np.tril_indices(stop - start, -1)
     for file, block in zip((corr_file, overlap_file), upper, strict=True):
-        _write_stripe(file, block, start, stop)
+        diagonal = block[:, : stop - start]
+        diagonal[below] = diagonal.T[below]
+        _write_rows(file, block, start, start)
 
 
-def _write_stripe(file: MappedFile, upper: np.ndarray, start: int, stop: int) -> None:
-    """Write a stripe's bytes of the N x N matrix in ``file``: its rows ``[start, stop)`` from
-    column ``start`` on (``upper``, whose strictly lower triangle in the diagonal block is
-    filled here from its upper one) and the mirror ``matrix[j, start:stop] = upper[:, j]`` of
-    every row ``j >= stop``.
+def mirror_stripe(
+    _R: None,
+    stripe: tuple[int, int],
+    _token: str,
+    corr_file: MappedFile,
+    overlap_file: MappedFile,
+) -> None:
+    """Phase 2 of a stripe, once every phase 1 is done: its rows ``[start, stop)`` below the
+    diagonal, ``matrix[j, :start] = matrix[:start, j]``, read from the upper triangle in the
+    files (blocks of contiguous rows, transposed in memory) and written in place."""
+    start, stop = stripe
+    if start == 0:
+        return
+    for file in (corr_file, overlap_file):
+        matrix = file.open("r")
+        lower = np.empty((stop - start, start), np.dtype(file.dtype))
+        for i0 in range(0, start, _MIRROR_READ_ROWS):
+            i1 = min(i0 + _MIRROR_READ_ROWS, start)
+            lower[:, i0:i1] = np.asarray(matrix[i0:i1, start:stop]).T
+        del matrix
+        _write_rows(file, lower, start, 0)
+
+
+_MIRROR_READ_ROWS = 2048
+"""Upper-triangle rows :func:`mirror_stripe` reads and transposes at a time (4 MB at 512 x
+float32 columns)."""
+
+
+def _write_rows(file: MappedFile, rows: np.ndarray, first_row: int, first_col: int) -> None:
+    """``matrix[first_row + r, first_col : first_col + width] = rows[r]`` in ``file``.
 
     With ``os.pwrite`` of exactly those byte ranges, not through a memory map: a map writes
     back whole pages, and a page shared with another stripe's bytes, written by a process on
     another host of a shared file system (NFS), would undo that stripe's bytes. Through the
     page cache on one host, the caller's map of the file sees the writes at once.
     """
-    height = stop - start
-    n, itemsize = file.shape[1], upper.itemsize
-    diagonal = upper[:, :height]
-    below = np.tril_indices(height, -1)
-    diagonal[below] = diagonal.T[below]
-    mirror = np.ascontiguousarray(upper[:, height:].T)
+    n, itemsize = file.shape[1], rows.itemsize
     fd = os.open(file.path, os.O_WRONLY)
     try:
-        for rows, first_row in ((upper, start), (mirror, stop)):
-            for r in range(rows.shape[0]):
-                at = file.offset + ((first_row + r) * n + start) * itemsize
-                if os.pwrite(fd, rows[r], at) != rows[r].nbytes:
-                    raise OSError(f"short write into {file.path} at byte {at}")
+        for r in range(rows.shape[0]):
+            at = file.offset + ((first_row + r) * n + first_col) * itemsize
+            if os.pwrite(fd, rows[r], at) != rows[r].nbytes:
+                raise OSError(f"short write into {file.path} at byte {at}")
     finally:
         os.close(fd)
 
@@ -244,14 +269,21 @@ def striped_correlation(
     progress: Progress | None = None,
 ) -> None:
     """:func:`~corr_pipeline.compute.correlation.pairwise_correlation` into the file-backed
-    ``out_corr`` / ``out_overlap``, one :func:`correlation_stripe` per stripe on ``runner``;
-    bit-identical to the threaded function."""
+    ``out_corr`` / ``out_overlap`` on ``runner``: one :func:`correlation_stripe` per stripe (the
+    upper triangle), then one :func:`mirror_stripe` per stripe (the lower one); bit-identical
+    to the threaded function. ``progress(done, 2 x stripes)`` over both phases."""
     from corr_pipeline.compute.correlation import check_correlation_args
 
     check_correlation_args(R, min_overlap, out_corr, out_overlap)
     files = (MappedFile.of(out_corr), MappedFile.of(out_overlap))
     stripes = stripes_of(R.shape[1], stripe_rows)
-    runner.map(correlation_stripe, R, stripes, min_overlap, *files, progress=progress)
+    total = 2 * len(stripes)
+
+    def phase(offset: int) -> Progress | None:
+        return None if progress is None else lambda done, _: progress(offset + done, total)
+
+    runner.map(correlation_stripe, R, stripes, min_overlap, *files, progress=phase(0))
+    runner.map(mirror_stripe, None, stripes, *files, progress=phase(len(stripes)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -431,6 +463,7 @@ __all__ = [
     "correlation_stripe",
     "lead_lag_stripe",
     "merge_lead_lag_stripes",
+    "mirror_stripe",
     "neighbors_stripe",
     "striped_correlation",
     "striped_lead_lag",

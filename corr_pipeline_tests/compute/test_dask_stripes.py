@@ -22,7 +22,10 @@ distributed = pytest.importorskip("distributed")
 from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation, top_k_neighbors  # noqa: E402
 from corr_pipeline.compute.dask_runner import DaskRunner  # noqa: E402
 from corr_pipeline.compute.stripes import (  # noqa: E402
+    MappedFile,
     correlation_stripe,
+    lead_lag_stripe,
+    mirror_stripe,
     striped_correlation,
     striped_lead_lag,
     striped_neighbors,
@@ -101,44 +104,45 @@ def test_correlation_stripes_are_the_threads_bit_for_bit(
         progress=lambda done, total: seen.append((done, total)),
     )
     _assert_same(threaded, corr, overlap)
-    total = -(-UNIVERSE.N // stripe_rows)
+    total = 2 * -(-UNIVERSE.N // stripe_rows)  # the upper triangle, then the mirror
     assert seen == [(i, total) for i in range(1, total + 1)]
 
 
-def _die_once(fn, flag: str, victim: tuple[int, int], R, stripe, token, *args):
-    """Run ``fn``; the first time ``victim`` runs, kill the worker process before it returns,
-    after writing garbage over every byte the stripe owns when it is a correlation stripe (its
-    upper-triangle rows and their mirror), so that the result must come from a retry."""
-    if tuple(stripe) != tuple(victim) or os.path.exists(flag):
+def _die_once(fn, victim_fn, flag: str, victim: tuple[int, int], R, stripe, token, *args):
+    """Run ``fn``; the first time ``victim_fn`` runs ``victim``, kill the worker process before
+    it returns, after writing garbage over every byte a correlation stripe of that phase writes
+    (its rows from the diagonal on, or before it), so the result must come from a retry."""
+    if fn is not victim_fn or tuple(stripe) != tuple(victim) or os.path.exists(flag):
         return fn(R, stripe, token, *args)
     Path(flag).touch()
     fn(R, stripe, token, *args)
-    if fn is correlation_stripe:
-        start, stop = stripe
-        for file in args[1:]:
+    start, stop = stripe
+    columns = slice(start, None) if fn is correlation_stripe else slice(0, start)
+    for file in args if fn in (correlation_stripe, mirror_stripe) else ():
+        if isinstance(file, MappedFile):
             matrix = file.open("r+")
-            matrix[start:stop, start:] = -3
-            matrix[stop:, start:stop] = -3
+            matrix[start:stop, columns] = -3
             matrix.flush()
     os._exit(1)
 
 
 class _KillingRunner(DaskRunner):
-    def __init__(self, runner: DaskRunner, flag: Path, victim: tuple[int, int]) -> None:
+    def __init__(self, runner: DaskRunner, victim_fn, flag: Path, victim: tuple[int, int]):
         super().__init__(runner.client)
-        self.flag, self.victim = str(flag), victim
+        self.victim_fn, self.flag, self.victim = victim_fn, str(flag), victim
 
     def map(self, fn, shared, stripes, *args: Any, progress=None):
-        doomed = functools.partial(_die_once, fn, self.flag, self.victim)
+        doomed = functools.partial(_die_once, fn, self.victim_fn, self.flag, self.victim)
         functools.update_wrapper(doomed, fn)
         return super().map(doomed, shared, stripes, *args, progress=progress)
 
 
+@pytest.mark.parametrize("victim_fn", [correlation_stripe, mirror_stripe])
 def test_a_worker_killed_mid_stripe_is_retried_and_the_result_is_identical(
-    two_workers, threaded, tmp_path
+    two_workers, threaded, tmp_path, victim_fn
 ):
     flag = tmp_path / "killed"
-    runner = _KillingRunner(two_workers, flag, (256, 512))
+    runner = _KillingRunner(two_workers, victim_fn, flag, (256, 512))
     corr, overlap = _outputs(tmp_path, UNIVERSE.N, UNIVERSE.T)
     striped_correlation(
         UNIVERSE.R,
@@ -196,7 +200,7 @@ def test_lead_lag_stripes_are_the_threads(two_workers, lead_lag_inputs, with_cor
 
 def test_lead_lag_with_a_killed_worker_is_identical(two_workers, lead_lag_inputs, tmp_path):
     expected = _lead_lag(LEAD_LAG.R, lead_lag_inputs)
-    runner = _KillingRunner(two_workers, tmp_path / "killed", (128, 256))
+    runner = _KillingRunner(two_workers, lead_lag_stripe, tmp_path / "killed", (128, 256))
     found = _lead_lag(LEAD_LAG.R, lead_lag_inputs, runner, stripe_rows=128)
     assert (tmp_path / "killed").exists()
     assert found.tobytes() == expected.tobytes()
