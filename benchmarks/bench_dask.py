@@ -9,8 +9,8 @@ the correlation read from the map): the threaded function (one thread per core, 
 thread), then the striped one on a ``LocalCluster`` of ``--workers`` processes x 1 thread
 (started before the timings, numba compiled in the workers by a small warm-up run), each once,
 side by side; the outputs are compared byte for byte. Printed per product: wall seconds of both,
-their ratio, the stripes' own compute seconds (from Dask's task stream: count, median, max,
-sum; a cluster of larger machines scales from these), peak RSS and peak RssAnon of the client
+their ratio, the stripes' own compute seconds per stripe function (from Dask's task stream:
+count, median, max, sum; a cluster of larger machines scales from these), peak RSS and peak RssAnon of the client
 process above its level before the call, and the workers' peak RSS (``VmHWM``, which counts the
 mapped matrix pages they touched) and ``RssAnon`` at the end.
 """
@@ -198,22 +198,24 @@ def main() -> None:
             same = all(a.tobytes() == b.tobytes() for a, b in zip(expected, found, strict=True))
         else:
             same = expected.tobytes() == found.tobytes()
-        compute = [
-            s["stop"] - s["start"]
-            for task in stream.data
-            for s in task["startstops"]
-            if s["action"] == "compute"
-        ]
+        by_function: dict[str, list[float]] = {}
+        for task in stream.data:
+            for span in task["startstops"]:
+                if span["action"] == "compute":
+                    by_function.setdefault(str(task["key"]).split("-")[0], []).append(
+                        span["stop"] - span["start"]
+                    )
         hwm = max(w.get("VmHWM", 0) for w in workers.values()) / 1024
         anon = max(w.get("RssAnon", 0) for w in workers.values()) / 1024
         print(
             f"{product:<12} threads {t_threads:8.2f} s  dask {t_dask:8.2f} s  ratio "
             f"{t_dask / t_threads:5.2f}  identical {same}; {_load()}"
         )
-        print(
-            f"  stripes {len(compute)}: compute median {np.median(compute):.3f} s, max "
-            f"{max(compute):.3f} s, sum {sum(compute):.2f} s"
-        )
+        for function, compute in by_function.items():
+            print(
+                f"  {function} x {len(compute)}: compute median {np.median(compute):.3f} s, "
+                f"max {max(compute):.3f} s, sum {sum(compute):.2f} s"
+            )
         for name, memory in (("threads", m_threads), ("dask client", m_dask)):
             above = memory.above
             print(

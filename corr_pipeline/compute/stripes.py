@@ -36,8 +36,10 @@ closes the file, so processes on other hosts may write the neighbouring bytes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -174,6 +176,25 @@ def _correlator(context: _Context, lag: int) -> PairCorrelator:
 # --------------------------------------------------------------------------------------------
 
 
+class MirrorScratch(NamedTuple):
+    """A scratch file of the transposed blocks below the diagonal, ``stripe_rows`` square each:
+    block (J, I), J > I (stripes), at slot ``J (J - 1) / 2 + I``, so that the blocks of one
+    stripe's rows are contiguous. Phase 1 of stripe I writes its slots (J, I); phase 2 of
+    stripe J reads (J, 0 .. J - 1) in one read."""
+
+    path: str
+    stripe_rows: int
+    itemsize: int
+
+    def offset(self, j: int, i: int) -> int:
+        return (j * (j - 1) // 2 + i) * self.stripe_rows**2 * self.itemsize
+
+    @classmethod
+    def size(cls, n: int, stripe_rows: int, itemsize: int) -> int:
+        blocks = -(-n // stripe_rows)
+        return blocks * (blocks - 1) // 2 * stripe_rows**2 * itemsize
+
+
 def correlation_stripe(
     R: np.ndarray,
     stripe: tuple[int, int],
@@ -181,9 +202,12 @@ def correlation_stripe(
     min_overlap: int,
     corr_file: MappedFile,
     overlap_file: MappedFile,
+    corr_scratch: MirrorScratch,
+    overlap_scratch: MirrorScratch,
 ) -> None:
     """Phase 1 of a stripe: its rows ``[start, stop)`` of ``corr`` / ``overlap`` from column
-    ``start`` on, written in place into the two files.
+    ``start`` on, written in place into the two files, and the transposes of its blocks right
+    of the diagonal block into the scratch files (the mirror, written by :func:`mirror_stripe`).
 
     Computed into the stripe's own buffers by the same work items as the threaded path (one
     product per tile and column chunk); the strictly lower triangle of the diagonal block is
@@ -191,7 +215,7 @@ def correlation_stripe(
     """
     context = _context(token, R)
     start, stop = stripe
-    n = corr_file.shape[0]
+    n, b = corr_file.shape[0], corr_scratch.stripe_rows
     upper = [
         np.empty((stop - start, n - start), np.dtype(f.dtype)) for f in (corr_file, overlap_file)
     ]
@@ -205,10 +229,21 @@ def correlation_stripe(
         out_overlap=upper[1],
     )
     below = np.tril_indices(stop - start, -1)
-    for file, block in zip((corr_file, overlap_file), upper, strict=True):
+    i = start // b
+    for file, scratch, block in zip(
+        (corr_file, overlap_file), (corr_scratch, overlap_scratch), upper, strict=True
+    ):
         diagonal = block[:, : stop - start]
         diagonal[below] = diagonal.T[below]
         _write_rows(file, block, start, start)
+        slot = np.zeros((b, b), block.dtype)
+        fd = os.open(scratch.path, os.O_WRONLY)
+        try:
+            for j, (col0, col1) in enumerate(stripes_of(n, b)[i + 1 :], start=i + 1):
+                slot[: col1 - col0, : stop - start] = block[:, col0 - start : col1 - start].T
+                _write_exactly(fd, slot, scratch.offset(j, i), scratch.path)
+        finally:
+            os.close(fd)
 
 
 def mirror_stripe(
@@ -217,26 +252,30 @@ def mirror_stripe(
     _token: str,
     corr_file: MappedFile,
     overlap_file: MappedFile,
+    corr_scratch: MirrorScratch,
+    overlap_scratch: MirrorScratch,
 ) -> None:
     """Phase 2 of a stripe, once every phase 1 is done: its rows ``[start, stop)`` below the
-    diagonal, ``matrix[j, :start] = matrix[:start, j]``, read from the upper triangle in the
-    files (blocks of contiguous rows, transposed in memory) and written in place."""
+    diagonal, ``matrix[r, :start] = matrix[:start, r]``, from the transposed blocks the stripes
+    before it left in the scratch files (one contiguous read), written in place."""
     start, stop = stripe
-    if start == 0:
+    b = corr_scratch.stripe_rows
+    j = start // b
+    if j == 0:
         return
-    for file in (corr_file, overlap_file):
-        matrix = file.open("r")
-        lower = np.empty((stop - start, start), np.dtype(file.dtype))
-        for i0 in range(0, start, _MIRROR_READ_ROWS):
-            i1 = min(i0 + _MIRROR_READ_ROWS, start)
-            lower[:, i0:i1] = np.asarray(matrix[i0:i1, start:stop]).T
-        del matrix
+    for file, scratch in zip(
+        (corr_file, overlap_file), (corr_scratch, overlap_scratch), strict=True
+    ):
+        blocks = np.empty((j, b, b), np.dtype(file.dtype))
+        fd = os.open(scratch.path, os.O_RDONLY)
+        try:
+            at = scratch.offset(j, 0)
+            if os.preadv(fd, [blocks.data], at) != blocks.nbytes:
+                raise OSError(f"short read from {scratch.path} at byte {at}")
+        finally:
+            os.close(fd)
+        lower = blocks[:, : stop - start, :].transpose(1, 0, 2).reshape(stop - start, j * b)
         _write_rows(file, lower, start, 0)
-
-
-_MIRROR_READ_ROWS = 2048
-"""Upper-triangle rows :func:`mirror_stripe` reads and transposes at a time (4 MB at 512 x
-float32 columns)."""
 
 
 def _write_rows(file: MappedFile, rows: np.ndarray, first_row: int, first_col: int) -> None:
@@ -252,10 +291,14 @@ def _write_rows(file: MappedFile, rows: np.ndarray, first_row: int, first_col: i
     try:
         for r in range(rows.shape[0]):
             at = file.offset + ((first_row + r) * n + first_col) * itemsize
-            if os.pwrite(fd, rows[r], at) != rows[r].nbytes:
-                raise OSError(f"short write into {file.path} at byte {at}")
+            _write_exactly(fd, np.ascontiguousarray(rows[r]), at, file.path)
     finally:
         os.close(fd)
+
+
+def _write_exactly(fd: int, data: np.ndarray, at: int, path: str) -> None:
+    if os.pwrite(fd, data.data, at) != data.nbytes:
+        raise OSError(f"short write into {path} at byte {at}")
 
 
 def striped_correlation(
@@ -282,8 +325,22 @@ def striped_correlation(
     def phase(offset: int) -> Progress | None:
         return None if progress is None else lambda done, _: progress(offset + done, total)
 
-    runner.map(correlation_stripe, R, stripes, min_overlap, *files, progress=phase(0))
-    runner.map(mirror_stripe, None, stripes, *files, progress=phase(len(stripes)))
+    n = R.shape[1]
+    scratches = tuple(
+        MirrorScratch(f"{file.path}.mirror-{uuid.uuid4().hex}", stripe_rows, out.itemsize)
+        for file, out in zip(files, (out_corr, out_overlap), strict=True)
+    )
+    try:
+        for scratch in scratches:
+            with open(scratch.path, "wb") as created:
+                created.truncate(MirrorScratch.size(n, stripe_rows, scratch.itemsize))
+        args = (*files, *scratches)
+        runner.map(correlation_stripe, R, stripes, min_overlap, *args, progress=phase(0))
+        runner.map(mirror_stripe, None, stripes, *args, progress=phase(len(stripes)))
+    finally:
+        for scratch in scratches:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(scratch.path)
 
 
 # --------------------------------------------------------------------------------------------
