@@ -4,15 +4,14 @@ A stripe is a range ``[start, stop)`` of rows of the output (leaders, for the le
 The stripe functions here run one stripe in whatever process the runner picks and are what a
 task of a cluster runs:
 
-- :func:`correlation_stripe` writes rows ``[start, stop)`` of the upper triangle of ``corr``
-  and ``overlap`` *in place*, into the caller's output files (the memory maps' files); once
-  every stripe has, :func:`mirror_stripe` writes the same rows below the diagonal from the
-  upper triangle in the files: the bytes the threaded
-  :func:`~corr_pipeline.compute.correlation.pairwise_correlation` writes there. Each byte of
-  the outputs is written by one task, by rows (a mirror written by the stripe of the upper
-  tile would be one short write per lower row and stripe). Every element ``(i, j)``, ``i <= j``, and its mirror ``(j, i)`` is written by the one
-  stripe holding row ``i``: stripes write disjoint bytes, and a stripe run twice (a retried
-  task) writes the same bytes again.
+- :func:`correlation_stripe` (phase 1) writes rows ``[start, stop)`` of ``corr`` and
+  ``overlap`` from the diagonal on *in place*, into the caller's output files (the memory
+  maps' files), and the transposes of its blocks right of the diagonal into a scratch file
+  (:class:`MirrorScratch`); once every stripe has, :func:`mirror_stripe` (phase 2) reads its
+  rows' transposed blocks in one read and writes the same rows left of the diagonal. Together:
+  the bytes the threaded :func:`~corr_pipeline.compute.correlation.pairwise_correlation`
+  writes. Every byte of the outputs is written by one task, in whole row segments, and a task
+  run twice (a retried one) writes the same bytes again.
 - :func:`neighbors_stripe` returns the top-k rows ``[start, stop)`` (N_stripe x k, small),
   reading its rows of ``corr`` from the file.
 - :func:`lead_lag_stripe` returns its leaders' final per-leader top-k pairs, its per-lagger
@@ -516,6 +515,7 @@ __all__ = [
     "DEFAULT_STRIPE_ROWS",
     "LeadLagStripe",
     "MappedFile",
+    "MirrorScratch",
     "StripeRunner",
     "correlation_stripe",
     "lead_lag_stripe",
