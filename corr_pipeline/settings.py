@@ -18,6 +18,9 @@ Environment variables (all optional):
 - ``CORR_PIPELINE_MAX_RUNTIME_SECONDS``: the run-level maximum runtime (default 4 h).
 - ``CORR_PIPELINE_KEEP_MATRICES``: how many of the newest published partitions keep their
   matrices in the store after each publication (retention, default 5).
+- ``CORR_PIPELINE_DASK_SCHEDULER``: the address of a Dask distributed scheduler
+  (``tcp://host:8786``) on which the correlation, neighbors and lead-lag stripes run; when unset
+  they run on threads in the step's process (see docs/user_guide.md, "A Dask cluster").
 - ``DAGSTER_HOME``: the Dagster instance directory. The project's own entry points default to
   the current directory when it holds a ``dagster.yaml`` (the repository root: the instance
   configuration Dagster then reads is the project's own file, and Dagster's own commands, run
@@ -51,6 +54,7 @@ ENV_TEST_DATABASE_URL = "CORR_PIPELINE_TEST_DATABASE_URL"
 ENV_PARTITION_START = "CORR_PIPELINE_PARTITION_START"
 ENV_MAX_RUNTIME = "CORR_PIPELINE_MAX_RUNTIME_SECONDS"
 ENV_KEEP_MATRICES = "CORR_PIPELINE_KEEP_MATRICES"
+ENV_DASK_SCHEDULER = "CORR_PIPELINE_DASK_SCHEDULER"
 ENV_DAGSTER_HOME = "DAGSTER_HOME"
 ENV_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 
@@ -201,7 +205,9 @@ def child_environment(pythonpath_first: str) -> dict[str, str]:
     """This process's environment for a child Python process, with ``pythonpath_first`` put
     first on ``PYTHONPATH`` (so the child imports this very copy of the package)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath_first, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (pythonpath_first, env.get("PYTHONPATH", "")) if p
+    )
     return env
 
 
@@ -240,6 +246,12 @@ DEFAULT_SCHEDULE_DELAY_MINUTES = 90
 def _env_text(name: str) -> str | None:
     value = os.environ.get(name, "").strip()
     return value or None
+
+
+def dask_scheduler() -> str | None:
+    """``$CORR_PIPELINE_DASK_SCHEDULER`` (a scheduler address such as ``tcp://host:8786``), or
+    None: the products then run on threads in the step's process."""
+    return _env_text(ENV_DASK_SCHEDULER)
 
 
 def prices_table() -> str:

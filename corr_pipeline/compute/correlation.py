@@ -193,12 +193,9 @@ def pairwise_correlation(
         (N, N), dtypes float32 and ``overlap_dtype(T)``; allocated when not given.
     progress : called as ``progress(blocks_done, blocks_total)`` after each block.
     """
-    check_returns(R)
+    corr, overlap = check_correlation_args(R, min_overlap, out_corr, out_overlap)
     n_rows, n_cols = R.shape
-    check_min_overlap(min_overlap, n_rows)
-    ov_dtype = overlap_dtype(n_rows)
-    corr = check_output(out_corr, "out_corr", (n_cols, n_cols), np.dtype(np.float32))
-    overlap = check_output(out_overlap, "out_overlap", (n_cols, n_cols), ov_dtype)
+    ov_dtype = overlap.dtype
     blocks = row_blocks(
         n_cols, block_row_bytes(n_cols, ov_dtype.itemsize), working_memory_mb, block_rows=block_rows
     )
@@ -211,6 +208,18 @@ def pairwise_correlation(
             if progress is not None:
                 progress(done, len(blocks))
     return CorrelationResult(corr=corr, overlap=overlap)
+
+
+def check_correlation_args(
+    R: np.ndarray, min_overlap: int, out_corr: np.ndarray | None, out_overlap: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Validated arguments of :func:`pairwise_correlation`; the outputs, allocated if None."""
+    check_returns(R)
+    n_rows, n_cols = R.shape
+    check_min_overlap(min_overlap, n_rows)
+    corr = check_output(out_corr, "out_corr", (n_cols, n_cols), np.dtype(np.float32))
+    overlap = check_output(out_overlap, "out_overlap", (n_cols, n_cols), overlap_dtype(n_rows))
+    return corr, overlap
 
 
 def _correlate_block(

@@ -223,21 +223,8 @@ def find_lead_lag_pairs(
     sync_corr, improvement, overlap`` (:data:`LEAD_LAG_DTYPE`), leader/lagger being
     column indices of ``R``, sorted by improvement desc, then leader, then lagger.
     """
-    check_returns(R)
+    check_lead_lag_args(R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr)
     n_rows, n_cols = R.shape
-    check_positive_int(max_lag, "max_lag")
-    if max_lag >= n_rows:
-        raise ValueError(f"max_lag must be < T = {n_rows}, got {max_lag}")
-    check_positive_int(k_leaders, "k_leaders", minimum=0)
-    check_positive_int(k_laggers, "k_laggers", minimum=0)
-    check_min_overlap(min_overlap, n_rows)
-    if not np.isfinite(min_improvement):
-        raise ValueError(f"min_improvement must be finite, got {min_improvement}")
-    if corr is not None:
-        check_square_corr(corr)
-        if corr.shape[0] != n_cols:
-            raise ValueError(f"corr is {corr.shape[0]} × {corr.shape[1]} but R has N = {n_cols}")
-
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))
     pool_state = _ColumnPool(n_cols, k_cols, max_pool=_max_pool(n_cols, k_cols))
@@ -413,6 +400,32 @@ def _screen_block(
     ]
     list(pool.map(screen_item, items))  # list() re-raises a worker's error
     return upper, lower, sync_block
+
+
+def check_lead_lag_args(
+    R: np.ndarray,
+    max_lag: int,
+    k_leaders: int,
+    k_laggers: int,
+    min_overlap: int,
+    min_improvement: float,
+    corr: np.ndarray | None,
+) -> None:
+    """Raise on arguments :func:`find_lead_lag_pairs` does not accept."""
+    check_returns(R)
+    n_rows, n_cols = R.shape
+    check_positive_int(max_lag, "max_lag")
+    if max_lag >= n_rows:
+        raise ValueError(f"max_lag must be < T = {n_rows}, got {max_lag}")
+    check_positive_int(k_leaders, "k_leaders", minimum=0)
+    check_positive_int(k_laggers, "k_laggers", minimum=0)
+    check_min_overlap(min_overlap, n_rows)
+    if not np.isfinite(min_improvement):
+        raise ValueError(f"min_improvement must be finite, got {min_improvement}")
+    if corr is not None:
+        check_square_corr(corr)
+        if corr.shape[0] != n_cols:
+            raise ValueError(f"corr is {corr.shape[0]} × {corr.shape[1]} but R has N = {n_cols}")
 
 
 def _scan_block(

@@ -164,24 +164,41 @@ def top_k_neighbors(
     ValueError : ``corr`` not square, ``overlap`` not of ``corr``'s shape, ``k < 1``,
         ``working_memory_mb`` not > 0.
     """
+    k = check_neighbors_args(corr, k, overlap, working_memory_mb)
+    return fill_top_k_rows(corr, overlap, k, (0, corr.shape[0]), working_memory_mb)
+
+
+def check_neighbors_args(
+    corr: np.ndarray, k: int, overlap: np.ndarray | None, working_memory_mb: float
+) -> int:
+    """Validated arguments of :func:`top_k_neighbors` (see its Raises); ``k`` as an int."""
     check_square_corr(corr)
     check_positive_int(k, "k")
-    k = int(k)
     if overlap is not None:
         check_array(overlap, "overlap", np.integer, shape=corr.shape)
     check_working_memory(working_memory_mb)
+    return int(k)
 
+
+def fill_top_k_rows(
+    corr: np.ndarray,
+    overlap: np.ndarray | None,
+    k: int,
+    rows: tuple[int, int],
+    working_memory_mb: float,
+) -> Neighbors:
+    """:func:`top_k_neighbors` of rows ``[rows[0], rows[1])`` of ``corr`` only (arguments
+    already validated): ``(rows[1] - rows[0]) x k`` arrays, read in blocks of the budget."""
     n = corr.shape[0]
-    index = np.full((n, k), -1, dtype=np.int32)
-    values = np.full((n, k), np.nan, dtype=np.float32)
-    overlap_out = None if overlap is None else np.zeros((n, k), dtype=overlap.dtype)
-    if n == 0:
-        return Neighbors(index, values, overlap_out)
-
-    for row0, row1 in row_blocks(n, n * corr.dtype.itemsize, working_memory_mb):
+    first, last = rows
+    index = np.full((last - first, k), -1, dtype=np.int32)
+    values = np.full((last - first, k), np.nan, dtype=np.float32)
+    overlap_out = None if overlap is None else np.zeros((last - first, k), dtype=overlap.dtype)
+    for start, stop in row_blocks(last - first, n * corr.dtype.itemsize, working_memory_mb):
+        row0, row1 = first + start, first + stop
         block = np.asarray(corr[row0:row1])  # a view for ndarray / memmap input
-        _top_k_rows(block, row0, k, index[row0:row1], values[row0:row1])
+        _top_k_rows(block, row0, k, index[start:stop], values[start:stop])
         if overlap is not None and overlap_out is not None:
-            rows, rank = np.nonzero(index[row0:row1] >= 0)
-            overlap_out[row0 + rows, rank] = overlap[row0 + rows, index[row0 + rows, rank]]
+            local, rank = np.nonzero(index[start:stop] >= 0)
+            overlap_out[start + local, rank] = overlap[row0 + local, index[start + local, rank]]
     return Neighbors(index, values, overlap_out)

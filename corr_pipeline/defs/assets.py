@@ -220,13 +220,16 @@ def correlation_and_overlap(
         with (
             allocate("correlation_matrix", "corr", np.dtype(np.float32)) as pending_corr,
             allocate("overlap_matrix", "overlap", overlap_dtype(int(R.shape[0]))) as pending_ov,
+            steps.stripe_runner(params) as runner,
         ):
+            dashboard = metadata.dask_cluster(context, runner)
             steps.correlation(
                 R,
                 params,
                 out_corr=pending_corr.array,
                 out_overlap=pending_ov.array,
                 progress=dagster_progress(context, "correlation"),
+                runner=runner,
             )
             stored_corr = pending_corr.commit()
             stored_overlap = pending_ov.commit()
@@ -251,6 +254,7 @@ def correlation_and_overlap(
         ),
         metadata={
             **metadata.correlation(n, corr_stats, stats, check_stats),
+            **dashboard,
             **metadata.pictures(
                 context,
                 "correlation histogram",
@@ -305,8 +309,11 @@ def top_k_neighbors_asset(
     params = snapshot_params.to_parameters()
     corr, overlap = correlation_matrix["corr"], overlap_matrix["overlap"]
     symbols = _symbols(correlation_matrix)
-    with measure_stage() as stats:
-        found = steps.neighbors(corr, overlap, params)
+    with measure_stage() as stats, steps.stripe_runner(params) as runner:
+        dashboard = metadata.dask_cluster(context, runner)
+        found = steps.neighbors(
+            corr, overlap, params, progress=dagster_progress(context, "neighbors"), runner=runner
+        )
         verdict = verify.verify_neighbors(
             found.index,
             found.corr,
@@ -327,7 +334,10 @@ def top_k_neighbors_asset(
             params={"k": params.k_neighbors},
             inputs=sources(correlation_matrix, overlap_matrix),
         ),
-        metadata=metadata.neighbors(len(symbols), params.k_neighbors, verdict, stats),
+        metadata={
+            **metadata.neighbors(len(symbols), params.k_neighbors, verdict, stats),
+            **dashboard,
+        },
         check_results=[check_result(verdict, "neighbors_rows_filled", "top_k_neighbors")],
     )
 
@@ -424,9 +434,14 @@ def lead_lag_pairs(
         params = snapshot_params.to_parameters()
         R, corr = returns_matrix["returns"], correlation_matrix["corr"]
         symbols = _symbols(returns_matrix)
-        with measure_stage() as stats:
+        with measure_stage() as stats, steps.stripe_runner(params) as runner:
+            dashboard = metadata.dask_cluster(context, runner)
             pairs = steps.lead_lag(
-                R, corr, params, progress=dagster_progress(context, "lead-lag scan")
+                R,
+                corr,
+                params,
+                progress=dagster_progress(context, "lead-lag scan"),
+                runner=runner,
             )
             contract = verify.verify_lead_lag_pairs(
                 pairs,
@@ -451,6 +466,7 @@ def lead_lag_pairs(
             ),
             metadata={
                 **metadata.lead_lag(pairs, symbols, stats),
+                **dashboard,
                 **metadata.pictures(
                     context,
                     "lead-lag network",

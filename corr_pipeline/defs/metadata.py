@@ -8,7 +8,7 @@ decimals, shares to 4 significant digits, seconds to 0.01 s, MiB to 0.1) and sta
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 import numpy as np
@@ -17,6 +17,9 @@ from corr_pipeline.db.window import TOO_FEW_RETURNS, ZERO_VARIANCE, ReturnsWindo
 from corr_pipeline.snapshot import display, markdown
 from corr_pipeline.snapshot.measure import StageStats
 from corr_pipeline.snapshot.verify import CorrelationStats, Verdict
+
+if TYPE_CHECKING:
+    from corr_pipeline.compute.dask_runner import DaskRunner
 
 
 def number(value: float, rule: Callable[[Any], float]) -> dg.FloatMetadataValue:
@@ -35,6 +38,20 @@ def log_stage(context: dg.AssetExecutionContext, label: str, stats: StageStats) 
     """One log line with the step's time and peak RSS."""
     peak = f", peak RSS {stats.peak_rss_mib:.0f} MiB" if stats.peak_rss_mib is not None else ""
     context.log.info(f"{label}: {stats.seconds:.2f}s{peak}")
+
+
+def dask_cluster(context: dg.AssetExecutionContext, runner: DaskRunner | None) -> dict[str, Any]:
+    """``dask_dashboard`` (the cluster's dashboard URL) and ``dask_workers`` when the step's
+    stripes run on a Dask cluster, logged once; nothing on threads. The step's ``peak_rss_mib``
+    is then the client's: the stripes' memory is the workers' (see the dashboard)."""
+    if runner is None:
+        return {}
+    workers = runner.n_workers
+    context.log.info(f"stripes on the Dask cluster {runner.dashboard_link} ({workers} workers)")
+    return {
+        "dask_dashboard": dg.MetadataValue.url(runner.dashboard_link),
+        "dask_workers": dg.MetadataValue.int(workers),
+    }
 
 
 def pictures(

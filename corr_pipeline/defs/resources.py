@@ -59,14 +59,19 @@ class SnapshotParams(dg.ConfigurableResource):
         "to be defined; below it the value is NaN (SPEC §3, §6).",
     )
     k_neighbors: int = Field(
-        default=DEFAULTS.k_neighbors, description="Neighbors published per symbol, by |corr| (SPEC §4)."
+        default=DEFAULTS.k_neighbors,
+        description="Neighbors published per symbol, by |corr| (SPEC §4).",
     )
-    max_lag: int = Field(default=DEFAULTS.max_lag, description="Largest lead-lag lag scanned, in days (SPEC §6).")
+    max_lag: int = Field(
+        default=DEFAULTS.max_lag, description="Largest lead-lag lag scanned, in days (SPEC §6)."
+    )
     k_leaders: int = Field(
-        default=DEFAULTS.k_leaders, description="Per symbol, its best leaders kept (SPEC §6 selection)."
+        default=DEFAULTS.k_leaders,
+        description="Per symbol, its best leaders kept (SPEC §6 selection).",
     )
     k_laggers: int = Field(
-        default=DEFAULTS.k_laggers, description="Per symbol, its best laggers kept (SPEC §6 selection)."
+        default=DEFAULTS.k_laggers,
+        description="Per symbol, its best laggers kept (SPEC §6 selection).",
     )
     min_improvement: float = Field(
         default=DEFAULTS.min_improvement,
@@ -93,6 +98,14 @@ class SnapshotParams(dg.ConfigurableResource):
         "lead-lag); results are memory-mapped and not counted.",
     )
 
+    dask_scheduler: str | None = Field(
+        default=None,
+        description="Address of a Dask distributed scheduler (tcp://host:8786) on which the "
+        "correlation, neighbors and lead-lag stripes run, bit-identical to threads; default "
+        "$CORR_PIPELINE_DASK_SCHEDULER; both unset: threads in the step's process. The cluster "
+        "stays on one machine (docs/user_guide.md).",
+    )
+
     @model_validator(mode="after")
     def _check_consistency(self) -> SnapshotParams:
         problems = parameter_problems(self._values())
@@ -104,8 +117,11 @@ class SnapshotParams(dg.ConfigurableResource):
         return {name: getattr(self, name) for name in FIELD_NAMES}
 
     def to_parameters(self) -> SnapshotParameters:
-        """The Dagster-free value every step takes."""
-        return SnapshotParameters(**self._values())
+        """The Dagster-free value every step takes (``dask_scheduler`` unset: the environment's
+        ``$CORR_PIPELINE_DASK_SCHEDULER``, read when the step runs)."""
+        values = self._values()
+        values["dask_scheduler"] = self.dask_scheduler or settings.dask_scheduler()
+        return SnapshotParameters(**values)
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters as plain JSON values (recorded in ``snapshots.params``, SPEC §7)."""
@@ -220,9 +236,7 @@ class PriceSourceResource(dg.ConfigurableResource):
             self.timezone if self.timezone is not None else settings.prices_timezone(),
             names=(
                 "price_source.table" if self.table is not None else settings.ENV_PRICES_TABLE,
-                "price_source.columns"
-                if self.columns is not None
-                else settings.ENV_PRICES_COLUMNS,
+                "price_source.columns" if self.columns is not None else settings.ENV_PRICES_COLUMNS,
                 "price_source.timezone"
                 if self.timezone is not None
                 else settings.ENV_PRICES_TIMEZONE,

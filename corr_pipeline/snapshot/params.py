@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 
 LINKAGE_METHODS = ("average", "single", "complete", "weighted")
+_SCHEDULER_ADDRESS = re.compile(r"[a-z]+://\S+:\d+")
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,11 @@ class SnapshotParameters:
     ``k_laggers``, ``min_improvement``: the lead-lag scan and selection (SPEC §6);
     ``linkage_method`` and exactly one of ``distance_threshold`` / ``n_clusters``: the clusters
     (SPEC §5); ``working_memory_mb``: the budget for each step's temporaries.
+
+    ``dask_scheduler``: where the products run, not what they compute — the address of a Dask
+    scheduler (``tcp://host:8786``) for the correlation, neighbors and lead-lag stripes, or None
+    for threads in the step's process. The results are bit-identical either way, so it is not
+    recorded in ``snapshots.params`` (:meth:`as_dict` leaves it out).
     """
 
     lookback_days: int = 252
@@ -43,14 +50,16 @@ class SnapshotParameters:
     distance_threshold: float | None = 1.2
     n_clusters: int | None = None
     working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB
+    dask_scheduler: str | None = None
 
     def __post_init__(self) -> None:
-        problems = parameter_problems(self.as_dict())
+        problems = parameter_problems({**self.as_dict(), "dask_scheduler": self.dask_scheduler})
         if problems:
             raise ValueError("invalid snapshot parameters: " + "; ".join(problems))
 
     def as_dict(self) -> dict[str, Any]:
-        """The parameters as plain JSON values (recorded in ``snapshots.params``, SPEC §7)."""
+        """The parameters of the result as plain JSON values (recorded in ``snapshots.params``,
+        SPEC §7): every field but ``dask_scheduler``."""
         return {
             "lookback_days": int(self.lookback_days),
             "min_history_days": int(self.min_history_days),
@@ -85,7 +94,8 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
     min_history_days returns, and the lag scan needs ``max_lag < T``) and
     ``min_overlap <= lookback_days - max_lag`` (otherwise the largest lag can never reach
     min_overlap common returns, SPEC §6); a known linkage method; exactly one of
-    ``distance_threshold`` (finite, > 0) and ``n_clusters`` (>= 1); a finite min_improvement.
+    ``distance_threshold`` (finite, > 0) and ``n_clusters`` (>= 1); a finite min_improvement;
+    ``dask_scheduler``, when given, an address ``scheme://host:port``.
     """
     problems: list[str] = []
 
@@ -148,6 +158,12 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
         problems.append(f"n_clusters must be >= 1 (got {n_clusters})")
     if not math.isfinite(p["min_improvement"]):
         problems.append(f"min_improvement must be finite (got {p['min_improvement']})")
+    scheduler = p.get("dask_scheduler")
+    if scheduler is not None and not _SCHEDULER_ADDRESS.fullmatch(scheduler):
+        problems.append(
+            f"dask_scheduler must be a scheduler address such as tcp://host:8786 "
+            f"(got {scheduler!r})"
+        )
     return problems
 
 

@@ -20,15 +20,22 @@ choice. :func:`matrix_versions` gathers the matrix-store versions a publication 
   anonymous; the Dagster asset and ``corr-pipeline bench`` do), else on the heap; + O(N).
 - lead_lag: R standardised, one block per lag (``working_memory_mb``), the running per-symbol
   top-k (N x k), corr read as a map.
+
+With ``params.dask_scheduler`` set, :func:`stripe_runner` connects to that Dask cluster and
+correlation, neighbors and lead_lag run as stripes of rows there
+(:mod:`corr_pipeline.compute.stripes`), bit-identical to the threads: each worker holds R and
+its standardised window and a stripe's temporaries; the step's process keeps only R and, for
+lead_lag, the stripes' N x k_leaders tables until they are merged. The correlation then also
+needs scratch files of 3·N² bytes next to its outputs during the step (the mirror's blocks).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import sqlalchemy as sa
@@ -41,6 +48,12 @@ from corr_pipeline.compute import (
 )
 from corr_pipeline.compute.clusters import distance_buffer_length
 from corr_pipeline.compute.neighbors import Neighbors
+from corr_pipeline.compute.stripes import (
+    StripeRunner,
+    striped_correlation,
+    striped_lead_lag,
+    striped_neighbors,
+)
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.publish import SnapshotResults
 from corr_pipeline.db.window import ReturnsWindow, load_returns_window
@@ -48,6 +61,9 @@ from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
 
 Progress = Callable[[int, int], None]
+
+if TYPE_CHECKING:
+    from corr_pipeline.compute.dask_runner import DaskRunner
 
 #: ``scratch(name, shape, dtype)``: a context manager yielding a writable working array.
 Scratch = Callable[[str, tuple[int, ...], np.dtype], AbstractContextManager[np.ndarray]]
@@ -82,6 +98,19 @@ def load_returns(
     )
 
 
+@contextmanager
+def stripe_runner(params: SnapshotParameters) -> Iterator[DaskRunner | None]:
+    """A runner on the Dask scheduler ``params.dask_scheduler`` (disconnected on exit), or None
+    when it is unset (the steps then run on threads). Needs the ``dask`` extra."""
+    if params.dask_scheduler is None:
+        yield None
+        return
+    from corr_pipeline.compute.dask_runner import connect
+
+    with connect(params.dask_scheduler) as runner:
+        yield runner
+
+
 def correlation(
     R: np.ndarray,
     params: SnapshotParameters,
@@ -89,10 +118,22 @@ def correlation(
     out_corr: np.ndarray,
     out_overlap: np.ndarray,
     progress: Progress | None = None,
+    runner: StripeRunner | None = None,
 ) -> None:
     """Pairwise-complete correlation and overlap of the columns of ``R`` (SPEC §3), written
     into ``out_corr`` (N x N float32) and ``out_overlap`` (N x N,
-    :func:`~corr_pipeline.compute.tiling.overlap_dtype` of T)."""
+    :func:`~corr_pipeline.compute.tiling.overlap_dtype` of T); on ``runner``'s stripes (the
+    outputs then file-backed memory maps every worker can open) or, when None, on threads."""
+    if runner is not None:
+        striped_correlation(
+            R,
+            runner,
+            min_overlap=params.min_overlap,
+            out_corr=out_corr,
+            out_overlap=out_overlap,
+            progress=progress,
+        )
+        return
     pairwise_correlation(
         R,
         min_overlap=params.min_overlap,
@@ -104,9 +145,24 @@ def correlation(
 
 
 def neighbors(
-    corr: np.ndarray, overlap: np.ndarray | None, params: SnapshotParameters
+    corr: np.ndarray,
+    overlap: np.ndarray | None,
+    params: SnapshotParameters,
+    *,
+    progress: Progress | None = None,
+    runner: StripeRunner | None = None,
 ) -> Neighbors:
-    """The ``k_neighbors`` strongest |corr| neighbors of every symbol (SPEC §4)."""
+    """The ``k_neighbors`` strongest |corr| neighbors of every symbol (SPEC §4); on
+    ``runner``'s stripes (``progress`` after each) or, when None, in this thread."""
+    if runner is not None:
+        return striped_neighbors(
+            corr,
+            runner,
+            k=params.k_neighbors,
+            overlap=overlap,
+            working_memory_mb=params.working_memory_mb,
+            progress=progress,
+        )
     return top_k_neighbors(
         corr, k=params.k_neighbors, overlap=overlap, working_memory_mb=params.working_memory_mb
     )
@@ -147,8 +203,22 @@ def lead_lag(
     params: SnapshotParameters,
     *,
     progress: Progress | None = None,
+    runner: StripeRunner | None = None,
 ) -> np.ndarray:
-    """The lead-lag pairs of SPEC §6 (structured array, leader/lagger as column indices)."""
+    """The lead-lag pairs of SPEC §6 (structured array, leader/lagger as column indices); on
+    ``runner``'s stripes of leaders or, when None, on threads."""
+    if runner is not None:
+        return striped_lead_lag(
+            R,
+            runner,
+            max_lag=params.max_lag,
+            k_leaders=params.k_leaders,
+            k_laggers=params.k_laggers,
+            min_overlap=params.min_overlap,
+            min_improvement=params.min_improvement,
+            corr=corr,
+            progress=progress,
+        )
     return find_lead_lag_pairs(
         R,
         max_lag=params.max_lag,
@@ -213,9 +283,10 @@ def _same_contents(store: MatrixStore, asset: str, partition: str, a: dict, b: d
         row_bytes = max(1, x.nbytes // max(1, x.shape[0]))
         step = max(1, _COMPARE_BLOCK_BYTES // row_bytes)
         for start in range(0, x.shape[0], step):
-            if np.asarray(x[start : start + step]).tobytes() != np.asarray(
-                y[start : start + step]
-            ).tobytes():
+            if (
+                np.asarray(x[start : start + step]).tobytes()
+                != np.asarray(y[start : start + step]).tobytes()
+            ):
                 return False
     return True
 

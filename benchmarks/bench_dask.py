@@ -1,0 +1,233 @@
+"""Benchmark: the products on threads against their stripes on a Dask LocalCluster, same run.
+
+    python benchmarks/bench_dask.py --n 6000
+    python benchmarks/bench_dask.py --n 24000 --products correlation neighbors --dir /tmp/dask_bench
+    python benchmarks/bench_dask.py --n 64000 --products correlation --dir /big/dask_bench
+
+For each product (correlation into ``.npy`` memory maps in ``--dir``, neighbors, lead-lag with
+the correlation read from the map): the threaded function (one thread per core, BLAS on one
+thread), then the striped one on a ``LocalCluster`` of ``--workers`` processes x 1 thread
+(started before the timings, numba compiled in the workers by a small warm-up run), each once,
+side by side; the outputs are compared byte for byte. Printed per product: wall seconds of both,
+their ratio, the stripes' own compute seconds per stripe function (from Dask's task stream:
+count, median, max, sum; a cluster of larger machines scales from these), peak RSS and peak RssAnon of the client
+process above its level before the call, and the workers' peak RSS (``VmHWM``, which counts the
+mapped matrix pages they touched) and ``RssAnon`` at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from common import PeakMemory, git_commit, machine_line
+
+from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation, top_k_neighbors
+from corr_pipeline.compute.dask_runner import DaskRunner
+from corr_pipeline.compute.stripes import (
+    DEFAULT_STRIPE_ROWS,
+    striped_correlation,
+    striped_lead_lag,
+    striped_neighbors,
+)
+from corr_pipeline.compute.tiling import overlap_dtype
+from corr_pipeline.snapshot.measure import read_proc_status_kib, reset_peak_rss
+from corr_pipeline.synth import ragged_returns
+
+PRODUCTS = ("correlation", "neighbors", "lead_lag")
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def _worker_memory() -> dict[str, int]:
+    return read_proc_status_kib(("VmHWM", "RssAnon"))
+
+
+class _InProcess:
+    """A stripe runner in the calling thread (the warm-up's)."""
+
+    def map(self, fn, shared, stripes, *args, progress=None):  # type: ignore[no-untyped-def]
+        return [fn(shared, stripe, "warm-up", *args) for stripe in stripes]
+
+
+def _warm_up(t: int, min_overlap: int, max_lag: int, k: int) -> None:
+    """Every product, threaded and striped, on 300 symbols in this process: numba's kernels
+    loaded, so that no timed stripe pays for it (run in every worker and in the client)."""
+    R = ragged_returns(t, 300, seed=2)
+    with tempfile.TemporaryDirectory() as work:
+        corr, overlap = (
+            np.lib.format.open_memmap(f"{work}/{name}.npy", "w+", dtype, (300, 300))
+            for name, dtype in (("corr", np.float32), ("overlap", overlap_dtype(t)))
+        )
+        runner = _InProcess()
+        pairwise_correlation(R, min_overlap=min_overlap)
+        striped_correlation(R, runner, min_overlap=min_overlap, out_corr=corr, out_overlap=overlap)
+        top_k_neighbors(corr, k=k, overlap=overlap)
+        striped_neighbors(corr, runner, k=k, overlap=overlap, working_memory_mb=512)
+        for run in (find_lead_lag_pairs, partial(striped_lead_lag, runner=runner)):
+            run(R, max_lag=max_lag, k_leaders=k, k_laggers=k, min_overlap=min_overlap, corr=corr)
+
+
+def _timed(call: Callable[[], Any]) -> tuple[Any, float, PeakMemory]:
+    with PeakMemory() as memory:
+        start = time.perf_counter()
+        result = call()
+        seconds = time.perf_counter() - start
+    return result, seconds, memory
+
+
+def _same_file(a: np.ndarray, b: np.ndarray, rows: int = 1024) -> bool:
+    return all(
+        np.asarray(a[i : i + rows]).tobytes() == np.asarray(b[i : i + rows]).tobytes()
+        for i in range(0, a.shape[0], rows)
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=6000)
+    parser.add_argument("--t", type=int, default=252)
+    parser.add_argument("--min-overlap", type=int, default=60)
+    parser.add_argument("--max-lag", type=int, default=5)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--stripe-rows", type=int, default=DEFAULT_STRIPE_ROWS)
+    parser.add_argument("--products", nargs="+", choices=PRODUCTS, default=list(PRODUCTS))
+    parser.add_argument("--dir", type=Path, help="where the memory maps go (default: a temp dir)")
+    args = parser.parse_args()
+
+    from distributed import Client, LocalCluster, get_task_stream
+
+    R = ragged_returns(args.t, args.n, seed=1)
+    work = args.dir or Path(tempfile.mkdtemp(prefix="bench_dask_"))
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    shape, ov_dtype = (args.n, args.n), overlap_dtype(args.t)
+
+    def outputs(tag: str) -> tuple[np.memmap, np.memmap]:
+        return (
+            np.lib.format.open_memmap(work / f"corr_{tag}.npy", "w+", np.float32, shape),
+            np.lib.format.open_memmap(work / f"overlap_{tag}.npy", "w+", ov_dtype, shape),
+        )
+
+    cluster = LocalCluster(
+        n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
+    client = Client(cluster, set_as_default=False)
+    runner = DaskRunner(client)
+    client.run(_warm_up, args.t, args.min_overlap, args.max_lag, args.k)
+    _warm_up(args.t, args.min_overlap, args.max_lag, args.k)
+    print(f"# {machine_line()}; commit {git_commit()}")
+    print(
+        f"# N = {args.n}, T = {args.t}, min_overlap = {args.min_overlap}, max_lag = "
+        f"{args.max_lag}, k = {args.k}; LocalCluster {args.workers} workers x 1 thread, stripes "
+        f"of {args.stripe_rows} rows; {_load()}"
+    )
+
+    corr_t, ov_t = outputs("threads")
+    corr_d, ov_d = outputs("dask")
+    jobs: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
+        "correlation": (
+            lambda: pairwise_correlation(
+                R, min_overlap=args.min_overlap, out_corr=corr_t, out_overlap=ov_t
+            ),
+            lambda: striped_correlation(
+                R,
+                runner,
+                min_overlap=args.min_overlap,
+                out_corr=corr_d,
+                out_overlap=ov_d,
+                stripe_rows=args.stripe_rows,
+            ),
+        ),
+        "neighbors": (
+            lambda: top_k_neighbors(corr_t, k=args.k, overlap=ov_t),
+            lambda: striped_neighbors(
+                corr_t,
+                runner,
+                k=args.k,
+                overlap=ov_t,
+                working_memory_mb=512,
+                stripe_rows=args.stripe_rows,
+            ),
+        ),
+        "lead_lag": (
+            lambda: find_lead_lag_pairs(
+                R,
+                max_lag=args.max_lag,
+                k_leaders=args.k,
+                k_laggers=args.k,
+                min_overlap=args.min_overlap,
+                corr=corr_t,
+            ),
+            lambda: striped_lead_lag(
+                R,
+                runner,
+                max_lag=args.max_lag,
+                k_leaders=args.k,
+                k_laggers=args.k,
+                min_overlap=args.min_overlap,
+                corr=corr_t,
+                stripe_rows=args.stripe_rows,
+            ),
+        ),
+    }
+    if "correlation" not in args.products:
+        pairwise_correlation(R, min_overlap=args.min_overlap, out_corr=corr_t, out_overlap=ov_t)
+    for product in [p for p in PRODUCTS if p in args.products]:
+        threaded, striped = jobs[product]
+        expected, t_threads, m_threads = _timed(threaded)
+        client.run(reset_peak_rss)
+        with get_task_stream(client=client) as stream:
+            found, t_dask, m_dask = _timed(striped)
+        workers = client.run(_worker_memory)
+        if product == "correlation":
+            same = _same_file(corr_t, corr_d) and _same_file(ov_t, ov_d)
+        elif product == "neighbors":
+            same = all(a.tobytes() == b.tobytes() for a, b in zip(expected, found, strict=True))
+        else:
+            same = expected.tobytes() == found.tobytes()
+        by_function: dict[str, list[float]] = {}
+        for task in stream.data:
+            for span in task["startstops"]:
+                if span["action"] == "compute":
+                    by_function.setdefault(str(task["key"]).split("-")[0], []).append(
+                        span["stop"] - span["start"]
+                    )
+        hwm = max(w.get("VmHWM", 0) for w in workers.values()) / 1024
+        anon = max(w.get("RssAnon", 0) for w in workers.values()) / 1024
+        print(
+            f"{product:<12} threads {t_threads:8.2f} s  dask {t_dask:8.2f} s  ratio "
+            f"{t_dask / t_threads:5.2f}  identical {same}; {_load()}"
+        )
+        for function, compute in by_function.items():
+            print(
+                f"  {function} x {len(compute)}: compute median {np.median(compute):.3f} s, "
+                f"max {max(compute):.3f} s, sum {sum(compute):.2f} s"
+            )
+        for name, memory in (("threads", m_threads), ("dask client", m_dask)):
+            above = memory.above
+            print(
+                f"  {name:<12} peak RSS +{above.rss_mib:8,.0f} MiB  peak RssAnon "
+                f"+{above.anon_mib:8,.0f} MiB"
+            )
+        print(f"  each worker  peak RSS {hwm:8,.0f} MiB  RssAnon at end {anon:8,.0f} MiB")
+    client.close()
+    cluster.close()
+    if args.dir is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

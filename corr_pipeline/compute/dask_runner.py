@@ -1,0 +1,83 @@
+"""A :class:`~corr_pipeline.compute.stripes.StripeRunner` on a Dask distributed cluster.
+
+``distributed`` is an optional dependency (``pip install -e '.[dask]'``), imported only when a
+runner is made. Per :meth:`DaskRunner.map`: ``shared`` (the returns R, T x N float32) is
+scattered once to every worker (``broadcast=True``), one task per stripe is submitted, and the
+results are gathered as they complete (``as_completed``, which drives ``progress``) and returned
+in stripe order. A worker that dies mid-stripe has its task re-run by the scheduler on another
+worker (up to ``distributed.scheduler.allowed-failures`` times, default 3): the stripe
+functions are idempotent, so the result is the same.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from corr_pipeline.compute.correlation import Progress
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+T = TypeVar("T")
+
+
+class DaskRunner:
+    """Runs stripes as tasks of the cluster behind ``client``."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    @property
+    def dashboard_link(self) -> str:
+        """The URL of the cluster's Dask dashboard (served when bokeh is installed there)."""
+        return str(self.client.dashboard_link)
+
+    @property
+    def n_workers(self) -> int:
+        """Workers connected to the scheduler now."""
+        return len(self.client.scheduler_info().get("workers", {}))
+
+    def map(
+        self,
+        fn: Callable[..., T],
+        shared: np.ndarray | None,
+        stripes: Sequence[tuple[int, int]],
+        *args: Any,
+        progress: Progress | None = None,
+    ) -> list[T]:
+        """``[fn(shared, stripe, token, *args) for stripe in stripes]``, one task per stripe."""
+        from distributed import as_completed
+
+        token = f"{fn.__name__}-{uuid.uuid4().hex}"
+        scattered = (
+            None if shared is None else self.client.scatter(shared, broadcast=True, hash=False)
+        )
+        futures = [
+            self.client.submit(fn, scattered, stripe, token, *args, key=f"{token}-{i}", pure=False)
+            for i, stripe in enumerate(stripes)
+        ]
+        position = {future.key: i for i, future in enumerate(futures)}
+        results: list[Any] = [None] * len(futures)
+        try:
+            completed = as_completed(futures, loop=self.client.loop)
+            for done, future in enumerate(completed, start=1):
+                results[position[future.key]] = future.result()
+                if progress is not None:
+                    progress(done, len(futures))
+        finally:
+            self.client.cancel([*futures, *([] if scattered is None else [scattered])])
+        return results
+
+
+@contextmanager
+def connect(address: str) -> Iterator[DaskRunner]:
+    """A runner on the scheduler at ``address`` (e.g. ``tcp://host:8786``), closed on exit."""
+    from distributed import Client
+
+    with Client(address, set_as_default=False) as client:
+        yield DaskRunner(client)

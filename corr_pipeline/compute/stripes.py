@@ -1,0 +1,529 @@
+"""The products in stripes of rows, for a runner that maps them over other processes (Dask).
+
+A stripe is a range ``[start, stop)`` of rows of the output (leaders, for the lead-lag scan).
+The stripe functions here run one stripe in whatever process the runner picks and are what a
+task of a cluster runs:
+
+- :func:`correlation_stripe` (phase 1) writes rows ``[start, stop)`` of ``corr`` and
+  ``overlap`` from the diagonal on *in place*, into the caller's output files (the memory
+  maps' files), and the transposes of its blocks right of the diagonal into a scratch file
+  (:class:`MirrorScratch`); once every stripe has, :func:`mirror_stripe` (phase 2) reads its
+  rows' transposed blocks in one read and writes the same rows left of the diagonal. Together:
+  the bytes the threaded :func:`~corr_pipeline.compute.correlation.pairwise_correlation`
+  writes. Every byte of the outputs is written by one task, in whole row segments, and a task
+  run twice (a retried one) writes the same bytes again.
+- :func:`neighbors_stripe` returns the top-k rows ``[start, stop)`` (N_stripe x k, small),
+  reading its rows of ``corr`` from the file.
+- :func:`lead_lag_stripe` returns its leaders' final per-leader top-k pairs, its per-lagger
+  partial top-k table (scores and leaders, N x k_leaders) and the pairs that entered it;
+  :func:`merge_lead_lag_stripes` merges the tables in stripe order into the exact result.
+
+Bit-identical to the threads for any stripe size and any number of processes: every value
+comes from the same product call on the fixed tile grid
+(:mod:`~corr_pipeline.compute.tiling`), with BLAS on one thread in every process, whichever
+stripe or process issues it. The per-lagger merge is exact because the top-k of a union of
+disjoint candidate sets under a total order ((improvement desc, leader asc)) is the top-k of the
+union of their top-k's.
+
+Only ``R`` (T x N float32) goes to the processes (the runner ships it once per call); each
+process standardises it once per call (``token``) and caches the window for the call's other
+stripes (:func:`_context`). The output files must be reachable under the same path by every
+process (the matrix store's root, a shared file system when the workers are on several hosts);
+a stripe writes exactly its byte ranges with ``pwrite`` (never whole pages through a map) and
+closes the file, so processes on other hosts may write the neighbouring bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from corr_pipeline.compute import kernels
+from corr_pipeline.compute import lead_lag as _ll
+from corr_pipeline.compute.correlation import PairCorrelator, Progress
+from corr_pipeline.compute.neighbors import Neighbors, fill_top_k_rows
+from corr_pipeline.compute.selection import merge_top_k_per_column
+from corr_pipeline.compute.standardize import Standardized, make_side, standardize
+from corr_pipeline.compute.tiling import GEMM_TILE, row_blocks
+
+T = TypeVar("T")
+
+DEFAULT_STRIPE_ROWS = 4 * GEMM_TILE
+"""Rows per stripe (a multiple of the tile, so no product is issued twice); results do not
+depend on it. 512 rows at N = 24,000 is 47 stripes: enough for the workers to balance the
+triangle's uneven stripes, few enough that per-task overhead (~ms) is nothing."""
+
+_CACHED_CONTEXTS = 2
+"""Contexts (standardised windows) a process keeps: the correlation and the lead-lag scan of
+one snapshot may run at the same time on one cluster."""
+
+
+class StripeRunner(Protocol):
+    """Maps a stripe function over stripes, possibly in other processes.
+
+    ``map(fn, shared, stripes, *args, progress=...)`` calls ``fn(shared, stripe, token, *args)``
+    once per stripe (``token``: a string unique to this call, the same for all its stripes) and
+    returns the results in the order of ``stripes``; ``progress(done, total)`` after each
+    stripe, as they complete. ``shared`` (the returns, or None) is shipped once, not per stripe.
+    """
+
+    def map(
+        self,
+        fn: Callable[..., T],
+        shared: np.ndarray | None,
+        stripes: Sequence[tuple[int, int]],
+        *args: Any,
+        progress: Progress | None = None,
+    ) -> list[T]: ...
+
+
+class MappedFile(NamedTuple):
+    """Where an array lives in a file, to memory-map it in another process."""
+
+    path: str
+    offset: int
+    dtype: str
+    shape: tuple[int, ...]
+
+    @classmethod
+    def of(cls, array: np.ndarray) -> MappedFile:
+        """The file behind ``array``, a C-contiguous ``np.memmap`` of a whole file region."""
+        if not isinstance(array, np.memmap) or array.filename is None:
+            raise ValueError("a striped product needs its matrices as file-backed np.memmap")
+        if not array.flags.c_contiguous:
+            raise ValueError("a striped product needs C-contiguous memory maps")
+        return cls(str(array.filename), int(array.offset), array.dtype.str, tuple(array.shape))
+
+    def open(self, mode: Literal["r", "r+"]) -> np.memmap:
+        """The array, mapped (``mode`` ``"r"`` or ``"r+"``; writes go straight to the file)."""
+        return np.memmap(
+            self.path, dtype=np.dtype(self.dtype), mode=mode, offset=self.offset, shape=self.shape
+        )
+
+
+def stripes_of(n_rows: int, stripe_rows: int = DEFAULT_STRIPE_ROWS) -> list[tuple[int, int]]:
+    """``[start, stop)`` stripes of ``stripe_rows`` rows covering ``[0, n_rows)``."""
+    return row_blocks(n_rows, 1, block_rows=stripe_rows)
+
+
+# --------------------------------------------------------------------------------------------
+# per-process context: the standardised window of one call, built once
+# --------------------------------------------------------------------------------------------
+
+
+class _Inline(Executor):
+    """Runs a stripe's work items one after the other in the task's thread: the cluster's
+    parallelism is its tasks (one per worker thread)."""
+
+    def map(self, fn, *iterables, timeout=None, chunksize=1):  # type: ignore[no-untyped-def]
+        return map(fn, *iterables)
+
+
+@dataclass
+class _Context:
+    window: Standardized
+    correlators: dict[int, PairCorrelator]
+
+
+_contexts: OrderedDict[str, _Context] = OrderedDict()
+_contexts_lock = threading.Lock()
+
+
+def _context(token: str, R: np.ndarray) -> _Context:
+    """The standardised window of call ``token`` in this process (built on first use, kept for
+    the call's other stripes; the oldest of more than :data:`_CACHED_CONTEXTS` is dropped).
+
+    Sets this process's BLAS to one thread for good, as the threaded path does for its pool:
+    a product's rounding must not depend on the threads BLAS uses.
+    """
+    with _contexts_lock:
+        found = _contexts.get(token)
+        if found is not None:
+            _contexts.move_to_end(token)
+            return found
+        threadpool_limits(limits=1, user_api="blas")
+        context = _Context(standardize(R), {})
+        _contexts[token] = context
+        while len(_contexts) > _CACHED_CONTEXTS:
+            _contexts.popitem(last=False)
+        return context
+
+
+def _correlator(context: _Context, lag: int) -> PairCorrelator:
+    """A's rows ``[0, T - lag)`` against B's ``[lag, T)`` (lag 0: the synchronous pair)."""
+    found = context.correlators.get(lag)
+    if found is None:
+        w, n = context.window, context.window.z.shape[0]
+        a = make_side(w, 0, n - lag)
+        found = PairCorrelator(w, a, a if lag == 0 else make_side(w, lag, n), _Inline())
+        context.correlators[lag] = found
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# correlation (SPEC §3)
+# --------------------------------------------------------------------------------------------
+
+
+class MirrorScratch(NamedTuple):
+    """A scratch file of the transposed blocks below the diagonal, ``stripe_rows`` square each:
+    block (J, I), J > I (stripes), at slot ``J (J - 1) / 2 + I``, so that the blocks of one
+    stripe's rows are contiguous. Phase 1 of stripe I writes its slots (J, I); phase 2 of
+    stripe J reads (J, 0 .. J - 1) in one read."""
+
+    path: str
+    stripe_rows: int
+    itemsize: int
+
+    def offset(self, j: int, i: int) -> int:
+        return (j * (j - 1) // 2 + i) * self.stripe_rows**2 * self.itemsize
+
+    @classmethod
+    def size(cls, n: int, stripe_rows: int, itemsize: int) -> int:
+        blocks = -(-n // stripe_rows)
+        return blocks * (blocks - 1) // 2 * stripe_rows**2 * itemsize
+
+
+def correlation_stripe(
+    R: np.ndarray,
+    stripe: tuple[int, int],
+    token: str,
+    min_overlap: int,
+    corr_file: MappedFile,
+    overlap_file: MappedFile,
+    corr_scratch: MirrorScratch,
+    overlap_scratch: MirrorScratch,
+) -> None:
+    """Phase 1 of a stripe: its rows ``[start, stop)`` of ``corr`` / ``overlap`` from column
+    ``start`` on, written in place into the two files, and the transposes of its blocks right
+    of the diagonal block into the scratch files (the mirror, written by :func:`mirror_stripe`).
+
+    Computed into the stripe's own buffers by the same work items as the threaded path (one
+    product per tile and column chunk); the strictly lower triangle of the diagonal block is
+    then copied from its upper one, as the threaded path mirrors it.
+    """
+    context = _context(token, R)
+    start, stop = stripe
+    n, b = corr_file.shape[0], corr_scratch.stripe_rows
+    upper = [
+        np.empty((stop - start, n - start), np.dtype(f.dtype)) for f in (corr_file, overlap_file)
+    ]
+    _correlator(context, 0).run(
+        stripe,
+        mode=kernels.MODE_WRITE,
+        symmetric=True,
+        min_overlap=min_overlap,
+        out_origin=(start, start),
+        out_corr=upper[0],
+        out_overlap=upper[1],
+    )
+    below = np.tril_indices(stop - start, -1)
+    i = start // b
+    for file, scratch, block in zip(
+        (corr_file, overlap_file), (corr_scratch, overlap_scratch), upper, strict=True
+    ):
+        diagonal = block[:, : stop - start]
+        diagonal[below] = diagonal.T[below]
+        _write_rows(file, block, start, start)
+        slot = np.zeros((b, b), block.dtype)
+        fd = os.open(scratch.path, os.O_WRONLY)
+        try:
+            for j, (col0, col1) in enumerate(stripes_of(n, b)[i + 1 :], start=i + 1):
+                slot[: col1 - col0, : stop - start] = block[:, col0 - start : col1 - start].T
+                _write_exactly(fd, slot, scratch.offset(j, i), scratch.path)
+        finally:
+            os.close(fd)
+
+
+def mirror_stripe(
+    _R: None,
+    stripe: tuple[int, int],
+    _token: str,
+    corr_file: MappedFile,
+    overlap_file: MappedFile,
+    corr_scratch: MirrorScratch,
+    overlap_scratch: MirrorScratch,
+) -> None:
+    """Phase 2 of a stripe, once every phase 1 is done: its rows ``[start, stop)`` below the
+    diagonal, ``matrix[r, :start] = matrix[:start, r]``, from the transposed blocks the stripes
+    before it left in the scratch files (one contiguous read), written in place."""
+    start, stop = stripe
+    b = corr_scratch.stripe_rows
+    j = start // b
+    if j == 0:
+        return
+    for file, scratch in zip(
+        (corr_file, overlap_file), (corr_scratch, overlap_scratch), strict=True
+    ):
+        blocks = np.empty((j, b, b), np.dtype(file.dtype))
+        fd = os.open(scratch.path, os.O_RDONLY)
+        try:
+            at = scratch.offset(j, 0)
+            if os.preadv(fd, [blocks.data], at) != blocks.nbytes:
+                raise OSError(f"short read from {scratch.path} at byte {at}")
+        finally:
+            os.close(fd)
+        lower = blocks[:, : stop - start, :].transpose(1, 0, 2).reshape(stop - start, j * b)
+        _write_rows(file, lower, start, 0)
+
+
+def _write_rows(file: MappedFile, rows: np.ndarray, first_row: int, first_col: int) -> None:
+    """``matrix[first_row + r, first_col : first_col + width] = rows[r]`` in ``file``.
+
+    With ``os.pwrite`` of exactly those byte ranges, not through a memory map: a map writes
+    back whole pages, and a page shared with another stripe's bytes, written by a process on
+    another host of a shared file system (NFS), would undo that stripe's bytes. Through the
+    page cache on one host, the caller's map of the file sees the writes at once.
+    """
+    n, itemsize = file.shape[1], rows.itemsize
+    fd = os.open(file.path, os.O_WRONLY)
+    try:
+        for r in range(rows.shape[0]):
+            at = file.offset + ((first_row + r) * n + first_col) * itemsize
+            _write_exactly(fd, np.ascontiguousarray(rows[r]), at, file.path)
+    finally:
+        os.close(fd)
+
+
+def _write_exactly(fd: int, data: np.ndarray, at: int, path: str) -> None:
+    if os.pwrite(fd, data.data, at) != data.nbytes:
+        raise OSError(f"short write into {path} at byte {at}")
+
+
+def striped_correlation(
+    R: np.ndarray,
+    runner: StripeRunner,
+    *,
+    min_overlap: int,
+    out_corr: np.ndarray,
+    out_overlap: np.ndarray,
+    stripe_rows: int = DEFAULT_STRIPE_ROWS,
+    progress: Progress | None = None,
+) -> None:
+    """:func:`~corr_pipeline.compute.correlation.pairwise_correlation` into the file-backed
+    ``out_corr`` / ``out_overlap`` on ``runner``: one :func:`correlation_stripe` per stripe (the
+    upper triangle), then one :func:`mirror_stripe` per stripe (the lower one); bit-identical
+    to the threaded function. ``progress(done, 2 x stripes)`` over both phases."""
+    from corr_pipeline.compute.correlation import check_correlation_args
+
+    check_correlation_args(R, min_overlap, out_corr, out_overlap)
+    files = (MappedFile.of(out_corr), MappedFile.of(out_overlap))
+    stripes = stripes_of(R.shape[1], stripe_rows)
+    total = 2 * len(stripes)
+
+    def phase(offset: int) -> Progress | None:
+        return None if progress is None else lambda done, _: progress(offset + done, total)
+
+    n = R.shape[1]
+    scratches = tuple(
+        MirrorScratch(f"{file.path}.mirror-{uuid.uuid4().hex}", stripe_rows, out.itemsize)
+        for file, out in zip(files, (out_corr, out_overlap), strict=True)
+    )
+    try:
+        for scratch in scratches:
+            with open(scratch.path, "wb") as created:
+                created.truncate(MirrorScratch.size(n, stripe_rows, scratch.itemsize))
+        args = (*files, *scratches)
+        runner.map(correlation_stripe, R, stripes, min_overlap, *args, progress=phase(0))
+        runner.map(mirror_stripe, None, stripes, *args, progress=phase(len(stripes)))
+    finally:
+        for scratch in scratches:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(scratch.path)
+
+
+# --------------------------------------------------------------------------------------------
+# neighbors (SPEC §4)
+# --------------------------------------------------------------------------------------------
+
+
+def neighbors_stripe(
+    _R: None,
+    stripe: tuple[int, int],
+    _token: str,
+    k: int,
+    corr_file: MappedFile,
+    overlap_file: MappedFile | None,
+    working_memory_mb: float,
+) -> Neighbors:
+    """The top-k rows ``stripe`` of the file's ``corr`` (and ``overlap`` at them)."""
+    corr = corr_file.open("r")
+    overlap = None if overlap_file is None else overlap_file.open("r")
+    return fill_top_k_rows(corr, overlap, k, stripe, working_memory_mb)
+
+
+def striped_neighbors(
+    corr: np.ndarray,
+    runner: StripeRunner,
+    *,
+    k: int,
+    overlap: np.ndarray | None = None,
+    working_memory_mb: float,
+    stripe_rows: int = DEFAULT_STRIPE_ROWS,
+    progress: Progress | None = None,
+) -> Neighbors:
+    """:func:`~corr_pipeline.compute.neighbors.top_k_neighbors` of the file-backed ``corr``,
+    one :func:`neighbors_stripe` per stripe on ``runner``; identical to it."""
+    from corr_pipeline.compute.neighbors import check_neighbors_args
+
+    k = check_neighbors_args(corr, k, overlap, working_memory_mb)
+    overlap_file = None if overlap is None else MappedFile.of(overlap)
+    stripes = stripes_of(corr.shape[0], stripe_rows)
+    parts = runner.map(
+        neighbors_stripe,
+        None,
+        stripes,
+        k,
+        MappedFile.of(corr),
+        overlap_file,
+        working_memory_mb,
+        progress=progress,
+    )
+    if not parts:
+        return fill_top_k_rows(corr, overlap, k, (0, 0), working_memory_mb)
+    return Neighbors(
+        np.concatenate([p.index for p in parts]),
+        np.concatenate([p.corr for p in parts]),
+        None if overlap is None else np.concatenate([p.overlap for p in parts]),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# lead-lag (SPEC §6): the dispatch only; the per-block scan is lead_lag's
+# --------------------------------------------------------------------------------------------
+
+
+class LeadLagStripe(NamedTuple):
+    """One stripe's share of the selection (see :func:`merge_lead_lag_stripes`)."""
+
+    row_pairs: np.ndarray  # its leaders' k_laggers best (final)
+    column_best: np.ndarray  # N x k_leaders scores of its leaders, descending
+    column_best_rows: np.ndarray  # N x k_leaders leaders, -1 where empty
+    column_pairs: np.ndarray  # the pairs that entered its per-lagger table
+
+
+def lead_lag_stripe(
+    R: np.ndarray,
+    stripe: tuple[int, int],
+    token: str,
+    corr_file: MappedFile | None,
+    max_lag: int,
+    k_rows: int,
+    k_cols: int,
+    min_overlap: int,
+    min_improvement: float,
+    block_rows: int,
+) -> LeadLagStripe:
+    """The lead-lag scan of leaders ``stripe``, block by block exactly as the threaded scan."""
+    context = _context(token, R)
+    corr = None if corr_file is None else corr_file.open("r")
+    n_cols = R.shape[1]
+    sync = _correlator(context, 0)
+    lagged = [_correlator(context, lag) for lag in range(1, max_lag + 1)]
+    column_best = np.full((n_cols, max(k_cols, 1)), -np.inf, dtype=np.float32)
+    column_best_rows = np.full((n_cols, max(k_cols, 1)), -1, dtype=np.int64)
+    row_pairs: list[np.ndarray] = [np.empty(0, _ll.LEAD_LAG_DTYPE)]
+    column_pairs: list[np.ndarray] = [np.empty(0, _ll.LEAD_LAG_DTYPE)]
+    start0, stop0 = stripe
+    for start, stop in row_blocks(stop0 - start0, 1, block_rows=block_rows):
+        scan = _ll._scan_block(
+            start0 + start, start0 + stop, R, corr, sync, lagged, min_overlap, min_improvement
+        )
+        if k_rows > 0:
+            row_pairs.append(_ll._row_selection(scan, k_rows))
+        if k_cols > 0:
+            merge_top_k_per_column(
+                scan.improvement, scan.start, k_cols, column_best, column_best_rows
+            )
+            column_pairs.append(_ll._column_candidates(scan, column_best, column_best_rows))
+    return LeadLagStripe(
+        np.concatenate(row_pairs), column_best, column_best_rows, np.concatenate(column_pairs)
+    )
+
+
+def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], k_cols: int) -> np.ndarray:
+    """The lead-lag result from the stripes' shares, given in increasing leader order.
+
+    Per lagger, the final ``k_cols`` leaders are the first ``k_cols`` of the stripes' tables
+    side by side, ordered by (improvement desc, leader asc) — the order the running table of
+    the threaded scan keeps; the pairs that entered a stripe's table and are in the final one
+    are kept, with every leader's row selection, and sorted and deduplicated as the threaded
+    scan does.
+    """
+    if not parts:
+        return np.empty(0, _ll.LEAD_LAG_DTYPE)
+    row_pairs = [p.row_pairs for p in parts]
+    if k_cols == 0:
+        return _ll._union_sorted(np.concatenate(row_pairs))
+    scores = np.concatenate([p.column_best for p in parts], axis=1)
+    leaders = np.concatenate([p.column_best_rows for p in parts], axis=1)
+    order = np.lexsort((leaders, -scores.astype(np.float64)), axis=1)[:, :k_cols]
+    final_rows = np.take_along_axis(leaders, order, axis=1)  # -1 where the score is -inf
+    column = _ll._final_column_selection([p.column_pairs for p in parts], final_rows)
+    return _ll._union_sorted(np.concatenate([*row_pairs, column]))
+
+
+def striped_lead_lag(
+    R: np.ndarray,
+    runner: StripeRunner,
+    *,
+    max_lag: int,
+    k_leaders: int,
+    k_laggers: int,
+    min_overlap: int,
+    min_improvement: float = 0.0,
+    corr: np.ndarray | None = None,
+    block_rows: int = _ll.MAX_BLOCK_ROWS,
+    stripe_rows: int = DEFAULT_STRIPE_ROWS,
+    progress: Progress | None = None,
+) -> np.ndarray:
+    """:func:`~corr_pipeline.compute.lead_lag.find_lead_lag_pairs`, one
+    :func:`lead_lag_stripe` per stripe of leaders on ``runner`` (``corr``, when given, a
+    file-backed memory map); exactly its result."""
+    _ll.check_lead_lag_args(R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr)
+    n_cols = R.shape[1]
+    k_rows = min(k_laggers, max(n_cols - 1, 0))
+    k_cols = min(k_leaders, max(n_cols - 1, 0))
+    corr_file = None if corr is None else MappedFile.of(corr)
+    parts = runner.map(
+        lead_lag_stripe,
+        R,
+        stripes_of(n_cols, stripe_rows),
+        corr_file,
+        max_lag,
+        k_rows,
+        k_cols,
+        min_overlap,
+        float(min_improvement),
+        int(block_rows),
+        progress=progress,
+    )
+    return merge_lead_lag_stripes(parts, k_cols)
+
+
+__all__ = [
+    "DEFAULT_STRIPE_ROWS",
+    "LeadLagStripe",
+    "MappedFile",
+    "MirrorScratch",
+    "StripeRunner",
+    "correlation_stripe",
+    "lead_lag_stripe",
+    "merge_lead_lag_stripes",
+    "mirror_stripe",
+    "neighbors_stripe",
+    "striped_correlation",
+    "striped_lead_lag",
+    "striped_neighbors",
+    "stripes_of",
+]

@@ -1,0 +1,220 @@
+"""The products in stripes on a Dask LocalCluster (2 worker processes) against the threads.
+
+Bit-identical (``np.array_equal`` with NaN positions, and the overlap) to
+:func:`pairwise_correlation`, :func:`top_k_neighbors` and :func:`find_lead_lag_pairs`, for 1 and
+2 workers and stripe sizes aligned and not aligned with the tile grid; a worker that dies in a
+stripe (after scribbling over its rows) is replaced, its stripe re-run, and the result is still
+identical. N > PRODUCT_COLUMNS so a stripe's tiles have several column chunks to mirror.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation, top_k_neighbors  # noqa: E402
+from corr_pipeline.compute.dask_runner import DaskRunner  # noqa: E402
+from corr_pipeline.compute.stripes import (  # noqa: E402
+    MappedFile,
+    correlation_stripe,
+    lead_lag_stripe,
+    mirror_stripe,
+    striped_correlation,
+    striped_lead_lag,
+    striped_neighbors,
+)
+from corr_pipeline.compute.tiling import PRODUCT_COLUMNS, overlap_dtype  # noqa: E402
+from corr_pipeline_tests.compute.universes import adversarial_universe, realistic_universe  # noqa: E402
+
+UNIVERSE = adversarial_universe(21, 120, PRODUCT_COLUMNS + 180, 30)
+LEAD_LAG = realistic_universe(22, 90, 700, 40, injected=[(3, 500, 2), (650, 10, 4)])
+
+
+def _cluster(n_workers: int):
+    cluster = distributed.LocalCluster(
+        n_workers=n_workers,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=":0",  # any free port: never another cluster's 8787
+    )
+    client = distributed.Client(cluster, set_as_default=False)
+    return cluster, client
+
+
+@pytest.fixture(scope="module")
+def two_workers():
+    cluster, client = _cluster(2)
+    yield DaskRunner(client)
+    client.close()
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def one_worker():
+    cluster, client = _cluster(1)
+    yield DaskRunner(client)
+    client.close()
+    cluster.close()
+
+
+@pytest.fixture(scope="module")
+def threaded():
+    R = UNIVERSE.R
+    return pairwise_correlation(R, min_overlap=UNIVERSE.min_overlap)
+
+
+def _outputs(tmp_path: Path, n: int, T: int) -> tuple[np.memmap, np.memmap]:
+    shape = (n, n)
+    corr = np.lib.format.open_memmap(tmp_path / "corr.npy", "w+", np.float32, shape)
+    overlap = np.lib.format.open_memmap(tmp_path / "overlap.npy", "w+", overlap_dtype(T), shape)
+    return corr, overlap
+
+
+def _assert_same(result, corr: np.ndarray, overlap: np.ndarray) -> None:
+    assert np.array_equal(corr, result.corr, equal_nan=True)
+    assert np.array_equal(np.isnan(corr), np.isnan(result.corr))
+    assert corr.tobytes() == result.corr.tobytes()
+    assert np.array_equal(overlap, result.overlap)
+
+
+@pytest.mark.parametrize("workers", ["one_worker", "two_workers"])
+@pytest.mark.parametrize("stripe_rows", [128, 200, 384, 4096])
+def test_correlation_stripes_are_the_threads_bit_for_bit(
+    request, workers, stripe_rows, threaded, tmp_path
+):
+    runner = request.getfixturevalue(workers)
+    corr, overlap = _outputs(tmp_path, UNIVERSE.N, UNIVERSE.T)
+    corr[:] = -7.0  # every byte must be written by the stripes
+    overlap[:] = -1
+    seen: list[tuple[int, int]] = []
+    striped_correlation(
+        UNIVERSE.R,
+        runner,
+        min_overlap=UNIVERSE.min_overlap,
+        out_corr=corr,
+        out_overlap=overlap,
+        stripe_rows=stripe_rows,
+        progress=lambda done, total: seen.append((done, total)),
+    )
+    _assert_same(threaded, corr, overlap)
+    total = 2 * -(-UNIVERSE.N // stripe_rows)  # the upper triangle, then the mirror
+    assert seen == [(i, total) for i in range(1, total + 1)]
+
+
+def _die_once(fn, victim_fn, flag: str, victim: tuple[int, int], R, stripe, token, *args):
+    """Run ``fn``; the first time ``victim_fn`` runs ``victim``, kill the worker process before
+    it returns, after writing garbage over every byte a correlation stripe of that phase writes
+    (its rows from the diagonal on, or before it), so the result must come from a retry."""
+    if fn is not victim_fn or tuple(stripe) != tuple(victim) or os.path.exists(flag):
+        return fn(R, stripe, token, *args)
+    Path(flag).touch()
+    fn(R, stripe, token, *args)
+    start, stop = stripe
+    columns = slice(start, None) if fn is correlation_stripe else slice(0, start)
+    for file in args if fn in (correlation_stripe, mirror_stripe) else ():
+        if isinstance(file, MappedFile):
+            matrix = file.open("r+")
+            matrix[start:stop, columns] = -3
+            matrix.flush()
+    os._exit(1)
+
+
+class _KillingRunner(DaskRunner):
+    def __init__(self, runner: DaskRunner, victim_fn, flag: Path, victim: tuple[int, int]):
+        super().__init__(runner.client)
+        self.victim_fn, self.flag, self.victim = victim_fn, str(flag), victim
+
+    def map(self, fn, shared, stripes, *args: Any, progress=None):
+        doomed = functools.partial(_die_once, fn, self.victim_fn, self.flag, self.victim)
+        functools.update_wrapper(doomed, fn)
+        return super().map(doomed, shared, stripes, *args, progress=progress)
+
+
+@pytest.mark.parametrize("victim_fn", [correlation_stripe, mirror_stripe])
+def test_a_worker_killed_mid_stripe_is_retried_and_the_result_is_identical(
+    two_workers, threaded, tmp_path, victim_fn
+):
+    flag = tmp_path / "killed"
+    runner = _KillingRunner(two_workers, victim_fn, flag, (256, 512))
+    corr, overlap = _outputs(tmp_path, UNIVERSE.N, UNIVERSE.T)
+    striped_correlation(
+        UNIVERSE.R,
+        runner,
+        min_overlap=UNIVERSE.min_overlap,
+        out_corr=corr,
+        out_overlap=overlap,
+        stripe_rows=256,
+    )
+    assert flag.exists()  # the victim did run, and its worker died
+    _assert_same(threaded, corr, overlap)
+    two_workers.client.wait_for_workers(2, timeout=60)
+
+
+@pytest.mark.parametrize("stripe_rows", [128, 300])
+def test_neighbors_stripes_are_the_threads(two_workers, threaded, tmp_path, stripe_rows):
+    corr, overlap = _outputs(tmp_path, UNIVERSE.N, UNIVERSE.T)
+    corr[:], overlap[:] = threaded.corr, threaded.overlap
+    expected = top_k_neighbors(threaded.corr, k=7, overlap=threaded.overlap)
+    found = striped_neighbors(
+        corr, two_workers, k=7, overlap=overlap, working_memory_mb=1, stripe_rows=stripe_rows
+    )
+    for name in ("index", "corr", "overlap"):
+        assert getattr(found, name).tobytes() == getattr(expected, name).tobytes(), name
+
+
+@pytest.fixture(scope="module")
+def lead_lag_inputs(tmp_path_factory):
+    result = pairwise_correlation(LEAD_LAG.R, min_overlap=LEAD_LAG.min_overlap)
+    path = tmp_path_factory.mktemp("lead_lag") / "corr.npy"
+    corr = np.lib.format.open_memmap(path, "w+", np.float32, result.corr.shape)
+    corr[:] = result.corr
+    return corr
+
+
+def _lead_lag(R, corr, runner=None, **kwargs):
+    common = dict(max_lag=4, k_leaders=3, k_laggers=2, min_overlap=LEAD_LAG.min_overlap)
+    if runner is None:
+        return find_lead_lag_pairs(R, corr=corr, **common, **kwargs)
+    return striped_lead_lag(R, runner, corr=corr, **common, **kwargs)
+
+
+@pytest.mark.parametrize("with_corr", [True, False])
+@pytest.mark.parametrize("stripe_rows", [128, 250])
+def test_lead_lag_stripes_are_the_threads(two_workers, lead_lag_inputs, with_corr, stripe_rows):
+    corr = lead_lag_inputs if with_corr else None
+    expected = _lead_lag(LEAD_LAG.R, corr)
+    found = _lead_lag(LEAD_LAG.R, corr, two_workers, stripe_rows=stripe_rows)
+    assert expected.size > 0
+    assert found.tobytes() == expected.tobytes()
+    for leader, lagger, lag in LEAD_LAG.injected:
+        hit = found[(found["leader"] == leader) & (found["lagger"] == lagger)]
+        assert hit.size == 1 and hit["lag"][0] == lag
+
+
+def test_lead_lag_with_a_killed_worker_is_identical(two_workers, lead_lag_inputs, tmp_path):
+    expected = _lead_lag(LEAD_LAG.R, lead_lag_inputs)
+    runner = _KillingRunner(two_workers, lead_lag_stripe, tmp_path / "killed", (128, 256))
+    found = _lead_lag(LEAD_LAG.R, lead_lag_inputs, runner, stripe_rows=128)
+    assert (tmp_path / "killed").exists()
+    assert found.tobytes() == expected.tobytes()
+    two_workers.client.wait_for_workers(2, timeout=60)
+
+
+def test_striped_products_need_file_backed_outputs(two_workers):
+    R = LEAD_LAG.R
+    n = R.shape[1]
+    with pytest.raises(ValueError, match="file-backed"):
+        striped_correlation(
+            R,
+            two_workers,
+            min_overlap=LEAD_LAG.min_overlap,
+            out_corr=np.empty((n, n), np.float32),
+            out_overlap=np.empty((n, n), overlap_dtype(R.shape[0])),
+        )

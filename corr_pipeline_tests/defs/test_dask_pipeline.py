@@ -1,0 +1,79 @@
+"""The snapshot graph with its stripes on a Dask LocalCluster (2 worker processes): the same
+published rows as on threads, and the dashboard link in the run's metadata."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+distributed = pytest.importorskip("distributed")
+
+from corr_pipeline import settings  # noqa: E402
+from corr_pipeline.db.schema import SNAPSHOT_CHILD_TABLES  # noqa: E402
+from corr_pipeline.defs.resources import SnapshotParams  # noqa: E402
+from corr_pipeline_tests.defs.test_pipeline import (  # noqa: E402, F401  (universe: a fixture)
+    LAST,
+    PARAMS,
+    _materialize,
+    _rows,
+    universe,
+)
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as cluster:
+        yield cluster.scheduler_address
+
+
+def _published(engine: sa.Engine) -> dict[str, list[tuple]]:
+    rows = {t: _rows(engine, t, LAST, "2, 3") for t in SNAPSHOT_CHILD_TABLES}
+    with engine.connect() as conn:
+        params = conn.execute(
+            sa.text("SELECT params FROM snapshots WHERE snapshot_date = :d"), {"d": LAST}
+        ).scalar_one()
+    params.pop("dagster_run_id", None)
+    rows["params"] = [(params,)]
+    return rows
+
+
+@pytest.mark.usefixtures("universe")
+def test_stripes_on_a_cluster_publish_what_threads_publish(
+    engine, tmp_path, scheduler, monkeypatch
+):
+    monkeypatch.delenv(settings.ENV_DASK_SCHEDULER, raising=False)
+    threads = _materialize(tmp_path / "threads", LAST)
+    assert threads.success
+    on_threads = _published(engine)
+    assert all(on_threads[t] for t in SNAPSHOT_CHILD_TABLES)
+    assert not any(
+        "dask_dashboard" in event.materialization.metadata
+        for event in threads.get_asset_materialization_events()
+    )
+
+    monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, scheduler)
+    on_dask = _materialize(tmp_path / "dask", LAST)
+    assert on_dask.success
+    assert _published(engine) == on_threads
+    links = {
+        event.materialization.asset_key.to_user_string(): event.materialization.metadata.get(
+            "dask_dashboard"
+        )
+        for event in on_dask.get_asset_materialization_events()
+    }
+    for asset in ("correlation_matrix", "top_k_neighbors", "lead_lag_pairs"):
+        assert links[asset] is not None and links[asset].value.startswith("http"), asset
+
+
+def test_the_resource_field_wins_over_the_environment(monkeypatch):
+    monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, "tcp://from-env:8786")
+    assert SnapshotParams(**PARAMS).to_parameters().dask_scheduler == "tcp://from-env:8786"
+    field = SnapshotParams(**PARAMS, dask_scheduler="tcp://field:8786").to_parameters()
+    assert field.dask_scheduler == "tcp://field:8786"
+    assert "dask_scheduler" not in field.as_dict()  # where it ran is not a result parameter
+    monkeypatch.delenv(settings.ENV_DASK_SCHEDULER)
+    assert SnapshotParams(**PARAMS).to_parameters().dask_scheduler is None
+    with pytest.raises(ValueError, match="dask_scheduler must be a scheduler address"):
+        SnapshotParams(**PARAMS, dask_scheduler="localhost")
