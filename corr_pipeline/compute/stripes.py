@@ -42,7 +42,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 import numpy as np
@@ -52,7 +52,6 @@ from corr_pipeline.compute import kernels
 from corr_pipeline.compute import lead_lag as _ll
 from corr_pipeline.compute.correlation import PairCorrelator, Progress
 from corr_pipeline.compute.neighbors import Neighbors, fill_top_k_rows
-from corr_pipeline.compute.selection import merge_top_k_per_column
 from corr_pipeline.compute.standardize import Standardized, make_side, standardize
 from corr_pipeline.compute.tiling import GEMM_TILE, row_blocks
 
@@ -133,6 +132,7 @@ class _Inline(Executor):
 class _Context:
     window: Standardized
     correlators: dict[int, PairCorrelator]
+    screens: dict[tuple, Any] = field(default_factory=dict)  # lead-lag screens
 
 
 _contexts: OrderedDict[str, _Context] = OrderedDict()
@@ -407,9 +407,19 @@ class LeadLagStripe(NamedTuple):
     """One stripe's share of the selection (see :func:`merge_lead_lag_stripes`)."""
 
     row_pairs: np.ndarray  # its leaders' k_laggers best (final)
-    column_best: np.ndarray  # N x k_leaders scores of its leaders, descending
-    column_best_rows: np.ndarray  # N x k_leaders leaders, -1 where empty
-    column_pairs: np.ndarray  # the pairs that entered its per-lagger table
+    column_pairs: np.ndarray  # per lagger, its k_leaders best among the stripe's leaders (exact)
+
+
+def _lead_lag_screen(
+    context: _Context, max_lag: int, with_sync: bool, min_overlap: int, min_improvement: float
+) -> Any:
+    """The lead-lag screen of the call's window (built once per process and call)."""
+    key = (max_lag, with_sync, min_overlap, min_improvement)
+    found = context.screens.get(key)
+    if found is None:
+        found = _ll._make_screen(context.window, max_lag, with_sync, min_overlap, min_improvement)
+        context.screens[key] = found
+    return found
 
 
 def lead_lag_stripe(
@@ -424,53 +434,52 @@ def lead_lag_stripe(
     min_improvement: float,
     block_rows: int,
 ) -> LeadLagStripe:
-    """The lead-lag scan of leaders ``stripe``, block by block exactly as the threaded scan."""
+    """The lead-lag scan of leaders ``stripe``, block by block as the threaded scan: its rows'
+    final top-k, and per lagger the exact top-k among the stripe's leaders."""
     context = _context(token, R)
     corr = None if corr_file is None else corr_file.open("r")
     n_cols = R.shape[1]
-    sync = _correlator(context, 0)
-    lagged = [_correlator(context, lag) for lag in range(1, max_lag + 1)]
-    column_best = np.full((n_cols, max(k_cols, 1)), -np.inf, dtype=np.float32)
-    column_best_rows = np.full((n_cols, max(k_cols, 1)), -1, dtype=np.int64)
+    screen = _lead_lag_screen(context, max_lag, corr is None, min_overlap, min_improvement)
+    inline = _Inline()
+    columns = _ll._ColumnPool(n_cols, k_cols, max_pool=_ll._max_pool(n_cols, k_cols))
     row_pairs: list[np.ndarray] = [np.empty(0, _ll.LEAD_LAG_DTYPE)]
-    column_pairs: list[np.ndarray] = [np.empty(0, _ll.LEAD_LAG_DTYPE)]
     start0, stop0 = stripe
     for start, stop in row_blocks(stop0 - start0, 1, block_rows=block_rows):
-        scan = _ll._scan_block(
-            start0 + start, start0 + stop, R, corr, sync, lagged, min_overlap, min_improvement
-        )
-        if k_rows > 0:
-            row_pairs.append(_ll._row_selection(scan, k_rows))
-        if k_cols > 0:
-            merge_top_k_per_column(
-                scan.improvement, scan.start, k_cols, column_best, column_best_rows
+        if k_rows > 0 or k_cols > 0:
+            row_pairs.append(
+                _ll._scan_block(
+                    start0 + start, start0 + stop, corr, screen, k_rows, inline, columns
+                )
             )
-            column_pairs.append(_ll._column_candidates(scan, column_best, column_best_rows))
-    return LeadLagStripe(
-        np.concatenate(row_pairs), column_best, column_best_rows, np.concatenate(column_pairs)
+    column_pairs = (
+        columns.select(screen, inline) if k_cols > 0 else np.empty(0, _ll.LEAD_LAG_DTYPE)
     )
+    return LeadLagStripe(np.concatenate(row_pairs), column_pairs)
 
 
 def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], k_cols: int) -> np.ndarray:
-    """The lead-lag result from the stripes' shares, given in increasing leader order.
+    """The lead-lag result from the stripes' shares.
 
-    Per lagger, the final ``k_cols`` leaders are the first ``k_cols`` of the stripes' tables
-    side by side, ordered by (improvement desc, leader asc) — the order the running table of
-    the threaded scan keeps; the pairs that entered a stripe's table and are in the final one
-    are kept, with every leader's row selection, and sorted and deduplicated as the threaded
-    scan does.
+    Per lagger, the final ``k_cols`` leaders are the first ``k_cols`` of the stripes' exact
+    tables side by side, in (improvement desc, leader asc) order, the selection rule of the
+    threaded scan: every value is the pair's exact value whatever the stripe, so the best
+    ``k_cols`` of the union of per-stripe best ``k_cols`` are the best ``k_cols`` overall. The
+    rows' selections are final as they are; the union is sorted and deduplicated as the
+    threaded scan does.
     """
     if not parts:
         return np.empty(0, _ll.LEAD_LAG_DTYPE)
-    row_pairs = [p.row_pairs for p in parts]
-    if k_cols == 0:
-        return _ll._union_sorted(np.concatenate(row_pairs))
-    scores = np.concatenate([p.column_best for p in parts], axis=1)
-    leaders = np.concatenate([p.column_best_rows for p in parts], axis=1)
-    order = np.lexsort((leaders, -scores.astype(np.float64)), axis=1)[:, :k_cols]
-    final_rows = np.take_along_axis(leaders, order, axis=1)  # -1 where the score is -inf
-    column = _ll._final_column_selection([p.column_pairs for p in parts], final_rows)
-    return _ll._union_sorted(np.concatenate([*row_pairs, column]))
+    pairs = [p.row_pairs for p in parts]
+    if k_cols > 0:
+        column = np.concatenate([p.column_pairs for p in parts])
+        order = np.lexsort(
+            (column["leader"], -column["improvement"].astype(np.float64), column["lagger"])
+        )
+        column = column[order]
+        laggers = column["lagger"]
+        rank = np.arange(column.size) - np.searchsorted(laggers, laggers, side="left")
+        pairs.append(column[rank < k_cols])
+    return _ll._union_sorted(np.concatenate(pairs))
 
 
 def striped_lead_lag(

@@ -198,6 +198,25 @@ def test_lead_lag_stripes_are_the_threads(two_workers, lead_lag_inputs, with_cor
         assert hit.size == 1 and hit["lag"][0] == lag
 
 
+def test_lead_lag_ties_across_stripes_go_to_the_smaller_leader(two_workers):
+    """Copies of one leader in different stripes tie exactly for every lagger: the merge of
+    the stripes' per-lagger tables must keep the smaller leaders, as the threaded scan does."""
+    rng = np.random.default_rng(5)
+    T, n = 120, 300
+    R = rng.standard_normal((T, n)).astype(np.float32)
+    R[1:, 7] = R[:-1, 3]  # 3 leads 7 by one day
+    for copy in (150, 260, 40):  # the same leader in other stripes (stripe_rows = 100)
+        R[:, copy] = R[:, 3]
+    R[:5, 200] = np.nan
+    common = dict(max_lag=3, k_leaders=2, k_laggers=2, min_overlap=30)
+    expected = find_lead_lag_pairs(R, **common)
+    found = striped_lead_lag(R, two_workers, stripe_rows=100, **common)
+    assert found.tobytes() == expected.tobytes()
+    # 7's own k_leaders = 2 are the two smallest copies; 150 and 260 appear only through their
+    # own rows' selections (7 is their best lagger)
+    assert {3, 40, 150, 260} <= set(found[found["lagger"] == 7]["leader"].tolist())
+
+
 def test_lead_lag_with_a_killed_worker_is_identical(two_workers, lead_lag_inputs, tmp_path):
     expected = _lead_lag(LEAD_LAG.R, lead_lag_inputs)
     runner = _KillingRunner(two_workers, lead_lag_stripe, tmp_path / "killed", (128, 256))
