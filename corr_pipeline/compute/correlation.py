@@ -43,7 +43,6 @@ from corr_pipeline.compute.workers import worker_pool
 Progress = Callable[[int, int], None]
 
 _EMPTY_F32 = np.zeros((1, 1), dtype=np.float32)
-_EMPTY_I8 = np.zeros((1, 1), dtype=np.int8)
 _EMPTY_I32 = np.zeros((1, 1), dtype=np.int32)
 
 
@@ -81,14 +80,11 @@ class PairCorrelator:
         self,
         rows: tuple[int, int],
         *,
-        mode: int,
         symmetric: bool,
         min_overlap: int,
         out_origin: tuple[int, int] = (0, 0),
         out_corr: np.ndarray = _EMPTY_F32,
         out_overlap: np.ndarray = _EMPTY_I32,
-        lag: int = 0,
-        best: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
         after_chunk: Callable[[int, int, int, int], None] | None = None,
     ) -> None:
         """Correlate A columns ``rows`` against B (all columns, or ``j >= i`` if symmetric).
@@ -97,12 +93,6 @@ class PairCorrelator:
         parts of the outputs. ``after_chunk(row_lo, row_hi, col_lo, col_hi)`` runs in the
         worker once an item is done.
         """
-        best_abs, best_corr, best_lag, best_overlap = best or (
-            _EMPTY_F32,
-            _EMPTY_F32,
-            _EMPTY_I8,
-            _EMPTY_I32,
-        )
         a, b, w = self.a, self.b, self.window
 
         def finish(item: tuple[int, int, int]) -> None:
@@ -111,7 +101,6 @@ class PairCorrelator:
             row_lo, row_hi = max(rows[0], tile_start), min(rows[1], tile_stop)
             sxy = self.tile_product(tile_start, tile_stop, col0, col1)
             kernels.correlate_tile(
-                mode,
                 symmetric,
                 min_overlap,
                 kernels.FALLBACK_TAU,
@@ -149,11 +138,6 @@ class PairCorrelator:
                 out_origin[1],
                 out_corr,
                 out_overlap,
-                lag,
-                best_abs,
-                best_corr,
-                best_lag,
-                best_overlap,
             )
             if after_chunk is not None:
                 after_chunk(row_lo, row_hi, col0, col1)
@@ -239,7 +223,6 @@ def _correlate_block(
 
     correlator.run(
         (start, stop),
-        mode=kernels.MODE_WRITE,
         symmetric=True,
         min_overlap=min_overlap,
         out_origin=(start, start),

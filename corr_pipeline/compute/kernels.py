@@ -44,10 +44,6 @@ FALLBACK_TAU = 1.0 / 16.0
 CHUNK = 512
 """Columns per inner pass: the per-row buffers stay in L1 cache."""
 
-MODE_WRITE = 0
-MODE_BEST_LAG = 1
-
-
 @njit(cache=True, nogil=True)
 def exact_pair_correlation(x, y, min_overlap):  # pragma: no cover - compiled
     """Pearson correlation of x and y over rows where both are finite, float64 two-pass.
@@ -96,7 +92,6 @@ def exact_pair_correlation(x, y, min_overlap):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def correlate_tile(  # pragma: no cover - compiled
-    mode,
     symmetric,
     min_overlap,
     tau,
@@ -134,11 +129,6 @@ def correlate_tile(  # pragma: no cover - compiled
     out_col0,
     out_corr,
     out_overlap,
-    lag,
-    best_abs,
-    best_corr,
-    best_lag,
-    best_overlap,
 ):
     """Finish the correlation of rows ``[row_lo, row_hi)`` (A columns) of one tile.
 
@@ -151,10 +141,7 @@ def correlate_tile(  # pragma: no cover - compiled
     ``b_total[j]``, ``b_total_sq[j]`` are B's whole-side sums (``PZ[b0 + T', j] − PZ[b0, j]``,
     the same subtraction as the lookups), taken by every row ``i`` whose interval is the whole side.
     ``symmetric`` keeps only ``j >= i`` (and sets the diagonal).
-
-    MODE_WRITE: ``out_corr[i − out_row0, j − out_col0]`` and ``out_overlap``.
-    MODE_BEST_LAG: for ``j != i`` keep, in ``best_*[i − out_row0, j]``, the lag
-    with the largest finite |corr| (strictly larger, so ties keep the smaller lag).
+    Writes ``out_corr[i − out_row0, j − out_col0]`` and ``out_overlap``.
     """
     width = sxy.shape[1]
     sum_y = np.empty(CHUNK)
@@ -164,7 +151,6 @@ def correlate_tile(  # pragma: no cover - compiled
     sq_x = np.empty(CHUNK)
     base_x = np.empty(CHUNK)
     count = np.empty(CHUNK, dtype=np.int64)
-    values = np.empty(CHUNK)  # MODE_BEST_LAG only; MODE_WRITE writes the outputs directly
     flagged = np.empty(CHUNK, dtype=np.bool_)
     for i in range(row_lo, row_hi):
         ti = i - tile_row0
@@ -229,64 +215,32 @@ def correlate_tile(  # pragma: no cover - compiled
             # Pearson from the sums (branch-free), written straight out; pairs whose
             # variance fails the guard are flagged and rewritten from the exact fallback.
             n_flagged = 0
-            if mode == MODE_WRITE:
-                for c in range(m):
-                    value, bad = _pearson(
-                        sxy[ti, c_start + c],
-                        count[c],
-                        sum_x[c],
-                        sum_y[c],
-                        sq_x[c],
-                        sq_y[c],
-                        tau * base_x[c],
-                        tau * base_y[c],
-                        min_overlap,
-                    )
-                    flagged[c] = bad
-                    n_flagged += bad
-                    out_corr[row, j0 + c - out_col0] = value
-                    out_overlap[row, j0 + c - out_col0] = count[c]
-            else:
-                for c in range(m):
-                    value, bad = _pearson(
-                        sxy[ti, c_start + c],
-                        count[c],
-                        sum_x[c],
-                        sum_y[c],
-                        sq_x[c],
-                        sq_y[c],
-                        tau * base_x[c],
-                        tau * base_y[c],
-                        min_overlap,
-                    )
-                    flagged[c] = bad
-                    n_flagged += bad
-                    values[c] = value
+            for c in range(m):
+                value, bad = _pearson(
+                    sxy[ti, c_start + c],
+                    count[c],
+                    sum_x[c],
+                    sum_y[c],
+                    sq_x[c],
+                    sq_y[c],
+                    tau * base_x[c],
+                    tau * base_y[c],
+                    min_overlap,
+                )
+                flagged[c] = bad
+                n_flagged += bad
+                out_corr[row, j0 + c - out_col0] = value
+                out_overlap[row, j0 + c - out_col0] = count[c]
             if n_flagged:
                 for c in range(m):
                     if flagged[c]:
                         exact = exact_pair_correlation(
                             raw_t[i, a0 : a0 + n_rows], raw_t[j0 + c, b0 : b0 + n_rows], min_overlap
                         )
-                        if mode == MODE_WRITE:
-                            out_corr[row, j0 + c - out_col0] = exact
-                        else:
-                            values[c] = exact
+                        out_corr[row, j0 + c - out_col0] = exact
             if diagonal and c_start == c_first:
                 value = 1.0 if (count[0] >= min_overlap and sq_i > 0.0) else np.nan
-                if mode == MODE_WRITE:
-                    out_corr[row, j0 - out_col0] = value
-                else:
-                    values[0] = value
-            if mode == MODE_BEST_LAG:
-                for c in range(m):
-                    j = j0 + c
-                    magnitude = abs(np.float32(values[c]))
-                    if j != i and magnitude > best_abs[row, j]:
-                        best_abs[row, j] = magnitude
-                        best_corr[row, j] = values[c]
-                        best_lag[row, j] = lag
-                        best_overlap[row, j] = count[c]
+                out_corr[row, j0 - out_col0] = value
 
 
 @njit(inline="always")

@@ -14,9 +14,9 @@ task of a cluster runs:
   run twice (a retried one) writes the same bytes again.
 - :func:`neighbors_stripe` returns the top-k rows ``[start, stop)`` (N_stripe x k, small),
   reading its rows of ``corr`` from the file.
-- :func:`lead_lag_stripe` returns its leaders' final per-leader top-k pairs, its per-lagger
-  partial top-k table (scores and leaders, N x k_leaders) and the pairs that entered it;
-  :func:`merge_lead_lag_stripes` merges the tables in stripe order into the exact result.
+- :func:`lead_lag_stripe` runs the screened scan of :mod:`~corr_pipeline.compute.lead_lag` on
+  its leaders and returns their final per-leader top-k pairs and, per lagger, the exact top-k
+  among its leaders; :func:`merge_lead_lag_stripes` merges those into the exact result.
 
 Bit-identical to the threads for any stripe size and any number of processes: every value
 comes from the same product call on the fixed tile grid
@@ -48,7 +48,6 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from corr_pipeline.compute import kernels
 from corr_pipeline.compute import lead_lag as _ll
 from corr_pipeline.compute.correlation import PairCorrelator, Progress
 from corr_pipeline.compute.neighbors import Neighbors, fill_top_k_rows
@@ -131,7 +130,7 @@ class _Inline(Executor):
 @dataclass
 class _Context:
     window: Standardized
-    correlators: dict[int, PairCorrelator]
+    correlator: PairCorrelator | None = None
     screens: dict[tuple, Any] = field(default_factory=dict)  # lead-lag screens
 
 
@@ -152,22 +151,20 @@ def _context(token: str, R: np.ndarray) -> _Context:
             _contexts.move_to_end(token)
             return found
         threadpool_limits(limits=1, user_api="blas")
-        context = _Context(standardize(R), {})
+        context = _Context(standardize(R))
         _contexts[token] = context
         while len(_contexts) > _CACHED_CONTEXTS:
             _contexts.popitem(last=False)
         return context
 
 
-def _correlator(context: _Context, lag: int) -> PairCorrelator:
-    """A's rows ``[0, T - lag)`` against B's ``[lag, T)`` (lag 0: the synchronous pair)."""
-    found = context.correlators.get(lag)
-    if found is None:
-        w, n = context.window, context.window.z.shape[0]
-        a = make_side(w, 0, n - lag)
-        found = PairCorrelator(w, a, a if lag == 0 else make_side(w, lag, n), _Inline())
-        context.correlators[lag] = found
-    return found
+def _correlator(context: _Context) -> PairCorrelator:
+    """The synchronous correlator of the call's window (whole window on both sides)."""
+    if context.correlator is None:
+        w = context.window
+        side = make_side(w, 0, w.z.shape[0])
+        context.correlator = PairCorrelator(w, side, side, _Inline())
+    return context.correlator
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,9 +215,8 @@ def correlation_stripe(
     upper = [
         np.empty((stop - start, n - start), np.dtype(f.dtype)) for f in (corr_file, overlap_file)
     ]
-    _correlator(context, 0).run(
+    _correlator(context).run(
         stripe,
-        mode=kernels.MODE_WRITE,
         symmetric=True,
         min_overlap=min_overlap,
         out_origin=(start, start),
