@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from corr_pipeline.db.bulk import driver_connection
 from corr_pipeline.db.dates import as_iso_date
 from corr_pipeline.db.publish import PublishError, _lock_date
-from corr_pipeline.db.schema import CHANGE_TABLES
+from corr_pipeline.db.schema import CHANGE_TABLES, DRIFT_COLUMNS
 
 __all__ = [
     "CHANGE_COLUMNS",
@@ -101,12 +101,7 @@ SUMMARY_COLUMNS = (
     "n_entered",
     "n_left",
     "n_pairs",
-    "mean_corr",
-    "previous_mean_corr",
-    "mean_abs_corr",
-    "previous_mean_abs_corr",
-    "mean_change",
-    "mean_abs_change",
+    *DRIFT_COLUMNS,
     "quantiles",
     "change_histogram",
     "skipped",

@@ -221,6 +221,17 @@ change_lead_lag = sa.Table(
     ),
 )
 
+#: The market-level drift of a change summary (SPEC §10.1): means of today and the previous
+#: session and the mean (absolute) change over the pairs compared.
+DRIFT_COLUMNS = (
+    "mean_corr",
+    "previous_mean_corr",
+    "mean_abs_corr",
+    "previous_mean_abs_corr",
+    "mean_change",
+    "mean_abs_change",
+)
+
 #: The tables a publication of changes writes, parent first (SPEC §10).
 CHANGE_TABLES = (
     "change_summaries",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import dagster as dg
 import numpy as np
 
+from corr_pipeline.db.schema import DRIFT_COLUMNS
 from corr_pipeline.db.window import TOO_FEW_RETURNS, ZERO_VARIANCE, ReturnsWindow
 from corr_pipeline.snapshot import display, markdown
 from corr_pipeline.snapshot.measure import StageStats
@@ -169,14 +170,7 @@ def changes(
         "n_entered": dg.MetadataValue.int(int(summary["n_entered"])),
         "n_left": dg.MetadataValue.int(int(summary["n_left"])),
     }
-    for key in (
-        "mean_corr",
-        "previous_mean_corr",
-        "mean_abs_corr",
-        "previous_mean_abs_corr",
-        "mean_change",
-        "mean_abs_change",
-    ):
+    for key in DRIFT_COLUMNS:
         if summary[key] is not None:
             out[key] = number(summary[key], display.corr)
     quantiles = summary["quantiles"]

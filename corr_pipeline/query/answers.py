@@ -17,6 +17,8 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
+from corr_pipeline.db.schema import DRIFT_COLUMNS
+
 __all__ = [
     "Answer",
     "ChangesResult",
@@ -262,17 +264,7 @@ class ChangesResult:
     counts: dict[str, int]
 
     def to_json(self) -> dict[str, Any]:
-        drift = (
-            "n_pairs",
-            "mean_corr",
-            "previous_mean_corr",
-            "mean_abs_corr",
-            "previous_mean_abs_corr",
-            "mean_change",
-            "mean_abs_change",
-            "quantiles",
-            "skipped",
-        )
+        drift = ("n_pairs", *DRIFT_COLUMNS, "quantiles", "skipped")
         if self.previous_date is None or self.summary is None:
             return {"query": "changes", **self.snapshot.to_json(), "previous_date": None}
         return {
