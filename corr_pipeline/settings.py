@@ -399,10 +399,17 @@ def env_file_applied(path: Path | None = None) -> Iterator[dict[str, str]]:
     neither the file's values nor what the command itself exported (the demo's first
     partition, the embedded database's URL)."""
     values = env_file_values(path)
-    previous = dict(os.environ)
-    os.environ.update(values)
-    try:
+    with environment_restored():
+        os.environ.update(values)
         yield values
+
+
+@contextlib.contextmanager
+def environment_restored() -> Iterator[None]:
+    """Restore the whole process environment when the block ends (whatever it set or removed)."""
+    previous = dict(os.environ)
+    try:
+        yield
     finally:
         os.environ.clear()
         os.environ.update(previous)

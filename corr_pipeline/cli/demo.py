@@ -307,10 +307,13 @@ def run_demo(
     ctx: DemoContext | None = None,
     steps: Sequence[Callable[[DemoContext], None]] | None = None,
 ) -> DemoContext:
-    """Run ``steps`` (default: every step of :data:`DEMO_STEPS`) in order; return the context."""
+    """Run ``steps`` (default: every step of :data:`DEMO_STEPS`) in order; return the context.
+    What the steps export for the runs they start (the first partition) is this call's only:
+    the process environment is restored afterwards."""
     ctx = ctx or DemoContext()
-    for step in DEMO_STEPS if steps is None else steps:
-        step(ctx)
+    with settings.environment_restored():
+        for step in DEMO_STEPS if steps is None else steps:
+            step(ctx)
     return ctx
 
 
