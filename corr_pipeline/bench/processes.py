@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from corr_pipeline.snapshot.measure import read_proc_status_kib
+
 __all__ = ["ProcessPeak", "ProcessTreePeaks", "descendants"]
 
 _PROC = Path("/proc")
@@ -56,16 +58,7 @@ def descendants(root: int) -> set[int]:
 
 
 def _status_kib(pid: int) -> dict[str, int]:
-    values: dict[str, int] = {}
-    try:
-        text = (_PROC / str(pid) / "status").read_text()
-    except OSError:
-        return values
-    for line in text.splitlines():
-        name, _, rest = line.partition(":")
-        if name in ("RssAnon", "VmHWM"):
-            values[name] = int(rest.split()[0])
-    return values
+    return read_proc_status_kib(("RssAnon", "VmHWM"), _PROC / str(pid) / "status")
 
 
 @dataclass

@@ -539,15 +539,19 @@ def delete_snapshot(engine: sa.Engine, snapshot_date: dt.date | str) -> bool:
         return _delete_snapshot_rows(cur, d)
 
 
-def read_snapshot_counts(engine: sa.Engine, snapshot_date: dt.date | str) -> dict[str, int]:
-    """Rows per published table for ``snapshot_date``, read in one consistent snapshot."""
+def read_snapshot_counts(
+    engine: sa.Engine,
+    snapshot_date: dt.date | str,
+    tables: Sequence[str] = PUBLISHED_TABLES,
+) -> dict[str, int]:
+    """Rows per table of ``tables`` (default the published snapshot's) for ``snapshot_date``,
+    read in one consistent snapshot."""
     d = as_iso_date(snapshot_date, "snapshot_date", PublishError)
     query = " UNION ALL ".join(
-        f"SELECT '{table}', count(*) FROM {table} WHERE snapshot_date = :d"
-        for table in PUBLISHED_TABLES
+        f"SELECT '{table}', count(*) FROM {table} WHERE snapshot_date = :d" for table in tables
     )
     with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
         result: dict[str, int] = {
             str(table): int(count) for table, count in conn.execute(sa.text(query), {"d": d})
         }
-    return {table: int(result[table]) for table in PUBLISHED_TABLES}
+    return {table: int(result[table]) for table in tables}

@@ -30,7 +30,7 @@ import sqlalchemy as sa
 
 from corr_pipeline.db.bulk import driver_connection
 from corr_pipeline.db.dates import as_iso_date
-from corr_pipeline.db.publish import PublishError, _lock_date
+from corr_pipeline.db.publish import PublishError, _lock_date, read_snapshot_counts
 from corr_pipeline.db.schema import CHANGE_TABLES, DRIFT_COLUMNS
 
 __all__ = [
@@ -227,11 +227,4 @@ def _delete_changes_rows(cursor: Any, d: dt.date) -> bool:
 
 def read_change_counts(engine: sa.Engine, snapshot_date: dt.date | str) -> dict[str, int]:
     """Rows per change table for ``snapshot_date``, read in one consistent snapshot."""
-    d = as_iso_date(snapshot_date, "snapshot_date", PublishError)
-    query = " UNION ALL ".join(
-        f"SELECT '{table}', count(*) FROM {table} WHERE snapshot_date = :d"
-        for table in CHANGE_TABLES
-    )
-    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
-        found = {str(t): int(c) for t, c in conn.execute(sa.text(query), {"d": d})}
-    return {table: found[table] for table in CHANGE_TABLES}
+    return read_snapshot_counts(engine, snapshot_date, CHANGE_TABLES)

@@ -28,11 +28,13 @@ _CLEAR_REFS = Path("/proc/self/clear_refs")
 
 def read_proc_status_kib(
     keys: tuple[str, ...] = ("VmHWM", "VmRSS", "RssAnon", "RssFile"),
+    status: Path = _STATUS,
 ) -> dict[str, int]:
-    """The requested ``/proc/self/status`` fields in KiB (missing fields are absent)."""
+    """The requested fields of ``status`` (default ``/proc/self/status``; another process's is
+    ``/proc/<pid>/status``) in KiB (missing fields are absent; nothing if it cannot be read)."""
     values: dict[str, int] = {}
     try:
-        text = _STATUS.read_text()
+        text = status.read_text()
     except OSError:
         return values
     for line in text.splitlines():
