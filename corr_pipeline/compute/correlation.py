@@ -76,6 +76,61 @@ class PairCorrelator:
         right = w.z[b.row0 : b.row0 + b.n_rows, col0:col1]
         return left @ right
 
+    def finish_product(
+        self,
+        sxy: np.ndarray,
+        tile_start: int,
+        col0: int,
+        rows: tuple[int, int],
+        symmetric: bool,
+        min_overlap: int,
+        out_origin: tuple[int, int],
+        out_corr: np.ndarray,
+        out_overlap: np.ndarray,
+    ) -> None:
+        """The fused pass (``kernels.correlate_tile``) of one product: A columns ``rows`` of the
+        tile at ``tile_start`` against B columns from ``col0``, written to the outputs."""
+        a, b, w = self.a, self.b, self.window
+        kernels.correlate_tile(
+            symmetric,
+            min_overlap,
+            kernels.FALLBACK_TAU,
+            sxy,
+            tile_start,
+            col0,
+            rows[0],
+            rows[1],
+            w.z,
+            w.z_t,
+            w.present_t,
+            w.raw_t,
+            w.prefix,
+            w.prefix_sq,
+            w.prefix_t,
+            w.prefix_sq_t,
+            w.prefix_count_t,
+            a.row0,
+            a.lo,
+            a.hi,
+            a.gap_ptr,
+            a.gap_rows,
+            b.row0,
+            b.lo,
+            b.hi,
+            b.gap_ptr,
+            b.gap_rows,
+            b.gap_cols,
+            b.partial_ptr,
+            b.partial_cols,
+            b.total,
+            b.total_sq,
+            a.n_rows,
+            out_origin[0],
+            out_origin[1],
+            out_corr,
+            out_overlap,
+        )
+
     def run(
         self,
         rows: tuple[int, int],
@@ -93,49 +148,21 @@ class PairCorrelator:
         parts of the outputs. ``after_chunk(row_lo, row_hi, col_lo, col_hi)`` runs in the
         worker once an item is done.
         """
-        a, b, w = self.a, self.b, self.window
+        w = self.window
 
         def finish(item: tuple[int, int, int]) -> None:
             tile_start, col0, col1 = item
             tile_stop = min(tile_start + GEMM_TILE, w.n_cols)
             row_lo, row_hi = max(rows[0], tile_start), min(rows[1], tile_stop)
             sxy = self.tile_product(tile_start, tile_stop, col0, col1)
-            kernels.correlate_tile(
-                symmetric,
-                min_overlap,
-                kernels.FALLBACK_TAU,
+            self.finish_product(
                 sxy,
                 tile_start,
                 col0,
-                row_lo,
-                row_hi,
-                w.z,
-                w.z_t,
-                w.present_t,
-                w.raw_t,
-                w.prefix,
-                w.prefix_sq,
-                w.prefix_t,
-                w.prefix_sq_t,
-                w.prefix_count_t,
-                a.row0,
-                a.lo,
-                a.hi,
-                a.gap_ptr,
-                a.gap_rows,
-                b.row0,
-                b.lo,
-                b.hi,
-                b.gap_ptr,
-                b.gap_rows,
-                b.gap_cols,
-                b.partial_ptr,
-                b.partial_cols,
-                b.total,
-                b.total_sq,
-                a.n_rows,
-                out_origin[0],
-                out_origin[1],
+                (row_lo, row_hi),
+                symmetric,
+                min_overlap,
+                out_origin,
                 out_corr,
                 out_overlap,
             )
@@ -225,9 +252,8 @@ def _correlate_block(
         (start, stop),
         symmetric=True,
         min_overlap=min_overlap,
-        out_origin=(start, start),
-        out_corr=full_corr[start:stop, start:],
-        out_overlap=full_overlap[start:stop, start:],
+        out_corr=full_corr,  # whole (C-contiguous) arrays: the fused pass's row stores vectorise
+        out_overlap=full_overlap,
         after_chunk=mirror,
     )
 

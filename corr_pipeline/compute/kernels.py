@@ -44,6 +44,7 @@ FALLBACK_TAU = 1.0 / 16.0
 CHUNK = 512
 """Columns per inner pass: the per-row buffers stay in L1 cache."""
 
+
 @njit(cache=True, nogil=True)
 def exact_pair_correlation(x, y, min_overlap):  # pragma: no cover - compiled
     """Pearson correlation of x and y over rows where both are finite, float64 two-pass.
@@ -150,7 +151,7 @@ def correlate_tile(  # pragma: no cover - compiled
     sum_x = np.empty(CHUNK)
     sq_x = np.empty(CHUNK)
     base_x = np.empty(CHUNK)
-    count = np.empty(CHUNK, dtype=np.int64)
+    count = np.empty(CHUNK, dtype=np.int32)
     flagged = np.empty(CHUNK, dtype=np.bool_)
     for i in range(row_lo, row_hi):
         ti = i - tile_row0
@@ -164,35 +165,51 @@ def correlate_tile(  # pragma: no cover - compiled
         whole_count_i = prefix_count_t[i, a0 + n_rows] - prefix_count_t[i, a0]
         full_row_i = a_lo[i] == 0 and a_hi[i] == n_rows
         row = i - out_row0
+        z_i = z_t[i]  # row views of column i: one base address in the scattered loops below
+        present_i = present_t[i]
+        prefix_i = prefix_t[i]
+        prefix_sq_i = prefix_sq_t[i]
+        prefix_count_i = prefix_count_t[i]
         for c_start in range(c_first, width, CHUNK):
             c_stop = min(c_start + CHUNK, width)
             j0 = col0 + c_start
             m = c_stop - c_start
+            # Row slices (non-negative local indices, unit stride): the loops below vectorise
+            # with plain vector loads and stores instead of gathers and scatters.
+            sxy_i = sxy[ti, c_start:c_stop]
+            corr_i = out_corr[row, j0 - out_col0 : j0 - out_col0 + m]
+            overlap_i = out_overlap[row, j0 - out_col0 : j0 - out_col0 + m]
             # Overlap sums of column j: its values on i's interval (B's column totals when
             # that is the whole side), less i's interior gaps; of column i: its values on
             # the whole side (corrected below for the partial columns j).
             if full_row_i:
+                total_y = b_total[j0 : j0 + m]
+                total_sq_y = b_total_sq[j0 : j0 + m]
                 for c in range(m):
-                    sum_y[c] = b_total[j0 + c]
-                    base_y[c] = b_total_sq[j0 + c]
-                    sq_y[c] = base_y[c]
+                    sum_y[c] = total_y[c]
+                    base_y[c] = total_sq_y[c]
+                    sq_y[c] = total_sq_y[c]
                     sum_x[c] = whole_sum_i
                     base_x[c] = whole_sq_i
                     sq_x[c] = whole_sq_i
                     count[c] = whole_count_i
             else:
+                hi_y = prefix[hi_i, j0 : j0 + m]
+                lo_y = prefix[lo_i, j0 : j0 + m]
+                hi_sq_y = prefix_sq[hi_i, j0 : j0 + m]
+                lo_sq_y = prefix_sq[lo_i, j0 : j0 + m]
                 for c in range(m):
-                    sum_y[c] = prefix[hi_i, j0 + c] - prefix[lo_i, j0 + c]
-                    base_y[c] = prefix_sq[hi_i, j0 + c] - prefix_sq[lo_i, j0 + c]
+                    sum_y[c] = hi_y[c] - lo_y[c]
+                    base_y[c] = hi_sq_y[c] - lo_sq_y[c]
                     sq_y[c] = base_y[c]
                     sum_x[c] = whole_sum_i
                     base_x[c] = whole_sq_i
                     sq_x[c] = whole_sq_i
                     count[c] = whole_count_i
             for k in range(a_gap_ptr[i], a_gap_ptr[i + 1]):
-                t = b0 + a_gap_rows[k]
+                z_gap = z[b0 + a_gap_rows[k], j0 : j0 + m]
                 for c in range(m):
-                    v = np.float64(z[t, j0 + c])
+                    v = np.float64(z_gap[c])
                     sum_y[c] -= v
                     sq_y[c] -= v * v
             # Column i on j's interval when j is partial, then less j's interior gaps.
@@ -201,23 +218,23 @@ def correlate_tile(  # pragma: no cover - compiled
                 c = j - j0
                 lo = a0 + b_lo[j]
                 hi = a0 + b_hi[j]
-                sum_x[c] = prefix_t[i, hi] - prefix_t[i, lo]
-                base_x[c] = prefix_sq_t[i, hi] - prefix_sq_t[i, lo]
+                sum_x[c] = prefix_i[hi] - prefix_i[lo]
+                base_x[c] = prefix_sq_i[hi] - prefix_sq_i[lo]
                 sq_x[c] = base_x[c]
-                count[c] = prefix_count_t[i, hi] - prefix_count_t[i, lo]
+                count[c] = prefix_count_i[hi] - prefix_count_i[lo]
             for k in range(b_gap_ptr[j0], b_gap_ptr[j0 + m]):
                 c = b_gap_cols[k] - j0
                 t = a0 + b_gap_rows[k]
-                v = np.float64(z_t[i, t])
+                v = np.float64(z_i[t])
                 sum_x[c] -= v
                 sq_x[c] -= v * v
-                count[c] -= present_t[i, t]
+                count[c] -= present_i[t]
             # Pearson from the sums (branch-free), written straight out; pairs whose
             # variance fails the guard are flagged and rewritten from the exact fallback.
             n_flagged = 0
             for c in range(m):
                 value, bad = _pearson(
-                    sxy[ti, c_start + c],
+                    sxy_i[c],
                     count[c],
                     sum_x[c],
                     sum_y[c],
@@ -229,18 +246,16 @@ def correlate_tile(  # pragma: no cover - compiled
                 )
                 flagged[c] = bad
                 n_flagged += bad
-                out_corr[row, j0 + c - out_col0] = value
-                out_overlap[row, j0 + c - out_col0] = count[c]
+                corr_i[c] = value
+                overlap_i[c] = count[c]
             if n_flagged:
                 for c in range(m):
                     if flagged[c]:
-                        exact = exact_pair_correlation(
+                        corr_i[c] = exact_pair_correlation(
                             raw_t[i, a0 : a0 + n_rows], raw_t[j0 + c, b0 : b0 + n_rows], min_overlap
                         )
-                        out_corr[row, j0 + c - out_col0] = exact
             if diagonal and c_start == c_first:
-                value = 1.0 if (count[0] >= min_overlap and sq_i > 0.0) else np.nan
-                out_corr[row, j0 - out_col0] = value
+                corr_i[0] = 1.0 if (count[0] >= min_overlap and sq_i > 0.0) else np.nan
 
 
 @njit(inline="always")
@@ -249,13 +264,13 @@ def _pearson(sxy, n, sx, sy, sq_x, sq_y, guard_x, guard_y, min_overlap):  # prag
 
     Flagged (to be recomputed exactly) when a variance is at most its guard, tau times the
     sum it came from."""
-    inv_n = 1.0 / max(n, 1)
-    var_x = sq_x - sx * sx * inv_n
-    var_y = sq_y - sy * sy * inv_n
-    value = (np.float64(sxy) - sx * sy * inv_n) / math.sqrt(max(var_x * var_y, 1e-300))
+    n_f = np.float64(n)
+    var_x = n_f * sq_x - sx * sx  # n times the variances and covariance: no division by n
+    var_y = n_f * sq_y - sy * sy
+    value = (n_f * np.float64(sxy) - sx * sy) / math.sqrt(max(var_x * var_y, 1e-300))
     value = min(1.0, max(-1.0, value))
     enough = n >= min_overlap
-    bad = enough & ((var_x <= guard_x) | (var_y <= guard_y))
+    bad = enough & ((var_x <= n_f * guard_x) | (var_y <= n_f * guard_y))
     return (value if enough else np.nan), bad
 
 
