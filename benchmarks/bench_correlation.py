@@ -13,16 +13,22 @@ the pipeline does; created fresh and flushed inside each timed call). Each kerne
 shows peak RSS and peak RssAnon above the level before the call. pandas
 (``DataFrame.corr(min_periods=min_overlap)`` in float64) is timed once with ``--pandas``.
 
-Before/after: run this script with ``PYTHONPATH`` pointing at a checkout of the older
-commit (the ``code`` line says which package ran); the machine is shared, so run the two
-back to back, several times, and compare ratios.
+Before/after in the same run: ``--compare DIR`` also times the kernel of the package in DIR
+(e.g. ``git worktree add /tmp/corr_base <commit>``), in a child process with ``PYTHONPATH=DIR``
+on the same universe, alternating with this tree's kernel (base, this, base, this, ... one
+call each, ``--repeat`` rounds), both against the floor measured here.
+
+    python benchmarks/bench_correlation.py --n 4000 --pandas --compare /tmp/corr_base
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -61,12 +67,19 @@ def main() -> None:
     parser.add_argument("--memmap", type=Path, help="also time outputs as .npy memory maps here")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--floor-repeat", type=int, default=7)
+    parser.add_argument(
+        "--compare", type=Path, help="also time the package in this directory, alternating"
+    )
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     returns = ragged_returns(
         args.t, args.n, seed=1, ragged_share=args.ragged_share, gap_share=args.gap_share
     )
     pairwise_correlation(returns[:, :256], min_overlap=args.min_overlap)  # compile / warm up
+    if args.child:
+        _serve_calls(returns, args.min_overlap, args.working_memory_mb)
+        return
     full_history = float(np.isfinite(returns).all(axis=0).mean())
     print(f"# {machine_line()}; commit {git_commit()}")
     print(f"# code {Path(corr_pipeline.__file__).parent}")
@@ -131,6 +144,8 @@ def main() -> None:
         )
         if not memmap:
             kernel = min(times)
+    if args.compare is not None:
+        _compare(args, returns, floor, floor_cpu)
     if args.pandas:
         import pandas as pd
 
@@ -143,6 +158,56 @@ def main() -> None:
             f"  = {pandas_s / kernel:5.1f} x the in-memory kernel"
         )
     print(f"# {_load()}")
+
+
+def _serve_calls(returns: np.ndarray, min_overlap: int, working_memory_mb: float) -> None:
+    """Child of ``--compare``: one timed in-memory call per line read on stdin, answered as
+    ``{"wall": s, "cpu": s}`` on stdout (wall and process CPU seconds)."""
+    print(json.dumps({"code": str(Path(corr_pipeline.__file__).parent)}), flush=True)
+    for _ in sys.stdin:
+        walls, cpus = wall_and_cpu_times(
+            lambda: pairwise_correlation(
+                returns, min_overlap=min_overlap, working_memory_mb=working_memory_mb
+            ),
+            1,
+        )
+        print(json.dumps({"wall": walls[0], "cpu": cpus[0]}), flush=True)
+
+
+def _compare(args: argparse.Namespace, returns: np.ndarray, floor: float, floor_cpu: float) -> None:
+    """This tree's in-memory kernel and the one in ``args.compare``, alternating call by call."""
+    command = [sys.executable, __file__, "--child", "--n", str(args.n), "--t", str(args.t)]
+    command += ["--min-overlap", str(args.min_overlap), "--ragged-share", str(args.ragged_share)]
+    command += ["--gap-share", str(args.gap_share)]
+    command += ["--working-memory-mb", str(args.working_memory_mb)]
+    env = dict(os.environ, PYTHONPATH=str(args.compare))
+    with subprocess.Popen(
+        command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as child:
+        assert child.stdin is not None and child.stdout is not None
+        base_code = json.loads(child.stdout.readline())["code"]
+        times: dict[str, list[tuple[float, float]]] = {"base": [], "this": []}
+        for _ in range(args.repeat):
+            child.stdin.write("call\n")
+            child.stdin.flush()
+            answer = json.loads(child.stdout.readline())
+            times["base"].append((answer["wall"], answer["cpu"]))
+            walls, cpus = wall_and_cpu_times(
+                lambda: pairwise_correlation(
+                    returns, min_overlap=args.min_overlap, working_memory_mb=args.working_memory_mb
+                ),
+                1,
+            )
+            times["this"].append((walls[0], cpus[0]))
+        child.stdin.close()
+    for name, code in (("base", base_code), ("this", str(Path(corr_pipeline.__file__).parent))):
+        walls = [wall for wall, _ in times[name]]
+        cpus = [cpu for _, cpu in times[name]]
+        print(
+            f"compare {name} ({code}), alternating (of {args.repeat}): {_figures(walls, cpus)}\n"
+            f"        = {min(walls) / floor:5.2f} x floor wall (median"
+            f" {np.median(walls) / floor:5.2f}), {min(cpus) / floor_cpu:5.2f} x floor CPU"
+        )
 
 
 if __name__ == "__main__":
