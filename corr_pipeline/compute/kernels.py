@@ -9,6 +9,8 @@ aligned row by row (local row ``t`` is window row ``a0 + t`` in A and
     Sx  = Σ_O Z[a0+t, i]     Sxx = Σ_O Z[a0+t, i]²
     Sy  = Σ_O Z[b0+t, j]     Syy = Σ_O Z[b0+t, j]²      Sxy = Σ_t Z[a0+t, i] Z[b0+t, j]
     corr = (Sxy − Sx·Sy/n) / sqrt((Sxx − Sx²/n) · (Syy − Sy²/n))
+         = (n·Sxy − Sx·Sy) / sqrt((n·Sxx − Sx²) · (n·Syy − Sy²))     (computed so, in float64:
+                                                                   one division, one root)
 
 ``Sxy`` needs no mask (zeros outside the overlap add nothing): it is the one
 matrix product per tile. Because ``Z`` is zero wherever ``i`` is missing, the
@@ -23,7 +25,7 @@ and ``Sy``, ``Syy`` likewise with the roles of ``i`` and ``j`` swapped. Listings
 and delistings therefore cost O(1) per pair; a halt costs one subtraction.
 
 Exactness guard: when a variance ``Sxx − Sx²/n`` is at most ``tau`` times the
-interval sum it came from, float cancellation could cost digits (and a truly
+interval sum it came from (tested as ``n·Sxx − Sx² <= n · tau · sum``), float cancellation could cost digits (and a truly
 constant overlap would not come out as exactly 0), so that pair is
 recomputed exactly from the raw returns in float64 (two-pass, with zero
 variance decided by equality of all values, as pandas' Welford recurrence
@@ -263,7 +265,7 @@ def _pearson(sxy, n, sx, sy, sq_x, sq_y, guard_x, guard_y, min_overlap):  # prag
     """``(corr, flagged)`` from the overlap sums (module docstring); NaN below ``min_overlap``.
 
     Flagged (to be recomputed exactly) when a variance is at most its guard, tau times the
-    sum it came from."""
+    sum it came from: ``n·sq − s² <= n · guard``, the guard scaled by n like the variance."""
     n_f = np.float64(n)
     var_x = n_f * sq_x - sx * sx  # n times the variances and covariance: no division by n
     var_y = n_f * sq_y - sy * sy
