@@ -123,6 +123,14 @@ def column_extents(present_t):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _fringe(h_lo, h_hi, c_lo, c_hi):  # pragma: no cover - compiled
+    """The rows of the hull ``[h_lo, h_hi)`` outside the core ``[c_lo, c_hi)`` (``h_lo <= c_lo
+    <= c_hi <= h_hi``) as two ranges ``(h_lo, head_hi), (tail_lo, h_hi)``: at most ``L − 1``
+    rows at each end, so the loops never walk the hull."""
+    return (h_lo, min(c_lo, h_hi)), (max(c_hi, h_lo), h_hi)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _pair_bounds(
     p_max,
     p_sync,
@@ -252,16 +260,18 @@ def screen_tile(  # pragma: no cover - compiled
     y_sq_hi = np.empty(width)
     y0_sum = np.empty(width)
     y0_sq = np.empty(width)
-    x_gap1 = np.empty(width)
-    x_gap2 = np.empty(width)
-    x0_gap1 = np.empty(width)
-    x0_gap2 = np.empty(width)
+    xs_v = np.empty(width)
+    xsl_v = np.empty(width)
+    xsh_v = np.empty(width)
+    nc_v = np.empty(width)
+    nh_v = np.empty(width)
+    x0s_v = np.empty(width)
+    x0q_v = np.empty(width)
+    n0_v = np.empty(width)
     behind = np.empty(n_rows)
     p_max_v = np.empty(width)
     p_sync_v = np.empty(width)
     sync_v = np.empty(width)
-    up_v = np.empty(width)
-    lo_v = np.empty(width)
     gaps_v = np.empty(width)
     for c in range(width):
         gaps_v[c] = np.float64(gaps[col0 + c])
@@ -302,8 +312,8 @@ def screen_tile(  # pragma: no cover - compiled
                 y_sq_lo[c] = core_sq
                 y_sq_hi[c] = core_sq
             # The fringe rows (hull less core), at most L − 1 at each end, exactly.
-            for t in range(h_lo, h_hi):
-                if t < c_lo or t >= c_hi:
+            for t_lo, t_hi in _fringe(h_lo, h_hi, c_lo, c_hi):
+                for t in range(t_lo, t_hi):
                     for c in range(width):
                         v = abs(np.float64(z[t, col0 + c]))
                         y_sum[c] += v
@@ -321,36 +331,63 @@ def screen_tile(  # pragma: no cover - compiled
                 v = np.float64(z[t, col0 + c])
                 y0_sum[c] -= v
                 y0_sq[c] -= v * v
-        # Leader-side corrections for the laggers' missing rows (one scatter over the chunk).
-        for c in range(width):
-            x_gap1[c] = 0.0
-            x_gap2[c] = 0.0
-            x0_gap1[c] = 0.0
-            x0_gap2[c] = 0.0
-        for q in range(e_first, e_last):
-            w = miss_rows[q]
-            c = miss_cols[q] - col0
-            b = behind[w]
-            x_gap1[c] += b
-            x_gap2[c] += b * b
-            v = np.float64(zi[w])
-            x0_gap1[c] += v
-            x0_gap2[c] += v * v
-        # Leader-side sums when j is dense (its interval is the whole window).
+        # Leader-side sums, per lagger: over the whole window when j is dense ...
         x_sum = 0.0
         for lag in range(1, L + 1):
             x_sum = max(x_sum, abs(pz_i[n_rows - lag] - pz_i[0]))
         x_sq_lo = pz2_i[n_rows - L] - pz2_i[0]
         x_sq_hi = pz2_i[n_rows - 1] - pz2_i[0]
-        n_core = min(hi_i, n_rows - L) - lo_i
-        n_hull = min(hi_i, n_rows - 1) - lo_i
+        n_core = np.float64(min(hi_i, n_rows - L) - lo_i)
+        n_hull = np.float64(min(hi_i, n_rows - 1) - lo_i)
         x0_sum = pz_i[n_rows] - pz_i[0]
         x0_sq = pz2_i[n_rows] - pz2_i[0]
-        n0 = hi_i - lo_i
-        f_core = np.float64(n_core)
-        f_hull = np.float64(n_hull)
+        n0 = np.float64(hi_i - lo_i)
+        for c in range(width):
+            xs_v[c] = x_sum
+            xsl_v[c] = x_sq_lo
+            xsh_v[c] = x_sq_hi
+            nc_v[c] = n_core
+            nh_v[c] = n_hull
+            x0s_v[c] = x0_sum
+            x0q_v[c] = x0_sq
+            n0_v[c] = n0
+        # ... and over its (shifted) interval when j is ragged: core sums plus the fringe rows.
+        for q in range(r_first, r_last):
+            j = ragged_cols[q]
+            c = j - col0
+            lo_j = lo[j]
+            hi_j = hi[j]
+            c_lo = max(lo_j - 1, 0)
+            c_hi = max(min(hi_j - L, n_rows - L), c_lo)
+            h_lo = max(lo_j - L, 0)
+            h_hi = max(min(hi_j - 1, n_rows - 1), h_lo)
+            xs = abs(pz_i[c_hi] - pz_i[c_lo])
+            core_sq = pz2_i[c_hi] - pz2_i[c_lo]
+            fringe_sq = 0.0
+            for t_lo, t_hi in _fringe(h_lo, h_hi, c_lo, c_hi):
+                for t in range(t_lo, t_hi):
+                    v = abs(np.float64(zi[t]))
+                    xs += v
+                    fringe_sq += v * v
+            xs_v[c] = xs
+            xsl_v[c] = core_sq
+            xsh_v[c] = core_sq + fringe_sq
+            nc_v[c] = min(hi_i, hi_j - L, n_rows - L) - max(lo_i, lo_j - 1)
+            nh_v[c] = min(hi_i, hi_j - 1, n_rows - 1) - max(lo_i, lo_j - L)
+            x0s_v[c] = pz_i[hi_j] - pz_i[lo_j]
+            x0q_v[c] = pz2_i[hi_j] - pz2_i[lo_j]
+            n0_v[c] = min(hi_i, hi_j) - max(lo_i, lo_j)
+        # Leader-side corrections for the laggers' missing rows (one scatter over the chunk).
+        for q in range(e_first, e_last):
+            w = miss_rows[q]
+            c = miss_cols[q] - col0
+            b = behind[w]
+            xs_v[c] += b
+            xsl_v[c] -= b * b
+            v = np.float64(zi[w])
+            x0s_v[c] -= v
+            x0q_v[c] -= v * v
         f_gi = np.float64(g_i)
-        f_n0 = np.float64(n0)
         f_min_overlap = np.float64(min_overlap)
         for c in range(width):
             p_max_v[c] = abs(np.float64(products[1, ti, c]))
@@ -372,89 +409,29 @@ def screen_tile(  # pragma: no cover - compiled
                 p_sync_v[c],
                 with_sync,
                 sync_v[c],
-                x_sum + x_gap1[c],
-                x_sq_lo - x_gap2[c],
-                x_sq_hi,
+                xs_v[c],
+                xsl_v[c],
+                xsh_v[c],
                 y_sum[c],
                 y_sq_lo[c],
                 y_sq_hi[c],
-                f_core,
-                f_hull,
+                nc_v[c],
+                nh_v[c],
                 f_gi,
                 gaps_v[c],
-                x0_sum - x0_gap1[c],
-                x0_sq - x0_gap2[c],
+                x0s_v[c],
+                x0q_v[c],
                 y0_sum[c],
                 y0_sq[c],
-                f_n0,
+                n0_v[c],
                 f_min_overlap,
                 min_improvement,
                 gamma,
                 gamma0,
                 tau_screen,
             )
-            up_v[c] = upper
-            lo_v[c] = lower
-        for c in range(width):
-            out_upper[r, col0 + c] = up_v[c]
-            out_lower[r, col0 + c] = lo_v[c]
-        # Ragged laggers: the leader-side sums over their (shifted) intervals.
-        for q in range(r_first, r_last):
-            j = ragged_cols[q]
-            c = j - col0
-            lo_j = lo[j]
-            hi_j = hi[j]
-            c_lo = max(lo_j - 1, 0)
-            c_hi = max(min(hi_j - L, n_rows - L), c_lo)
-            h_lo = max(lo_j - L, 0)
-            h_hi = max(min(hi_j - 1, n_rows - 1), h_lo)
-            xs = abs(pz_i[c_hi] - pz_i[c_lo])
-            core_sq = pz2_i[c_hi] - pz2_i[c_lo]
-            fringe_sq = 0.0
-            for t in range(h_lo, h_hi):
-                if t < c_lo or t >= c_hi:
-                    v = abs(np.float64(zi[t]))
-                    xs += v
-                    fringe_sq += v * v
-            nc = min(hi_i, hi_j - L, n_rows - L) - max(lo_i, lo_j - 1)
-            nh = min(hi_i, hi_j - 1, n_rows - 1) - max(lo_i, lo_j - L)
-            p_max = 0.0
-            for lag in range(1, L + 1):
-                p_max = max(p_max, abs(np.float64(products[lag, ti, c])))
-            p_sync = abs(np.float64(products[0, ti, c])) if with_sync else 0.0
-            sync_abs = 0.0
-            if not with_sync:
-                sync_abs = abs(np.float64(sync_block[r, j]))
-                if math.isnan(sync_abs):
-                    sync_abs = 0.0
-            upper, lower = _pair_bounds(
-                p_max,
-                p_sync,
-                with_sync,
-                sync_abs,
-                xs + x_gap1[c],
-                core_sq - x_gap2[c],
-                core_sq + fringe_sq,
-                y_sum[c],
-                y_sq_lo[c],
-                y_sq_hi[c],
-                nc,
-                nh,
-                g_i,
-                gaps[j],
-                pz_i[hi_j] - pz_i[lo_j] - x0_gap1[c],
-                pz2_i[hi_j] - pz2_i[lo_j] - x0_gap2[c],
-                y0_sum[c],
-                y0_sq[c],
-                min(hi_i, hi_j) - max(lo_i, lo_j),
-                min_overlap,
-                min_improvement,
-                gamma,
-                gamma0,
-                tau_screen,
-            )
-            out_upper[r, j] = upper
-            out_lower[r, j] = lower
+            out_upper[r, col0 + c] = upper
+            out_lower[r, col0 + c] = lower
         if col0 <= i < col0 + width:
             out_upper[r, i] = -np.inf
             out_lower[r, i] = -np.inf
@@ -598,13 +575,16 @@ def _select_exact(  # pragma: no cover - compiled
     exactly and keep the top k (``out[*][slot]``, ordered by (improvement desc, index_of asc)),
     stopping at the first candidate whose bound is strictly below the k-th kept improvement
     (every later one is too). ``out`` = (improvement, index, best_corr, best_lag,
-    best_overlap, sync), each (rows × k), to be filled with −inf / −1."""
+    best_overlap, sync), each (rows × k), to be filled with −inf / −1. Returns the number of
+    pairs evaluated."""
     values = out[0][slot]
     index = out[1][slot]
     k = values.shape[0]
+    evaluated = 0
     for q in range(i_of.shape[0]):
         if upper[q] < values[k - 1]:
             break
+        evaluated += 1
         e, corr, lag, overlap, sync = pair_values(i_of[q], j_of[q], given_sync[q], params, data)
         key = index_of[q]
         if not _before(e, key, values[k - 1], index[k - 1]) or e == -np.inf:
@@ -624,6 +604,7 @@ def _select_exact(  # pragma: no cover - compiled
         out[3][slot, pos] = lag
         out[4][slot, pos] = overlap
         out[5][slot, pos] = sync
+    return evaluated
 
 
 @njit(cache=True, nogil=True)
@@ -632,7 +613,9 @@ def select_rows(  # pragma: no cover - compiled
 ):
     """Each leader's final top-k laggers (rows ``[row_lo, row_hi)`` of the block): the k-th
     largest lower bound of the row is a threshold no selected pair is below; the pairs whose
-    upper bound reaches it are evaluated in decreasing bound order (:func:`_select_exact`)."""
+    upper bound reaches it are evaluated in decreasing bound order (:func:`_select_exact`).
+    Returns the number of pairs evaluated exactly."""
+    evaluated = 0
     n_cols = upper.shape[1]
     k = out[0].shape[1]
     kth = np.empty(k, dtype=np.float32)
@@ -660,7 +643,8 @@ def select_rows(  # pragma: no cover - compiled
         for q in range(count):
             syncs[q] = np.float32(np.nan) if with_sync else sync_block[r, cols[q]]
         leaders = np.full(count, block_start + r, dtype=np.int64)
-        _select_exact(leaders, cols, bounds[order], syncs, cols, params, data, out, r)
+        evaluated += _select_exact(leaders, cols, bounds[order], syncs, cols, params, data, out, r)
+    return evaluated
 
 
 @njit(cache=True, nogil=True)
@@ -677,12 +661,14 @@ def select_columns(  # pragma: no cover - compiled
 ):
     """Each lagger's final top-k leaders from its pooled candidates: segments
     ``starts[s] .. starts[s + 1]`` (s in [seg_lo, seg_hi)) of the pool sorted by lagger, then
-    bound descending; results in ``out[*][lagger]`` (:func:`_select_exact`)."""
+    bound descending; results in ``out[*][lagger]`` (:func:`_select_exact`). Returns the number
+    of pairs evaluated exactly."""
+    evaluated = 0
     for s in range(seg_lo, seg_hi):
         a = starts[s]
         b = starts[s + 1]
         if b > a:
-            _select_exact(
+            evaluated += _select_exact(
                 leaders[a:b],
                 laggers[a:b],
                 upper[a:b],
@@ -693,3 +679,4 @@ def select_columns(  # pragma: no cover - compiled
                 out,
                 laggers[a],
             )
+    return evaluated
