@@ -154,7 +154,6 @@ def _pair_bounds(
     min_overlap,
     min_improvement,
     gamma,
-    gamma0,
     tau_screen,
 ):  # pragma: no cover - compiled
     """(upper, lower) bounds of one pair's improvement (module docstring).
@@ -188,9 +187,9 @@ def _pair_bounds(
     cross0 = abs(sx0 * sy0) * inv_lo
     ok0 = (n0_lo >= min_overlap) & (vx_lo > tau_screen * sxx0) & (vy_lo > tau_screen * syy0)
     s_lo = min(
-        1.0, max(0.0, (p_sync - gamma0 * scale0 - cross0) / math.sqrt(max(vx_hi * vy_hi, 1e-300)))
+        1.0, max(0.0, (p_sync - gamma * scale0 - cross0) / math.sqrt(max(vx_hi * vy_hi, 1e-300)))
     )
-    s_hi = min(1.0, (p_sync + gamma0 * scale0 + cross0) / math.sqrt(max(vx_lo * vy_lo, 1e-300)))
+    s_hi = min(1.0, (p_sync + gamma * scale0 + cross0) / math.sqrt(max(vx_lo * vy_lo, 1e-300)))
     sync_lo = (s_lo if ok0 else 0.0) if with_sync else sync_abs
     sync_hi = (s_hi if ok0 else 1.0) if with_sync else sync_abs
     bound_hi = upper - sync_lo + BOUND_MARGIN
@@ -216,7 +215,6 @@ def screen_tile(  # pragma: no cover - compiled
     min_overlap,
     min_improvement,
     gamma,
-    gamma0,
     tau_screen,
     z,
     z_t,
@@ -427,7 +425,6 @@ def screen_tile(  # pragma: no cover - compiled
                 f_min_overlap,
                 min_improvement,
                 gamma,
-                gamma0,
                 tau_screen,
             )
             out_upper[r, col0 + c] = upper
