@@ -69,7 +69,7 @@ def profile(returns: np.ndarray, params: dict) -> tuple[Parts, float, int]:
         ),
         (llk, "screen_tile", timed(parts, "bound kernel (screen_tile)", llk.screen_tile)),
         (llk, "select_rows", timed(parts, "rows: select + exact", llk.select_rows, True)),
-        (llk, "fold_column_lower", timed(parts, "columns: fold lower", llk.fold_column_lower)),
+        (llk, "fold_columns", timed(parts, "columns: fold lower + pool", llk.fold_columns)),
         (llk, "select_columns", timed(parts, "columns: select + exact", llk.select_columns, True)),
         (ll, "standardize", timed(parts, "standardize", ll.standardize)),
         (ll, "_make_screen", timed(parts, "screen set-up", ll._make_screen)),

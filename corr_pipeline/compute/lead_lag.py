@@ -276,13 +276,16 @@ class _ColumnPool:
     ) -> None:
         n_cols = upper.shape[1]
         step = max(64, -(-n_cols // (4 * available_cores())))
-        list(
+        found = list(
             pool.map(
-                lambda lo: llk.fold_column_lower(lo, min(lo + step, n_cols), lower, self.lower),
+                lambda lo: llk.fold_columns(
+                    lo, min(lo + step, n_cols), lower, upper, self.lower, self.top[0]
+                ),
                 range(0, n_cols, step),
             )
         )
-        rows, laggers = np.nonzero((upper >= self._threshold()) & (upper > -np.inf))
+        rows = np.concatenate([part[0] for part in found])
+        laggers = np.concatenate([part[1] for part in found])
         syncs = sync[rows, laggers] if sync is not None else np.full(rows.size, np.nan, np.float32)
         self.parts.append((rows + start, laggers, upper[rows, laggers], syncs))
         self._prune()

@@ -267,7 +267,7 @@ def screen_tile(  # pragma: no cover - compiled
     x0q_v = np.empty(width)
     n0_v = np.empty(width)
     behind = np.empty(n_rows)
-    p_max_v = np.empty(width)
+    p_max32 = np.empty(width, dtype=np.float32)
     p_sync_v = np.empty(width)
     sync_v = np.empty(width)
     gaps_v = np.empty(width)
@@ -387,11 +387,12 @@ def screen_tile(  # pragma: no cover - compiled
             x0q_v[c] -= v * v
         f_gi = np.float64(g_i)
         f_min_overlap = np.float64(min_overlap)
+        # The largest |product| over the lags, in float32 (abs and max are exact).
         for c in range(width):
-            p_max_v[c] = abs(np.float64(products[1, ti, c]))
+            p_max32[c] = abs(products[1, ti, c])
         for lag in range(2, L + 1):
             for c in range(width):
-                p_max_v[c] = max(p_max_v[c], abs(np.float64(products[lag, ti, c])))
+                p_max32[c] = max(p_max32[c], abs(products[lag, ti, c]))
         if with_sync:
             for c in range(width):
                 p_sync_v[c] = abs(np.float64(products[0, ti, c]))
@@ -403,7 +404,7 @@ def screen_tile(  # pragma: no cover - compiled
                 sync_v[c] = 0.0 if math.isnan(v) else v
         for c in range(width):
             upper, lower = _pair_bounds(
-                p_max_v[c],
+                np.float64(p_max32[c]),
                 p_sync_v[c],
                 with_sync,
                 sync_v[c],
@@ -645,11 +646,36 @@ def select_rows(  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def fold_column_lower(col_lo, col_hi, lower, column_lower):  # pragma: no cover - compiled
-    """Fold the block's lower bounds into each lagger's running top-k of lower bounds (N × k)."""
-    for r in range(lower.shape[0]):
+def fold_columns(col_lo, col_hi, lower, upper, column_lower, column_exact):  # pragma: no cover
+    """For the laggers ``[col_lo, col_hi)``: fold the block's lower bounds into each lagger's
+    running top-k of lower bounds (``column_lower``, N × k), then return the block's pairs
+    ``(rows, laggers)`` whose upper bound is finite and reaches the lagger's threshold
+    ``max(column_lower[j, k−1], column_exact[j, k−1])`` (``column_exact``: its exact top-k so
+    far), the column candidates to pool."""
+    height = lower.shape[0]
+    k = column_lower.shape[1]
+    for r in range(height):
         for j in range(col_lo, col_hi):
             _insert_value(column_lower[j], lower[r, j])
+    threshold = np.empty(col_hi - col_lo, dtype=np.float32)
+    for j in range(col_lo, col_hi):
+        threshold[j - col_lo] = max(column_lower[j, k - 1], column_exact[j, k - 1])
+    count = 0
+    for r in range(height):
+        for j in range(col_lo, col_hi):
+            u = upper[r, j]
+            count += (u > -np.inf) & (u >= threshold[j - col_lo])
+    rows = np.empty(count, dtype=np.int64)
+    laggers = np.empty(count, dtype=np.int64)
+    count = 0
+    for r in range(height):
+        for j in range(col_lo, col_hi):
+            u = upper[r, j]
+            if u > -np.inf and u >= threshold[j - col_lo]:
+                rows[count] = r
+                laggers[count] = j
+                count += 1
+    return rows, laggers
 
 
 @njit(cache=True, nogil=True)
