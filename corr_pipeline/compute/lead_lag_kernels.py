@@ -617,6 +617,7 @@ def select_rows(  # pragma: no cover - compiled
     n_cols = upper.shape[1]
     k = out[0].shape[1]
     kth = np.empty(k, dtype=np.float32)
+    found = np.empty(n_cols, dtype=np.int64)
     for r in range(row_lo, row_hi):
         kth[:] = -np.inf
         for j in range(n_cols):
@@ -625,13 +626,9 @@ def select_rows(  # pragma: no cover - compiled
         count = 0
         for j in range(n_cols):
             if upper[r, j] > -np.inf and upper[r, j] >= threshold:
+                found[count] = j
                 count += 1
-        cols = np.empty(count, dtype=np.int64)
-        count = 0
-        for j in range(n_cols):
-            if upper[r, j] > -np.inf and upper[r, j] >= threshold:
-                cols[count] = j
-                count += 1
+        cols = found[:count].copy()
         bounds = np.empty(count, dtype=np.float32)
         for q in range(count):
             bounds[q] = upper[r, cols[q]]
@@ -660,13 +657,8 @@ def fold_columns(col_lo, col_hi, lower, upper, column_lower, column_exact):  # p
     threshold = np.empty(col_hi - col_lo, dtype=np.float32)
     for j in range(col_lo, col_hi):
         threshold[j - col_lo] = max(column_lower[j, k - 1], column_exact[j, k - 1])
-    count = 0
-    for r in range(height):
-        for j in range(col_lo, col_hi):
-            u = upper[r, j]
-            count += (u > -np.inf) & (u >= threshold[j - col_lo])
-    rows = np.empty(count, dtype=np.int64)
-    laggers = np.empty(count, dtype=np.int64)
+    rows = np.empty(height * (col_hi - col_lo), dtype=np.int32)
+    laggers = np.empty(height * (col_hi - col_lo), dtype=np.int32)
     count = 0
     for r in range(height):
         for j in range(col_lo, col_hi):
@@ -675,7 +667,7 @@ def fold_columns(col_lo, col_hi, lower, upper, column_lower, column_exact):  # p
                 rows[count] = r
                 laggers[count] = j
                 count += 1
-    return rows, laggers
+    return rows[:count].copy(), laggers[:count].copy()
 
 
 @njit(cache=True, nogil=True)
