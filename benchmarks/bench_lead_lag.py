@@ -8,7 +8,9 @@
 
 The floor is the best of 7 of ``R0.T @ R0`` on the zero-filled float32 returns (numpy's
 symmetric product on both cores), timed in the same process as the kernel (best of
-``--repeat``, default 3); the kernel is reported in floors, in total and per lag. Peak RSS
+``--repeat``, default 3); the kernel is reported in floors, in total and per lag, and in
+*CPU floors* (best process CPU seconds, all threads, of the kernel over those of the floor:
+steadier than wall time on a loaded machine). Peak RSS
 and peak RssAnon are sampled over the kernel calls. ``--brute-force`` also times a plain scan
 (:func:`brute_force_lead_lag`: every lag's full N × N float64 matrix, then SPEC §6 literally) and
 checks both give the same pairs. ``--corr-memmap`` passes the synchronous correlation as a
@@ -35,7 +37,7 @@ from pathlib import Path
 import numpy as np
 from common import PeakMemory, git_commit, machine_line
 
-from corr_pipeline.bench.floor import best_of, gemm_floor
+from corr_pipeline.bench.floor import gemm_floor_times, wall_and_cpu_times
 from corr_pipeline.compute import find_lead_lag_pairs
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 from corr_pipeline.synth import ragged_returns
@@ -109,7 +111,8 @@ def brute_force_lead_lag(
 
 
 def measure(args: argparse.Namespace) -> dict:
-    """One process's figures: floor (best of 7), kernel (best of ``args.repeat``), memory."""
+    """One process's figures: floor (best of 7), kernel (best of ``args.repeat``), each in wall and
+    in process CPU seconds (all threads), memory."""
     returns = ragged_returns(args.t, args.n, seed=1)
     corr = None
     if args.corr_memmap is not None:
@@ -120,7 +123,7 @@ def measure(args: argparse.Namespace) -> dict:
         max_lag=args.max_lag, k_leaders=args.k, k_laggers=args.k, min_overlap=args.min_overlap
     )
     find_lead_lag_pairs(returns[:, :256], **params)  # compile / warm up
-    floor = gemm_floor(returns)
+    floor_walls, floor_cpus = gemm_floor_times(returns)
     pairs: list[np.ndarray] = []
 
     def run() -> None:
@@ -131,12 +134,14 @@ def measure(args: argparse.Namespace) -> dict:
         ]
 
     with PeakMemory() as memory:
-        kernel = best_of(run, args.repeat)
+        kernel_walls, kernel_cpus = wall_and_cpu_times(run, args.repeat)
     peak = memory.above
     return {
         "commit": git_commit(),
-        "floor": floor,
-        "kernel": kernel,
+        "floor": min(floor_walls),
+        "kernel": min(kernel_walls),
+        "floor_cpu": min(floor_cpus),
+        "kernel_cpu": min(kernel_cpus),
         "pairs": int(pairs[0].size),
         "rss_mib": peak.rss_mib,
         "anon_mib": peak.anon_mib,
@@ -164,18 +169,20 @@ def compare(args: argparse.Namespace) -> None:
             print(f"  {name}: {results[name][-1]} (load {os.getloadavg()[0]:.1f})", flush=True)
     print(
         "| code | commit | floor s (best / median) | kernel s (best / median) | floors"
-        " (best / median) | per lag | pairs | peak RSS | peak RssAnon |"
+        " (best / median) | per lag | CPU floors (best / median) | pairs | peak RSS | peak RssAnon |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, runs in results.items():
         floors = [r["floor"] for r in runs]
         kernels = [r["kernel"] for r in runs]
         ratios = [r["kernel"] / r["floor"] for r in runs]
+        cpu_ratios = [r["kernel_cpu"] / r["floor_cpu"] for r in runs]
         print(
             f"| {name} | {runs[0]['commit']} | {min(floors):.3f} / {statistics.median(floors):.3f}"
             f" | {min(kernels):.3f} / {statistics.median(kernels):.3f}"
             f" | {min(ratios):.1f} / {statistics.median(ratios):.1f}"
             f" | {min(ratios) / args.max_lag:.2f} / {statistics.median(ratios) / args.max_lag:.2f}"
+            f" | {min(cpu_ratios):.1f} / {statistics.median(cpu_ratios):.1f}"
             f" | {runs[0]['pairs']:,} | +{max(r['rss_mib'] for r in runs):,.0f} MiB"
             f" | +{max(r['anon_mib'] for r in runs):,.0f} MiB |"
         )
@@ -204,6 +211,7 @@ def main() -> None:
         print(json.dumps({k: v for k, v in result.items() if not k.startswith("_")}))
         return
     floor, kernel = result["floor"], result["kernel"]
+    floor_cpu, kernel_cpu = result["floor_cpu"], result["kernel_cpu"]
     print(f"# {machine_line()}; commit {result['commit']}")
     print(f"# N = {args.n}, T = {args.t}, max_lag = {args.max_lag}, k = {args.k}")
     print(f"floor   R0.T @ R0 float32 (best of 7): {floor:8.3f} s")
@@ -211,6 +219,10 @@ def main() -> None:
         f"kernel  find_lead_lag_pairs (best of {args.repeat}): {kernel:8.3f} s"
         f"  = {kernel / floor:5.1f} floors = {kernel / floor / args.max_lag:4.2f} floors per lag;"
         f" {result['pairs']} pairs"
+    )
+    print(
+        f"cpu     process CPU s (all threads), best: floor {floor_cpu:.3f}, kernel {kernel_cpu:.3f}"
+        f"  = {kernel_cpu / floor_cpu:5.1f} CPU floors"
     )
     print(
         f"memory  peak RSS +{result['rss_mib']:,.0f} MiB, peak RssAnon +{result['anon_mib']:,.0f}"

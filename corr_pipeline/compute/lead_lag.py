@@ -16,8 +16,9 @@ then leader, then lagger.
 How, and why it is exactly the brute-force scan (details and formulas in ``lead_lag_kernels``).
 The scan goes over row blocks of leaders ``I``:
 
-1. **Screen**: per product tile, one float32 GEMM per lag (and lag 0 when ``corr`` is not
-   given) of ``I`` against all N laggers, turned at once into a rigorous *upper* and *lower*
+1. **Screen**: per product tile, one float32 GEMM of the tile's leaders stacked shifted by
+   every lag (lags 1..L, and 0 when ``corr`` is not given; :func:`_shifted_leaders`) against
+   all N laggers, turned at once into a rigorous *upper* and *lower*
    bound of every pair's improvement, valid for all lags together. No value is taken from the
    GEMM.
 2. **Rows**: a leader's ``k_laggers`` best lie in its own row, which the block holds whole.
@@ -275,13 +276,16 @@ class _ColumnPool:
     ) -> None:
         n_cols = upper.shape[1]
         step = max(64, -(-n_cols // (4 * available_cores())))
-        list(
+        found = list(
             pool.map(
-                lambda lo: llk.fold_column_lower(lo, min(lo + step, n_cols), lower, self.lower),
+                lambda lo: llk.fold_columns(
+                    lo, min(lo + step, n_cols), lower, upper, self.lower, self.top[0]
+                ),
                 range(0, n_cols, step),
             )
         )
-        rows, laggers = np.nonzero((upper >= self._threshold()) & (upper > -np.inf))
+        rows = np.concatenate([part[0] for part in found])
+        laggers = np.concatenate([part[1] for part in found])
         syncs = sync[rows, laggers] if sync is not None else np.full(rows.size, np.nan, np.float32)
         self.parts.append((rows + start, laggers, upper[rows, laggers], syncs))
         self._prune()
@@ -333,6 +337,18 @@ class _ColumnPool:
         return _records(self.top, owner_is_leader=False)
 
 
+def _shifted_leaders(window: Standardized, tile_start: int, first_lag: int, max_lag: int):
+    """The leaders of one tile shifted down by each lag: ``S[ℓ − first_lag, i, u] = Z[u − ℓ, i]``
+    (0 for ``u < ℓ``), so that one product ``S · Z`` gives every lag's
+    ``Σ_{t < T−ℓ} Z[t, i]·Z[t + ℓ, j]`` (the added terms are exact zeros)."""
+    n_rows = window.n_rows
+    rows = window.z_t[tile_start : min(tile_start + GEMM_TILE, window.n_cols)]
+    shifted = np.zeros((max_lag + 1 - first_lag, rows.shape[0], n_rows), dtype=np.float32)
+    for lag in range(first_lag, max_lag + 1):
+        shifted[lag - first_lag, :, lag:] = rows[:, : n_rows - lag]
+    return shifted
+
+
 def _screen_block(
     start: int, stop: int, corr: np.ndarray | None, screen: _Screen, pool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -347,25 +363,28 @@ def _screen_block(
     first_lag = 0 if screen.with_sync else 1
     lo, hi, gaps, miss_ptr, miss_rows, miss_cols = screen.extents
 
+    tiles = tiles_covering(start, stop)
+    shifted = {
+        tile_start: _shifted_leaders(window, tile_start, first_lag, screen.max_lag)
+        for tile_start, _ in tiles
+    }
+
     def screen_item(item: tuple[int, int, int]) -> None:
         tile_start, col0, col1 = item
-        tile_stop = min(tile_start + GEMM_TILE, n_cols)
-        products = np.empty(
-            (screen.max_lag + 1, tile_stop - tile_start, col1 - col0), dtype=np.float32
+        leaders = shifted[tile_start]
+        products = np.empty((screen.max_lag + 1, leaders.shape[1], col1 - col0), np.float32)
+        np.matmul(
+            leaders.reshape(-1, n_rows),
+            window.z[:, col0:col1],
+            out=products[first_lag:].reshape(-1, col1 - col0),
         )
-        for lag in range(first_lag, screen.max_lag + 1):
-            np.matmul(
-                window.z_t[tile_start:tile_stop, : n_rows - lag],
-                window.z[lag:, col0:col1],
-                out=products[lag],
-            )
         llk.screen_tile(
             products,
             screen.with_sync,
             screen.max_lag,
             tile_start,
             max(start, tile_start),
-            min(stop, tile_stop),
+            min(stop, tile_start + leaders.shape[1]),
             start,
             col0,
             upper,
@@ -373,7 +392,6 @@ def _screen_block(
             sync_block,
             screen.min_overlap,
             screen.min_improvement,
-            _gemm_rounding(n_rows - 1),
             _gemm_rounding(n_rows),
             FALLBACK_TAU * llk.TAU_SCREEN_FACTOR,
             window.z,
@@ -395,7 +413,7 @@ def _screen_block(
 
     items = [
         (tile_start, col0, min(col0 + PRODUCT_COLUMNS, n_cols))
-        for tile_start, _ in tiles_covering(start, stop)
+        for tile_start, _ in tiles
         for col0 in range(0, n_cols, PRODUCT_COLUMNS)
     ]
     list(pool.map(screen_item, items))  # list() re-raises a worker's error

@@ -123,6 +123,14 @@ def column_extents(present_t):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _fringe(h_lo, h_hi, c_lo, c_hi):  # pragma: no cover - compiled
+    """The rows of the hull ``[h_lo, h_hi)`` outside the core ``[c_lo, c_hi)`` (``h_lo <= c_lo
+    <= c_hi <= h_hi``) as two ranges ``(h_lo, head_hi), (tail_lo, h_hi)``: at most ``L − 1``
+    rows at each end, so the loops never walk the hull."""
+    return (h_lo, min(c_lo, h_hi)), (max(c_hi, h_lo), h_hi)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _pair_bounds(
     p_max,
     p_sync,
@@ -146,7 +154,6 @@ def _pair_bounds(
     min_overlap,
     min_improvement,
     gamma,
-    gamma0,
     tau_screen,
 ):  # pragma: no cover - compiled
     """(upper, lower) bounds of one pair's improvement (module docstring).
@@ -180,9 +187,9 @@ def _pair_bounds(
     cross0 = abs(sx0 * sy0) * inv_lo
     ok0 = (n0_lo >= min_overlap) & (vx_lo > tau_screen * sxx0) & (vy_lo > tau_screen * syy0)
     s_lo = min(
-        1.0, max(0.0, (p_sync - gamma0 * scale0 - cross0) / math.sqrt(max(vx_hi * vy_hi, 1e-300)))
+        1.0, max(0.0, (p_sync - gamma * scale0 - cross0) / math.sqrt(max(vx_hi * vy_hi, 1e-300)))
     )
-    s_hi = min(1.0, (p_sync + gamma0 * scale0 + cross0) / math.sqrt(max(vx_lo * vy_lo, 1e-300)))
+    s_hi = min(1.0, (p_sync + gamma * scale0 + cross0) / math.sqrt(max(vx_lo * vy_lo, 1e-300)))
     sync_lo = (s_lo if ok0 else 0.0) if with_sync else sync_abs
     sync_hi = (s_hi if ok0 else 1.0) if with_sync else sync_abs
     bound_hi = upper - sync_lo + BOUND_MARGIN
@@ -208,7 +215,6 @@ def screen_tile(  # pragma: no cover - compiled
     min_overlap,
     min_improvement,
     gamma,
-    gamma0,
     tau_screen,
     z,
     z_t,
@@ -252,16 +258,18 @@ def screen_tile(  # pragma: no cover - compiled
     y_sq_hi = np.empty(width)
     y0_sum = np.empty(width)
     y0_sq = np.empty(width)
-    x_gap1 = np.empty(width)
-    x_gap2 = np.empty(width)
-    x0_gap1 = np.empty(width)
-    x0_gap2 = np.empty(width)
+    xs_v = np.empty(width)
+    xsl_v = np.empty(width)
+    xsh_v = np.empty(width)
+    nc_v = np.empty(width)
+    nh_v = np.empty(width)
+    x0s_v = np.empty(width)
+    x0q_v = np.empty(width)
+    n0_v = np.empty(width)
     behind = np.empty(n_rows)
-    p_max_v = np.empty(width)
+    p_max32 = np.empty(width, dtype=np.float32)
     p_sync_v = np.empty(width)
     sync_v = np.empty(width)
-    up_v = np.empty(width)
-    lo_v = np.empty(width)
     gaps_v = np.empty(width)
     for c in range(width):
         gaps_v[c] = np.float64(gaps[col0 + c])
@@ -302,8 +310,8 @@ def screen_tile(  # pragma: no cover - compiled
                 y_sq_lo[c] = core_sq
                 y_sq_hi[c] = core_sq
             # The fringe rows (hull less core), at most L − 1 at each end, exactly.
-            for t in range(h_lo, h_hi):
-                if t < c_lo or t >= c_hi:
+            for t_lo, t_hi in _fringe(h_lo, h_hi, c_lo, c_hi):
+                for t in range(t_lo, t_hi):
                     for c in range(width):
                         v = abs(np.float64(z[t, col0 + c]))
                         y_sum[c] += v
@@ -321,84 +329,27 @@ def screen_tile(  # pragma: no cover - compiled
                 v = np.float64(z[t, col0 + c])
                 y0_sum[c] -= v
                 y0_sq[c] -= v * v
-        # Leader-side corrections for the laggers' missing rows (one scatter over the chunk).
-        for c in range(width):
-            x_gap1[c] = 0.0
-            x_gap2[c] = 0.0
-            x0_gap1[c] = 0.0
-            x0_gap2[c] = 0.0
-        for q in range(e_first, e_last):
-            w = miss_rows[q]
-            c = miss_cols[q] - col0
-            b = behind[w]
-            x_gap1[c] += b
-            x_gap2[c] += b * b
-            v = np.float64(zi[w])
-            x0_gap1[c] += v
-            x0_gap2[c] += v * v
-        # Leader-side sums when j is dense (its interval is the whole window).
+        # Leader-side sums, per lagger: over the whole window when j is dense ...
         x_sum = 0.0
         for lag in range(1, L + 1):
             x_sum = max(x_sum, abs(pz_i[n_rows - lag] - pz_i[0]))
         x_sq_lo = pz2_i[n_rows - L] - pz2_i[0]
         x_sq_hi = pz2_i[n_rows - 1] - pz2_i[0]
-        n_core = min(hi_i, n_rows - L) - lo_i
-        n_hull = min(hi_i, n_rows - 1) - lo_i
+        n_core = np.float64(min(hi_i, n_rows - L) - lo_i)
+        n_hull = np.float64(min(hi_i, n_rows - 1) - lo_i)
         x0_sum = pz_i[n_rows] - pz_i[0]
         x0_sq = pz2_i[n_rows] - pz2_i[0]
-        n0 = hi_i - lo_i
-        f_core = np.float64(n_core)
-        f_hull = np.float64(n_hull)
-        f_gi = np.float64(g_i)
-        f_n0 = np.float64(n0)
-        f_min_overlap = np.float64(min_overlap)
+        n0 = np.float64(hi_i - lo_i)
         for c in range(width):
-            p_max_v[c] = abs(np.float64(products[1, ti, c]))
-        for lag in range(2, L + 1):
-            for c in range(width):
-                p_max_v[c] = max(p_max_v[c], abs(np.float64(products[lag, ti, c])))
-        if with_sync:
-            for c in range(width):
-                p_sync_v[c] = abs(np.float64(products[0, ti, c]))
-                sync_v[c] = 0.0
-        else:
-            for c in range(width):
-                p_sync_v[c] = 0.0
-                v = abs(np.float64(sync_block[r, col0 + c]))
-                sync_v[c] = 0.0 if math.isnan(v) else v
-        for c in range(width):
-            upper, lower = _pair_bounds(
-                p_max_v[c],
-                p_sync_v[c],
-                with_sync,
-                sync_v[c],
-                x_sum + x_gap1[c],
-                x_sq_lo - x_gap2[c],
-                x_sq_hi,
-                y_sum[c],
-                y_sq_lo[c],
-                y_sq_hi[c],
-                f_core,
-                f_hull,
-                f_gi,
-                gaps_v[c],
-                x0_sum - x0_gap1[c],
-                x0_sq - x0_gap2[c],
-                y0_sum[c],
-                y0_sq[c],
-                f_n0,
-                f_min_overlap,
-                min_improvement,
-                gamma,
-                gamma0,
-                tau_screen,
-            )
-            up_v[c] = upper
-            lo_v[c] = lower
-        for c in range(width):
-            out_upper[r, col0 + c] = up_v[c]
-            out_lower[r, col0 + c] = lo_v[c]
-        # Ragged laggers: the leader-side sums over their (shifted) intervals.
+            xs_v[c] = x_sum
+            xsl_v[c] = x_sq_lo
+            xsh_v[c] = x_sq_hi
+            nc_v[c] = n_core
+            nh_v[c] = n_hull
+            x0s_v[c] = x0_sum
+            x0q_v[c] = x0_sq
+            n0_v[c] = n0
+        # ... and over its (shifted) interval when j is ragged: core sums plus the fringe rows.
         for q in range(r_first, r_last):
             j = ragged_cols[q]
             c = j - col0
@@ -411,50 +362,74 @@ def screen_tile(  # pragma: no cover - compiled
             xs = abs(pz_i[c_hi] - pz_i[c_lo])
             core_sq = pz2_i[c_hi] - pz2_i[c_lo]
             fringe_sq = 0.0
-            for t in range(h_lo, h_hi):
-                if t < c_lo or t >= c_hi:
+            for t_lo, t_hi in _fringe(h_lo, h_hi, c_lo, c_hi):
+                for t in range(t_lo, t_hi):
                     v = abs(np.float64(zi[t]))
                     xs += v
                     fringe_sq += v * v
-            nc = min(hi_i, hi_j - L, n_rows - L) - max(lo_i, lo_j - 1)
-            nh = min(hi_i, hi_j - 1, n_rows - 1) - max(lo_i, lo_j - L)
-            p_max = 0.0
-            for lag in range(1, L + 1):
-                p_max = max(p_max, abs(np.float64(products[lag, ti, c])))
-            p_sync = abs(np.float64(products[0, ti, c])) if with_sync else 0.0
-            sync_abs = 0.0
-            if not with_sync:
-                sync_abs = abs(np.float64(sync_block[r, j]))
-                if math.isnan(sync_abs):
-                    sync_abs = 0.0
+            xs_v[c] = xs
+            xsl_v[c] = core_sq
+            xsh_v[c] = core_sq + fringe_sq
+            nc_v[c] = min(hi_i, hi_j - L, n_rows - L) - max(lo_i, lo_j - 1)
+            nh_v[c] = min(hi_i, hi_j - 1, n_rows - 1) - max(lo_i, lo_j - L)
+            x0s_v[c] = pz_i[hi_j] - pz_i[lo_j]
+            x0q_v[c] = pz2_i[hi_j] - pz2_i[lo_j]
+            n0_v[c] = min(hi_i, hi_j) - max(lo_i, lo_j)
+        # Leader-side corrections for the laggers' missing rows (one scatter over the chunk).
+        for q in range(e_first, e_last):
+            w = miss_rows[q]
+            c = miss_cols[q] - col0
+            b = behind[w]
+            xs_v[c] += b
+            xsl_v[c] -= b * b
+            v = np.float64(zi[w])
+            x0s_v[c] -= v
+            x0q_v[c] -= v * v
+        f_gi = np.float64(g_i)
+        f_min_overlap = np.float64(min_overlap)
+        # The largest |product| over the lags, in float32 (abs and max are exact).
+        for c in range(width):
+            p_max32[c] = abs(products[1, ti, c])
+        for lag in range(2, L + 1):
+            for c in range(width):
+                p_max32[c] = max(p_max32[c], abs(products[lag, ti, c]))
+        if with_sync:
+            for c in range(width):
+                p_sync_v[c] = abs(np.float64(products[0, ti, c]))
+                sync_v[c] = 0.0
+        else:
+            for c in range(width):
+                p_sync_v[c] = 0.0
+                v = abs(np.float64(sync_block[r, col0 + c]))
+                sync_v[c] = 0.0 if math.isnan(v) else v
+        for c in range(width):
             upper, lower = _pair_bounds(
-                p_max,
-                p_sync,
+                np.float64(p_max32[c]),
+                p_sync_v[c],
                 with_sync,
-                sync_abs,
-                xs + x_gap1[c],
-                core_sq - x_gap2[c],
-                core_sq + fringe_sq,
+                sync_v[c],
+                xs_v[c],
+                xsl_v[c],
+                xsh_v[c],
                 y_sum[c],
                 y_sq_lo[c],
                 y_sq_hi[c],
-                nc,
-                nh,
-                g_i,
-                gaps[j],
-                pz_i[hi_j] - pz_i[lo_j] - x0_gap1[c],
-                pz2_i[hi_j] - pz2_i[lo_j] - x0_gap2[c],
+                nc_v[c],
+                nh_v[c],
+                f_gi,
+                gaps_v[c],
+                x0s_v[c],
+                x0q_v[c],
                 y0_sum[c],
                 y0_sq[c],
-                min(hi_i, hi_j) - max(lo_i, lo_j),
-                min_overlap,
+                n0_v[c],
+                f_min_overlap,
                 min_improvement,
                 gamma,
-                gamma0,
                 tau_screen,
             )
-            out_upper[r, j] = upper
-            out_lower[r, j] = lower
+            out_upper[r, col0 + c] = upper
+            out_lower[r, col0 + c] = lower
         if col0 <= i < col0 + width:
             out_upper[r, i] = -np.inf
             out_lower[r, i] = -np.inf
@@ -598,13 +573,16 @@ def _select_exact(  # pragma: no cover - compiled
     exactly and keep the top k (``out[*][slot]``, ordered by (improvement desc, index_of asc)),
     stopping at the first candidate whose bound is strictly below the k-th kept improvement
     (every later one is too). ``out`` = (improvement, index, best_corr, best_lag,
-    best_overlap, sync), each (rows × k), to be filled with −inf / −1."""
+    best_overlap, sync), each (rows × k), to be filled with −inf / −1. Returns the number of
+    pairs evaluated."""
     values = out[0][slot]
     index = out[1][slot]
     k = values.shape[0]
+    evaluated = 0
     for q in range(i_of.shape[0]):
         if upper[q] < values[k - 1]:
             break
+        evaluated += 1
         e, corr, lag, overlap, sync = pair_values(i_of[q], j_of[q], given_sync[q], params, data)
         key = index_of[q]
         if not _before(e, key, values[k - 1], index[k - 1]) or e == -np.inf:
@@ -624,6 +602,7 @@ def _select_exact(  # pragma: no cover - compiled
         out[3][slot, pos] = lag
         out[4][slot, pos] = overlap
         out[5][slot, pos] = sync
+    return evaluated
 
 
 @njit(cache=True, nogil=True)
@@ -632,10 +611,13 @@ def select_rows(  # pragma: no cover - compiled
 ):
     """Each leader's final top-k laggers (rows ``[row_lo, row_hi)`` of the block): the k-th
     largest lower bound of the row is a threshold no selected pair is below; the pairs whose
-    upper bound reaches it are evaluated in decreasing bound order (:func:`_select_exact`)."""
+    upper bound reaches it are evaluated in decreasing bound order (:func:`_select_exact`).
+    Returns the number of pairs evaluated exactly."""
+    evaluated = 0
     n_cols = upper.shape[1]
     k = out[0].shape[1]
     kth = np.empty(k, dtype=np.float32)
+    found = np.empty(n_cols, dtype=np.int64)
     for r in range(row_lo, row_hi):
         kth[:] = -np.inf
         for j in range(n_cols):
@@ -644,13 +626,9 @@ def select_rows(  # pragma: no cover - compiled
         count = 0
         for j in range(n_cols):
             if upper[r, j] > -np.inf and upper[r, j] >= threshold:
+                found[count] = j
                 count += 1
-        cols = np.empty(count, dtype=np.int64)
-        count = 0
-        for j in range(n_cols):
-            if upper[r, j] > -np.inf and upper[r, j] >= threshold:
-                cols[count] = j
-                count += 1
+        cols = found[:count].copy()
         bounds = np.empty(count, dtype=np.float32)
         for q in range(count):
             bounds[q] = upper[r, cols[q]]
@@ -660,15 +638,36 @@ def select_rows(  # pragma: no cover - compiled
         for q in range(count):
             syncs[q] = np.float32(np.nan) if with_sync else sync_block[r, cols[q]]
         leaders = np.full(count, block_start + r, dtype=np.int64)
-        _select_exact(leaders, cols, bounds[order], syncs, cols, params, data, out, r)
+        evaluated += _select_exact(leaders, cols, bounds[order], syncs, cols, params, data, out, r)
+    return evaluated
 
 
 @njit(cache=True, nogil=True)
-def fold_column_lower(col_lo, col_hi, lower, column_lower):  # pragma: no cover - compiled
-    """Fold the block's lower bounds into each lagger's running top-k of lower bounds (N × k)."""
-    for r in range(lower.shape[0]):
+def fold_columns(col_lo, col_hi, lower, upper, column_lower, column_exact):  # pragma: no cover
+    """For the laggers ``[col_lo, col_hi)``: fold the block's lower bounds into each lagger's
+    running top-k of lower bounds (``column_lower``, N × k), then return the block's pairs
+    ``(rows, laggers)`` whose upper bound is finite and reaches the lagger's threshold
+    ``max(column_lower[j, k−1], column_exact[j, k−1])`` (``column_exact``: its exact top-k so
+    far), the column candidates to pool."""
+    height = lower.shape[0]
+    k = column_lower.shape[1]
+    for r in range(height):
         for j in range(col_lo, col_hi):
             _insert_value(column_lower[j], lower[r, j])
+    threshold = np.empty(col_hi - col_lo, dtype=np.float32)
+    for j in range(col_lo, col_hi):
+        threshold[j - col_lo] = max(column_lower[j, k - 1], column_exact[j, k - 1])
+    rows = np.empty(height * (col_hi - col_lo), dtype=np.int32)
+    laggers = np.empty(height * (col_hi - col_lo), dtype=np.int32)
+    count = 0
+    for r in range(height):
+        for j in range(col_lo, col_hi):
+            u = upper[r, j]
+            if u > -np.inf and u >= threshold[j - col_lo]:
+                rows[count] = r
+                laggers[count] = j
+                count += 1
+    return rows[:count].copy(), laggers[:count].copy()
 
 
 @njit(cache=True, nogil=True)
@@ -677,12 +676,14 @@ def select_columns(  # pragma: no cover - compiled
 ):
     """Each lagger's final top-k leaders from its pooled candidates: segments
     ``starts[s] .. starts[s + 1]`` (s in [seg_lo, seg_hi)) of the pool sorted by lagger, then
-    bound descending; results in ``out[*][lagger]`` (:func:`_select_exact`)."""
+    bound descending; results in ``out[*][lagger]`` (:func:`_select_exact`). Returns the number
+    of pairs evaluated exactly."""
+    evaluated = 0
     for s in range(seg_lo, seg_hi):
         a = starts[s]
         b = starts[s + 1]
         if b > a:
-            _select_exact(
+            evaluated += _select_exact(
                 leaders[a:b],
                 laggers[a:b],
                 upper[a:b],
@@ -693,3 +694,4 @@ def select_columns(  # pragma: no cover - compiled
                 out,
                 laggers[a],
             )
+    return evaluated
