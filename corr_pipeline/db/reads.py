@@ -282,7 +282,8 @@ class PublishedRows:
     ``neighbor_index`` int32 N x k (−1 = padding; k = the largest published rank),
     ``cluster_labels`` int32 (N,), ``lead_lag_pairs`` a structured array of
     :data:`~corr_pipeline.compute.lead_lag.LEAD_LAG_DTYPE` (a NULL ``sync_corr`` read back as
-    NaN), ``params`` and ``matrix_versions`` the ``snapshots`` row's (SPEC §8)."""
+    NaN), ``params``, ``matrix_versions`` (SPEC §8) and ``published_at`` (``created_at``: which
+    publication of the date this is) the ``snapshots`` row's."""
 
     snapshot_date: dt.date
     symbols: list[str]
@@ -291,6 +292,7 @@ class PublishedRows:
     lead_lag_pairs: np.ndarray
     params: dict
     matrix_versions: dict[str, dict[str, str]] | None
+    published_at: dt.datetime | None = None
 
 
 #: The published snapshot of :d as columns: symbols are turned into their positions in the
@@ -339,9 +341,9 @@ def published_rows(engine: sa.Engine, day: dt.date | str) -> PublishedRows | Non
     d = as_iso_date(day, "day")
     with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
         head = conn.execute(
-            sa.select(snapshots.c.params, snapshots.c.matrix_versions).where(
-                snapshots.c.snapshot_date == d
-            )
+            sa.select(
+                snapshots.c.params, snapshots.c.matrix_versions, snapshots.c.created_at
+            ).where(snapshots.c.snapshot_date == d)
         ).first()
         if head is None:
             return None
@@ -377,4 +379,5 @@ def published_rows(engine: sa.Engine, day: dt.date | str) -> PublishedRows | Non
         else {
             str(a): {str(n): str(v) for n, v in arrays.items()} for a, arrays in versions.items()
         },
+        published_at=head.created_at,
     )

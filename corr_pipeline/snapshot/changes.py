@@ -248,6 +248,9 @@ def publication(results: ChangesResults) -> ChangesPublication:
         },
         "skipped": dict(results.skipped),
         "params": dict(results.params),
+        # which publications were compared: stale when either date is re-published (SPEC §10.7)
+        "snapshot_published_at": today.published_at,
+        "previous_published_at": before.published_at,
     }
     pairs: list[tuple[Any, ...]] = []
     if corr is not None:
