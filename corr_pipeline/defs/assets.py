@@ -23,6 +23,7 @@ listed in
 process. Retries: see :mod:`corr_pipeline.defs.retries`.
 """
 
+import warnings
 from functools import partial
 
 import dagster as dg
@@ -654,6 +655,30 @@ def _apply_retention(
 # --------------------------------------------------------------------------------------------
 
 
+#: ``snapshot_changes`` of session ``D`` reads the publications of ``D`` and of the previous
+#: session: the partitions ``[D - 1, D]`` of ``snapshot_publication`` (the previous *partition*
+#: is the previous session of the calendar; none for the first). Only this asset depends on the
+#: previous partition, so the snapshots of a backfill still run in parallel (one run per
+#: partition, pool ``corr_pipeline_snapshot``): the backfill holds ``snapshot_changes`` of ``D``
+#: until the publication of ``D - 1`` is done (the lineage shows both). Which session is
+#: compared stays data-driven: the newest
+#: *published* one before ``D`` (a session never published is passed over), SPEC §10.
+#: ``allow_nonexistent_upstream_partitions`` ("beta" in Dagster 1.13, relied on deliberately:
+#: the first partition has no previous one) warns once here, silenced like step_options' ones.
+with warnings.catch_warnings():
+    warnings.filterwarnings(
+        "ignore",
+        message="Parameter `allow_nonexistent_upstream_partitions`",
+        category=dg.BetaWarning,
+    )
+    PREVIOUS_AND_THIS_PUBLICATION = dg.AssetDep(
+        "snapshot_publication",
+        partition_mapping=dg.TimeWindowPartitionMapping(
+            start_offset=-1, end_offset=0, allow_nonexistent_upstream_partitions=True
+        ),
+    )
+
+
 class ChangesConfig(dg.Config):
     """Run configuration of ``snapshot_changes``."""
 
@@ -667,7 +692,7 @@ class ChangesConfig(dg.Config):
     group_name=SNAPSHOT_GROUP,
     retry_policy=DATABASE_RETRY_POLICY,
     kinds={"postgres", "numpy"},
-    deps=["snapshot_publication"],
+    deps=[PREVIOUS_AND_THIS_PUBLICATION],
     description="What changed since the previous published session (SPEC §10): market-level "
     "drift, the largest correlation moves, neighbor turnover, cluster migrations, lead-lag "
     "changes, symbols entered and left; published in one transaction (change_* tables), "

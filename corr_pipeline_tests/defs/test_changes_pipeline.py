@@ -129,3 +129,30 @@ def test_changes_in_the_pipeline(universe, engine, tmp_path):  # noqa: F811
             {"d": LAST},
         ).one()
     assert tuple(counts) == (1, 0, None)
+
+
+def test_only_snapshot_changes_depends_on_the_previous_session():
+    """snapshot_changes of D depends on the publications of D and of the previous session (the
+    previous partition: the calendar skips the Thanksgiving holiday between FIRST and LAST; the
+    first partition has none). No other snapshot asset depends on another partition, so a
+    backfill still runs the snapshots of its partitions in parallel (test_parallel_backfill);
+    the real materializations of both partitions are test_changes_in_the_pipeline's."""
+    from corr_pipeline.definitions import defs
+    from corr_pipeline.defs.partitions import snapshot_partitions
+
+    graph = defs.resolve_asset_graph()
+    changes, publication = dg.AssetKey("snapshot_changes"), dg.AssetKey("snapshot_publication")
+
+    def parents(key: str, parent: dg.AssetKey, child: dg.AssetKey) -> list[str]:
+        found = graph.get_parent_partition_keys_for_child(key, parent, child)
+        return sorted(found.partitions_subset.get_partition_keys())
+
+    assert parents(LAST, publication, changes) == [FIRST, LAST]
+    first = snapshot_partitions.get_first_partition_key()
+    assert parents(first, publication, changes) == [first]
+    for asset in snapshot_assets:
+        for child in asset.keys:
+            for parent in graph.get(child).parent_keys:
+                if child == changes or not graph.get(parent).is_partitioned:
+                    continue
+                assert parents(LAST, parent, child) == [LAST], (child, parent)
