@@ -591,8 +591,8 @@ def correlation_changes(
             again = _Collect.of(needed, _counts_of(hist_total, needed))
             run((0, n), False, again)
             parts = [again]
-        keys = {bin_: np.concatenate([part.keys(bin_) for part in parts]) for bin_ in needed}
-        for bin_, k in keys.items():  # the reads must have seen the same data
+        collected = {bin_: np.concatenate([part.keys(bin_) for part in parts]) for bin_ in needed}
+        for bin_, k in collected.items():  # the reads must have seen the same data
             if k.size != signed_counts[bin_]:
                 raise RuntimeError("correlation_changes: the inputs changed between the reads")
 
@@ -600,8 +600,9 @@ def correlation_changes(
             """Sorted keys of bin ``b`` of distribution ``d`` (for ``|corr|``: the keys of ``b``
             and the mirrored keys ``2^32 − 1 − key`` of its mirror bin)."""
             if d < 2:
-                return np.sort(keys[(d, b)])
-            return np.sort(np.concatenate((keys[(d - 2, b)], ~keys[(d - 2, _N_BINS - 1 - b)])))
+                return np.sort(collected[(d, b)])
+            mirror = collected[(d - 2, _N_BINS - 1 - b)]
+            return np.sort(np.concatenate((collected[(d - 2, b)], ~mirror)))
 
         sorted_bins: dict[tuple[int, int], np.ndarray] = {}
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
+from corr_pipeline.db.reads import change_staleness
 from corr_pipeline.db.schema import (
     change_clusters,
     change_lead_lag,
@@ -75,41 +76,6 @@ def _summary(conn: sa.Connection, snap: Snapshot) -> dict[str, Any] | None:
     )
 
 
-def _staleness(conn: sa.Connection, summary: dict[str, Any]) -> list[str]:
-    """Why the recorded changes no longer describe the published snapshots (SPEC §10.7): a
-    date re-published since (its ``snapshots.created_at`` is not the one recorded), or another
-    previous session now (one published in between, or the previous one deleted). Empty when
-    current; a change set recorded before migration 0006 (NULL publications) is checked only
-    for the previous session."""
-    day, previous = summary["snapshot_date"], summary["previous_date"]
-    published = dict(
-        conn.execute(
-            sa.select(snapshots.c.snapshot_date, snapshots.c.created_at).where(
-                snapshots.c.snapshot_date.in_([day, previous])
-            )
-        ).all()
-    )
-    newest_before = conn.execute(
-        sa.select(sa.func.max(snapshots.c.snapshot_date)).where(snapshots.c.snapshot_date < day)
-    ).scalar_one()
-    reasons = []
-    if newest_before != previous:
-        reasons.append(
-            f"the previous session is now {newest_before}, not {previous}"
-            if newest_before is not None
-            else f"{previous} is no longer published"
-        )
-    for d, column in ((day, "snapshot_published_at"), (previous, "previous_published_at")):
-        recorded, now = summary.get(column), published.get(d)
-        if recorded is not None and now is not None and now != recorded:
-            reasons.append(
-                f"the snapshot of {d} was re-published at {now:%Y-%m-%d %H:%M:%S %Z} after "
-                f"these changes were computed from its publication of "
-                f"{recorded:%Y-%m-%d %H:%M:%S %Z}"
-            )
-    return reasons
-
-
 def changes(
     engine: sa.Engine, date: dt.date | str | None = None, *, limit: int | None = 20
 ) -> ChangesResult:
@@ -120,7 +86,7 @@ def changes(
         summary = _summary(conn, snap)
         if summary is None:
             return ChangesResult(snap, None, None, [], [], [], {})
-        stale = _staleness(conn, summary)
+        stale = change_staleness(conn, summary)
         day = snap.snapshot_date
         moves_query = (
             sa.select(
@@ -286,7 +252,7 @@ def symbol_changes(
                 snap, None, symbol, "first", None, None, None, None, [], [], None, [], [], ""
             )
         day, previous = snap.snapshot_date, summary["previous_date"]
-        stale = _staleness(conn, summary)
+        stale = change_staleness(conn, summary)
         row = conn.execute(
             sa.select(change_symbols).where(
                 change_symbols.c.snapshot_date == day, change_symbols.c.symbol == symbol

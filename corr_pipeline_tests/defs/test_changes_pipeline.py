@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
+from corr_pipeline.db.reads import change_staleness
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.io_manager import MatrixStoreResource
 from corr_pipeline.snapshot import display
@@ -156,3 +157,34 @@ def test_only_snapshot_changes_depends_on_the_previous_session():
                 if child == changes or not graph.get(parent).is_partitioned:
                     continue
                 assert parents(LAST, parent, child) == [LAST], (child, parent)
+
+
+def test_changes_of_the_next_session_are_refreshed_when_a_session_is_published_late(
+    universe,  # noqa: F811
+    engine,
+    tmp_path,
+):
+    """A parallel backfill may materialize LAST before FIRST: LAST's changes then find no
+    earlier session and record nothing; snapshot_changes of FIRST, once FIRST is published,
+    computes LAST's changes against FIRST (and says so in its metadata)."""
+    store_dir = tmp_path / "store"
+    assert _metadata(_run(store_dir, LAST))["recorded"] is False
+    first = _metadata(_run(store_dir, FIRST))
+    assert first["recorded"] is False and first["refreshed_following"] == LAST
+    with engine.connect() as conn:
+        previous = conn.execute(
+            sa.text("SELECT previous_date FROM change_summaries WHERE snapshot_date = :d"),
+            {"d": LAST},
+        ).scalar_one()
+    assert previous.isoformat() == FIRST
+    # FIRST re-published (a re-run): LAST's changes compared the old publication, so again
+    assert _metadata(_run(store_dir, FIRST))["refreshed_following"] == LAST
+    with engine.connect() as conn:
+        summary = (
+            conn.execute(
+                sa.text("SELECT * FROM change_summaries WHERE snapshot_date = :d"), {"d": LAST}
+            )
+            .one()
+            ._mapping
+        )
+        assert change_staleness(conn, summary) == []

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from corr_pipeline import query as q
 from corr_pipeline.cli.query import add_query_commands
 from corr_pipeline.db.publish_changes import publish_changes
+from corr_pipeline.db.reads import changes_to_refresh
 from corr_pipeline.snapshot.changes import compute_changes, publication
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.snapshot.changes_fixtures import MIN_OVERLAP, publish_day, symbols_of
@@ -177,8 +178,10 @@ def test_changes_go_stale_when_a_compared_snapshot_is_republished(published, cap
     assert got.summary["snapshot_published_at"] is not None
     assert got.summary["previous_published_at"] is not None
     assert "STALE" not in q.to_text(got)
+    assert changes_to_refresh(engine, D0) is None and changes_to_refresh(engine, D1) is None
 
     publish_day(engine, store, D0, s0, 5)  # the previous session re-published
+    assert changes_to_refresh(engine, D0) == D1  # what snapshot_changes of D0 recomputes
     got = q.changes(engine, D1)
     assert len(got.stale) == 1 and f"the snapshot of {D0} was re-published" in got.stale[0]
     text = q.to_text(got)
