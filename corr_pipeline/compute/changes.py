@@ -854,9 +854,14 @@ def lead_lag_changes(
         np.asarray(pairs_today["lag"])[both_t] != np.asarray(pairs_previous["lag"])[both_p]
     )
     order = np.argsort(both_t[lag_differs], kind="stable")
+    # the rows not on both days, in row order (a mask: O(pairs), no sorting)
+    only_t = np.ones(len(t_lead), bool)
+    only_t[both_t] = False
+    only_p = np.ones(len(p_lead), bool)
+    only_p[both_p] = False
     return LeadLagChanges(
-        appeared=np.setdiff1d(t_rows, both_t),
-        vanished=np.setdiff1d(p_rows, both_p),
+        appeared=t_rows[only_t[t_rows]],
+        vanished=p_rows[only_p[p_rows]],
         changed_today=both_t[lag_differs][order],
         changed_previous=both_p[lag_differs][order],
     )
