@@ -14,17 +14,27 @@ temporary. A pair is *compared* iff both correlations are finite and both overla
 - sums for the means of ``corr``, ``|corr|`` of each day and of ``Δ = corr_today − corr_previous``
   and ``|Δ|`` (float64 accumulators, ``Δ`` in float64 from the float32 values);
 - the exact quantiles of ``corr`` and ``|corr|`` of each day (numpy's default "linear" rule:
-  ``x[lo] + (h − lo)(x[lo+1] − x[lo])`` with ``h = q (n − 1)``), by a two-pass radix select:
-  the first pass counts the values per bin of the top 20 bits of their order-preserving 32-bit
-  key, the second collects the values of the few bins holding the wanted order statistics, which
-  are then sorted. Exact, and the memory is 4 x 2^20 counts per parallel chunk plus those bins;
+  ``x[lo] + (h − lo)(x[lo+1] − x[lo])`` with ``h = q (n − 1)``), by a radix select on the
+  order-preserving 32-bit keys of the float32 values, in one read of the matrices: histograms of
+  the top 16 key bits of ``corr`` of each day (2 x 2^16 uint32 per chunk, cache-resident; those
+  of ``|corr|`` are the same counts folded, since the key of ``|x|`` is the key of ``x`` for
+  ``x >= 0`` and its mirror ``2^32 − 1 − key`` for ``x < 0``) tell after the scan which bin
+  holds each wanted order statistic; its rank inside the bin is read from the sorted keys of
+  that bin. Those keys are collected during the same read: the first rows (stage A, 1/8 of the
+  pairs) only count; their histograms predict the bins holding ranks ``(q ± 0.004)(n − 1)``
+  (± 1 bin), whose keys the other rows (stage B) append to buffers sized 1.25 x the expected
+  count (at most 2^25 keys, 128 MiB); at the end the keys of the needed bins from the stage-A
+  rows are collected by re-reading those rows only (stage C). If a needed bin was not predicted
+  or its buffer overflowed, all rows are read a second time for exactly the needed bins (sized
+  by their known counts). Either way the result is exact; only the speed depends on the guess;
 - a histogram of ``Δ`` (``change_bins`` equal bins over [−2, 2]);
 - the top ``top_m`` pairs by ``|Δ|`` descending, ties to the smaller pair ``(p, q)``
   (lexicographic, i.e. by name): the same strict-improvement running selection as the neighbors
   (:mod:`corr_pipeline.compute.selection`), scanning pairs in increasing ``(p, q)`` order.
 
-The rows are split into at most 4 interleaved chunks (row ``p`` in chunk ``p % chunks``) scanned
-in parallel (numba ``prange``); the results do not depend on the number of chunks: the counts
+The rows are split into at most 4 interleaved chunks (row ``p`` in chunk ``p % chunks``), one task
+each on the worker threads of :mod:`corr_pipeline.compute.workers` (a GIL-free numba kernel per
+chunk and row block, gathering the previous day's values through the index map); the results do not depend on the number of chunks: the counts
 are integers, the top M of each chunk is exact and merged with the same order, and the sums are
 accumulated per row and added in row order.
 
@@ -56,6 +66,7 @@ from corr_pipeline.compute.validation import (
     check_square_corr,
     check_working_memory,
 )
+from corr_pipeline.compute.workers import available_cores, worker_pool
 
 __all__ = [
     "DEFAULT_QUANTILES",
@@ -76,9 +87,19 @@ DEFAULT_QUANTILES: tuple[float, ...] = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 #: The four distributions whose quantiles are reported, in this order.
 DISTRIBUTIONS = ("corr_today", "corr_previous", "abs_corr_today", "abs_corr_previous")
 
-_KEY_SHIFT = 12  # 32-bit keys, bins of their top 20 bits
-_N_BINS = 1 << (32 - _KEY_SHIFT)
-#: At most this many chunks scanned in parallel (each holds 4 x 2^20 counts, 32 MiB).
+_HIGH_SHIFT = 16  # 32-bit keys: histograms of their top 16 bits
+_N_BINS = 1 << _HIGH_SHIFT
+#: Share of the pairs (the first rows) whose histograms predict the bins of the quantiles.
+_SAMPLE_PAIRS = 0.125
+#: Rank margin (a fraction of the pairs) of that prediction; at most this many predicted bins
+#: (int8 slots) and at most this many values collected from them (4 bytes each).
+_SAMPLE_MARGIN = 0.004
+_MAX_SLOTS = 120
+_MAX_COLLECT = 1 << 25
+#: A chunk's buffer for a predicted bin: _ROOM x its expected count + _ROOM_SLACK keys.
+_ROOM = 1.25
+_ROOM_SLACK = 1024
+#: At most this many interleaved row chunks (one task each on the worker threads).
 _MAX_CHUNKS = 4
 
 
@@ -172,8 +193,8 @@ def _key(bits):  # pragma: no cover - compiled
     return bits | np.uint32(0x80000000)
 
 
-@numba.njit(parallel=True, cache=True)
-def _scan(  # pragma: no cover - compiled
+@numba.njit(cache=True, nogil=True)
+def _scan_rows(  # pragma: no cover - compiled
     ct,
     ctf,
     ot,
@@ -184,95 +205,224 @@ def _scan(  # pragma: no cover - compiled
     row0_p,
     ti,
     pi,
-    p0,
+    start,
     p1,
+    stride,
     min_overlap,
-    first_pass,
+    accumulate,
+    refine,
     row_sums,
     hist,
+    hist_total,
     change_counts,
     top_scores,
     top_keys,
     lookup,
     offsets,
+    caps,
     fill,
     values,
 ):
-    """Pairs ``p in [p0, p1)``, ``q > p`` of common symbols; ``ctf``/``cpf`` the corr rows
-    ``row0_t ..`` / ``row0_p ..`` (``ct``/``cp`` their uint32 views) and ``ot``/``op`` the
-    overlap rows. Row ``p`` belongs to chunk ``c = p % n_chunks`` (``hist.shape[0]``), and the
-    chunks run in parallel, each with its own histograms, Δ counts, top-M list and value regions.
+    """Rows ``p = start, start + stride, … < p1`` (one chunk's rows of a block), pairs ``q > p``
+    of common symbols; ``ctf``/``cpf`` the corr rows ``row0_t ..`` / ``row0_p ..`` (``ct``/``cp``
+    their uint32 views) and ``ot``/``op`` the overlap rows, previous values gathered through
+    ``pi``. All outputs are this chunk's own (no sharing between threads; GIL-free).
 
-    First pass: ``row_sums[p]`` (count, Σct, Σcp, Σ|ct|, Σ|cp|, ΣΔ, Σ|Δ| of row ``p``), the four
-    20-bit key histograms ``hist[c]``, the Δ histogram ``change_counts[c]`` and the running
-    top-M ``top_scores[c]`` / ``top_keys[c]`` (pairs of a chunk arrive in increasing key order).
-    Second pass: append each key whose bin has ``lookup[d, bin] = slot >= 0`` to
-    ``values[offsets[c, slot] + fill[c, slot]]``.
+    ``accumulate``: ``row_sums[p]`` (count, Σct, Σcp, Σ|ct|, Σ|cp|, ΣΔ, Σ|Δ| of row ``p``), the
+    two histograms of the top 16 key bits (``hist``, uint32, 2 x 2^16 = 512 KiB: cache-resident,
+    added into the int64 ``hist_total`` before it could overflow and at the end), the Δ counts
+    and the running top-M ``top_scores`` / ``top_keys`` (pairs arrive in increasing key order).
+    ``refine``: each key of day ``d`` whose top-16-bit bin has ``lookup[d, bin] = slot >= 0``
+    is appended to ``values[offsets[slot] : offsets[slot] + caps[slot]]`` (``fill[slot]`` counts
+    them all, also those beyond the capacity, which are dropped: the caller sees the overflow).
     """
     n = ti.shape[0]
-    n_chunks = hist.shape[0]
-    n_change = change_counts.shape[1]
-    m = top_scores.shape[1]
-    for c in numba.prange(n_chunks):
-        start = p0 + (c - p0 % n_chunks + n_chunks) % n_chunks
-        for p in range(start, p1, n_chunks):
-            rt = ti[p] - row0_t
-            rp = pi[p] - row0_p
-            s0 = s1 = s2 = s3 = s4 = s5 = s6 = 0.0
-            for q in range(p + 1, n):
-                jt = ti[q]
-                jp = pi[q]
-                if ot[rt, jt] < min_overlap or op[rp, jp] < min_overlap:
-                    continue
-                bt = ct[rt, jt]
-                bp = cp[rp, jp]
-                # finite float32 <=> exponent bits not all ones
-                if (bt & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
-                    continue
-                if (bp & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
-                    continue
-                keys = (
-                    _key(bt),
-                    _key(bp),
-                    (bt & np.uint32(0x7FFFFFFF)) | np.uint32(0x80000000),
-                    (bp & np.uint32(0x7FFFFFFF)) | np.uint32(0x80000000),
+    n_change = change_counts.shape[0]
+    m = top_scores.shape[0]
+    flush_every = max(1, (2**31 - 1) // max(n, 1))  # rows before a uint32 count could overflow
+    rows_since_flush = 0
+    for p in range(start, p1, stride):
+        rt = ti[p] - row0_t
+        rp = pi[p] - row0_p
+        s0 = s1 = s2 = s3 = s4 = s5 = s6 = 0.0
+        for q in range(p + 1, n):
+            jt = ti[q]
+            jp = pi[q]
+            if ot[rt, jt] < min_overlap or op[rp, jp] < min_overlap:
+                continue
+            bt = ct[rt, jt]
+            bp = cp[rp, jp]
+            # finite float32 <=> exponent bits not all ones
+            if (bt & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
+                continue
+            if (bp & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
+                continue
+            k0 = _key(bt)
+            k1 = _key(bp)
+            if accumulate:
+                vt = np.float64(ctf[rt, jt])
+                vp = np.float64(cpf[rp, jp])
+                d = vt - vp
+                ad = abs(d)
+                s0 += 1.0
+                s1 += vt
+                s2 += vp
+                s3 += abs(vt)
+                s4 += abs(vp)
+                s5 += d
+                s6 += ad
+                hist[0, k0 >> _HIGH_SHIFT] += np.uint32(1)
+                hist[1, k1 >> _HIGH_SHIFT] += np.uint32(1)
+                b = int((d + 2.0) * n_change / 4.0)
+                if b >= n_change:
+                    b = n_change - 1
+                elif b < 0:
+                    b = 0
+                change_counts[b] += 1
+                if m > 0:
+                    _insert(top_scores, top_keys, m, ad, p * n + q)
+            if refine:
+                slot = lookup[0, k0 >> _HIGH_SHIFT]
+                if slot >= 0:
+                    i = fill[slot]
+                    if i < caps[slot]:
+                        values[offsets[slot] + i] = k0
+                    fill[slot] = i + 1
+                slot = lookup[1, k1 >> _HIGH_SHIFT]
+                if slot >= 0:
+                    i = fill[slot]
+                    if i < caps[slot]:
+                        values[offsets[slot] + i] = k1
+                    fill[slot] = i + 1
+        if accumulate:
+            row_sums[p, 0] = s0
+            row_sums[p, 1] = s1
+            row_sums[p, 2] = s2
+            row_sums[p, 3] = s3
+            row_sums[p, 4] = s4
+            row_sums[p, 5] = s5
+            row_sums[p, 6] = s6
+            rows_since_flush += 1
+            if rows_since_flush >= flush_every:
+                _flush(hist, hist_total)
+                rows_since_flush = 0
+    if accumulate:
+        _flush(hist, hist_total)
+
+
+@numba.njit(cache=True, nogil=True)
+def _flush(hist, hist_total):  # pragma: no cover - compiled
+    """``hist_total += hist; hist = 0``."""
+    for d in range(hist.shape[0]):
+        for b in range(hist.shape[1]):
+            hist_total[d, b] += hist[d, b]
+            hist[d, b] = 0
+
+
+def _four_histograms(counts: np.ndarray) -> np.ndarray:
+    """The top-16-bit histograms of ``DISTRIBUTIONS`` (4 x 2^16) from those of the signed
+    correlations of both days (2 x 2^16): the key of ``|x|`` is the key of ``x`` for ``x >= 0``
+    (bins ``>= 2^15``) and its mirror ``2^32 − 1 − key`` for ``x < 0``, so
+    ``abs[b] = signed[b] + signed[2^16 − 1 − b]`` for ``b >= 2^15`` (0 below)."""
+    folded = counts[:, _N_BINS // 2 :] + counts[:, : _N_BINS // 2][:, ::-1]
+    absolute = np.concatenate((np.zeros_like(folded), folded), axis=1)
+    return np.concatenate((counts, absolute))
+
+
+def _signed_bins(bins: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The signed-histogram bins ``(day, bin)`` holding the values of the distribution bins
+    ``(d, b)`` (for ``|corr|``, ``b`` and its mirror ``2^16 − 1 − b``)."""
+    out = {(d, b) if d < 2 else (d - 2, b) for d, b in bins}
+    out |= {(d - 2, _N_BINS - 1 - b) for d, b in bins if d >= 2}
+    return sorted(out)
+
+
+def _predict_bins(
+    counts: np.ndarray, levels: Sequence[float], scale: float
+) -> list[tuple[int, int]]:
+    """Signed bins ``(day, bin)`` likely to hold the wanted order statistics, from the signed
+    histograms ``counts`` (2 x 2^16) of a sample of the pairs: for each distribution and level
+    ``q``, the bins holding the sample's ranks ``(q ± _SAMPLE_MARGIN) (n − 1)`` and one more bin
+    on each side. The margin halves until at most ``_MAX_SLOTS`` bins expecting at most
+    ``_MAX_COLLECT`` values (``scale`` x their sample counts) remain. Only the speed depends on
+    this guess: a wanted bin outside it costs a second read."""
+    total = int(counts[0].sum())
+    if total == 0:
+        return []
+    cum = np.cumsum(_four_histograms(counts), axis=1)
+    margin = _SAMPLE_MARGIN
+    while True:
+        bins: set[tuple[int, int]] = set()
+        for d in range(4):
+            for q in levels:
+                lo, hi = (
+                    int(np.searchsorted(cum[d], min(1.0, max(0.0, x)) * (total - 1), "right"))
+                    for x in (q - margin, q + margin)
                 )
-                if first_pass:
-                    vt = np.float64(ctf[rt, jt])
-                    vp = np.float64(cpf[rp, jp])
-                    d = vt - vp
-                    ad = abs(d)
-                    s0 += 1.0
-                    s1 += vt
-                    s2 += vp
-                    s3 += abs(vt)
-                    s4 += abs(vp)
-                    s5 += d
-                    s6 += ad
-                    for k in range(4):
-                        hist[c, k, keys[k] >> _KEY_SHIFT] += 1
-                    b = int((d + 2.0) * n_change / 4.0)
-                    if b >= n_change:
-                        b = n_change - 1
-                    elif b < 0:
-                        b = 0
-                    change_counts[c, b] += 1
-                    if m > 0:
-                        _insert(top_scores[c], top_keys[c], m, ad, p * n + q)
-                else:
-                    for k in range(4):
-                        slot = lookup[k, keys[k] >> _KEY_SHIFT]
-                        if slot >= 0:
-                            values[offsets[c, slot] + fill[c, slot]] = keys[k]
-                            fill[c, slot] += 1
-            if first_pass:
-                row_sums[p, 0] = s0
-                row_sums[p, 1] = s1
-                row_sums[p, 2] = s2
-                row_sums[p, 3] = s3
-                row_sums[p, 4] = s4
-                row_sums[p, 5] = s5
-                row_sums[p, 6] = s6
+                bins.update((d, b) for b in range(max(lo - 1, 0), min(hi + 1, _N_BINS - 1) + 1))
+        signed = _signed_bins(sorted(bins))
+        expected = scale * sum(int(counts[d, b]) for d, b in signed)
+        if len(signed) <= _MAX_SLOTS and expected <= _MAX_COLLECT:
+            return signed
+        if margin == 0.0:
+            return []
+        margin = margin / 2 if margin > 1e-6 else 0.0
+
+
+def _counts_of(hist: np.ndarray, bins: Sequence[tuple[int, int]]) -> np.ndarray:
+    """int64 (chunks x len(bins)): each chunk's count of each signed bin."""
+    return np.array([[int(h[d, b]) for d, b in bins] for h in hist], np.int64).reshape(
+        len(hist), len(bins)
+    )
+
+
+@dataclass
+class _Collect:
+    """Where the scan appends the keys of the signed bins ``bins``: chunk ``c``'s keys of bin
+    ``bins[s]`` go to ``values[c][offsets[c, s] : offsets[c, s] + caps[c, s]]``, ``fill[c, s]``
+    counts them (beyond ``caps``: dropped, the bin is incomplete)."""
+
+    bins: list[tuple[int, int]]
+    lookup: np.ndarray
+    offsets: np.ndarray
+    caps: np.ndarray
+    fill: np.ndarray
+    values: list[np.ndarray]
+
+    @classmethod
+    def of(cls, bins: Sequence[tuple[int, int]], caps: np.ndarray) -> _Collect:
+        if len(bins) >= 128:
+            raise ValueError("at most 127 bins (int8 slots)")
+        lookup = np.full((2, _N_BINS), -1, np.int8)
+        for slot, (d, b) in enumerate(bins):
+            lookup[d, b] = slot
+        offsets = np.zeros_like(caps)
+        offsets[:, 1:] = np.cumsum(caps, axis=1)[:, :-1]
+        return cls(
+            list(bins),
+            lookup,
+            offsets,
+            caps,
+            np.zeros_like(caps),
+            [np.empty(int(row.sum()), np.uint32) for row in caps],
+        )
+
+    def complete(self, bin_: tuple[int, int]) -> bool:
+        """Whether every key of ``bin_`` in the scanned rows is held."""
+        if bin_ not in self.bins:
+            return False
+        s = self.bins.index(bin_)
+        return bool(np.all(self.fill[:, s] <= self.caps[:, s]))
+
+    def keys(self, bin_: tuple[int, int]) -> np.ndarray:
+        """The keys of ``bin_`` (all chunks; complete bins only)."""
+        s = self.bins.index(bin_)
+        return np.concatenate(
+            [
+                v[o[s] : o[s] + f[s]]
+                for v, o, f in zip(self.values, self.offsets, self.fill, strict=True)
+            ]
+        )
 
 
 def _from_key(key: np.ndarray) -> np.ndarray:
@@ -334,53 +484,83 @@ def correlation_changes(
     n = int(ti.size)
     m = int(top_m)
 
-    chunks = max(1, min(numba.get_num_threads(), _MAX_CHUNKS))
+    chunks = max(1, min(available_cores(), _MAX_CHUNKS))
     row_sums = np.zeros((n, 7), np.float64)
-    hist = np.zeros((chunks, 4, _N_BINS), np.int64)
+    hist = np.zeros((chunks, 2, _N_BINS), np.uint32)
+    hist_total = np.zeros((chunks, 2, _N_BINS), np.int64)
     change_counts = np.zeros((chunks, int(change_bins)), np.int64)
     top_scores = np.full((chunks, m), -np.inf, np.float64)
     top_keys = np.full((chunks, m), -1, np.int64)
-    no_lookup = np.zeros((4, 1), np.int32)
-    no_slots = np.zeros((chunks, 0), np.int64)
-    no_values = np.zeros(0, np.uint32)
     # a block row reads one row of each of the four matrices (views, no copies)
     row_bytes = sum(a.shape[1] * a.dtype.itemsize for a in (corr_today, overlap_today))
     row_bytes += sum(a.shape[1] * a.dtype.itemsize for a in (corr_previous, overlap_previous))
     blocks = row_blocks(n, row_bytes, working_memory_mb)
 
-    def run(first_pass: bool, lookup, offsets, fill, values) -> None:
-        for p0, p1 in blocks:
-            t0, t1 = int(ti[p0]), int(ti[p1 - 1]) + 1
-            q0, q1 = int(pi[p0]), int(pi[p1 - 1]) + 1
-            block_t = np.asarray(corr_today[t0:t1])  # views of the memory maps
-            block_p = np.asarray(corr_previous[q0:q1])
-            _scan(
-                block_t.view(np.uint32),
-                block_t,
-                np.asarray(overlap_today[t0:t1]),
-                block_p.view(np.uint32),
-                block_p,
-                np.asarray(overlap_previous[q0:q1]),
-                t0,
-                q0,
-                ti,
-                pi,
-                p0,
-                p1,
-                int(min_overlap),
-                first_pass,
-                row_sums,
-                hist,
-                change_counts,
-                top_scores,
-                top_keys,
-                lookup,
-                offsets,
-                fill,
-                values,
-            )
+    def run(rows: tuple[int, int], accumulate: bool, collect: _Collect) -> None:
+        """Scan rows ``[rows[0], rows[1])`` of the common symbols: chunk ``c`` (rows
+        ``p % chunks == c`` of every block, in block order) is one task on the worker threads,
+        writing only its own outputs. ``accumulate``: the first-pass outputs; ``collect``: the
+        keys of its bins."""
+        todo = [(max(a, rows[0]), min(b, rows[1])) for a, b in blocks]
+        todo = [(a, b) for a, b in todo if a < b]
 
-    run(True, no_lookup, no_slots, no_slots, no_values)
+        def chunk(c: int) -> None:
+            for p0, p1 in todo:
+                t0, t1 = int(ti[p0]), int(ti[p1 - 1]) + 1
+                q0, q1 = int(pi[p0]), int(pi[p1 - 1]) + 1
+                block_t = np.asarray(corr_today[t0:t1])  # views of the memory maps
+                block_p = np.asarray(corr_previous[q0:q1])
+                _scan_rows(
+                    block_t.view(np.uint32),
+                    block_t,
+                    np.asarray(overlap_today[t0:t1]),
+                    block_p.view(np.uint32),
+                    block_p,
+                    np.asarray(overlap_previous[q0:q1]),
+                    t0,
+                    q0,
+                    ti,
+                    pi,
+                    p0 + (c - p0) % chunks,
+                    p1,
+                    chunks,
+                    int(min_overlap),
+                    accumulate,
+                    len(collect.bins) > 0,
+                    row_sums,
+                    hist[c],
+                    hist_total[c],
+                    change_counts[c],
+                    top_scores[c],
+                    top_keys[c],
+                    collect.lookup,
+                    collect.offsets[c],
+                    collect.caps[c],
+                    collect.fill[c],
+                    collect.values[c],
+                )
+
+        if todo:
+            with worker_pool() as pool:
+                list(pool.map(chunk, range(chunks)))
+
+    # stage A: the first rows (a share _SAMPLE_PAIRS of the pairs); their histograms predict the
+    # bins of the wanted order statistics. Stage B: the other rows, the first-pass outputs and
+    # the keys of the predicted bins in one read.
+    wanted = bool(levels) and n > 1
+    sample_rows = int(np.ceil(n * (1.0 - np.sqrt(1.0 - _SAMPLE_PAIRS)))) if wanted else n
+    run((0, sample_rows), True, _Collect.of([], np.zeros((chunks, 0), np.int64)))
+    hist_sample = hist_total.copy()
+    all_pairs = n * (n - 1) // 2
+    sampled = sample_rows * n - sample_rows * (sample_rows + 1) // 2
+    scale = (all_pairs - sampled) / sampled if sampled else 0.0  # rest / sample
+    predicted = _predict_bins(hist_sample.sum(axis=0), levels, scale) if wanted else []
+    # each chunk's room: _ROOM x its expected share + _ROOM_SLACK
+    expected = _counts_of(hist_sample, predicted) * scale
+    caps = (expected * _ROOM).astype(np.int64) + _ROOM_SLACK
+    rest = _Collect.of(predicted, caps)
+    run((sample_rows, n), True, rest)
+
     sums = row_sums.sum(axis=0)  # per-row sums, added in row order: independent of the chunks
     count = int(sums[0])
     names = ("corr_today", "corr_previous", "abs_corr_today", "abs_corr_previous")
@@ -393,40 +573,45 @@ def correlation_changes(
 
     out_quantiles = {name: np.full(len(levels), np.nan) for name in DISTRIBUTIONS}
     if count and levels:
-        # the order statistics wanted: lo and lo + 1 of h = q (n - 1)
+        # the order statistics wanted: lo and lo + 1 of h = q (n - 1); each lies in the top-16-bit
+        # bin where the cumulative count first exceeds its rank
         lows = {int(np.floor(q * (count - 1))) for q in levels}
         ranks = sorted(lows | {min(r + 1, count - 1) for r in lows})
-        counts = hist.sum(axis=0)
-        cum = np.cumsum(counts, axis=1)
-        lookup = np.full((4, _N_BINS), -1, np.int32)
-        slot_bins: list[tuple[int, int]] = []
-        for d in range(4):
-            for r in ranks:
-                b = int(np.searchsorted(cum[d], r, side="right"))
-                if lookup[d, b] < 0:
-                    lookup[d, b] = len(slot_bins)
-                    slot_bins.append((d, b))
-        # slot s of chunk c: hist[c, d, b] values from offsets[c, s] (slots one after the
-        # other, the chunks' parts of a slot one after the other)
-        per_chunk = np.array([hist[:, d, b] for d, b in slot_bins], np.int64).T  # chunks x slots
-        sizes = per_chunk.sum(axis=0)
-        offsets = np.zeros_like(per_chunk)
-        offsets[1:] = np.cumsum(per_chunk[:-1], axis=0)
-        offsets += np.concatenate(([0], np.cumsum(sizes)[:-1]))[None, :]
-        fill = np.zeros_like(per_chunk)
-        values = np.empty(int(sizes.sum()), np.uint32)
-        run(False, lookup, offsets, fill, values)
-        if not np.array_equal(fill, per_chunk):  # the two passes read different data
-            raise RuntimeError("correlation_changes: the inputs changed between the two passes")
-        slot_start = offsets[0]
-        sorted_bins = {
-            (d, b): np.sort(values[slot_start[s] : slot_start[s] + sizes[s]])
-            for s, (d, b) in enumerate(slot_bins)
-        }
+        signed_counts = hist_total.sum(axis=0)
+        cum = np.cumsum(_four_histograms(signed_counts), axis=1)
+        needed = _signed_bins(
+            sorted({(d, int(np.searchsorted(cum[d], r, "right"))) for d in range(4) for r in ranks})
+        )
+        if all(rest.complete(bin_) for bin_ in needed):
+            # stage C: the sample rows' keys of the needed bins (exact room: their counts)
+            sample = _Collect.of(needed, _counts_of(hist_sample, needed))
+            run((0, sample_rows), False, sample)
+            parts = [rest, sample]
+        else:  # a sample too unlike the whole: a second read of all rows for the needed bins
+            again = _Collect.of(needed, _counts_of(hist_total, needed))
+            run((0, n), False, again)
+            parts = [again]
+        collected = {bin_: np.concatenate([part.keys(bin_) for part in parts]) for bin_ in needed}
+        for bin_, k in collected.items():  # the reads must have seen the same data
+            if k.size != signed_counts[bin_]:
+                raise RuntimeError("correlation_changes: the inputs changed between the reads")
+
+        def bin_keys(d: int, b: int) -> np.ndarray:
+            """Sorted keys of bin ``b`` of distribution ``d`` (for ``|corr|``: the keys of ``b``
+            and the mirrored keys ``2^32 − 1 − key`` of its mirror bin)."""
+            if d < 2:
+                return np.sort(collected[(d, b)])
+            mirror = collected[(d - 2, _N_BINS - 1 - b)]
+            return np.sort(np.concatenate((collected[(d - 2, b)], ~mirror)))
+
+        sorted_bins: dict[tuple[int, int], np.ndarray] = {}
 
         def order_statistic(d: int, r: int) -> float:
-            b = int(np.searchsorted(cum[d], r, side="right"))
+            """The value of rank ``r`` of distribution ``d``: rank ``r − before`` of its bin."""
+            b = int(np.searchsorted(cum[d], r, "right"))
             before = int(cum[d, b - 1]) if b else 0
+            if (d, b) not in sorted_bins:
+                sorted_bins[(d, b)] = bin_keys(d, b)
             return float(_from_key(sorted_bins[(d, b)][r - before : r - before + 1])[0])
 
         for d, name in enumerate(DISTRIBUTIONS):
@@ -669,9 +854,14 @@ def lead_lag_changes(
         np.asarray(pairs_today["lag"])[both_t] != np.asarray(pairs_previous["lag"])[both_p]
     )
     order = np.argsort(both_t[lag_differs], kind="stable")
+    # the rows not on both days, in row order (a mask: O(pairs), no sorting)
+    only_t = np.ones(len(t_lead), bool)
+    only_t[both_t] = False
+    only_p = np.ones(len(p_lead), bool)
+    only_p[both_p] = False
     return LeadLagChanges(
-        appeared=np.setdiff1d(t_rows, both_t),
-        vanished=np.setdiff1d(p_rows, both_p),
+        appeared=t_rows[only_t[t_rows]],
+        vanished=p_rows[only_p[p_rows]],
         changed_today=both_t[lag_differs][order],
         changed_previous=both_p[lag_differs][order],
     )

@@ -106,6 +106,8 @@ SUMMARY_COLUMNS = (
     "change_histogram",
     "skipped",
     "params",
+    "snapshot_published_at",
+    "previous_published_at",
 )
 _JSON_COLUMNS = ("quantiles", "change_histogram", "skipped", "params")
 

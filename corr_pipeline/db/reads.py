@@ -12,7 +12,9 @@ misconfigured source raises :class:`~corr_pipeline.db.price_source.PriceSourceEr
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
@@ -27,6 +29,8 @@ from corr_pipeline.db.schema import (
 
 __all__ = [
     "PricesExtent",
+    "change_staleness",
+    "changes_to_refresh",
     "PublishedRows",
     "SessionPrices",
     "count_trade_dates",
@@ -184,6 +188,61 @@ def published_dates(engine: sa.Engine, *, before: dt.date | str | None = None) -
         return list(conn.execute(statement).scalars())
 
 
+def change_staleness(conn: sa.Connection, summary: Mapping[Any, Any]) -> list[str]:
+    """Why the recorded changes ``summary`` (a ``change_summaries`` row) no longer describe the
+    published snapshots (SPEC §10.7): a
+    date re-published since (its ``snapshots.created_at`` is not the one recorded), or another
+    previous session now (one published in between, or the previous one deleted). Empty when
+    current; a change set recorded before migration 0006 (NULL publications) is checked only
+    for the previous session."""
+    day, previous = summary["snapshot_date"], summary["previous_date"]
+    published = dict(
+        conn.execute(
+            sa.select(snapshots.c.snapshot_date, snapshots.c.created_at).where(
+                snapshots.c.snapshot_date.in_([day, previous])
+            )
+        ).all()
+    )
+    newest_before = conn.execute(
+        sa.select(sa.func.max(snapshots.c.snapshot_date)).where(snapshots.c.snapshot_date < day)
+    ).scalar_one()
+    reasons = []
+    if newest_before != previous:
+        reasons.append(
+            f"the previous session is now {newest_before}, not {previous}"
+            if newest_before is not None
+            else f"{previous} is no longer published"
+        )
+    for d, column in ((day, "snapshot_published_at"), (previous, "previous_published_at")):
+        recorded, now = summary.get(column), published.get(d)
+        if recorded is not None and now is not None and now != recorded:
+            reasons.append(
+                f"the snapshot of {d} was re-published at {now:%Y-%m-%d %H:%M:%S %Z} after "
+                f"these changes were computed from its publication of "
+                f"{recorded:%Y-%m-%d %H:%M:%S %Z}"
+            )
+    return reasons
+
+
+def changes_to_refresh(engine: sa.Engine, day: dt.date | str) -> dt.date | None:
+    """The next published session after ``day`` when its changes must be computed again now
+    that ``day`` is published (SPEC §10.7): none recorded (it ran before ``day`` was published,
+    with no earlier session) or :func:`change_staleness` finds them stale. None otherwise."""
+    d = as_iso_date(day, "day")
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
+        following = conn.execute(
+            sa.select(sa.func.min(snapshots.c.snapshot_date)).where(snapshots.c.snapshot_date > d)
+        ).scalar_one()
+        if following is None:
+            return None
+        row = conn.execute(
+            sa.select(change_summaries).where(change_summaries.c.snapshot_date == following)
+        ).first()
+        if row is None or change_staleness(conn, row._mapping):
+            return following
+    return None
+
+
 @dataclass(frozen=True)
 class SessionPrices:
     """How complete the prices of one session are, and a fingerprint of them.
@@ -282,7 +341,8 @@ class PublishedRows:
     ``neighbor_index`` int32 N x k (−1 = padding; k = the largest published rank),
     ``cluster_labels`` int32 (N,), ``lead_lag_pairs`` a structured array of
     :data:`~corr_pipeline.compute.lead_lag.LEAD_LAG_DTYPE` (a NULL ``sync_corr`` read back as
-    NaN), ``params`` and ``matrix_versions`` the ``snapshots`` row's (SPEC §8)."""
+    NaN), ``params``, ``matrix_versions`` (SPEC §8) and ``published_at`` (``created_at``: which
+    publication of the date this is) the ``snapshots`` row's."""
 
     snapshot_date: dt.date
     symbols: list[str]
@@ -291,6 +351,7 @@ class PublishedRows:
     lead_lag_pairs: np.ndarray
     params: dict
     matrix_versions: dict[str, dict[str, str]] | None
+    published_at: dt.datetime | None = None
 
 
 #: The published snapshot of :d as columns: symbols are turned into their positions in the
@@ -339,9 +400,9 @@ def published_rows(engine: sa.Engine, day: dt.date | str) -> PublishedRows | Non
     d = as_iso_date(day, "day")
     with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
         head = conn.execute(
-            sa.select(snapshots.c.params, snapshots.c.matrix_versions).where(
-                snapshots.c.snapshot_date == d
-            )
+            sa.select(
+                snapshots.c.params, snapshots.c.matrix_versions, snapshots.c.created_at
+            ).where(snapshots.c.snapshot_date == d)
         ).first()
         if head is None:
             return None
@@ -377,4 +438,5 @@ def published_rows(engine: sa.Engine, day: dt.date | str) -> PublishedRows | Non
         else {
             str(a): {str(n): str(v) for n, v in arrays.items()} for a, arrays in versions.items()
         },
+        published_at=head.created_at,
     )

@@ -22,7 +22,9 @@ Tables
                              for "who leads this symbol".
 ``change_summaries``         one row per snapshot_date whose changes against the previous
                              published session were computed (SPEC §10): the market-level drift,
-                             the parts skipped; parent of the four ``change_*`` tables below
+                             the parts skipped, the publications (``created_at``) of both dates
+                             it was computed from (stale when either was re-published); parent
+                             of the four ``change_*`` tables below
                              (``FOREIGN KEY ... ON DELETE CASCADE``: a few thousand rows a date).
 ``change_pairs``             (snapshot_date, rank) -> the top moves by |Δcorr|.
 ``change_symbols``           (snapshot_date, symbol) -> kept/entered/left, cluster move, neighbor
@@ -146,6 +148,9 @@ change_summaries = sa.Table(
         "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
     ),
     sa.CheckConstraint("previous_date < snapshot_date", name="ck_change_summaries_previous"),
+    # the snapshots.created_at of the two publications compared (migration 0006; NULL before)
+    sa.Column("snapshot_published_at", sa.DateTime(timezone=True), nullable=True),
+    sa.Column("previous_published_at", sa.DateTime(timezone=True), nullable=True),
 )
 
 

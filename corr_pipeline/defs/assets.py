@@ -23,6 +23,7 @@ listed in
 process. Retries: see :mod:`corr_pipeline.defs.retries`.
 """
 
+import warnings
 from functools import partial
 
 import dagster as dg
@@ -34,7 +35,11 @@ from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.price_source import PriceSourceError
 from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
 from corr_pipeline.db.publish_changes import publish_changes
-from corr_pipeline.db.reads import published_matrix_versions, recorded_change_dates
+from corr_pipeline.db.reads import (
+    changes_to_refresh,
+    published_matrix_versions,
+    recorded_change_dates,
+)
 from corr_pipeline.db.synth import read_truth
 from corr_pipeline.defs import metadata, pictures
 from corr_pipeline.defs.checks import check_result
@@ -654,6 +659,30 @@ def _apply_retention(
 # --------------------------------------------------------------------------------------------
 
 
+#: ``snapshot_changes`` of session ``D`` reads the publications of ``D`` and of the previous
+#: session: the partitions ``[D - 1, D]`` of ``snapshot_publication`` (the previous *partition*
+#: is the previous session of the calendar; none for the first). Only this asset depends on the
+#: previous partition, so the snapshots of a backfill still run in parallel (one run per
+#: partition, pool ``corr_pipeline_snapshot``): the backfill holds ``snapshot_changes`` of ``D``
+#: until the publication of ``D - 1`` is done (the lineage shows both). Which session is
+#: compared stays data-driven: the newest
+#: *published* one before ``D`` (a session never published is passed over), SPEC §10.
+#: ``allow_nonexistent_upstream_partitions`` ("beta" in Dagster 1.13, relied on deliberately:
+#: the first partition has no previous one) warns once here, silenced like step_options' ones.
+with warnings.catch_warnings():
+    warnings.filterwarnings(
+        "ignore",
+        message="Parameter `allow_nonexistent_upstream_partitions`",
+        category=dg.BetaWarning,
+    )
+    PREVIOUS_AND_THIS_PUBLICATION = dg.AssetDep(
+        "snapshot_publication",
+        partition_mapping=dg.TimeWindowPartitionMapping(
+            start_offset=-1, end_offset=0, allow_nonexistent_upstream_partitions=True
+        ),
+    )
+
+
 class ChangesConfig(dg.Config):
     """Run configuration of ``snapshot_changes``."""
 
@@ -662,12 +691,38 @@ class ChangesConfig(dg.Config):
     )
 
 
+def _refresh_following(context, engine, matrix_store, day, config, params) -> dict:
+    """Compute again the changes of the next published session when they are stale or missing
+    now that ``day`` is published (:func:`corr_pipeline.db.reads.changes_to_refresh`): a
+    re-published ``day``, or runs of a parallel backfill that computed the next session's
+    changes before ``day`` was published. Returns the metadata saying which date (or none)."""
+    following = changes_to_refresh(engine, day)
+    if following is None:
+        return {"refreshed_following": dg.MetadataValue.text("none")}
+    refreshed = changes.compute_changes(
+        engine,
+        matrix_store.store,
+        following,
+        top_m=config.top_m,
+        working_memory_mb=params.working_memory_mb,
+        log=context.log.info,
+    )
+    if refreshed is None:  # cannot happen: day is published before following
+        return {"refreshed_following": dg.MetadataValue.text("none")}
+    publish_changes(engine, changes.publication(refreshed))
+    context.log.info(
+        f"the changes of {following} were stale or missing: recomputed against "
+        f"{refreshed.previous_date}"
+    )
+    return {"refreshed_following": dg.MetadataValue.text(following.isoformat())}
+
+
 @dg.asset(
     **SNAPSHOT_STEP,
     group_name=SNAPSHOT_GROUP,
     retry_policy=DATABASE_RETRY_POLICY,
     kinds={"postgres", "numpy"},
-    deps=["snapshot_publication"],
+    deps=[PREVIOUS_AND_THIS_PUBLICATION],
     description="What changed since the previous published session (SPEC §10): market-level "
     "drift, the largest correlation moves, neighbor turnover, cluster migrations, lead-lag "
     "changes, symbols entered and left; published in one transaction (change_* tables), "
@@ -706,10 +761,12 @@ def snapshot_changes(
                         "note": dg.MetadataValue.text(
                             f"no snapshot before {day} is published: nothing to compare"
                         ),
+                        **_refresh_following(context, engine, matrix_store, day, config, params),
                     }
                 )
             rows = changes.publication(results)
             report = publish_changes(engine, rows)
+            refreshed = _refresh_following(context, engine, matrix_store, day, config, params)
         metadata.log_stage(context, f"changes {day} vs {results.previous_date}", stats)
         for part, reason in results.skipped.items():
             context.log.warning(f"{part} skipped: {reason}")
@@ -721,6 +778,7 @@ def snapshot_changes(
             **metadata.changes(results, dict(rows.summary), dict(rows.rows), stats),
             **{f"{t}_rows": dg.MetadataValue.int(n) for t, n in report.rows.items()},
             "replaced_previous": dg.MetadataValue.bool(report.replaced_previous),
+            **refreshed,
             **retention_metadata,
             **(
                 {}

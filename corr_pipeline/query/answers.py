@@ -253,7 +253,8 @@ class ChangesResult:
     ``summary`` (the ``change_summaries`` row: counts, drift, quantiles, skipped parts),
     ``moves`` (the largest, rows of ``change_pairs``), ``entered`` / ``left`` (symbols, by
     name) and ``counts`` of the other kinds of change. ``previous_date`` and ``summary`` are
-    None for the first published snapshot (nothing to compare with)."""
+    None for the first published snapshot (nothing to compare with). ``stale``: why the
+    recorded changes no longer describe the published snapshots (SPEC §10.7; empty: current)."""
 
     snapshot: Snapshot
     previous_date: dt.date | None
@@ -262,6 +263,7 @@ class ChangesResult:
     entered: list[str]
     left: list[str]
     counts: dict[str, int]
+    stale: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         drift = ("n_pairs", *DRIFT_COLUMNS, "quantiles", "skipped")
@@ -271,6 +273,7 @@ class ChangesResult:
             "query": "changes",
             **self.snapshot.to_json(),
             "previous_date": self.previous_date.isoformat(),
+            "stale": list(self.stale),
             "n_common": self.summary["n_common"],
             "entered": self.entered,
             "left": self.left,
@@ -288,7 +291,8 @@ class SymbolChangesResult:
     None if it vanished), its new and dropped neighbors (by name), its lead-lag changes, and its
     largest correlation moves (``moves``, from the matrices of both days when they are in the
     store, else its rows among the market's top moves: ``moves_source`` says which).
-    ``previous_date`` is None (``status`` ``"first"``) for the first published snapshot."""
+    ``previous_date`` is None (``status`` ``"first"``) for the first published snapshot.
+    ``stale`` as in :class:`ChangesResult`."""
 
     snapshot: Snapshot
     previous_date: dt.date | None
@@ -304,12 +308,14 @@ class SymbolChangesResult:
     lead_lag: list[dict[str, Any]]
     moves: list[dict[str, Any]]
     moves_source: str
+    stale: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "query": "changes",
             **self.snapshot.to_json(),
             "previous_date": None if self.previous_date is None else self.previous_date.isoformat(),
+            "stale": list(self.stale),
             "symbol": self.symbol,
             "status": self.status,
             "cluster_id": self.cluster_id,

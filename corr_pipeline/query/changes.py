@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
+from corr_pipeline.db.reads import change_staleness
 from corr_pipeline.db.schema import (
     change_clusters,
     change_lead_lag,
@@ -85,6 +86,7 @@ def changes(
         summary = _summary(conn, snap)
         if summary is None:
             return ChangesResult(snap, None, None, [], [], [], {})
+        stale = change_staleness(conn, summary)
         day = snap.snapshot_date
         moves_query = (
             sa.select(
@@ -156,6 +158,7 @@ def changes(
         entered=status["entered"],
         left=status["left"],
         counts=counts,
+        stale=stale,
     )
 
 
@@ -249,6 +252,7 @@ def symbol_changes(
                 snap, None, symbol, "first", None, None, None, None, [], [], None, [], [], ""
             )
         day, previous = snap.snapshot_date, summary["previous_date"]
+        stale = change_staleness(conn, summary)
         row = conn.execute(
             sa.select(change_symbols).where(
                 change_symbols.c.snapshot_date == day, change_symbols.c.symbol == symbol
@@ -340,4 +344,5 @@ def symbol_changes(
         lead_lag=lead_lag,
         moves=moves,
         moves_source=source,
+        stale=stale,
     )

@@ -11,6 +11,7 @@ the stripping of the trailing spaces rich pads each row with. NaN prints as ``Na
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import math
 from collections.abc import Sequence
@@ -240,6 +241,15 @@ def _names(names: list[str], limit: int = 20) -> str:
     return shown + (f" ... ({len(names) - limit} more)" if len(names) > limit else "") or "none"
 
 
+def _stale_lines(reasons: list[str], day: dt.date) -> list[str]:
+    """The warning of changes recorded from publications that were replaced since."""
+    if not reasons:
+        return []
+    return [f"STALE: {reason}" for reason in reasons] + [
+        f"(these changes are out of date: materialize snapshot_changes for {day.isoformat()})"
+    ]
+
+
 def _render_changes(result: ChangesResult) -> str:
     s, c = result.summary, result.counts
     if s is None:
@@ -249,6 +259,7 @@ def _render_changes(result: ChangesResult) -> str:
         )
     lines = [
         f"changes in {_describe(result.snapshot)} since {result.previous_date}",
+        *_stale_lines(result.stale, result.snapshot.snapshot_date),
         f"symbols: {s['n_common']:,} in both, {len(result.entered):,} entered, "
         f"{len(result.left):,} left",
     ]
@@ -318,7 +329,10 @@ def _render_symbol_changes(result: SymbolChangesResult) -> str:
             f"no changes of {who} in {_describe(result.snapshot)}: no snapshot before it is "
             "published, so there is nothing to compare it with"
         )
-    lines = [f"changes of {who} in {_describe(result.snapshot)} since {result.previous_date}"]
+    lines = [
+        f"changes of {who} in {_describe(result.snapshot)} since {result.previous_date}",
+        *_stale_lines(result.stale, result.snapshot.snapshot_date),
+    ]
     if result.status == "entered":
         lines.append(f"{who} entered the universe (cluster {result.cluster_id})")
     elif result.status == "left":

@@ -21,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -143,14 +145,18 @@ def compute_changes(
     ``day`` itself is not published.
     """
     say = log or (lambda _message: None)
-    today = published_rows(engine, day)
+    if previous is None:
+        previous = previous_session(engine, day)
+    # both days' rows read side by side, on two connections (the server works on both at once)
+    with ThreadPoolExecutor(2) as pool:
+        today, *others = pool.map(
+            partial(published_rows, engine), [day, previous][: 1 + bool(previous)]
+        )
     if today is None:
         raise LookupError(f"the snapshot of {day} is not published")
     if previous is None:
-        previous = previous_session(engine, day)
-    if previous is None:
         return None
-    before = published_rows(engine, previous)
+    before = others[0]
     if before is None:
         raise LookupError(f"the snapshot of {previous} is not published")
     min_overlap = int(today.params.get("min_overlap", 2))
@@ -248,6 +254,9 @@ def publication(results: ChangesResults) -> ChangesPublication:
         },
         "skipped": dict(results.skipped),
         "params": dict(results.params),
+        # which publications were compared: stale when either date is re-published (SPEC §10.7)
+        "snapshot_published_at": today.published_at,
+        "previous_published_at": before.published_at,
     }
     pairs: list[tuple[Any, ...]] = []
     if corr is not None:

@@ -212,7 +212,7 @@ def test_oldest_schema_with_data_upgrades_to_head_with_nothing_lost(
 
         report = migrate.upgrade(old)
         assert (report.before, report.after) == ("0001", HEAD)
-        assert [rev.id for rev in report.applied] == ["0002", "0003", "0004", "0005"]
+        assert [rev.id for rev in report.applied] == ["0002", "0003", "0004", "0005", "0006"]
         with old.connect() as conn:
             assert count_rows(conn, moved=True) == counts
             assert dump(conn, moved=True) == before
@@ -381,7 +381,7 @@ def test_downgrade_to_the_oldest_and_back_keeps_the_rows(new_database: Callable[
         migrate.upgrade(db)
         report = migrate.downgrade(db, "0001")
         assert (report.before, report.after) == (HEAD, "0001")
-        assert [rev.id for rev in report.applied] == ["0005", "0004", "0003", "0002"]
+        assert [rev.id for rev in report.applied] == ["0006", "0005", "0004", "0003", "0002"]
         schema_6a95e5e.init_schema(released)
         assert_same_structure(structure_of(db), structure_of(released))
         with db.connect() as conn:
@@ -415,7 +415,7 @@ def test_upgrade_is_idempotent_and_serialised(new_database: Callable[[], str]) -
         for thread in threads:
             thread.join()
         assert not errors, errors
-        assert sorted(len(r.applied) for r in reports) == [0, 0, 0, 5]
+        assert sorted(len(r.applied) for r in reports) == [0, 0, 0, 6]
         assert migrate.upgrade(db).summary() == f"already at {HEAD}, nothing to do"
 
 
@@ -441,7 +441,7 @@ def test_fresh_database(new_database: Callable[[], str]) -> None:
     with opened(new_database()) as db:
         status = migrate.schema_status(db)
         pending = [rev.id for rev in status.pending]
-        assert status.fresh and pending == ["0001", "0002", "0003", "0004", HEAD]
+        assert status.fresh and pending == ["0001", "0002", "0003", "0004", "0005", HEAD]
         with pytest.raises(SchemaVersionError) as info:
             migrate.require_current(db)
         assert str(info.value) == (
@@ -454,3 +454,44 @@ def test_fresh_database(new_database: Callable[[], str]) -> None:
         migrate.downgrade(db, "0003")  # an older one is not upgraded by ensure_schema
         with pytest.raises(SchemaVersionError, match="is at 0003, the code needs"):
             migrate.ensure_schema(db, create_if_fresh=True)
+
+
+def test_revision_0006_records_publications_and_keeps_the_change_sets(
+    new_database: Callable[[], str],
+) -> None:
+    """0005 -> 0006 adds change_summaries.snapshot_published_at / previous_published_at, NULL
+    for the change sets recorded before (their staleness cannot be checked); 0006 -> 0005 drops
+    them and keeps every row."""
+    columns = ("snapshot_published_at", "previous_published_at")
+
+    def present(conn: sa.Connection) -> set[str]:
+        return set(
+            conn.execute(
+                sa.text(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_name = 'change_summaries'"
+                )
+            ).scalars()
+        )
+
+    with opened(new_database()) as db:
+        migrate.upgrade(db, "0005")
+        with db.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO change_summaries (snapshot_date, previous_date, n_symbols, "
+                    "n_previous_symbols, n_common, n_entered, n_left) "
+                    "VALUES (:d, :p, 3, 3, 3, 0, 0)"
+                ),
+                {"d": D2, "p": D1},
+            )
+            assert not present(conn) & set(columns)
+        assert [rev.id for rev in migrate.upgrade(db).applied] == ["0006"]
+        with db.connect() as conn:
+            assert set(columns) <= present(conn)
+            row = conn.execute(sa.text(f"SELECT {', '.join(columns)} FROM change_summaries")).one()
+            assert tuple(row) == (None, None)
+        assert [rev.id for rev in migrate.downgrade(db, "0005").applied] == ["0006"]
+        with db.connect() as conn:
+            assert not present(conn) & set(columns)
+            assert conn.execute(sa.text("SELECT count(*) FROM change_summaries")).scalar_one() == 1

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
+from corr_pipeline.db.reads import change_staleness
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.io_manager import MatrixStoreResource
 from corr_pipeline.snapshot import display
@@ -129,3 +130,61 @@ def test_changes_in_the_pipeline(universe, engine, tmp_path):  # noqa: F811
             {"d": LAST},
         ).one()
     assert tuple(counts) == (1, 0, None)
+
+
+def test_only_snapshot_changes_depends_on_the_previous_session():
+    """snapshot_changes of D depends on the publications of D and of the previous session (the
+    previous partition: the calendar skips the Thanksgiving holiday between FIRST and LAST; the
+    first partition has none). No other snapshot asset depends on another partition, so a
+    backfill still runs the snapshots of its partitions in parallel (test_parallel_backfill);
+    the real materializations of both partitions are test_changes_in_the_pipeline's."""
+    from corr_pipeline.definitions import defs
+    from corr_pipeline.defs.partitions import snapshot_partitions
+
+    graph = defs.resolve_asset_graph()
+    changes, publication = dg.AssetKey("snapshot_changes"), dg.AssetKey("snapshot_publication")
+
+    def parents(key: str, parent: dg.AssetKey, child: dg.AssetKey) -> list[str]:
+        found = graph.get_parent_partition_keys_for_child(key, parent, child)
+        return sorted(found.partitions_subset.get_partition_keys())
+
+    assert parents(LAST, publication, changes) == [FIRST, LAST]
+    first = snapshot_partitions.get_first_partition_key()
+    assert parents(first, publication, changes) == [first]
+    for asset in snapshot_assets:
+        for child in asset.keys:
+            for parent in graph.get(child).parent_keys:
+                if child == changes or not graph.get(parent).is_partitioned:
+                    continue
+                assert parents(LAST, parent, child) == [LAST], (child, parent)
+
+
+def test_changes_of_the_next_session_are_refreshed_when_a_session_is_published_late(
+    universe,  # noqa: F811
+    engine,
+    tmp_path,
+):
+    """A parallel backfill may materialize LAST before FIRST: LAST's changes then find no
+    earlier session and record nothing; snapshot_changes of FIRST, once FIRST is published,
+    computes LAST's changes against FIRST (and says so in its metadata)."""
+    store_dir = tmp_path / "store"
+    assert _metadata(_run(store_dir, LAST))["recorded"] is False
+    first = _metadata(_run(store_dir, FIRST))
+    assert first["recorded"] is False and first["refreshed_following"] == LAST
+    with engine.connect() as conn:
+        previous = conn.execute(
+            sa.text("SELECT previous_date FROM change_summaries WHERE snapshot_date = :d"),
+            {"d": LAST},
+        ).scalar_one()
+    assert previous.isoformat() == FIRST
+    # FIRST re-published (a re-run): LAST's changes compared the old publication, so again
+    assert _metadata(_run(store_dir, FIRST))["refreshed_following"] == LAST
+    with engine.connect() as conn:
+        summary = (
+            conn.execute(
+                sa.text("SELECT * FROM change_summaries WHERE snapshot_date = :d"), {"d": LAST}
+            )
+            .one()
+            ._mapping
+        )
+        assert change_staleness(conn, summary) == []

@@ -10,10 +10,12 @@ import json
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
 
 from corr_pipeline import query as q
 from corr_pipeline.cli.query import add_query_commands
 from corr_pipeline.db.publish_changes import publish_changes
+from corr_pipeline.db.reads import changes_to_refresh
 from corr_pipeline.snapshot.changes import compute_changes, publication
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.snapshot.changes_fixtures import MIN_OVERLAP, publish_day, symbols_of
@@ -159,3 +161,52 @@ def test_cli(published, capsys):
     assert err.startswith("corr-pipeline query: the changes of 2026-11-25")
     code, out, err = _run(engine, ["query", "changes", "NOPE", "--date", str(D1)], capsys)
     assert code == 2 and out == "" and 'unknown symbol "NOPE"' in err
+
+
+def test_changes_go_stale_when_a_compared_snapshot_is_republished(published, capsys):
+    """The change set records the publications it compared (snapshots.created_at of both days):
+    re-publishing either date, or publishing a session between them, makes `query changes` say
+    STALE (text and JSON) until snapshot_changes runs again, which clears it."""
+    engine, store, s0, s1 = (
+        published["engine"],
+        published["store"],
+        published["s0"],
+        published["s1"],
+    )
+    got = q.changes(engine, D1)
+    assert got.stale == [] and got.to_json()["stale"] == []
+    assert got.summary["snapshot_published_at"] is not None
+    assert got.summary["previous_published_at"] is not None
+    assert "STALE" not in q.to_text(got)
+    assert changes_to_refresh(engine, D0) is None and changes_to_refresh(engine, D1) is None
+
+    publish_day(engine, store, D0, s0, 5)  # the previous session re-published
+    assert changes_to_refresh(engine, D0) == D1  # what snapshot_changes of D0 recomputes
+    got = q.changes(engine, D1)
+    assert len(got.stale) == 1 and f"the snapshot of {D0} was re-published" in got.stale[0]
+    text = q.to_text(got)
+    assert "STALE: the snapshot of" in text and f"materialize snapshot_changes for {D1}" in text
+    symbol = sorted(set(s0) & set(s1))[0]
+    assert q.symbol_changes(engine, symbol, D1, store=store).stale == got.stale
+    assert "STALE" in q.to_text(q.symbol_changes(engine, symbol, D1, store=store))
+
+    publish_day(engine, store, D1, s1, 6)  # and today's: two reasons
+    assert [r.split(" was ")[0] for r in q.changes(engine, D1).stale] == [
+        f"the snapshot of {D1}",
+        f"the snapshot of {D0}",
+    ]
+
+    publish_changes(engine, publication(compute_changes(engine, store, D1, top_m=12)))
+    assert q.changes(engine, D1).stale == []  # recomputed: current again
+
+    publish_day(engine, None, dt.date(2026, 11, 20), s0, 7)  # an earlier date: no effect
+    assert q.changes(engine, D1).stale == []
+    publish_day(engine, store, D2, s1, 8)
+    publish_changes(engine, publication(compute_changes(engine, store, D2, top_m=12)))
+    publish_day(engine, store, D1, s1, 9)  # D1 re-published: D2's changes compared the old D1
+    stale_d2 = q.changes(engine, D2).stale
+    assert len(stale_d2) == 1 and f"the snapshot of {D1} was re-published" in stale_d2[0]
+    assert json.loads(json.dumps(q.changes(engine, D2).to_json()))["stale"] == stale_d2
+    with engine.begin() as conn:  # D1 gone: D2's previous session is D0 now
+        conn.execute(sa.text("DELETE FROM snapshots WHERE snapshot_date = :d"), {"d": D1})
+    assert q.changes(engine, D2).stale == [f"the previous session is now {D0}, not {D1}"]
