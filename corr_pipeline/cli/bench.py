@@ -190,6 +190,10 @@ def bench_through_dagster(
                 f"run {summary.run_id} in {home / 'dagster_home'})"
             )
         if not args.no_floor:
+            # the steps' figures first: the floor holds 4 N² bytes (numpy's product segfaulted
+            # inside OpenBLAS at N = 44,885 here), and a run's figures must survive it
+            echo(report.table())
+            echo("# timing the floor on the same window (--no-floor skips it)")
             window = steps.load_returns(engine, DEFAULT_END_DATE, params)
             report.floor = measure_floor(window.returns)
             for stage in report.stages:
