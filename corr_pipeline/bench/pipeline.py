@@ -34,7 +34,7 @@ from corr_pipeline.db.publish import publish_snapshot
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.snapshot import steps
 from corr_pipeline.snapshot.measure import measure_stage
-from corr_pipeline.snapshot.params import SnapshotParameters
+from corr_pipeline.snapshot.params import DEFAULTS, SnapshotParameters
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore, StoredArray
 from corr_pipeline.synth import DEFAULT_END_DATE
 
@@ -124,12 +124,17 @@ def _stage_line(stage: StageResult, floors: str) -> str:
 
 
 def bench_parameters(
-    t: int, *, max_lag: int, k: int, working_memory_mb: float
+    t: int,
+    *,
+    max_lag: int,
+    k: int,
+    working_memory_mb: float,
+    clusters_memory_mb: int | None = None,
 ) -> SnapshotParameters:
     """The snapshot parameters of the benchmark: ``lookback_days = t``,
     ``min_overlap = max(2, min(60, t // 4))``, ``min_history_days = 2 · min_overlap``,
     ``k`` = k_neighbors = k_leaders = k_laggers, average linkage cut at
-    :data:`BENCH_DISTANCE_THRESHOLD`."""
+    :data:`BENCH_DISTANCE_THRESHOLD`; ``clusters_memory_mb`` None: the parameters' default."""
     min_overlap = max(2, min(60, t // 4))
     return SnapshotParameters(
         lookback_days=t,
@@ -142,6 +147,9 @@ def bench_parameters(
         linkage_method="average",
         distance_threshold=BENCH_DISTANCE_THRESHOLD,
         working_memory_mb=working_memory_mb,
+        clusters_memory_mb=(
+            DEFAULTS.clusters_memory_mb if clusters_memory_mb is None else clusters_memory_mb
+        ),
     )
 
 
@@ -157,18 +165,26 @@ def start_benchmark(
     synth: bool,
     echo: Callable[[str], None],
     how: str = "",
+    clusters_memory_mb: int | None = None,
 ) -> tuple[SnapshotParameters, PipelineBenchReport]:
     """The start of a whole-chain benchmark: its parameters (:func:`bench_parameters`), an
     empty report, the machine and parameter lines (``how`` appended to the latter), and with
     ``synth`` the synthetic universe of ``n`` symbols × ``t + 1`` days (seed ``seed``) written
     into ``engine``'s ``prices`` (timed apart, not a nightly stage)."""
-    params = bench_parameters(t, max_lag=max_lag, k=k, working_memory_mb=working_memory_mb)
+    params = bench_parameters(
+        t,
+        max_lag=max_lag,
+        k=k,
+        working_memory_mb=working_memory_mb,
+        clusters_memory_mb=clusters_memory_mb,
+    )
     shown: dict[str, Any] = {
         "n": n,
         "t": t,
         "max_lag": max_lag,
         "k": k,
         "working_memory_mb": working_memory_mb,
+        "clusters_memory_mb": params.clusters_memory_mb,
         "min_overlap": params.min_overlap,
         "seed": seed,
     }
@@ -195,6 +211,7 @@ def run_pipeline_benchmark(
     max_lag: int = 5,
     k: int = 10,
     working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
+    clusters_memory_mb: int | None = None,
     seed: int = 11,
     synth: bool = True,
     keep_matrices: bool = False,
@@ -222,6 +239,7 @@ def run_pipeline_benchmark(
         max_lag=max_lag,
         k=k,
         working_memory_mb=working_memory_mb,
+        clusters_memory_mb=clusters_memory_mb,
         seed=seed,
         synth=synth,
         echo=echo,

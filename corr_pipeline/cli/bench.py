@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from corr_pipeline import settings
-from corr_pipeline.cli.common import UsageError, echo, positive_float, positive_int
+from corr_pipeline.cli.common import (
+    UsageError,
+    echo,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db.migrate import ensure_schema, upgrade
 
@@ -79,6 +85,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         max_lag=args.max_lag,
         k=args.k,
         working_memory_mb=args.working_memory_mb or DEFAULT_WORKING_MEMORY_MB,
+        clusters_memory_mb=args.clusters_memory_mb,
         seed=args.seed,
         synth=not args.skip_synth,
         keep_matrices=args.keep_matrices,
@@ -124,6 +131,7 @@ def bench_through_dagster(
         max_lag=args.max_lag,
         k=args.k,
         working_memory_mb=working_memory_mb,
+        clusters_memory_mb=args.clusters_memory_mb,
         seed=args.seed,
         synth=not args.skip_synth,
         echo=echo,
@@ -134,7 +142,11 @@ def bench_through_dagster(
     settings.export_database_url(engine.url.render_as_string(hide_password=False))
     key = DEFAULT_END_DATE.isoformat()
     store_dir = home / "store"
-    overrides = {**params.as_dict(), "working_memory_mb": working_memory_mb}
+    overrides = {
+        **params.as_dict(),
+        "working_memory_mb": working_memory_mb,
+        "clusters_memory_mb": params.clusters_memory_mb,
+    }
     instance = open_instance(home / "dagster_home")
     try:
         echo(f"snapshot_job for {key} (Dagster instance {instance.root_directory})")
@@ -178,6 +190,10 @@ def bench_through_dagster(
                 f"run {summary.run_id} in {home / 'dagster_home'})"
             )
         if not args.no_floor:
+            # the steps' figures first: the floor holds 4 N² bytes (numpy's product segfaulted
+            # inside OpenBLAS at N = 44,885 here), and a run's figures must survive it
+            echo(report.table())
+            echo("# timing the floor on the same window (--no-floor skips it)")
             window = steps.load_returns(engine, DEFAULT_END_DATE, params)
             report.floor = measure_floor(window.returns)
             for stage in report.stages:
@@ -222,6 +238,14 @@ def add_bench_command(commands: Any) -> None:
         default=None,
         metavar="MB",
         help="budget for each stage's temporaries (default: the package's, 512)",
+    )
+    bench.add_argument(
+        "--clusters-memory-mb",
+        type=non_negative_int,
+        default=None,
+        metavar="MB",
+        help="the clusters step's distances stay in anonymous memory up to this size, else "
+        "in a store scratch file (default: the snapshot_params default, 1024)",
     )
     bench.add_argument("--seed", type=int, default=11, metavar="S")
     bench.add_argument(

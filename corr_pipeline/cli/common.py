@@ -36,6 +36,17 @@ def echo(message: str = "") -> None:
     print(message, flush=True)
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer > 0."""
     try:

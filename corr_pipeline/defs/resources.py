@@ -106,6 +106,14 @@ class SnapshotParams(dg.ConfigurableResource):
         "stays on one machine (docs/user_guide.md).",
     )
 
+    clusters_memory_mb: int = Field(
+        default=DEFAULTS.clusters_memory_mb,
+        description="MiB of anonymous memory the clusters step may hold for its float64 "
+        "distances (8 N(N-1)/2 bytes); larger ones go to a scratch file of the matrix store "
+        "(page cache). Same clusters either way; raise it where memory allows at N >= ~40,000 "
+        "(docs/user_guide.md).",
+    )
+
     @model_validator(mode="after")
     def _check_consistency(self) -> SnapshotParams:
         problems = parameter_problems(self._values())

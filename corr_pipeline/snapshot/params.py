@@ -36,6 +36,16 @@ class SnapshotParameters:
     scheduler (``tcp://host:8786``) for the correlation, neighbors and lead-lag stripes, or None
     for threads in the step's process. The results are bit-identical either way, so it is not
     recorded in ``snapshots.params`` (:meth:`as_dict` leaves it out).
+
+    ``clusters_memory_mb``: where the clusters step keeps its float64 distances
+    (``8 · N(N−1)/2`` bytes, 2.3 GB at N = 24,000, 16.4 GB at 64,000): in anonymous memory when
+    they fit in this many MiB, else in a scratch file of the matrix store (page cache). The
+    linkage is bit-identical either way, so it is not recorded in ``snapshots.params`` either.
+    The file is the lean choice while the distances stay near the kernel's dirty-page
+    write-back threshold (about a tenth of the free memory); far above it the kernel writes the
+    file back while the linkage updates it, and every write-back round costs a write fault per
+    page (docs/benchmarks.md: at N = 48,000, minutes of system time). Raise it on a machine
+    whose memory holds the distances beside the other steps.
     """
 
     lookback_days: int = 252
@@ -51,15 +61,22 @@ class SnapshotParameters:
     n_clusters: int | None = None
     working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB
     dask_scheduler: str | None = None
+    clusters_memory_mb: int = 1024
 
     def __post_init__(self) -> None:
-        problems = parameter_problems({**self.as_dict(), "dask_scheduler": self.dask_scheduler})
+        problems = parameter_problems(
+            {
+                **self.as_dict(),
+                "dask_scheduler": self.dask_scheduler,
+                "clusters_memory_mb": self.clusters_memory_mb,
+            }
+        )
         if problems:
             raise ValueError("invalid snapshot parameters: " + "; ".join(problems))
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters of the result as plain JSON values (recorded in ``snapshots.params``,
-        SPEC §7): every field but ``dask_scheduler``."""
+        SPEC §7): every field but ``dask_scheduler`` and ``clusters_memory_mb``."""
         return {
             "lookback_days": int(self.lookback_days),
             "min_history_days": int(self.min_history_days),
@@ -95,7 +112,8 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
     ``min_overlap <= lookback_days - max_lag`` (otherwise the largest lag can never reach
     min_overlap common returns, SPEC §6); a known linkage method; exactly one of
     ``distance_threshold`` (finite, > 0) and ``n_clusters`` (>= 1); a finite min_improvement;
-    ``dask_scheduler``, when given, an address ``scheme://host:port``.
+    ``dask_scheduler``, when given, an address ``scheme://host:port``;
+    ``clusters_memory_mb`` >= 0.
     """
     problems: list[str] = []
 
@@ -158,6 +176,8 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
         problems.append(f"n_clusters must be >= 1 (got {n_clusters})")
     if not math.isfinite(p["min_improvement"]):
         problems.append(f"min_improvement must be finite (got {p['min_improvement']})")
+    if p.get("clusters_memory_mb", 0) < 0:
+        problems.append(f"clusters_memory_mb must be >= 0 (got {p['clusters_memory_mb']})")
     scheduler = p.get("dask_scheduler")
     if scheduler is not None and not _SCHEDULER_ADDRESS.fullmatch(scheduler):
         problems.append(

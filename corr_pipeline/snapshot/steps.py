@@ -173,12 +173,13 @@ def clusters(
 ) -> np.ndarray:
     """Cluster labels, int32 ``0..K-1`` by first appearance (SPEC §5).
 
-    ``scratch(name, shape, dtype)``: where the float64 distances (``distance_buffer_length(N)``
-    elements, 8 N²/2 bytes) live — a context manager yielding a writable array for the
-    computation, such as ``functools.partial(store.scratch, "clusters", partition)`` (a file in
-    the matrix store, out of anonymous memory, deleted afterwards, see
-    :meth:`~corr_pipeline.store.matrix_store.MatrixStore.scratch`); None allocates them on the
-    heap (anonymous memory). The labels do not depend on it.
+    The float64 distances (``distance_buffer_length(N)`` elements, 8 N²/2 bytes) are on the
+    heap (anonymous memory) when they fit in ``params.clusters_memory_mb`` MiB or ``scratch``
+    is None; otherwise in ``scratch(name, shape, dtype)``, a context manager yielding a writable
+    array for the computation, such as ``functools.partial(store.scratch, "clusters",
+    partition)`` (a file in the matrix store, out of anonymous memory, deleted afterwards, see
+    :meth:`~corr_pipeline.store.matrix_store.MatrixStore.scratch`). The labels do not depend
+    on where they are.
     """
     cluster = partial(
         hierarchical_clusters,
@@ -189,9 +190,10 @@ def clusters(
         working_memory_mb=params.working_memory_mb,
     )
     n = corr.shape[0]
-    if scratch is None or n < 2:  # below 2 symbols there are no distances
+    length = distance_buffer_length(n) if n >= 2 else 0  # below 2 symbols no distances
+    if scratch is None or length * 8 <= params.clusters_memory_mb * 2**20:
         return cluster()
-    with scratch(CLUSTER_DISTANCES, (distance_buffer_length(n),), np.dtype(np.float64)) as work:
+    with scratch(CLUSTER_DISTANCES, (length,), np.dtype(np.float64)) as work:
         labels = cluster(work=work)
         del work  # the last reference: the file's pages go when its map does
     return labels

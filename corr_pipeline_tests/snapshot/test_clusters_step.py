@@ -92,7 +92,7 @@ def test_step_with_scratch_equals_reference_and_removes_the_file(tmp_path, kind,
     cuts = [{"distance_threshold": t} for t in (0.5, 1.0, float(np.sqrt(2.0)), 1.5)]
     cuts += [{"n_clusters": k, "distance_threshold": None} for k in (1, 5, 97)]
     for cut in cuts:
-        params = SnapshotParameters(linkage_method=method, **cut)
+        params = SnapshotParameters(linkage_method=method, clusters_memory_mb=0, **cut)
         labels = steps.clusters(corr, params, scratch=scratch)
         if params.n_clusters is None:
             expected = hierarchy.fcluster(Z, params.distance_threshold, criterion="distance")
@@ -110,7 +110,7 @@ def test_step_with_scratch_equals_reference_and_removes_the_file(tmp_path, kind,
 def test_step_small_n_needs_no_scratch(tmp_path):
     store = MatrixStore(tmp_path)
     scratch = _Recording(store)
-    params = SnapshotParameters(distance_threshold=1.0)
+    params = SnapshotParameters(distance_threshold=1.0, clusters_memory_mb=0)
     for n in (0, 1):
         labels = steps.clusters(np.ones((n, n), np.float32), params, scratch=scratch)
         assert labels.tolist() == [0] * n
@@ -118,7 +118,7 @@ def test_step_small_n_needs_no_scratch(tmp_path):
     two = np.array([[1.0, 0.5], [0.5, 1.0]], dtype=np.float32)  # d = 1 exactly
     assert steps.clusters(two, params, scratch=scratch).tolist() == [0, 0]
     assert steps.clusters(
-        two, SnapshotParameters(distance_threshold=0.99), scratch=scratch
+        two, SnapshotParameters(distance_threshold=0.99, clusters_memory_mb=0), scratch=scratch
     ).tolist() == [0, 1]
     assert len(scratch.files) == 2 and _temps(store) == []
 
@@ -131,7 +131,9 @@ def test_scratch_file_removed_when_the_step_raises(tmp_path):
     corr = _corr("continuous", 70, 2)
     corr[3, 60] = corr[60, 3] = np.inf
     with pytest.raises(ValueError, match="infinite"):
-        steps.clusters(corr, SnapshotParameters(distance_threshold=1.0), scratch=scratch)
+        steps.clusters(
+            corr, SnapshotParameters(distance_threshold=1.0, clusters_memory_mb=0), scratch=scratch
+        )
     assert len(scratch.files) == 1 and not scratch.files[0].exists()
     assert _temps(store) == []
 
@@ -141,8 +143,32 @@ def test_step_uses_partial_store_scratch_like_the_snapshot(tmp_path):
     partition)``."""
     store = MatrixStore(tmp_path)
     corr = _corr("nan", 50, 3)
-    params = SnapshotParameters(n_clusters=4, distance_threshold=None)
+    params = SnapshotParameters(n_clusters=4, distance_threshold=None, clusters_memory_mb=0)
     labels = steps.clusters(corr, params, scratch=partial(store.scratch, "clusters", P))
     expected = hierarchy.fcluster(ref.reference_linkage(corr, "average"), 4, criterion="maxclust")
     np.testing.assert_array_equal(labels, ref.canonical_labels(expected))
     assert _temps(store) == []
+
+
+@pytest.mark.parametrize("budget_mb", [0, 1, 2])
+def test_distances_in_memory_up_to_clusters_memory_mb(tmp_path, budget_mb):
+    """``clusters_memory_mb`` decides where the distances live, not what comes out: N = 400
+    needs ``distance_buffer_length(400)`` = 86,016 float64 = 0.66 MiB, so a budget of 0 puts
+    them in a scratch file and 1 or 2 MiB on the heap; the labels are the same."""
+    n = 400
+    assert 0 < C.distance_buffer_length(n) * 8 <= 2**20
+    store = MatrixStore(tmp_path)
+    scratch = _Recording(store)
+    corr = _corr("continuous", n, 4)
+    params = SnapshotParameters(distance_threshold=1.0, clusters_memory_mb=budget_mb)
+    labels = steps.clusters(corr, params, scratch=scratch)
+    assert len(scratch.files) == (1 if budget_mb == 0 else 0)
+    expected = hierarchy.fcluster(ref.reference_linkage(corr, "average"), 1.0, "distance")
+    np.testing.assert_array_equal(labels, ref.canonical_labels(expected))
+    assert "clusters_memory_mb" not in params.as_dict()  # not a result parameter
+    assert _temps(store) == []
+
+
+def test_clusters_memory_mb_must_not_be_negative():
+    with pytest.raises(ValueError, match=r"clusters_memory_mb must be >= 0 \(got -1\)"):
+        SnapshotParameters(clusters_memory_mb=-1)
