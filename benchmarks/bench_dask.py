@@ -57,8 +57,14 @@ def _worker_memory() -> dict[str, int]:
 class _InProcess:
     """A stripe runner in the calling thread (the warm-up's)."""
 
-    def map(self, fn, shared, stripes, *args, progress=None):  # type: ignore[no-untyped-def]
-        return [fn(shared, stripe, "warm-up", *args) for stripe in stripes]
+    def map(self, fn, shared, stripes, *args, progress=None, feedback=None):  # type: ignore[no-untyped-def]
+        results = []
+        for stripe in stripes:
+            extra = () if feedback is None else (feedback.current(),)
+            results.append(fn(shared, stripe, "warm-up", *args, *extra))
+            if feedback is not None:
+                feedback.update(results[-1])
+        return results
 
 
 def _warm_up(t: int, min_overlap: int, max_lag: int, k: int) -> None:

@@ -2,7 +2,8 @@
 
 ``distributed`` is an optional dependency (``pip install -e '.[dask]'``), imported only when a
 runner is made. Per :meth:`DaskRunner.map`: ``shared`` (the returns R, T x N float32) is
-scattered once to every worker (``broadcast=True``), one task per stripe is submitted, and the
+scattered once to every worker (``broadcast=True``), one task per stripe is submitted (with
+feedback, as many at a time as the cluster has threads, the next as one completes), and the
 results are gathered as they complete (``as_completed``, which drives ``progress``) and returned
 in stripe order. A worker that dies mid-stripe has its task re-run by the scheduler on another
 worker (up to ``distributed.scheduler.allowed-failures`` times, default 3): the stripe
@@ -22,6 +23,8 @@ from corr_pipeline.compute.correlation import Progress
 
 if TYPE_CHECKING:
     from distributed import Client
+
+    from corr_pipeline.compute.stripes import StripeFeedback
 
 T = TypeVar("T")
 
@@ -49,26 +52,45 @@ class DaskRunner:
         stripes: Sequence[tuple[int, int]],
         *args: Any,
         progress: Progress | None = None,
+        feedback: StripeFeedback | None = None,
     ) -> list[T]:
-        """``[fn(shared, stripe, token, *args) for stripe in stripes]``, one task per stripe."""
+        """``[fn(shared, stripe, token, *args) for stripe in stripes]``, one task per stripe, all
+        submitted at once; with ``feedback``, as many at a time as the cluster has threads
+        (:class:`~corr_pipeline.compute.stripes.StripeRunner`)."""
         from distributed import as_completed
 
         token = f"{fn.__name__}-{uuid.uuid4().hex}"
         scattered = (
             None if shared is None else self.client.scatter(shared, broadcast=True, hash=False)
         )
-        futures = [
-            self.client.submit(fn, scattered, stripe, token, *args, key=f"{token}-{i}", pure=False)
-            for i, stripe in enumerate(stripes)
-        ]
+        ahead = len(stripes)
+        if feedback is not None:
+            threads = self.client.nthreads()
+            ahead = max(1, sum(threads.values()))
+
+        def submit(i: int) -> Any:
+            extra = () if feedback is None else (feedback.current(),)
+            stripe = stripes[i]
+            return self.client.submit(
+                fn, scattered, stripe, token, *args, *extra, key=f"{token}-{i}", pure=False
+            )
+
+        futures = [submit(i) for i in range(min(ahead, len(stripes)))]
         position = {future.key: i for i, future in enumerate(futures)}
-        results: list[Any] = [None] * len(futures)
+        results: list[Any] = [None] * len(stripes)
         try:
             completed = as_completed(futures, loop=self.client.loop)
             for done, future in enumerate(completed, start=1):
-                results[position[future.key]] = future.result()
+                result = future.result()
+                results[position[future.key]] = result
+                if feedback is not None:
+                    feedback.update(result)
+                if len(futures) < len(stripes):
+                    futures.append(submit(len(futures)))
+                    position[futures[-1].key] = len(futures) - 1
+                    completed.add(futures[-1])
                 if progress is not None:
-                    progress(done, len(futures))
+                    progress(done, len(stripes))
         finally:
             self.client.cancel([*futures, *([] if scattered is None else [scattered])])
         return results
