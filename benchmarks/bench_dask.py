@@ -104,20 +104,23 @@ def _cpu_seconds() -> float:
     return time.process_time()
 
 
-def _timed(call: Callable[[], Any], client: Any = None) -> tuple[Any, float, float, PeakMemory]:
-    """``call()``'s result, wall seconds, CPU seconds (this process's, plus every worker's of
-    ``client``) and peak memory."""
+def _timed(
+    call: Callable[[], Any], client: Any = None
+) -> tuple[Any, float, tuple[float, float], PeakMemory]:
+    """``call()``'s result, wall seconds, CPU seconds (this process's, and every worker's of
+    ``client`` summed) and peak memory."""
 
-    def cpu() -> float:
+    def cpu() -> np.ndarray:
         workers = 0.0 if client is None else sum(client.run(_cpu_seconds).values())
-        return _cpu_seconds() + workers
+        return np.array([_cpu_seconds(), workers])
 
     cpu_before = cpu()
     with PeakMemory() as memory:
         start = time.perf_counter()
         result = call()
         seconds = time.perf_counter() - start
-    return result, seconds, cpu() - cpu_before, memory
+    here, workers = cpu() - cpu_before
+    return result, seconds, (float(here), float(workers)), memory
 
 
 def _sample_stripes(R: np.ndarray, args: argparse.Namespace, work: Path) -> None:
@@ -139,7 +142,7 @@ def _sample_stripes(R: np.ndarray, args: argparse.Namespace, work: Path) -> None
             lambda stripe=stripe: correlation_stripe(R, stripe, "sample", args.min_overlap, *files)
         )
         print(
-            f"{what:<52} rows {stripe[0]:>6}-{stripe[1]:<6} {seconds:7.2f} s  CPU {cpu:7.2f} s"
+            f"{what:<52} rows {stripe[0]:>6}-{stripe[1]:<6} {seconds:7.2f} s  CPU {sum(cpu):7.2f} s"
             f"  written {written / 2**20:8,.1f} MiB  peak RSS +{memory.above.rss_mib:6,.0f}"
             f" MiB  RssAnon +{memory.above.anon_mib:6,.0f} MiB; {_load()}"
         )
@@ -161,7 +164,7 @@ def _sample_stripes(R: np.ndarray, args: argparse.Namespace, work: Path) -> None
     )
     print(
         f"{'lead-lag, no floor (as a first stripe)':<52} rows {stripe[0]:>6}-{stripe[1]:<6}"
-        f" {seconds:7.2f} s  CPU {cpu:7.2f} s  written {0:8,.1f} MiB  peak RSS"
+        f" {seconds:7.2f} s  CPU {sum(cpu):7.2f} s  written {0:8,.1f} MiB  peak RSS"
         f" +{memory.above.rss_mib:6,.0f} MiB  RssAnon +{memory.above.anon_mib:6,.0f} MiB; {_load()}"
     )
 
@@ -309,8 +312,9 @@ def main() -> None:
             f"{t_dask / t_threads:5.2f}  identical {same}; {_load()}"
         )
         print(
-            f"  CPU s        threads {cpu_threads:8.2f}    dask {cpu_dask:8.2f}    ratio "
-            f"{cpu_dask / cpu_threads:5.2f}"
+            f"  CPU s        threads {sum(cpu_threads):8.2f}    dask {sum(cpu_dask):8.2f}    ratio "
+            f"{sum(cpu_dask) / sum(cpu_threads):5.2f} (client {cpu_dask[0]:.2f}, workers "
+            f"{cpu_dask[1]:.2f})"
         )
         for function, compute in by_function.items():
             print(
