@@ -22,8 +22,10 @@ distributed = pytest.importorskip("distributed")
 
 from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation, top_k_neighbors  # noqa: E402
 from corr_pipeline.compute.dask_runner import DaskRunner  # noqa: E402
-from corr_pipeline.compute.lead_lag import MAX_BLOCK_ROWS  # noqa: E402
+from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE, MAX_BLOCK_ROWS  # noqa: E402
 from corr_pipeline.compute.stripes import (  # noqa: E402
+    LaggerFloor,
+    LeadLagStripe,
     MappedFile,
     correlation_stripe,
     lead_lag_stripe,
@@ -218,6 +220,32 @@ def test_lead_lag_ties_across_stripes_go_to_the_smaller_leader(two_workers):
     # 7's own k_leaders = 2 are the two smallest copies; 150 and 260 appear only through their
     # own rows' selections (7 is their best lagger)
     assert {3, 40, 150, 260} <= set(found[found["lagger"] == 7]["leader"].tolist())
+
+
+def test_the_lagger_floor_is_the_kth_of_the_finished_stripes_values():
+    """Per lagger: the larger of the k-th largest lower bound and the k-th largest exact value
+    over the stripes taken in so far (-inf until k of either are known)."""
+    floor = LaggerFloor(3, 2)
+    assert np.all(floor.current() == -np.inf)
+    empty = np.empty(0, dtype=LEAD_LAG_DTYPE)
+    inf = -np.inf
+    first = LeadLagStripe(
+        empty,
+        empty,
+        np.array([[0.1, 0.5], [inf, 0.2], [inf, inf]], np.float32),
+        np.array([[0.3, 0.6], [inf, inf], [inf, inf]], np.float32),
+    )
+    second = LeadLagStripe(
+        empty,
+        empty,
+        np.array([[0.2, 0.4], [inf, 0.7], [inf, inf]], np.float32),
+        np.array([[inf, 0.1], [inf, inf], [inf, 0.9]], np.float32),
+    )
+    floor.update(first)
+    assert floor.current().tolist() == pytest.approx([0.3, -np.inf, -np.inf])
+    floor.update(second)
+    # lagger 0: lower bounds 0.5, 0.4 (2nd: 0.4), exact 0.6, 0.3 (2nd: 0.3); lagger 1: 0.7, 0.2
+    assert floor.current().tolist() == pytest.approx([0.4, 0.2, -np.inf])
 
 
 class _FixedFloor:
