@@ -21,8 +21,8 @@ products and no cluster; in this process, on one thread as in a worker, the corr
 of ``--stripe-rows`` rows starting at those rows (the first twice: with and without
 standardising R, which a worker does once per step), then the lead-lag stripe of the rows of the
 first one (its rows of ``corr`` are then whole), into sparse output files: seconds, CPU
-seconds, output bytes written, peak RSS / RssAnon above the level before, per stripe, and R's
-size (what is scattered to each worker once per step).
+seconds, output bytes written (correlation) or returned to the client (lead-lag), peak RSS /
+RssAnon above the level before, per stripe, and R's size (what is scattered to each worker once per step).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def _sample_stripes(R: np.ndarray, args: argparse.Namespace, work: Path) -> None
             f" MiB  RssAnon +{memory.above.anon_mib:6,.0f} MiB; {_load()}"
         )
     stripe = (starts[0], min(starts[0] + b, n))
-    _, seconds, cpu, memory = _timed(
+    part, seconds, cpu, memory = _timed(
         lambda: lead_lag_stripe(
             R,
             stripe,
@@ -164,7 +164,8 @@ def _sample_stripes(R: np.ndarray, args: argparse.Namespace, work: Path) -> None
     )
     print(
         f"{'lead-lag, no floor (as a first stripe)':<52} rows {stripe[0]:>6}-{stripe[1]:<6}"
-        f" {seconds:7.2f} s  CPU {sum(cpu):7.2f} s  written {0:8,.1f} MiB  peak RSS"
+        f" {seconds:7.2f} s  CPU {sum(cpu):7.2f} s  returned {sum(a.nbytes for a in part) / 2**20:,.1f}"
+        f" MiB ({part.column_pairs.size:,} column pairs)  peak RSS"
         f" +{memory.above.rss_mib:6,.0f} MiB  RssAnon +{memory.above.anon_mib:6,.0f} MiB; {_load()}"
     )
 
