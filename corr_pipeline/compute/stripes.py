@@ -208,7 +208,8 @@ def correlation_stripe(
     start, stop = stripe
     n = corr_file.shape[0]
     upper = [
-        np.empty((stop - start, n - start), np.dtype(f.dtype)) for f in (corr_file, overlap_file)
+        _buffer(f"upper-{i}", (stop - start, n - start), f.dtype)
+        for i, f in enumerate((corr_file, overlap_file))
     ]
     _correlator(context).run(
         stripe,
@@ -223,7 +224,25 @@ def correlation_stripe(
         diagonal = block[:, : stop - start]
         diagonal[below] = diagonal.T[below]
         _write_rows(file, block, start, start)
-        _write_rows(file, block[:, stop - start :].T, stop, start)
+        mirror = _buffer("mirror", (n - stop, stop - start), file.dtype)
+        np.copyto(mirror, block[:, stop - start :].T)
+        _write_rows(file, mirror, stop, start)
+
+
+_buffers = threading.local()
+
+
+def _buffer(name: str, shape: tuple[int, int], dtype: str) -> np.ndarray:
+    """An uninitialised array of ``shape`` for this thread's stripes, reused from stripe to
+    stripe (grown when too small): a fresh one per stripe would be new pages to fault in and
+    zero each time (numpy maps arrays this large afresh). Kept per thread: at most the first
+    stripe's rows and mirror, 512 x N x 10 bytes (123 MB at N = 24,000)."""
+    nbytes = shape[0] * shape[1] * np.dtype(dtype).itemsize
+    found: np.ndarray | None = getattr(_buffers, name, None)
+    if found is None or found.nbytes < nbytes:
+        found = np.empty(nbytes, np.uint8)
+        setattr(_buffers, name, found)
+    return found[:nbytes].view(np.dtype(dtype)).reshape(shape)
 
 
 def _write_rows(file: MappedFile, rows: np.ndarray, first_row: int, first_col: int) -> None:
@@ -234,19 +253,22 @@ def _write_rows(file: MappedFile, rows: np.ndarray, first_row: int, first_col: i
     another host of a shared file system (NFS), would undo that stripe's bytes. Through the
     page cache on one host, the caller's map of the file sees the writes at once.
     """
+    if rows.size == 0:
+        return
     n, itemsize = file.shape[1], rows.itemsize
-    rows = np.ascontiguousarray(rows)
+    width = rows.shape[1] * itemsize
+    flat = memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8))
     fd = os.open(file.path, os.O_WRONLY)
     try:
         for r in range(rows.shape[0]):
             at = file.offset + ((first_row + r) * n + first_col) * itemsize
-            _write_exactly(fd, rows[r], at, file.path)
+            _write_exactly(fd, flat[r * width : (r + 1) * width], at, file.path)
     finally:
         os.close(fd)
 
 
-def _write_exactly(fd: int, data: np.ndarray, at: int, path: str) -> None:
-    if os.pwrite(fd, data.data, at) != data.nbytes:
+def _write_exactly(fd: int, data: memoryview, at: int, path: str) -> None:
+    if os.pwrite(fd, data, at) != data.nbytes:
         raise OSError(f"short write into {path} at byte {at}")
 
 
@@ -343,9 +365,10 @@ class LeadLagStripe(NamedTuple):
     """One stripe's share of the selection (see :func:`merge_lead_lag_stripes`)."""
 
     row_pairs: np.ndarray  # its leaders' k_laggers best (final)
-    column_pairs: np.ndarray  # per lagger, its k_leaders best of the stripe's pooled leaders
+    column_pairs: np.ndarray  # per lagger, its k_leaders best of the stripe's pooled leaders,
+    # those below the floor the stripe was given dropped
     lower: np.ndarray  # N x k_leaders, ascending: per lagger, its leaders' largest lower bounds
-    exact: np.ndarray  # N x k_leaders, ascending: the improvements of column_pairs (-inf: none)
+    exact: np.ndarray  # N x k_leaders, ascending: its table's improvements, before the floor
 
 
 class LaggerFloor:
@@ -418,12 +441,20 @@ def lead_lag_stripe(
                 )
             )
     column_pairs = columns.select(screen, inline) if k_cols > 0 else np.empty(0, _ll.LEAD_LAG_DTYPE)
+    if floor is not None:  # below the floor: in no final top-k (see LaggerFloor)
+        column_pairs = column_pairs[column_pairs["improvement"] >= floor[column_pairs["lagger"]]]
     return LeadLagStripe(
         np.concatenate(row_pairs),
         column_pairs,
         np.sort(columns.lower, axis=1),
         np.sort(columns.top[0], axis=1),
     )
+
+
+def _kth_largest(tables: Sequence[np.ndarray], k: int) -> np.ndarray:
+    """Per row, the ``k``-th largest value of the tables side by side (rows x k each)."""
+    both = np.concatenate(tables, axis=1)
+    return np.partition(both, both.shape[1] - k, axis=1)[:, -k]
 
 
 def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], k_cols: int) -> np.ndarray:
@@ -434,7 +465,8 @@ def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], k_cols: int) -> np.nd
     threaded scan: every value is the pair's exact value whatever the stripe, and each stripe's
     table holds every pair of the final top-k its leaders have (a pair in the top-k of all
     leaders is in the top-k of any subset of them, and its bound reaches every floor), so the
-    best ``k_cols`` of the union of the tables are the best ``k_cols`` overall. The
+    best ``k_cols`` of the union of the tables are the best ``k_cols`` overall; the pairs
+    strictly below the :class:`LaggerFloor` of all the stripes are dropped before the sort. The
     rows' selections are final as they are; the union is sorted and deduplicated as the
     threaded scan does.
     """
@@ -443,6 +475,11 @@ def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], k_cols: int) -> np.nd
     pairs = [p.row_pairs for p in parts]
     if k_cols > 0:
         column = np.concatenate([p.column_pairs for p in parts])
+        floor = np.maximum(
+            _kth_largest([p.lower for p in parts], k_cols),
+            _kth_largest([p.exact for p in parts], k_cols),
+        )
+        column = column[column["improvement"] >= floor[column["lagger"]]]
         order = np.lexsort(
             (column["leader"], -column["improvement"].astype(np.float64), column["lagger"])
         )
