@@ -257,7 +257,7 @@ def _write_rows(file: MappedFile, rows: np.ndarray, first_row: int, first_col: i
         return
     n, itemsize = file.shape[1], rows.itemsize
     width = rows.shape[1] * itemsize
-    flat = memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8))
+    flat = np.ascontiguousarray(rows).reshape(-1).view(np.uint8).data
     fd = os.open(file.path, os.O_WRONLY)
     try:
         for r in range(rows.shape[0]):
