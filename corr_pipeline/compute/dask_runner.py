@@ -7,13 +7,16 @@ feedback, as many at a time as the cluster has threads, the next as one complete
 results are gathered as they complete (``as_completed``, which drives ``progress``) and returned
 in stripe order. A worker that dies mid-stripe has its task re-run by the scheduler on another
 worker (up to ``distributed.scheduler.allowed-failures`` times, default 3): the stripe
-functions are idempotent, so the result is the same.
+functions are idempotent, so the result is the same. A task the scheduler cancels instead
+(seen once in the killed-worker test, with stripes submitted as others complete: "already
+forgotten") is submitted again, with ``shared`` scattered again, up to three times.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -27,6 +30,9 @@ if TYPE_CHECKING:
     from corr_pipeline.compute.stripes import StripeFeedback
 
 T = TypeVar("T")
+
+_RESUBMISSIONS = 3
+"""Times a stripe whose task the scheduler cancelled is submitted again before the call fails."""
 
 
 class DaskRunner:
@@ -60,39 +66,57 @@ class DaskRunner:
         from distributed import as_completed
 
         token = f"{fn.__name__}-{uuid.uuid4().hex}"
-        scattered = (
-            None if shared is None else self.client.scatter(shared, broadcast=True, hash=False)
+        scatter = (
+            [] if shared is None else [self.client.scatter(shared, broadcast=True, hash=False)]
         )
         ahead = len(stripes)
         if feedback is not None:
-            threads = self.client.nthreads()
-            ahead = max(1, sum(threads.values()))
+            ahead = max(1, sum(self.client.nthreads().values()))
+        futures: list[Any] = []
+        position: dict[Any, int] = {}
+        cancelled = [0] * len(stripes)
 
         def submit(i: int) -> Any:
             extra = () if feedback is None else (feedback.current(),)
-            stripe = stripes[i]
-            return self.client.submit(
-                fn, scattered, stripe, token, *args, *extra, key=f"{token}-{i}", pure=False
+            key = f"{token}-{i}" + (f"-again-{cancelled[i]}" if cancelled[i] else "")
+            shared_now = scatter[-1] if scatter else None
+            future = self.client.submit(
+                fn, shared_now, stripes[i], token, *args, *extra, key=key, pure=False
             )
+            futures.append(future)
+            position[future.key] = i
+            return future
 
-        futures = [submit(i) for i in range(min(ahead, len(stripes)))]
-        position = {future.key: i for i, future in enumerate(futures)}
         results: list[Any] = [None] * len(stripes)
+        submitted = min(ahead, len(stripes))
         try:
-            completed = as_completed(futures, loop=self.client.loop)
-            for done, future in enumerate(completed, start=1):
-                result = future.result()
-                results[position[future.key]] = result
+            completed = as_completed([submit(i) for i in range(submitted)], loop=self.client.loop)
+            done = 0
+            for future in completed:
+                i = position[future.key]
+                try:
+                    result = future.result()
+                except CancelledError:
+                    # the scheduler dropped the task (e.g. its copies of ``shared`` went with a
+                    # dead worker): ship ``shared`` again and resubmit the stripe, idempotent
+                    cancelled[i] += 1
+                    if cancelled[i] > _RESUBMISSIONS:
+                        raise
+                    if shared is not None:
+                        scatter.append(self.client.scatter(shared, broadcast=True, hash=False))
+                    completed.add(submit(i))
+                    continue
+                results[i] = result
+                done += 1
                 if feedback is not None:
                     feedback.update(result)
-                if len(futures) < len(stripes):
-                    futures.append(submit(len(futures)))
-                    position[futures[-1].key] = len(futures) - 1
-                    completed.add(futures[-1])
+                if submitted < len(stripes):
+                    completed.add(submit(submitted))
+                    submitted += 1
                 if progress is not None:
                     progress(done, len(stripes))
         finally:
-            self.client.cancel([*futures, *([] if scattered is None else [scattered])])
+            self.client.cancel([*futures, *scatter])
         return results
 
 
