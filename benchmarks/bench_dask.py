@@ -2,17 +2,27 @@
 
     python benchmarks/bench_dask.py --n 6000
     python benchmarks/bench_dask.py --n 24000 --products correlation neighbors --dir /tmp/dask_bench
-    python benchmarks/bench_dask.py --n 64000 --products correlation --dir /big/dask_bench
+    python benchmarks/bench_dask.py --n 64000 --sample-stripes 0 32000 --dir /big/dask_bench
 
 For each product (correlation into ``.npy`` memory maps in ``--dir``, neighbors, lead-lag with
 the correlation read from the map): the threaded function (one thread per core, BLAS on one
 thread), then the striped one on a ``LocalCluster`` of ``--workers`` processes x 1 thread
 (started before the timings, numba compiled in the workers by a small warm-up run), each once,
 side by side; the outputs are compared byte for byte. Printed per product: wall seconds of both,
-their ratio, the stripes' own compute seconds per stripe function (from Dask's task stream:
+their ratio, the CPU seconds of both (user + system: the client process for the threads; the
+client and every worker process for Dask) and their ratio, which a shared machine's load
+disturbs less than the wall time, the stripes' own compute seconds per stripe function (from Dask's task stream:
 count, median, max, sum; a cluster of larger machines scales from these), peak RSS and peak RssAnon of the client
 process above its level before the call, and the workers' peak RSS (``VmHWM``, which counts the
 mapped matrix pages they touched) and ``RssAnon`` at the end.
+
+With ``--sample-stripes START ...`` (a cluster of larger machines scales from these): no
+products and no cluster; in this process, on one thread as in a worker, the correlation stripes
+of ``--stripe-rows`` rows starting at those rows (the first twice: with and without
+standardising R, which a worker does once per step), then the lead-lag stripe of the rows of the
+first one (its rows of ``corr`` are then whole), into sparse output files: seconds, CPU
+seconds, output bytes written (correlation) or returned to the client (lead-lag), peak RSS /
+RssAnon above the level before, per stripe, and R's size (what is scattered to each worker once per step).
 """
 
 from __future__ import annotations
@@ -32,8 +42,12 @@ from common import PeakMemory, git_commit, machine_line
 
 from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation, top_k_neighbors
 from corr_pipeline.compute.dask_runner import DaskRunner
+from corr_pipeline.compute.lead_lag import MAX_BLOCK_ROWS
 from corr_pipeline.compute.stripes import (
     DEFAULT_STRIPE_ROWS,
+    MappedFile,
+    correlation_stripe,
+    lead_lag_stripe,
     striped_correlation,
     striped_lead_lag,
     striped_neighbors,
@@ -57,8 +71,14 @@ def _worker_memory() -> dict[str, int]:
 class _InProcess:
     """A stripe runner in the calling thread (the warm-up's)."""
 
-    def map(self, fn, shared, stripes, *args, progress=None):  # type: ignore[no-untyped-def]
-        return [fn(shared, stripe, "warm-up", *args) for stripe in stripes]
+    def map(self, fn, shared, stripes, *args, progress=None, feedback=None):  # type: ignore[no-untyped-def]
+        results = []
+        for stripe in stripes:
+            extra = () if feedback is None else (feedback.current(),)
+            results.append(fn(shared, stripe, "warm-up", *args, *extra))
+            if feedback is not None:
+                feedback.update(results[-1])
+        return results
 
 
 def _warm_up(t: int, min_overlap: int, max_lag: int, k: int) -> None:
@@ -79,12 +99,75 @@ def _warm_up(t: int, min_overlap: int, max_lag: int, k: int) -> None:
             run(R, max_lag=max_lag, k_leaders=k, k_laggers=k, min_overlap=min_overlap, corr=corr)
 
 
-def _timed(call: Callable[[], Any]) -> tuple[Any, float, PeakMemory]:
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far, all threads."""
+    return time.process_time()
+
+
+def _timed(
+    call: Callable[[], Any], client: Any = None
+) -> tuple[Any, float, tuple[float, float], PeakMemory]:
+    """``call()``'s result, wall seconds, CPU seconds (this process's, and every worker's of
+    ``client`` summed) and peak memory."""
+
+    def cpu() -> np.ndarray:
+        workers = 0.0 if client is None else sum(client.run(_cpu_seconds).values())
+        return np.array([_cpu_seconds(), workers])
+
+    cpu_before = cpu()
     with PeakMemory() as memory:
         start = time.perf_counter()
         result = call()
         seconds = time.perf_counter() - start
-    return result, seconds, memory
+    here, workers = cpu() - cpu_before
+    return result, seconds, (float(here), float(workers)), memory
+
+
+def _sample_stripes(R: np.ndarray, args: argparse.Namespace, work: Path) -> None:
+    """Per-stripe figures of the correlation and the lead-lag (see the module docstring)."""
+    n, b = args.n, args.stripe_rows
+    ov_dtype = overlap_dtype(args.t)
+    files = tuple(
+        MappedFile.of(np.lib.format.open_memmap(work / f"{name}.npy", "w+", dtype, (n, n)))
+        for name, dtype in (("corr", np.float32), ("overlap", ov_dtype))
+    )
+    print(f"# R: {R.nbytes / 2**20:,.1f} MiB, scattered once per step to each worker; {_load()}")
+    starts = [min(s // b * b, n - 1) for s in args.sample_stripes]
+    runs = [(starts[0], "correlation, first in the process (standardises R)")]
+    runs += [(start, "correlation") for start in starts]
+    for start, what in runs:
+        stripe = (start, min(start + b, n))
+        written = (stripe[1] - start) * ((n - start) + (n - stripe[1])) * (4 + ov_dtype.itemsize)
+        _, seconds, cpu, memory = _timed(
+            lambda stripe=stripe: correlation_stripe(R, stripe, "sample", args.min_overlap, *files)
+        )
+        print(
+            f"{what:<52} rows {stripe[0]:>6}-{stripe[1]:<6} {seconds:7.2f} s  CPU {sum(cpu):7.2f} s"
+            f"  written {written / 2**20:8,.1f} MiB  peak RSS +{memory.above.rss_mib:6,.0f}"
+            f" MiB  RssAnon +{memory.above.anon_mib:6,.0f} MiB; {_load()}"
+        )
+    stripe = (starts[0], min(starts[0] + b, n))
+    part, seconds, cpu, memory = _timed(
+        lambda: lead_lag_stripe(
+            R,
+            stripe,
+            "sample",
+            files[0],
+            args.max_lag,
+            args.k,
+            args.k,
+            args.min_overlap,
+            0.0,
+            MAX_BLOCK_ROWS,
+            None,
+        )
+    )
+    print(
+        f"{'lead-lag, no floor (as a first stripe)':<52} rows {stripe[0]:>6}-{stripe[1]:<6}"
+        f" {seconds:7.2f} s  CPU {sum(cpu):7.2f} s  returned {sum(a.nbytes for a in part) / 2**20:,.1f}"
+        f" MiB ({part.column_pairs.size:,} column pairs)  peak RSS"
+        f" +{memory.above.rss_mib:6,.0f} MiB  RssAnon +{memory.above.anon_mib:6,.0f} MiB; {_load()}"
+    )
 
 
 def _same_file(a: np.ndarray, b: np.ndarray, rows: int = 1024) -> bool:
@@ -105,6 +188,13 @@ def main() -> None:
     parser.add_argument("--stripe-rows", type=int, default=DEFAULT_STRIPE_ROWS)
     parser.add_argument("--products", nargs="+", choices=PRODUCTS, default=list(PRODUCTS))
     parser.add_argument("--dir", type=Path, help="where the memory maps go (default: a temp dir)")
+    parser.add_argument(
+        "--sample-stripes",
+        type=int,
+        nargs="+",
+        metavar="START",
+        help="time single stripes starting at these rows in this process instead (large N)",
+    )
     args = parser.parse_args()
 
     from distributed import Client, LocalCluster, get_task_stream
@@ -114,6 +204,17 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     shape, ov_dtype = (args.n, args.n), overlap_dtype(args.t)
+    if args.sample_stripes:
+        _warm_up(args.t, args.min_overlap, args.max_lag, args.k)
+        print(f"# {machine_line()}; commit {git_commit()}")
+        print(
+            f"# N = {args.n}, T = {args.t}, min_overlap = {args.min_overlap}, max_lag = "
+            f"{args.max_lag}, k = {args.k}; stripes of {args.stripe_rows} rows, one thread"
+        )
+        _sample_stripes(R, args, work)
+        if args.dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+        return
 
     def outputs(tag: str) -> tuple[np.memmap, np.memmap]:
         return (
@@ -187,10 +288,10 @@ def main() -> None:
         pairwise_correlation(R, min_overlap=args.min_overlap, out_corr=corr_t, out_overlap=ov_t)
     for product in [p for p in PRODUCTS if p in args.products]:
         threaded, striped = jobs[product]
-        expected, t_threads, m_threads = _timed(threaded)
+        expected, t_threads, cpu_threads, m_threads = _timed(threaded)
         client.run(reset_peak_rss)
         with get_task_stream(client=client) as stream:
-            found, t_dask, m_dask = _timed(striped)
+            found, t_dask, cpu_dask, m_dask = _timed(striped, client)
         workers = client.run(_worker_memory)
         if product == "correlation":
             same = _same_file(corr_t, corr_d) and _same_file(ov_t, ov_d)
@@ -210,6 +311,11 @@ def main() -> None:
         print(
             f"{product:<12} threads {t_threads:8.2f} s  dask {t_dask:8.2f} s  ratio "
             f"{t_dask / t_threads:5.2f}  identical {same}; {_load()}"
+        )
+        print(
+            f"  CPU s        threads {sum(cpu_threads):8.2f}    dask {sum(cpu_dask):8.2f}    ratio "
+            f"{sum(cpu_dask) / sum(cpu_threads):5.2f} (client {cpu_dask[0]:.2f}, workers "
+            f"{cpu_dask[1]:.2f})"
         )
         for function, compute in by_function.items():
             print(

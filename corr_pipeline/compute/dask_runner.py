@@ -2,17 +2,21 @@
 
 ``distributed`` is an optional dependency (``pip install -e '.[dask]'``), imported only when a
 runner is made. Per :meth:`DaskRunner.map`: ``shared`` (the returns R, T x N float32) is
-scattered once to every worker (``broadcast=True``), one task per stripe is submitted, and the
+scattered once to every worker (``broadcast=True``), one task per stripe is submitted (with
+feedback, as many at a time as the cluster has threads, the next as one completes), and the
 results are gathered as they complete (``as_completed``, which drives ``progress``) and returned
 in stripe order. A worker that dies mid-stripe has its task re-run by the scheduler on another
 worker (up to ``distributed.scheduler.allowed-failures`` times, default 3): the stripe
-functions are idempotent, so the result is the same.
+functions are idempotent, so the result is the same. A task the scheduler cancels instead
+(seen once in the killed-worker test, with stripes submitted as others complete: "already
+forgotten") is submitted again, with ``shared`` scattered again, up to three times.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -23,7 +27,12 @@ from corr_pipeline.compute.correlation import Progress
 if TYPE_CHECKING:
     from distributed import Client
 
+    from corr_pipeline.compute.stripes import StripeFeedback
+
 T = TypeVar("T")
+
+_RESUBMISSIONS = 3
+"""Times a stripe whose task the scheduler cancelled is submitted again before the call fails."""
 
 
 class DaskRunner:
@@ -49,28 +58,65 @@ class DaskRunner:
         stripes: Sequence[tuple[int, int]],
         *args: Any,
         progress: Progress | None = None,
+        feedback: StripeFeedback | None = None,
     ) -> list[T]:
-        """``[fn(shared, stripe, token, *args) for stripe in stripes]``, one task per stripe."""
+        """``[fn(shared, stripe, token, *args) for stripe in stripes]``, one task per stripe, all
+        submitted at once; with ``feedback``, as many at a time as the cluster has threads
+        (:class:`~corr_pipeline.compute.stripes.StripeRunner`)."""
         from distributed import as_completed
 
         token = f"{fn.__name__}-{uuid.uuid4().hex}"
-        scattered = (
-            None if shared is None else self.client.scatter(shared, broadcast=True, hash=False)
+        scatter = (
+            [] if shared is None else [self.client.scatter(shared, broadcast=True, hash=False)]
         )
-        futures = [
-            self.client.submit(fn, scattered, stripe, token, *args, key=f"{token}-{i}", pure=False)
-            for i, stripe in enumerate(stripes)
-        ]
-        position = {future.key: i for i, future in enumerate(futures)}
-        results: list[Any] = [None] * len(futures)
+        ahead = len(stripes)
+        if feedback is not None:
+            ahead = max(1, sum(self.client.nthreads().values()))
+        futures: list[Any] = []
+        position: dict[Any, int] = {}
+        cancelled = [0] * len(stripes)
+
+        def submit(i: int) -> Any:
+            extra = () if feedback is None else (feedback.current(),)
+            key = f"{token}-{i}" + (f"-again-{cancelled[i]}" if cancelled[i] else "")
+            shared_now = scatter[-1] if scatter else None
+            future = self.client.submit(
+                fn, shared_now, stripes[i], token, *args, *extra, key=key, pure=False
+            )
+            futures.append(future)
+            position[future.key] = i
+            return future
+
+        results: list[Any] = [None] * len(stripes)
+        submitted = min(ahead, len(stripes))
         try:
-            completed = as_completed(futures, loop=self.client.loop)
-            for done, future in enumerate(completed, start=1):
-                results[position[future.key]] = future.result()
+            completed = as_completed([submit(i) for i in range(submitted)], loop=self.client.loop)
+            done = 0
+            for future in completed:
+                i = position[future.key]
+                try:
+                    result = future.result()
+                except CancelledError:
+                    # the scheduler dropped the task (e.g. its copies of ``shared`` went with a
+                    # dead worker): ship ``shared`` again and resubmit the stripe, idempotent
+                    cancelled[i] += 1
+                    if cancelled[i] > _RESUBMISSIONS:
+                        raise
+                    if shared is not None:
+                        scatter.append(self.client.scatter(shared, broadcast=True, hash=False))
+                    completed.add(submit(i))
+                    continue
+                results[i] = result
+                done += 1
+                if feedback is not None:
+                    feedback.update(result)
+                if submitted < len(stripes):
+                    completed.add(submit(submitted))
+                    submitted += 1
                 if progress is not None:
-                    progress(done, len(futures))
+                    progress(done, len(stripes))
         finally:
-            self.client.cancel([*futures, *([] if scattered is None else [scattered])])
+            self.client.cancel([*futures, *scatter])
         return results
 
 

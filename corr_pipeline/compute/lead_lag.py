@@ -253,17 +253,28 @@ class _ColumnPool:
     """The column selection across blocks: each lagger's running top-k of *lower* bounds and its
     exact top-k so far (the k-th value of either never exceeds the final k-th best improvement),
     and the pooled pairs whose upper bound reaches both; evaluated exactly after the last block,
-    or whenever the pool exceeds ``max_pool`` pairs (so it stays O(N·k) whatever the data)."""
+    or whenever the pool exceeds ``max_pool`` pairs (so it stays O(N·k) whatever the data).
 
-    def __init__(self, n_cols: int, k: int, max_pool: int) -> None:
+    ``floor`` (per lagger, optional): a value known not to exceed the lagger's final k-th best
+    improvement over *all* leaders (e.g. from leaders scanned elsewhere). Pairs whose upper bound
+    is strictly below it are in no final top-k and are not pooled; the tables then hold, per
+    lagger, the exact top-k among the pooled pairs, which contains every pair of the final
+    top-k that this pool's leaders have."""
+
+    def __init__(self, n_cols: int, k: int, max_pool: int, floor: np.ndarray | None = None) -> None:
         self.k = k
         self.max_pool = max_pool
         self.lower = np.full((n_cols, max(k, 1)), -np.inf, dtype=np.float32)
         self.top = _top_k_arrays(n_cols, max(k, 1))
         self.parts: list[tuple[np.ndarray, ...]] = []
+        self.floor = (
+            np.full(n_cols, -np.inf, dtype=np.float32)
+            if floor is None
+            else np.asarray(floor, dtype=np.float32)
+        )
 
     def _threshold(self) -> np.ndarray:
-        return np.maximum(self.lower[:, -1], self.top[0][:, -1])
+        return np.maximum(np.maximum(self.lower[:, -1], self.top[0][:, -1]), self.floor)
 
     def add_block(
         self,

@@ -4,19 +4,19 @@ A stripe is a range ``[start, stop)`` of rows of the output (leaders, for the le
 The stripe functions here run one stripe in whatever process the runner picks and are what a
 task of a cluster runs:
 
-- :func:`correlation_stripe` (phase 1) writes rows ``[start, stop)`` of ``corr`` and
-  ``overlap`` from the diagonal on *in place*, into the caller's output files (the memory
-  maps' files), and the transposes of its blocks right of the diagonal into a scratch file
-  (:class:`MirrorScratch`); once every stripe has, :func:`mirror_stripe` (phase 2) reads its
-  rows' transposed blocks in one read and writes the same rows left of the diagonal. Together:
-  the bytes the threaded :func:`~corr_pipeline.compute.correlation.pairwise_correlation`
-  writes. Every byte of the outputs is written by one task, in whole row segments, and a task
-  run twice (a retried one) writes the same bytes again.
+- :func:`correlation_stripe` writes, *in place* into the caller's output files (the memory
+  maps' files), rows ``[start, stop)`` of ``corr`` and ``overlap`` from the diagonal on and
+  their mirror, columns ``[start, stop)`` of the rows below the stripe. Together: the bytes
+  the threaded :func:`~corr_pipeline.compute.correlation.pairwise_correlation` writes. Every
+  byte of the outputs is written by one task, in runs of contiguous values, and a task run
+  twice (a retried one) writes the same bytes again.
 - :func:`neighbors_stripe` returns the top-k rows ``[start, stop)`` (N_stripe x k, small),
   reading its rows of ``corr`` from the file.
 - :func:`lead_lag_stripe` runs the screened scan of :mod:`~corr_pipeline.compute.lead_lag` on
   its leaders and returns their final per-leader top-k pairs and, per lagger, the exact top-k
-  among its leaders; :func:`merge_lead_lag_stripes` merges those into the exact result.
+  among its leaders that can still be in the final top-k (their bound reaches the
+  :class:`LaggerFloor` of the stripes finished before it); :func:`merge_lead_lag_stripes`
+  merges those into the exact result.
 
 Bit-identical to the threads for any stripe size and any number of processes: every value
 comes from the same product call on the fixed tile grid
@@ -35,10 +35,8 @@ closes the file, so processes on other hosts may write the neighbouring bytes.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -66,6 +64,18 @@ _CACHED_CONTEXTS = 2
 one snapshot may run at the same time on one cluster."""
 
 
+class StripeFeedback(Protocol):
+    """What a stripe learns from the stripes done before it (see :meth:`StripeRunner.map`)."""
+
+    def current(self) -> Any:
+        """The last argument of the next stripe submitted."""
+        ...
+
+    def update(self, result: Any) -> None:
+        """Take in a finished stripe's result."""
+        ...
+
+
 class StripeRunner(Protocol):
     """Maps a stripe function over stripes, possibly in other processes.
 
@@ -73,6 +83,10 @@ class StripeRunner(Protocol):
     once per stripe (``token``: a string unique to this call, the same for all its stripes) and
     returns the results in the order of ``stripes``; ``progress(done, total)`` after each
     stripe, as they complete. ``shared`` (the returns, or None) is shipped once, not per stripe.
+    With ``feedback``, stripes are submitted in order, no more at a time than the runner runs
+    at once, as ``fn(shared, stripe, token, *args, feedback.current())``, and
+    ``feedback.update(result)`` is called on each result as it completes (each stripe once,
+    whatever was retried); the results must not depend on when that happens.
     """
 
     def map(
@@ -82,6 +96,7 @@ class StripeRunner(Protocol):
         stripes: Sequence[tuple[int, int]],
         *args: Any,
         progress: Progress | None = None,
+        feedback: StripeFeedback | None = None,
     ) -> list[T]: ...
 
 
@@ -172,25 +187,6 @@ def _correlator(context: _Context) -> PairCorrelator:
 # --------------------------------------------------------------------------------------------
 
 
-class MirrorScratch(NamedTuple):
-    """A scratch file of the transposed blocks below the diagonal, ``stripe_rows`` square each:
-    block (J, I), J > I (stripes), at slot ``J (J - 1) / 2 + I``, so that the blocks of one
-    stripe's rows are contiguous. Phase 1 of stripe I writes its slots (J, I); phase 2 of
-    stripe J reads (J, 0 .. J - 1) in one read."""
-
-    path: str
-    stripe_rows: int
-    itemsize: int
-
-    def offset(self, j: int, i: int) -> int:
-        return (j * (j - 1) // 2 + i) * self.stripe_rows**2 * self.itemsize
-
-    @classmethod
-    def size(cls, n: int, stripe_rows: int, itemsize: int) -> int:
-        blocks = -(-n // stripe_rows)
-        return blocks * (blocks - 1) // 2 * stripe_rows**2 * itemsize
-
-
 def correlation_stripe(
     R: np.ndarray,
     stripe: tuple[int, int],
@@ -198,22 +194,22 @@ def correlation_stripe(
     min_overlap: int,
     corr_file: MappedFile,
     overlap_file: MappedFile,
-    corr_scratch: MirrorScratch,
-    overlap_scratch: MirrorScratch,
 ) -> None:
-    """Phase 1 of a stripe: its rows ``[start, stop)`` of ``corr`` / ``overlap`` from column
-    ``start`` on, written in place into the two files, and the transposes of its blocks right
-    of the diagonal block into the scratch files (the mirror, written by :func:`mirror_stripe`).
+    """Rows ``[start, stop)`` of ``corr`` / ``overlap`` from column ``start`` on, and their
+    mirror ``matrix[j, start:stop] = matrix[start:stop, j]`` for ``j >= stop``, written in place
+    into the two files: every pair of the stripe's rows with a column at or right of them.
 
     Computed into the stripe's own buffers by the same work items as the threaded path (one
     product per tile and column chunk); the strictly lower triangle of the diagonal block is
-    then copied from its upper one, as the threaded path mirrors it.
+    then copied from its upper one, as the threaded path mirrors it. The mirror is a run of
+    ``stop - start`` contiguous values in each row ``j >= stop``.
     """
     context = _context(token, R)
     start, stop = stripe
-    n, b = corr_file.shape[0], corr_scratch.stripe_rows
+    n = corr_file.shape[0]
     upper = [
-        np.empty((stop - start, n - start), np.dtype(f.dtype)) for f in (corr_file, overlap_file)
+        _buffer(f"upper-{i}", (stop - start, n - start), f.dtype)
+        for i, f in enumerate((corr_file, overlap_file))
     ]
     _correlator(context).run(
         stripe,
@@ -224,53 +220,29 @@ def correlation_stripe(
         out_overlap=upper[1],
     )
     below = np.tril_indices(stop - start, -1)
-    i = start // b
-    for file, scratch, block in zip(
-        (corr_file, overlap_file), (corr_scratch, overlap_scratch), upper, strict=True
-    ):
+    for file, block in zip((corr_file, overlap_file), upper, strict=True):
         diagonal = block[:, : stop - start]
         diagonal[below] = diagonal.T[below]
         _write_rows(file, block, start, start)
-        slot = np.zeros((b, b), block.dtype)
-        fd = os.open(scratch.path, os.O_WRONLY)
-        try:
-            for j, (col0, col1) in enumerate(stripes_of(n, b)[i + 1 :], start=i + 1):
-                slot[: col1 - col0, : stop - start] = block[:, col0 - start : col1 - start].T
-                _write_exactly(fd, slot, scratch.offset(j, i), scratch.path)
-        finally:
-            os.close(fd)
+        mirror = _buffer("mirror", (n - stop, stop - start), file.dtype)
+        np.copyto(mirror, block[:, stop - start :].T)
+        _write_rows(file, mirror, stop, start)
 
 
-def mirror_stripe(
-    _R: None,
-    stripe: tuple[int, int],
-    _token: str,
-    corr_file: MappedFile,
-    overlap_file: MappedFile,
-    corr_scratch: MirrorScratch,
-    overlap_scratch: MirrorScratch,
-) -> None:
-    """Phase 2 of a stripe, once every phase 1 is done: its rows ``[start, stop)`` below the
-    diagonal, ``matrix[r, :start] = matrix[:start, r]``, from the transposed blocks the stripes
-    before it left in the scratch files (one contiguous read), written in place."""
-    start, stop = stripe
-    b = corr_scratch.stripe_rows
-    j = start // b
-    if j == 0:
-        return
-    for file, scratch in zip(
-        (corr_file, overlap_file), (corr_scratch, overlap_scratch), strict=True
-    ):
-        blocks = np.empty((j, b, b), np.dtype(file.dtype))
-        fd = os.open(scratch.path, os.O_RDONLY)
-        try:
-            at = scratch.offset(j, 0)
-            if os.preadv(fd, [blocks.data], at) != blocks.nbytes:
-                raise OSError(f"short read from {scratch.path} at byte {at}")
-        finally:
-            os.close(fd)
-        lower = blocks[:, : stop - start, :].transpose(1, 0, 2).reshape(stop - start, j * b)
-        _write_rows(file, lower, start, 0)
+_buffers = threading.local()
+
+
+def _buffer(name: str, shape: tuple[int, int], dtype: str) -> np.ndarray:
+    """An uninitialised array of ``shape`` for this thread's stripes, reused from stripe to
+    stripe (grown when too small): a fresh one per stripe would be new pages to fault in and
+    zero each time (numpy maps arrays this large afresh). Kept per thread: at most the first
+    stripe's rows and mirror, 512 x N x 10 bytes (123 MB at N = 24,000)."""
+    nbytes = shape[0] * shape[1] * np.dtype(dtype).itemsize
+    found: np.ndarray | None = getattr(_buffers, name, None)
+    if found is None or found.nbytes < nbytes:
+        found = np.empty(nbytes, np.uint8)
+        setattr(_buffers, name, found)
+    return found[:nbytes].view(np.dtype(dtype)).reshape(shape)
 
 
 def _write_rows(file: MappedFile, rows: np.ndarray, first_row: int, first_col: int) -> None:
@@ -281,18 +253,22 @@ def _write_rows(file: MappedFile, rows: np.ndarray, first_row: int, first_col: i
     another host of a shared file system (NFS), would undo that stripe's bytes. Through the
     page cache on one host, the caller's map of the file sees the writes at once.
     """
+    if rows.size == 0:
+        return
     n, itemsize = file.shape[1], rows.itemsize
+    width = rows.shape[1] * itemsize
+    flat = np.ascontiguousarray(rows).reshape(-1).view(np.uint8).data
     fd = os.open(file.path, os.O_WRONLY)
     try:
         for r in range(rows.shape[0]):
             at = file.offset + ((first_row + r) * n + first_col) * itemsize
-            _write_exactly(fd, np.ascontiguousarray(rows[r]), at, file.path)
+            _write_exactly(fd, flat[r * width : (r + 1) * width], at, file.path)
     finally:
         os.close(fd)
 
 
-def _write_exactly(fd: int, data: np.ndarray, at: int, path: str) -> None:
-    if os.pwrite(fd, data.data, at) != data.nbytes:
+def _write_exactly(fd: int, data: memoryview, at: int, path: str) -> None:
+    if os.pwrite(fd, data, at) != data.nbytes:
         raise OSError(f"short write into {path} at byte {at}")
 
 
@@ -307,35 +283,21 @@ def striped_correlation(
     progress: Progress | None = None,
 ) -> None:
     """:func:`~corr_pipeline.compute.correlation.pairwise_correlation` into the file-backed
-    ``out_corr`` / ``out_overlap`` on ``runner``: one :func:`correlation_stripe` per stripe (the
-    upper triangle), then one :func:`mirror_stripe` per stripe (the lower one); bit-identical
-    to the threaded function. ``progress(done, 2 x stripes)`` over both phases."""
+    ``out_corr`` / ``out_overlap`` on ``runner``: one :func:`correlation_stripe` per stripe,
+    which writes both triangles of its rows' pairs; bit-identical to the threaded function.
+    ``progress(done, stripes)`` after each stripe."""
     from corr_pipeline.compute.correlation import check_correlation_args
 
     check_correlation_args(R, min_overlap, out_corr, out_overlap)
-    files = (MappedFile.of(out_corr), MappedFile.of(out_overlap))
-    stripes = stripes_of(R.shape[1], stripe_rows)
-    total = 2 * len(stripes)
-
-    def phase(offset: int) -> Progress | None:
-        return None if progress is None else lambda done, _: progress(offset + done, total)
-
-    n = R.shape[1]
-    scratches = tuple(
-        MirrorScratch(f"{file.path}.mirror-{uuid.uuid4().hex}", stripe_rows, out.itemsize)
-        for file, out in zip(files, (out_corr, out_overlap), strict=True)
+    runner.map(
+        correlation_stripe,
+        R,
+        stripes_of(R.shape[1], stripe_rows),
+        min_overlap,
+        MappedFile.of(out_corr),
+        MappedFile.of(out_overlap),
+        progress=progress,
     )
-    try:
-        for scratch in scratches:
-            with open(scratch.path, "wb") as created:
-                created.truncate(MirrorScratch.size(n, stripe_rows, scratch.itemsize))
-        args = (*files, *scratches)
-        runner.map(correlation_stripe, R, stripes, min_overlap, *args, progress=phase(0))
-        runner.map(mirror_stripe, None, stripes, *args, progress=phase(len(stripes)))
-    finally:
-        for scratch in scratches:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(scratch.path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -403,7 +365,36 @@ class LeadLagStripe(NamedTuple):
     """One stripe's share of the selection (see :func:`merge_lead_lag_stripes`)."""
 
     row_pairs: np.ndarray  # its leaders' k_laggers best (final)
-    column_pairs: np.ndarray  # per lagger, its k_leaders best among the stripe's leaders (exact)
+    column_pairs: np.ndarray  # per lagger, its k_leaders best of the stripe's pooled leaders,
+    # those below the floor the stripe was given dropped
+    lower: np.ndarray  # N x k_leaders, ascending: per lagger, its leaders' largest lower bounds
+    exact: np.ndarray  # N x k_leaders, ascending: its table's improvements, before the floor
+
+
+class LaggerFloor:
+    """Per lagger, a floor under its final ``k``-th best improvement from the stripes done so
+    far (a :class:`StripeFeedback` for :func:`lead_lag_stripe`):
+
+        floor[j] = max(k-th largest lower bound of (i, j), k-th largest exact improvement of
+                       (i, j)), over the leaders i of the finished stripes.
+
+    Stripes have disjoint leaders, so each k-th is over k distinct pairs, and a k-th largest
+    over some of the pairs never exceeds the k-th largest over all of them: a pair whose upper
+    bound is strictly below the floor is in no final top-k, whichever stripes finished first.
+    """
+
+    def __init__(self, n_cols: int, k: int) -> None:
+        self.lower = np.full((n_cols, k), -np.inf, dtype=np.float32)
+        self.exact = np.full((n_cols, k), -np.inf, dtype=np.float32)
+
+    def current(self) -> np.ndarray:
+        return np.maximum(self.lower[:, 0], self.exact[:, 0])
+
+    def update(self, part: LeadLagStripe) -> None:
+        k = self.lower.shape[1]
+        for name in ("lower", "exact"):
+            both = np.concatenate([getattr(self, name), getattr(part, name)], axis=1)
+            setattr(self, name, np.sort(both, axis=1)[:, -k:])
 
 
 def _lead_lag_screen(
@@ -429,15 +420,17 @@ def lead_lag_stripe(
     min_overlap: int,
     min_improvement: float,
     block_rows: int,
+    floor: np.ndarray | None = None,
 ) -> LeadLagStripe:
     """The lead-lag scan of leaders ``stripe``, block by block as the threaded scan: its rows'
-    final top-k, and per lagger the exact top-k among the stripe's leaders."""
+    final top-k, and per lagger the exact top-k among the stripe's leaders whose upper bound
+    reaches ``floor`` (a :class:`LaggerFloor` of other stripes; none: every leader)."""
     context = _context(token, R)
     corr = None if corr_file is None else corr_file.open("r")
     n_cols = R.shape[1]
     screen = _lead_lag_screen(context, max_lag, corr is None, min_overlap, min_improvement)
     inline = _Inline()
-    columns = _ll._ColumnPool(n_cols, k_cols, max_pool=_ll._max_pool(n_cols, k_cols))
+    columns = _ll._ColumnPool(n_cols, k_cols, max_pool=_ll._max_pool(n_cols, k_cols), floor=floor)
     row_pairs: list[np.ndarray] = [np.empty(0, _ll.LEAD_LAG_DTYPE)]
     start0, stop0 = stripe
     for start, stop in row_blocks(stop0 - start0, 1, block_rows=block_rows):
@@ -447,10 +440,21 @@ def lead_lag_stripe(
                     start0 + start, start0 + stop, corr, screen, k_rows, inline, columns
                 )
             )
-    column_pairs = (
-        columns.select(screen, inline) if k_cols > 0 else np.empty(0, _ll.LEAD_LAG_DTYPE)
+    column_pairs = columns.select(screen, inline) if k_cols > 0 else np.empty(0, _ll.LEAD_LAG_DTYPE)
+    if floor is not None:  # below the floor: in no final top-k (see LaggerFloor)
+        column_pairs = column_pairs[column_pairs["improvement"] >= floor[column_pairs["lagger"]]]
+    return LeadLagStripe(
+        np.concatenate(row_pairs),
+        column_pairs,
+        np.sort(columns.lower, axis=1),
+        np.sort(columns.top[0], axis=1),
     )
-    return LeadLagStripe(np.concatenate(row_pairs), column_pairs)
+
+
+def _kth_largest(tables: Sequence[np.ndarray], k: int) -> np.ndarray:
+    """Per row, the ``k``-th largest value of the tables side by side (rows x k each)."""
+    both = np.concatenate(tables, axis=1)
+    return np.partition(both, both.shape[1] - k, axis=1)[:, -k]
 
 
 def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], k_cols: int) -> np.ndarray:
@@ -458,8 +462,11 @@ def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], k_cols: int) -> np.nd
 
     Per lagger, the final ``k_cols`` leaders are the first ``k_cols`` of the stripes' exact
     tables side by side, in (improvement desc, leader asc) order, the selection rule of the
-    threaded scan: every value is the pair's exact value whatever the stripe, so the best
-    ``k_cols`` of the union of per-stripe best ``k_cols`` are the best ``k_cols`` overall. The
+    threaded scan: every value is the pair's exact value whatever the stripe, and each stripe's
+    table holds every pair of the final top-k its leaders have (a pair in the top-k of all
+    leaders is in the top-k of any subset of them, and its bound reaches every floor), so the
+    best ``k_cols`` of the union of the tables are the best ``k_cols`` overall; the pairs
+    strictly below the :class:`LaggerFloor` of all the stripes are dropped before the sort. The
     rows' selections are final as they are; the union is sorted and deduplicated as the
     threaded scan does.
     """
@@ -468,6 +475,11 @@ def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], k_cols: int) -> np.nd
     pairs = [p.row_pairs for p in parts]
     if k_cols > 0:
         column = np.concatenate([p.column_pairs for p in parts])
+        floor = np.maximum(
+            _kth_largest([p.lower for p in parts], k_cols),
+            _kth_largest([p.exact for p in parts], k_cols),
+        )
+        column = column[column["improvement"] >= floor[column["lagger"]]]
         order = np.lexsort(
             (column["leader"], -column["improvement"].astype(np.float64), column["lagger"])
         )
@@ -494,7 +506,8 @@ def striped_lead_lag(
 ) -> np.ndarray:
     """:func:`~corr_pipeline.compute.lead_lag.find_lead_lag_pairs`, one
     :func:`lead_lag_stripe` per stripe of leaders on ``runner`` (``corr``, when given, a
-    file-backed memory map); exactly its result."""
+    file-backed memory map), each given the :class:`LaggerFloor` of the stripes finished before
+    it was submitted; exactly its result."""
     _ll.check_lead_lag_args(R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr)
     n_cols = R.shape[1]
     k_rows = min(k_laggers, max(n_cols - 1, 0))
@@ -512,20 +525,21 @@ def striped_lead_lag(
         float(min_improvement),
         int(block_rows),
         progress=progress,
+        feedback=LaggerFloor(n_cols, max(k_cols, 1)),
     )
     return merge_lead_lag_stripes(parts, k_cols)
 
 
 __all__ = [
     "DEFAULT_STRIPE_ROWS",
+    "LaggerFloor",
     "LeadLagStripe",
     "MappedFile",
-    "MirrorScratch",
+    "StripeFeedback",
     "StripeRunner",
     "correlation_stripe",
     "lead_lag_stripe",
     "merge_lead_lag_stripes",
-    "mirror_stripe",
     "neighbors_stripe",
     "striped_correlation",
     "striped_lead_lag",

@@ -4,7 +4,8 @@ Bit-identical (``np.array_equal`` with NaN positions, and the overlap) to
 :func:`pairwise_correlation`, :func:`top_k_neighbors` and :func:`find_lead_lag_pairs`, for 1 and
 2 workers and stripe sizes aligned and not aligned with the tile grid; a worker that dies in a
 stripe (after scribbling over its rows) is replaced, its stripe re-run, and the result is still
-identical. N > PRODUCT_COLUMNS so a stripe's tiles have several column chunks to mirror.
+identical. N > PRODUCT_COLUMNS so a stripe's tiles have several column chunks to mirror; no
+file but the outputs is left next to them.
 """
 
 from __future__ import annotations
@@ -21,14 +22,18 @@ distributed = pytest.importorskip("distributed")
 
 from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation, top_k_neighbors  # noqa: E402
 from corr_pipeline.compute.dask_runner import DaskRunner  # noqa: E402
+from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE, MAX_BLOCK_ROWS  # noqa: E402
 from corr_pipeline.compute.stripes import (  # noqa: E402
+    LaggerFloor,
+    LeadLagStripe,
     MappedFile,
     correlation_stripe,
     lead_lag_stripe,
-    mirror_stripe,
+    merge_lead_lag_stripes,
     striped_correlation,
     striped_lead_lag,
     striped_neighbors,
+    stripes_of,
 )
 from corr_pipeline.compute.tiling import PRODUCT_COLUMNS, overlap_dtype  # noqa: E402
 from corr_pipeline_tests.compute.universes import adversarial_universe, realistic_universe  # noqa: E402
@@ -104,24 +109,25 @@ def test_correlation_stripes_are_the_threads_bit_for_bit(
         progress=lambda done, total: seen.append((done, total)),
     )
     _assert_same(threaded, corr, overlap)
-    total = 2 * -(-UNIVERSE.N // stripe_rows)  # the upper triangle, then the mirror
+    total = -(-UNIVERSE.N // stripe_rows)
     assert seen == [(i, total) for i in range(1, total + 1)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corr.npy", "overlap.npy"]
 
 
 def _die_once(fn, victim_fn, flag: str, victim: tuple[int, int], R, stripe, token, *args):
     """Run ``fn``; the first time ``victim_fn`` runs ``victim``, kill the worker process before
-    it returns, after writing garbage over every byte a correlation stripe of that phase writes
-    (its rows from the diagonal on, or before it), so the result must come from a retry."""
+    it returns, after writing garbage over every byte a correlation stripe writes (its rows
+    from the diagonal on, and their mirror below), so the result must come from a retry."""
     if fn is not victim_fn or tuple(stripe) != tuple(victim) or os.path.exists(flag):
         return fn(R, stripe, token, *args)
     Path(flag).touch()
     fn(R, stripe, token, *args)
     start, stop = stripe
-    columns = slice(start, None) if fn is correlation_stripe else slice(0, start)
-    for file in args if fn in (correlation_stripe, mirror_stripe) else ():
+    for file in args if fn is correlation_stripe else ():
         if isinstance(file, MappedFile):
             matrix = file.open("r+")
-            matrix[start:stop, columns] = -3
+            matrix[start:stop, start:] = -3
+            matrix[stop:, start:stop] = -3
             matrix.flush()
     os._exit(1)
 
@@ -131,18 +137,17 @@ class _KillingRunner(DaskRunner):
         super().__init__(runner.client)
         self.victim_fn, self.flag, self.victim = victim_fn, str(flag), victim
 
-    def map(self, fn, shared, stripes, *args: Any, progress=None):
+    def map(self, fn, shared, stripes, *args: Any, progress=None, feedback=None):
         doomed = functools.partial(_die_once, fn, self.victim_fn, self.flag, self.victim)
         functools.update_wrapper(doomed, fn)
-        return super().map(doomed, shared, stripes, *args, progress=progress)
+        return super().map(doomed, shared, stripes, *args, progress=progress, feedback=feedback)
 
 
-@pytest.mark.parametrize("victim_fn", [correlation_stripe, mirror_stripe])
 def test_a_worker_killed_mid_stripe_is_retried_and_the_result_is_identical(
-    two_workers, threaded, tmp_path, victim_fn
+    two_workers, threaded, tmp_path
 ):
     flag = tmp_path / "killed"
-    runner = _KillingRunner(two_workers, victim_fn, flag, (256, 512))
+    runner = _KillingRunner(two_workers, correlation_stripe, flag, (256, 512))
     corr, overlap = _outputs(tmp_path, UNIVERSE.N, UNIVERSE.T)
     striped_correlation(
         UNIVERSE.R,
@@ -215,6 +220,76 @@ def test_lead_lag_ties_across_stripes_go_to_the_smaller_leader(two_workers):
     # 7's own k_leaders = 2 are the two smallest copies; 150 and 260 appear only through their
     # own rows' selections (7 is their best lagger)
     assert {3, 40, 150, 260} <= set(found[found["lagger"] == 7]["leader"].tolist())
+
+
+def test_the_lagger_floor_is_the_kth_of_the_finished_stripes_values():
+    """Per lagger: the larger of the k-th largest lower bound and the k-th largest exact value
+    over the stripes taken in so far (-inf until k of either are known)."""
+    floor = LaggerFloor(3, 2)
+    assert np.all(floor.current() == -np.inf)
+    empty = np.empty(0, dtype=LEAD_LAG_DTYPE)
+    inf = -np.inf
+    first = LeadLagStripe(
+        empty,
+        empty,
+        np.array([[0.1, 0.5], [inf, 0.2], [inf, inf]], np.float32),
+        np.array([[0.3, 0.6], [inf, inf], [inf, inf]], np.float32),
+    )
+    second = LeadLagStripe(
+        empty,
+        empty,
+        np.array([[0.2, 0.4], [inf, 0.7], [inf, inf]], np.float32),
+        np.array([[inf, 0.1], [inf, inf], [inf, 0.9]], np.float32),
+    )
+    floor.update(first)
+    assert floor.current().tolist() == pytest.approx([0.3, -np.inf, -np.inf])
+    floor.update(second)
+    # lagger 0: lower bounds 0.5, 0.4 (2nd: 0.4), exact 0.6, 0.3 (2nd: 0.3); lagger 1: 0.7, 0.2
+    assert floor.current().tolist() == pytest.approx([0.4, 0.2, -np.inf])
+
+
+class _FixedFloor:
+    def __init__(self, floor: np.ndarray | None) -> None:
+        self.floor = floor
+
+    def current(self) -> np.ndarray | None:
+        return self.floor
+
+    def update(self, result) -> None:
+        pass
+
+
+def test_lead_lag_stripes_stay_exact_under_the_tightest_floor(two_workers, lead_lag_inputs):
+    """Every stripe given, per lagger, its final k-th best improvement over all leaders (the
+    largest floor a :class:`LaggerFloor` can ever reach, ties at the k-th included): the
+    stripes' tables shrink and the merge is still the threaded result."""
+    R, k_leaders, k_laggers = LEAD_LAG.R, 3, 2
+    columns_only = find_lead_lag_pairs(
+        R,
+        corr=lead_lag_inputs,
+        max_lag=4,
+        k_leaders=k_leaders,
+        k_laggers=0,
+        min_overlap=LEAD_LAG.min_overlap,
+    )
+    floor = np.full(R.shape[1], -np.inf, np.float32)
+    for lagger in np.unique(columns_only["lagger"]):
+        best = columns_only["improvement"][columns_only["lagger"] == lagger]
+        if best.size == k_leaders:
+            floor[lagger] = best.min()
+    assert np.isfinite(floor).sum() > R.shape[1] // 2
+    args = (MappedFile.of(lead_lag_inputs), 4, k_laggers, k_leaders, LEAD_LAG.min_overlap)
+    args += (0.0, MAX_BLOCK_ROWS)
+    stripes = stripes_of(R.shape[1], 128)
+    free, floored = (
+        two_workers.map(lead_lag_stripe, R, stripes, *args, feedback=_FixedFloor(given))
+        for given in (None, floor)
+    )
+    expected = _lead_lag(R, lead_lag_inputs)
+    for parts in (free, floored):
+        assert merge_lead_lag_stripes(parts, k_leaders).tobytes() == expected.tobytes()
+    entries = [sum(p.column_pairs.size for p in parts) for parts in (free, floored)]
+    assert entries[1] < entries[0]
 
 
 def test_lead_lag_with_a_killed_worker_is_identical(two_workers, lead_lag_inputs, tmp_path):

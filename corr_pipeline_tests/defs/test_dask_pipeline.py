@@ -1,7 +1,10 @@
 """The snapshot graph with its stripes on a Dask LocalCluster (2 worker processes): the same
-published rows as on threads, and the dashboard link in the run's metadata."""
+published rows as on threads, and the link to the cluster's dashboard in the run's metadata,
+which serves it (bokeh, in the dask extra)."""
 
 from __future__ import annotations
+
+import urllib.request
 
 import pytest
 import sqlalchemy as sa
@@ -65,6 +68,10 @@ def test_stripes_on_a_cluster_publish_what_threads_publish(
     }
     for asset in ("correlation_matrix", "top_k_neighbors", "lead_lag_pairs"):
         assert links[asset] is not None and links[asset].value.startswith("http"), asset
+    with urllib.request.urlopen(links["correlation_matrix"].value, timeout=30) as page:
+        served = page.read()
+    # without bokeh, distributed answers the link with "Dask needs bokeh... for the dashboard"
+    assert page.status == 200 and b"Dask needs" not in served and b"bokeh" in served.lower()
 
 
 def test_the_resource_field_wins_over_the_environment(monkeypatch):
