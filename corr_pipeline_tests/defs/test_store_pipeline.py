@@ -63,7 +63,9 @@ def universe(clean_db: sa.Engine) -> sa.Engine:
 
 
 def _resources(store_dir: Path, keep: int | None = None) -> dict:
-    resources = h.resources(store_dir)
+    # clusters_memory_mb=0: the clustering step's distances go to the store's scratch file, as
+    # they do at N = 24,000 (here they would fit in the default 1 GiB of anonymous memory)
+    resources = h.resources(store_dir, clusters_memory_mb=0)
     resources["matrix_store"] = MatrixStoreResource(base_dir=str(store_dir), keep_matrices=keep)
     return resources
 
