@@ -691,6 +691,19 @@ class ChangesConfig(dg.Config):
     )
 
 
+def _compute_changes(context, engine, matrix_store, day, config, params):
+    """:func:`corr_pipeline.snapshot.changes.compute_changes` of ``day`` with the run's
+    configuration, logging to the run."""
+    return changes.compute_changes(
+        engine,
+        matrix_store.store,
+        day,
+        top_m=config.top_m,
+        working_memory_mb=params.working_memory_mb,
+        log=context.log.info,
+    )
+
+
 def _refresh_following(context, engine, matrix_store, day, config, params) -> dict:
     """Compute again the changes of the next published session when they are stale or missing
     now that ``day`` is published (:func:`corr_pipeline.db.reads.changes_to_refresh`): a
@@ -699,14 +712,7 @@ def _refresh_following(context, engine, matrix_store, day, config, params) -> di
     following = changes_to_refresh(engine, day)
     if following is None:
         return {"refreshed_following": dg.MetadataValue.text("none")}
-    refreshed = changes.compute_changes(
-        engine,
-        matrix_store.store,
-        following,
-        top_m=config.top_m,
-        working_memory_mb=params.working_memory_mb,
-        log=context.log.info,
-    )
+    refreshed = _compute_changes(context, engine, matrix_store, following, config, params)
     if refreshed is None:  # cannot happen: day is published before following
         return {"refreshed_following": dg.MetadataValue.text("none")}
     publish_changes(engine, changes.publication(refreshed))
@@ -742,14 +748,7 @@ def snapshot_changes(
         engine = postgres.get_engine()
         with measure_stage() as stats:
             try:
-                results = changes.compute_changes(
-                    engine,
-                    matrix_store.store,
-                    day,
-                    top_m=config.top_m,
-                    working_memory_mb=params.working_memory_mb,
-                    log=context.log.info,
-                )
+                results = _compute_changes(context, engine, matrix_store, day, config, params)
             except LookupError as exc:
                 raise dg.Failure(description=str(exc), allow_retries=False) from None
             if results is None:

@@ -24,6 +24,16 @@ from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 LEVELS = (0.0, 0.01, 0.25, 0.5, 0.9, 1.0)
 
 
+def _distribution_columns(f):
+    """The reference frame's columns of the four distributions of SPEC §10.1."""
+    return {
+        "corr_today": f.ct,
+        "corr_previous": f.cp,
+        "abs_corr_today": f.ct.abs(),
+        "abs_corr_previous": f.cp.abs(),
+    }
+
+
 def _names(rng: np.random.Generator, n: int, pool: int) -> list[str]:
     """``n`` distinct names drawn from a pool of ``pool``, sorted (code points, as SPEC §2)."""
     return sorted(f"S{i:03d}" for i in rng.choice(pool, n, replace=False))
@@ -98,12 +108,7 @@ def _check(symbols_t, corr_t, ov_t, symbols_p, corr_p, ov_p, *, min_overlap, top
     )
     assert got.n_pairs == len(f)
     np.testing.assert_array_equal(got.change_counts, counts)
-    columns = {
-        "corr_today": f.ct,
-        "corr_previous": f.cp,
-        "abs_corr_today": f.ct.abs(),
-        "abs_corr_previous": f.cp.abs(),
-    }
+    columns = _distribution_columns(f)
     for name in DISTRIBUTIONS:
         if len(f):
             np.testing.assert_allclose(
@@ -451,12 +456,7 @@ def test_quantiles_are_numpys_on_every_path_of_the_one_read(monkeypatch, path):
     )  # fmt: skip
     f, _, _ = _reference(_pairs_frame(symbols_t, corr_t, ov_t, symbols_p, corr_p, ov_p), 25, 5, 80)
     assert got.n_pairs == len(f) > 5000
-    columns = {
-        "corr_today": f.ct,
-        "corr_previous": f.cp,
-        "abs_corr_today": f.ct.abs(),
-        "abs_corr_previous": f.cp.abs(),
-    }
+    columns = _distribution_columns(f)
     for name in DISTRIBUTIONS:
         np.testing.assert_array_equal(got.quantiles[name], np.quantile(columns[name], levels))
     n = len(match.common)
