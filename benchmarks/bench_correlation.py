@@ -34,7 +34,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from common import PeakMemory, gemm_floor_times, git_commit, machine_line, wall_and_cpu_times
+from common import (
+    PeakMemory,
+    add_universe_arguments,
+    gemm_floor_times,
+    git_commit,
+    machine_line,
+    wall_and_cpu_times,
+)
 from threadpoolctl import threadpool_limits
 
 import corr_pipeline
@@ -57,11 +64,7 @@ def _figures(walls: list[float], cpus: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=4000)
-    parser.add_argument("--t", type=int, default=252)
-    parser.add_argument("--min-overlap", type=int, default=30)
-    parser.add_argument("--ragged-share", type=float, default=0.15)
-    parser.add_argument("--gap-share", type=float, default=0.005)
+    add_universe_arguments(parser)
     parser.add_argument("--working-memory-mb", type=float, default=DEFAULT_WORKING_MEMORY_MB)
     parser.add_argument("--pandas", action="store_true", help="also time pandas.DataFrame.corr")
     parser.add_argument("--memmap", type=Path, help="also time outputs as .npy memory maps here")

@@ -18,7 +18,7 @@ import argparse
 import time
 
 import numpy as np
-from common import best_of, git_commit, machine_line
+from common import add_universe_arguments, best_of, git_commit, machine_line
 from threadpoolctl import threadpool_limits
 
 from corr_pipeline.compute import kernels
@@ -77,11 +77,7 @@ def parts(returns: np.ndarray, min_overlap: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=4000)
-    parser.add_argument("--t", type=int, default=252)
-    parser.add_argument("--min-overlap", type=int, default=30)
-    parser.add_argument("--ragged-share", type=float, default=0.15)
-    parser.add_argument("--gap-share", type=float, default=0.005)
+    add_universe_arguments(parser)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     returns = ragged_returns(

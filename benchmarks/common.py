@@ -11,6 +11,8 @@ sampled by a thread every 10 ms.
 
 from __future__ import annotations
 
+import argparse
+
 from corr_pipeline.bench import git_commit, machine_line
 from corr_pipeline.bench.floor import (
     best_of,
@@ -22,6 +24,7 @@ from corr_pipeline.snapshot.measure import MemoryPeak, PeakMemory
 
 __all__ = [
     "MemoryPeak",
+    "add_universe_arguments",
     "PeakMemory",
     "best_of",
     "gemm_floor",
@@ -30,3 +33,13 @@ __all__ = [
     "machine_line",
     "wall_and_cpu_times",
 ]
+
+
+def add_universe_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--n --t --min-overlap --ragged-share --gap-share``: the ragged universe the correlation
+    benchmarks time (:func:`corr_pipeline.synth.ragged_returns`, seed 1)."""
+    parser.add_argument("--n", type=int, default=4000)
+    parser.add_argument("--t", type=int, default=252)
+    parser.add_argument("--min-overlap", type=int, default=30)
+    parser.add_argument("--ragged-share", type=float, default=0.15)
+    parser.add_argument("--gap-share", type=float, default=0.005)
