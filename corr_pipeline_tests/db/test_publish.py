@@ -20,6 +20,7 @@ from corr_pipeline.db.publish import (
     publish_snapshot,
     read_snapshot_counts,
 )
+from corr_pipeline.db.reads import published_rows
 
 D = dt.date(2024, 3, 29)  # Good Friday: snapshots the previous session
 AS_OF = dt.date(2024, 3, 28)
@@ -192,6 +193,36 @@ def test_published_rows_are_exact(clean_db):
             sa.text("SELECT count(*) FROM lead_lag_pairs WHERE sync_corr IS NULL")
         ).scalar()
     assert nulls == int(np.isnan(results["lead_lag_pairs"]["sync_corr"]).sum()) == 5
+
+
+def test_published_rows_reads_the_pairs_back_in_spec_order(clean_db):
+    """``published_rows`` (one binary COPY, sorted here) gives back exactly the published
+    lead-lag pairs, NaN sync_corr included, in SPEC §6 order: improvement descending, then
+    leader and lagger names. Tied improvements (a quarter of the pairs share one value) and
+    symbols whose names do not sort like their input positions exercise the ties."""
+    results = make_results(n=50, k=3, seed=5, n_pairs=40)
+    results["symbols"] = [f"Z{(37 * i) % 50:02d}" for i in range(50)]  # shuffled name order
+    pairs = results["lead_lag_pairs"]
+    pairs["improvement"][::4] = np.float32(0.25)
+    publish(clean_db, results)
+    got = published_rows(clean_db, D)
+    assert got is not None and got.symbols == sorted(results["symbols"])
+    position = {name: i for i, name in enumerate(got.symbols)}
+    expected = pairs.copy()
+    for side in ("leader", "lagger"):
+        expected[side] = [position[results["symbols"][i]] for i in pairs[side]]
+    names = (
+        [results["symbols"][i] for i in pairs["leader"]],
+        [results["symbols"][i] for i in pairs["lagger"]],
+    )
+    order = sorted(
+        range(pairs.size), key=lambda r: (-pairs["improvement"][r], names[0][r], names[1][r])
+    )
+    assert got.lead_lag_pairs.dtype == LEAD_LAG_DTYPE
+    for name in LEAD_LAG_DTYPE.names:
+        np.testing.assert_array_equal(got.lead_lag_pairs[name], expected[order][name], err_msg=name)
+    assert np.isnan(got.lead_lag_pairs["sync_corr"]).sum() == 10
+    assert published_rows(clean_db, dt.date(2024, 1, 2)) is None
 
 
 def test_republish_replaces_not_duplicates(clean_db):
