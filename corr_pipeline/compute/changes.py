@@ -350,20 +350,22 @@ def _predict_bins(
     if total == 0:
         return []
     cum = np.cumsum(_four_histograms(counts), axis=1)
+    at = np.asarray(levels, np.float64)
     margin = _SAMPLE_MARGIN
     while True:
-        bins: set[tuple[int, int]] = set()
+        # per distribution, the bins [lo − 1, hi + 1] around each level, as a mask; then the
+        # signed bins holding them (as _signed_bins: |corr| bins and their mirrors)
+        ranks = np.clip(np.stack((at - margin, at + margin)), 0.0, 1.0) * (total - 1)
+        wanted = np.zeros((4, _N_BINS + 1), np.int64)
         for d in range(4):
-            for q in levels:
-                lo, hi = (
-                    int(np.searchsorted(cum[d], min(1.0, max(0.0, x)) * (total - 1), "right"))
-                    for x in (q - margin, q + margin)
-                )
-                bins.update((d, b) for b in range(max(lo - 1, 0), min(hi + 1, _N_BINS - 1) + 1))
-        signed = _signed_bins(sorted(bins))
-        expected = scale * sum(int(counts[d, b]) for d, b in signed)
-        if len(signed) <= _MAX_SLOTS and expected <= _MAX_COLLECT:
-            return signed
+            lo, hi = np.searchsorted(cum[d], ranks, "right")
+            np.add.at(wanted[d], np.maximum(lo - 1, 0), 1)
+            np.add.at(wanted[d], np.minimum(hi + 1, _N_BINS - 1) + 1, -1)
+        mask = np.cumsum(wanted, axis=1)[:, :_N_BINS] > 0
+        signed = mask[:2] | mask[2:] | mask[2:, ::-1]
+        expected = scale * int(counts[signed].sum())
+        if int(signed.sum()) <= _MAX_SLOTS and expected <= _MAX_COLLECT:
+            return [(int(d), int(b)) for d, b in zip(*np.nonzero(signed), strict=True)]
         if margin == 0.0:
             return []
         margin = margin / 2 if margin > 1e-6 else 0.0
