@@ -420,8 +420,9 @@ def _read_pairs(conn: sa.Connection, d: str) -> np.ndarray:
     if data[-2:] != b"\xff\xff" or len(body) % _PAIRS_ROW.itemsize:
         raise ValueError("unexpected COPY output: truncated binary rows")
     rows = np.frombuffer(body, _PAIRS_ROW)
-    if rows.size and (rows["fields"] != 7).any():
-        raise ValueError("unexpected COPY output: rows without 7 fields")
+    lengths = [rows[name] for name in _PAIRS_ROW.names or () if name.endswith("_length")]
+    if rows.size and ((rows["fields"] != 7).any() or any((n != 4).any() for n in lengths)):
+        raise ValueError("unexpected COPY output: rows other than 7 four-byte fields")
     out = np.zeros(rows.size, LEAD_LAG_DTYPE)
     for name in LEAD_LAG_DTYPE.names or ():
         out[name] = rows[name]
