@@ -2,7 +2,8 @@
 source, and how complete one session's prices are (:func:`session_prices`, for the sensor that
 starts a snapshot when the day's prices are in); the published snapshot dates and the matrix-store versions each one pins (retention,
 SPEC §8); the published rows of one snapshot as arrays (:func:`published_rows`, for the
-changes between two sessions, SPEC §10).
+changes between two sessions, SPEC §10) and, read first and fast, what its matrices are read by
+(:func:`published_head`: the symbols and the pinned versions).
 
 The price reads use the project's ``prices`` table by default, or the ``source`` they are given
 (a :class:`~corr_pipeline.db.price_source.PriceSource`, resolved against the catalog first, so a
@@ -31,6 +32,7 @@ from corr_pipeline.db.schema import (
 
 __all__ = [
     "PricesExtent",
+    "PublishedHead",
     "change_staleness",
     "changes_to_refresh",
     "PublishedRows",
@@ -40,6 +42,7 @@ __all__ = [
     "nth_trade_date",
     "prices_extent",
     "published_dates",
+    "published_head",
     "published_matrix_versions",
     "published_rows",
     "recorded_change_dates",
@@ -336,6 +339,19 @@ def session_prices(
 
 
 @dataclass(frozen=True)
+class PublishedHead:
+    """What a published snapshot's matrices are read by: its ``symbols`` (sorted by code point,
+    SPEC §2), ``params``, the ``matrix_versions`` it pins (SPEC §8) and ``published_at``
+    (``created_at``: which publication of the date this is), from the ``snapshots`` row."""
+
+    snapshot_date: dt.date
+    symbols: list[str]
+    params: dict
+    matrix_versions: dict[str, dict[str, str]] | None
+    published_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
 class PublishedRows:
     """The published rows of one snapshot (SPEC §7) as the arrays the pipeline computed them in,
     indices into ``symbols`` (sorted by code point, SPEC §2).
@@ -354,6 +370,14 @@ class PublishedRows:
     params: dict
     matrix_versions: dict[str, dict[str, str]] | None
     published_at: dt.datetime | None = None
+
+    @property
+    def head(self) -> PublishedHead:
+        """The :class:`PublishedHead` of these rows (equal to :func:`published_head`'s as long as
+        the date was not published again in between)."""
+        return PublishedHead(
+            self.snapshot_date, self.symbols, self.params, self.matrix_versions, self.published_at
+        )
 
 
 #: The published snapshot of :d as columns: symbols are turned into their positions in the
@@ -433,6 +457,44 @@ def _read_pairs(conn: sa.Connection, d: str) -> np.ndarray:
     return out[np.lexsort((out["lagger"], out["leader"], descending))]
 
 
+def _read_head(conn: sa.Connection, d: dt.date) -> tuple[PublishedHead, Any] | None:
+    """The :class:`PublishedHead` of ``d`` and its cluster labels (``array_agg``, in symbol
+    order) on ``conn``, or None when ``d`` is not published."""
+    row = conn.execute(
+        sa.select(snapshots.c.params, snapshots.c.matrix_versions, snapshots.c.created_at).where(
+            snapshots.c.snapshot_date == d
+        )
+    ).first()
+    if row is None:
+        return None
+    symbol_list, labels = conn.execute(sa.text(_SYMBOLS_SQL), {"d": d}).one()
+    versions = row.matrix_versions
+    return (
+        PublishedHead(
+            snapshot_date=d,
+            symbols=[str(s) for s in symbol_list or []],
+            params=dict(row.params or {}),
+            matrix_versions=None
+            if versions is None
+            else {
+                str(a): {str(n): str(v) for n, v in arrays.items()}
+                for a, arrays in versions.items()
+            },
+            published_at=row.created_at,
+        ),
+        labels,
+    )
+
+
+def published_head(engine: sa.Engine, day: dt.date | str) -> PublishedHead | None:
+    """The :class:`PublishedHead` of ``day`` (None when ``day`` is not published): two small
+    queries, for reading the matrices while :func:`published_rows` reads the rest."""
+    d = as_iso_date(day, "day")
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
+        found = _read_head(conn, d)
+    return None if found is None else found[0]
+
+
 def published_rows(engine: sa.Engine, day: dt.date | str) -> PublishedRows | None:
     """The published snapshot of ``day`` as arrays (None when ``day`` is not published), read
     in one database snapshot (REPEATABLE READ: never a mix of two publications). The symbols
@@ -440,37 +502,27 @@ def published_rows(engine: sa.Engine, day: dt.date | str) -> PublishedRows | Non
     order."""
     d = as_iso_date(day, "day")
     with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
-        head = conn.execute(
-            sa.select(
-                snapshots.c.params, snapshots.c.matrix_versions, snapshots.c.created_at
-            ).where(snapshots.c.snapshot_date == d)
-        ).first()
-        if head is None:
+        found = _read_head(conn, d)
+        if found is None:
             return None
+        head, labels = found
         # Right after a publication the planner has no statistics of the new rows yet and may
         # estimate one row per join side: a nested loop over two 10⁵-row sides took minutes at
         # N = 24,000. Hash joins cost the same whatever the estimates.
         conn.execute(sa.text("SET LOCAL enable_nestloop = off"))
-        symbol_list, labels = conn.execute(sa.text(_SYMBOLS_SQL), {"d": d}).one()
         rows, ranks, neighbors = conn.execute(sa.text(_NEIGHBORS_SQL), {"d": d}).one()
         pairs = _read_pairs(conn, str(d))
-    symbols = [str(s) for s in symbol_list or []]
     rank = np.asarray(ranks or [], np.int64)
-    index = np.full((len(symbols), int(rank.max(initial=0))), -1, np.int32)
+    index = np.full((len(head.symbols), int(rank.max(initial=0))), -1, np.int32)
     if rank.size:
         index[np.asarray(rows, np.int64), rank - 1] = np.asarray(neighbors, np.int32)
-    versions = head.matrix_versions
     return PublishedRows(
         snapshot_date=d,
-        symbols=symbols,
+        symbols=head.symbols,
         neighbor_index=index,
         cluster_labels=np.asarray(labels or [], np.int32),
         lead_lag_pairs=pairs,
-        params=dict(head.params or {}),
-        matrix_versions=None
-        if versions is None
-        else {
-            str(a): {str(n): str(v) for n, v in arrays.items()} for a, arrays in versions.items()
-        },
-        published_at=head.created_at,
+        params=head.params,
+        matrix_versions=head.matrix_versions,
+        published_at=head.published_at,
     )

@@ -12,6 +12,13 @@ Both sides are read the same way, so the changes describe exactly what was publi
   the top moves. When the previous date's matrices are gone (retention removed them before a
   late backfill), those two parts are skipped and :attr:`ChangesResults.skipped` says why.
 
+The heads of both dates (:func:`corr_pipeline.db.reads.published_head`: symbols and pinned
+versions, two small queries) are read first; the scan of the matrices then runs while two
+connections read the rest of the rows (the numba kernels release the GIL), instead of after
+them. Should a date be published again between the two reads (its rows' head differs from the
+one scanned by), the matrices of the rows read are scanned again: the result always describes
+one publication of each date.
+
 Memory at N = 24,000: the matrices are read in place (row blocks of
 :func:`corr_pipeline.compute.changes.correlation_changes`); the rest is O(N·k + pairs).
 """
@@ -43,7 +50,13 @@ from corr_pipeline.compute.changes import (
 )
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 from corr_pipeline.db.publish_changes import ChangesPublication
-from corr_pipeline.db.reads import PublishedRows, published_dates, published_rows
+from corr_pipeline.db.reads import (
+    PublishedHead,
+    PublishedRows,
+    published_dates,
+    published_head,
+    published_rows,
+)
 from corr_pipeline.store.matrix_store import (
     MatrixNotFoundError,
     MatrixStore,
@@ -97,7 +110,7 @@ def previous_session(engine: sa.Engine, day: dt.date) -> dt.date | None:
 
 
 def _open_matrices(
-    store: MatrixStore, rows: PublishedRows, stack: contextlib.ExitStack
+    store: MatrixStore, rows: PublishedHead, stack: contextlib.ExitStack
 ) -> tuple[StoredArray, StoredArray] | str:
     """The pinned corr and overlap of a published date as memory maps, held against retention
     until ``stack`` closes; or the reason they cannot be read."""
@@ -125,6 +138,48 @@ def _open_matrices(
     return opened[0], opened[1]
 
 
+def _correlation(
+    store: MatrixStore,
+    today: PublishedHead,
+    before: PublishedHead,
+    *,
+    top_m: int,
+    quantiles: tuple[float, ...],
+    working_memory_mb: float,
+    say: Callable[[str], None],
+) -> tuple[CorrelationChanges | None, dict[str, str]]:
+    """Drift and top moves (SPEC §10.1, 10.2) over the matrices the two heads pin, with
+    today's ``min_overlap``; or None and ``{part: reason}`` when they cannot be read."""
+    match = match_symbols(today.symbols, before.symbols)
+    say(
+        f"changes {today.snapshot_date} vs {before.snapshot_date}: {len(match.common)} common "
+        f"symbols, {match.entered.size} entered, {match.left.size} left"
+    )
+    with contextlib.ExitStack() as stack:
+        opened_today = _open_matrices(store, today, stack)
+        opened_before = _open_matrices(store, before, stack)
+        reason = next((o for o in (opened_before, opened_today) if isinstance(o, str)), None)
+        if reason is not None:
+            say(f"skipped {', '.join(CORRELATION_PARTS)}: {reason}")
+            return None, dict.fromkeys(CORRELATION_PARTS, reason)
+        assert not isinstance(opened_today, str) and not isinstance(opened_before, str)
+        return (
+            correlation_changes(
+                opened_today[0].array,
+                opened_today[1].array,
+                opened_before[0].array,
+                opened_before[1].array,
+                match.today_index,
+                match.previous_index,
+                min_overlap=int(today.params.get("min_overlap", 2)),
+                top_m=top_m,
+                quantiles=quantiles,
+                working_memory_mb=working_memory_mb,
+            ),
+            {},
+        )
+
+
 def compute_changes(
     engine: sa.Engine,
     store: MatrixStore,
@@ -147,47 +202,39 @@ def compute_changes(
     say = log or (lambda _message: None)
     if previous is None:
         previous = previous_session(engine, day)
-    # both days' rows read side by side, on two connections (the server works on both at once)
+    days = [day, previous] if previous is not None else [day]
     with ThreadPoolExecutor(2) as pool:
-        today, *others = pool.map(
-            partial(published_rows, engine), [day, previous][: 1 + bool(previous)]
+        head_today, *others = pool.map(partial(published_head, engine), days)
+        if head_today is None:
+            raise LookupError(f"the snapshot of {day} is not published")
+        if previous is None:
+            return None
+        head_before = others[0]
+        if head_before is None:
+            raise LookupError(f"the snapshot of {previous} is not published")
+        # the rest of both days' rows (neighbors, clusters, lead-lag pairs), read on two
+        # connections while the matrices the heads pin are scanned (GIL-free numba kernels on
+        # the worker threads): the database and the scan work at the same time
+        reads = [pool.submit(published_rows, engine, d) for d in days]
+        scan = partial(
+            _correlation,
+            store,
+            top_m=top_m,
+            quantiles=quantiles,
+            working_memory_mb=working_memory_mb,
+            say=say,
         )
-    if today is None:
-        raise LookupError(f"the snapshot of {day} is not published")
-    if previous is None:
-        return None
-    before = others[0]
-    if before is None:
-        raise LookupError(f"the snapshot of {previous} is not published")
-    min_overlap = int(today.params.get("min_overlap", 2))
+        correlation, skipped = scan(head_today, head_before)
+        today, before = (read.result() for read in reads)
+    for rows, d in ((today, day), (before, previous)):
+        if rows is None:
+            raise LookupError(f"the snapshot of {d} is not published")
+    assert today is not None and before is not None
+    if (today.head, before.head) != (head_today, head_before):
+        # a date published again between the two reads: scan the matrices of the rows read
+        say("a date was published again during the scan: scanning its new matrices")
+        correlation, skipped = scan(today.head, before.head)
     match = match_symbols(today.symbols, before.symbols)
-    say(
-        f"changes {day} vs {previous}: {len(match.common)} common symbols, "
-        f"{match.entered.size} entered, {match.left.size} left"
-    )
-    skipped: dict[str, str] = {}
-    correlation: CorrelationChanges | None = None
-    with contextlib.ExitStack() as stack:
-        opened_today = _open_matrices(store, today, stack)
-        opened_before = _open_matrices(store, before, stack)
-        reason = next((o for o in (opened_before, opened_today) if isinstance(o, str)), None)
-        if reason is not None:
-            skipped = dict.fromkeys(CORRELATION_PARTS, reason)
-            say(f"skipped {', '.join(CORRELATION_PARTS)}: {reason}")
-        else:
-            assert not isinstance(opened_today, str) and not isinstance(opened_before, str)
-            correlation = correlation_changes(
-                opened_today[0].array,
-                opened_today[1].array,
-                opened_before[0].array,
-                opened_before[1].array,
-                match.today_index,
-                match.previous_index,
-                min_overlap=min_overlap,
-                top_m=top_m,
-                quantiles=quantiles,
-                working_memory_mb=working_memory_mb,
-            )
     n_neighbors, new_neighbors = neighbor_turnover(
         match, today.neighbor_index, before.neighbor_index, working_memory_mb=working_memory_mb
     )
@@ -210,7 +257,7 @@ def compute_changes(
         params={
             "top_m": int(top_m),
             "min_members": int(min_members),
-            "min_overlap": min_overlap,
+            "min_overlap": int(today.params.get("min_overlap", 2)),
             "quantiles": list(quantiles),
         },
     )

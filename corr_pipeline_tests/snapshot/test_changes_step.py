@@ -100,3 +100,36 @@ def test_pruned_previous_matrices_skip_only_the_correlation_parts(clean_db, stor
     assert all("removed by retention" in reason for reason in got.skipped.values())
     assert got.n_neighbors.size == len(got.match.common)  # the rest is computed
     assert not (store.base_dir / "correlation_matrix" / D0.isoformat()).exists()
+
+
+def test_a_date_published_again_during_the_scan_is_scanned_again(clean_db, store, monkeypatch):
+    """The matrices are scanned by the heads read first while the rest of the rows is read; a
+    date published again in between (here right after its head was read) is scanned again at
+    the versions its rows pin: the result is the one of a run after the re-publication."""
+    import corr_pipeline.snapshot.changes as module
+
+    _, _, s1, _ = _days(clean_db, store)
+    read_head = module.published_head
+    republished = []
+
+    def head_then_republish(engine, day):
+        head = read_head(engine, day)
+        if day == D2 and not republished:
+            republished.append(publish_day(engine, store, D2, s1, 9))
+        return head
+
+    monkeypatch.setattr(module, "published_head", head_then_republish)
+    said: list[str] = []
+    got = compute_changes(clean_db, store, D2, top_m=5, log=said.append)
+    monkeypatch.setattr(module, "published_head", read_head)
+    again = compute_changes(clean_db, store, D2, top_m=5)
+    assert republished and any("published again" in line for line in said)
+    assert got is not None and again is not None
+    assert got.today.published_at == again.today.published_at
+    assert got.correlation is not None and again.correlation is not None
+    assert got.correlation.means == again.correlation.means
+    for name, values in again.correlation.quantiles.items():
+        np.testing.assert_array_equal(got.correlation.quantiles[name], values)
+    np.testing.assert_array_equal(got.correlation.top_p, again.correlation.top_p)
+    np.testing.assert_array_equal(got.correlation.top_q, again.correlation.top_q)
+    np.testing.assert_array_equal(got.correlation.top_change, again.correlation.top_change)
