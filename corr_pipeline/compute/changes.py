@@ -434,6 +434,13 @@ def _from_key(key: np.ndarray) -> np.ndarray:
     return bits.astype(np.uint32).view(np.float32)
 
 
+def _select(keys: np.ndarray, kth: Sequence[int]) -> np.ndarray:
+    """``keys`` (uint32) with the values of ranks ``kth`` (ascending, distinct) at those
+    positions, as in ``np.sort(keys)``: one ``np.partition`` with all of them (introselect,
+    O(len(keys)) per rank instead of a full sort)."""
+    return np.partition(keys, list(kth))
+
+
 def _lerp(lower: float, upper: float, t: float) -> float:
     """numpy's interpolation of ``np.quantile(method="linear")``."""
     diff = upper - lower
@@ -599,31 +606,33 @@ def correlation_changes(
                 raise RuntimeError("correlation_changes: the inputs changed between the reads")
 
         def bin_keys(d: int, b: int) -> np.ndarray:
-            """Sorted keys of bin ``b`` of distribution ``d`` (for ``|corr|``: the keys of ``b``
-            and the mirrored keys ``2^32 − 1 − key`` of its mirror bin)."""
+            """Keys of bin ``b`` of distribution ``d``, unordered (for ``|corr|``: the keys of
+            ``b`` and the mirrored keys ``2^32 − 1 − key`` of its mirror bin)."""
             if d < 2:
-                return np.sort(collected[(d, b)])
+                return collected[(d, b)]
             mirror = collected[(d - 2, _N_BINS - 1 - b)]
-            return np.sort(np.concatenate((collected[(d - 2, b)], ~mirror)))
+            return np.concatenate((collected[(d - 2, b)], ~mirror))
 
-        sorted_bins: dict[tuple[int, int], np.ndarray] = {}
-
-        def order_statistic(d: int, r: int) -> float:
-            """The value of rank ``r`` of distribution ``d``: rank ``r − before`` of its bin."""
-            b = int(np.searchsorted(cum[d], r, "right"))
-            before = int(cum[d, b - 1]) if b else 0
-            if (d, b) not in sorted_bins:
-                sorted_bins[(d, b)] = bin_keys(d, b)
-            return float(_from_key(sorted_bins[(d, b)][r - before : r - before + 1])[0])
+        # each order statistic of rank r is rank r − before of its bin (before: the values of
+        # the lower bins); one selection per bin places all its wanted ranks at once
+        wanted: dict[tuple[int, int], dict[int, int]] = {}
+        for d in range(4):
+            for r in ranks:
+                b = int(np.searchsorted(cum[d], r, "right"))
+                wanted.setdefault((d, b), {})[r] = r - (int(cum[d, b - 1]) if b else 0)
+        value: dict[tuple[int, int], float] = {}
+        for (d, b), in_bin in wanted.items():
+            kth = sorted(set(in_bin.values()))
+            keys = _select(bin_keys(d, b), kth)
+            for r, i in in_bin.items():
+                value[(d, r)] = float(_from_key(keys[i : i + 1])[0])
 
         for d, name in enumerate(DISTRIBUTIONS):
             for i, q in enumerate(levels):
                 h = q * (count - 1)
                 lo = int(np.floor(h))
                 hi = min(lo + 1, count - 1)
-                out_quantiles[name][i] = _lerp(
-                    order_statistic(d, lo), order_statistic(d, hi), h - lo
-                )
+                out_quantiles[name][i] = _lerp(value[(d, lo)], value[(d, hi)], h - lo)
 
     # the global top M is among the chunks' top M: |Δ| descending, then the pair key
     scores, all_keys = top_scores.ravel(), top_keys.ravel()

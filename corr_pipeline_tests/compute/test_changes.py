@@ -466,3 +466,65 @@ def test_quantiles_are_numpys_on_every_path_of_the_one_read(monkeypatch, path):
     else:
         assert rows_read_again == n  # every row, read again
     assert all(refine for accumulate, refine, _ in calls if not accumulate)
+
+
+def _adversarial_values(rng: np.random.Generator, size: int) -> np.ndarray:
+    """float32 values with many ties, ±0, ±1, subnormals, the smallest steps around them."""
+    pool = np.array([-1.0, -0.0, 0.0, 1.0, 0.5, -0.5, 1e-45, -1e-45, 1.2e-38, -1.2e-38], np.float32)
+    pool = np.concatenate(
+        (pool, np.nextafter(pool, np.float32(2)), np.nextafter(pool, np.float32(-2)))
+    )
+    values = rng.choice(pool, size)
+    spread = rng.random(size) < 0.2  # and some distinct values in between
+    values[spread] = rng.uniform(-1, 1, int(spread.sum()))
+    return values.astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_select_places_the_wanted_ranks_as_a_sort(seed):
+    """The one-partition selection of a bin's ranks gives exactly the sorted keys there, on
+    adversarial values (ties, ±0, ±1, subnormals) and rank sets (first, last, neighbours)."""
+    from corr_pipeline.compute.changes import _from_key, _select
+
+    rng = np.random.default_rng(seed)
+    values = _adversarial_values(rng, int(rng.integers(1, 3000)))
+    keys = values.view(np.uint32)
+    keys = np.where(keys & np.uint32(0x80000000), ~keys, keys | np.uint32(0x80000000))
+    keys = keys.astype(np.uint32)
+    np.testing.assert_array_equal(_from_key(keys).view(np.uint32), values.view(np.uint32))
+    n = keys.size
+    reference = np.sort(keys)
+    for kth in ([0], [n - 1], sorted({0, n - 1}), sorted(set(rng.integers(0, n, 9).tolist()))):
+        kth = sorted({int(k) for k in kth} | {min(k + 1, n - 1) for k in kth})
+        got = _select(keys.copy(), kth)
+        np.testing.assert_array_equal(got[kth], reference[kth])
+        np.testing.assert_array_equal(np.sort(got), reference)  # a permutation of the keys
+
+
+def test_quantiles_of_adversarial_values_are_numpys():
+    """Quantiles (by the partition of the needed bins) exactly numpy's when the values are
+    ties, ±0, ±1, subnormals and NaN: every level, including 0 and 1."""
+    rng = np.random.default_rng(17)
+    symbols_t, symbols_p = _names(rng, 90, 100), _names(rng, 95, 100)
+    days = []
+    for symbols in (symbols_t, symbols_p):
+        n = len(symbols)
+        upper = np.triu(np.ones((n, n), bool), 1)
+        corr = np.zeros((n, n), np.float32)
+        corr[upper] = _adversarial_values(rng, int(upper.sum()))
+        corr[upper & (rng.random((n, n)) < 0.05)] = np.nan
+        corr.T[upper] = corr[upper]  # symmetric, -0.0 kept
+        overlap = rng.integers(15, 60, (n, n)).astype(np.int16)
+        overlap = np.minimum(overlap, overlap.T)
+        days.append((corr.astype(np.float32), overlap))
+    (corr_t, ov_t), (corr_p, ov_p) = days
+    match = match_symbols(symbols_t, symbols_p)
+    levels = (0.0, 0.001, 0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99, 0.999, 1.0)
+    got = correlation_changes(
+        corr_t, ov_t, corr_p, ov_p, match.today_index, match.previous_index,
+        min_overlap=20, top_m=3, quantiles=levels,
+    )  # fmt: skip
+    f, _, _ = _reference(_pairs_frame(symbols_t, corr_t, ov_t, symbols_p, corr_p, ov_p), 20, 3, 80)
+    assert got.n_pairs == len(f) > 2000
+    for name, column in _distribution_columns(f).items():
+        np.testing.assert_array_equal(got.quantiles[name], np.quantile(column, levels))
