@@ -131,6 +131,7 @@ def changes_only(args: argparse.Namespace) -> None:
         json.dumps(
             {
                 "timings": timings,
+                "publish_timings": report.timings,
                 "rows": report.rows,
                 "n_pairs": results.correlation.n_pairs if results.correlation else None,
                 "peak_anon_mib": memory.peak_anon / 1024,
@@ -207,6 +208,7 @@ def main() -> int:
         f"({figures['base_anon_mib']:,.0f}) | {figures['peak_rss_mib']:,.0f} |"
     )
     print("change rows: " + ", ".join(f"{k} {v:,}" for k, v in figures["rows"].items()))
+    print("publish: " + ", ".join(f"{k} {v:.3f}" for k, v in figures["publish_timings"].items()))
     for key in store.partition_keys():
         store.remove_partition(key)
     return 0

@@ -19,8 +19,9 @@ temporary. A pair is *compared* iff both correlations are finite and both overla
   the top 16 key bits of ``corr`` of each day (2 x 2^16 uint32 per chunk, cache-resident; those
   of ``|corr|`` are the same counts folded, since the key of ``|x|`` is the key of ``x`` for
   ``x >= 0`` and its mirror ``2^32 − 1 − key`` for ``x < 0``) tell after the scan which bin
-  holds each wanted order statistic; its rank inside the bin is read from the sorted keys of
-  that bin. Those keys are collected during the same read: the first rows (stage A, 1/8 of the
+  holds each wanted order statistic (rank ``r``, rank ``r − before`` inside the bin, ``before``
+  the count of the lower bins); one ``np.partition`` of that bin's keys with all its wanted
+  in-bin ranks selects them (exactly the values a sort would put there). Those keys are collected during the same read: the first rows (stage A, 1/8 of the
   pairs) only count; their histograms predict the bins holding ranks ``(q ± 0.004)(n − 1)``
   (± 1 bin), whose keys the other rows (stage B) append to buffers sized 1.25 x the expected
   count (at most 2^25 keys, 128 MiB); at the end the keys of the needed bins from the stage-A

@@ -164,11 +164,17 @@ def _validate(changes: ChangesPublication) -> tuple[dt.date, list[Any]]:
     values[0] = previous
     for table, rows in changes.rows.items():
         width = len(CHANGE_COLUMNS[table])
+        # only a float can be non-finite, and only the float columns take one
+        floats = [
+            (i, f"{table}.{CHANGE_COLUMNS[table][i]}")
+            for i, kind in enumerate(_COPY_TYPES[table])
+            if kind.startswith("float")
+        ]
         for row in rows:
             if len(row) != width:
                 raise PublishError(f"{table}: a row of {len(row)} values for {width} columns")
-            for column, value in zip(CHANGE_COLUMNS[table], row, strict=True):
-                _finite_or_none(value, f"{table}.{column}")
+            for i, where in floats:
+                _finite_or_none(row[i], where)
     return d, values
 
 

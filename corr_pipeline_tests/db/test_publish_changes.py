@@ -115,8 +115,11 @@ def test_invalid_changes_write_nothing(clean_db, tmp_path):
     before = read_change_counts(clean_db, D1)
     rows_before = {table: _read_back(clean_db, table, D1) for table in CHANGE_COLUMNS}
     bad_pairs = [(*good.rows["change_pairs"][0][:7], float("nan"))]
+    row = good.rows["change_pairs"][0]
+    bad_corr = [(*row[:3], float("-inf"), *row[4:])]  # a float4 column
     for bad in (
         ChangesPublication(D1, good.summary, {**good.rows, "change_pairs": bad_pairs}),
+        ChangesPublication(D1, good.summary, {**good.rows, "change_pairs": bad_corr}),
         ChangesPublication(D1, {**good.summary, "mean_change": float("inf")}, good.rows),
         ChangesPublication(D1, {**good.summary, "previous_date": D1}, good.rows),
         ChangesPublication(D1, {**good.summary, "quantiles": {"x": float("nan")}}, good.rows),
