@@ -14,8 +14,8 @@ Both sides are read the same way, so the changes describe exactly what was publi
 
 The heads of both dates (:func:`corr_pipeline.db.reads.published_head`: symbols and pinned
 versions, two small queries) are read first; the scan of the matrices then runs while two
-connections read the rest of the rows (the numba kernels release the GIL), instead of after
-them. Should a date be published again between the two reads (its rows' head differs from the
+connections read the rest of the rows and the parts that need only the rows (turnover,
+clusters, lead-lag) are computed (the numba kernels release the GIL), instead of after them. Should a date be published again between the two reads (its rows' head differs from the
 one scanned by), the matrices of the rows read are scanned again: the result always describes
 one publication of each date.
 
@@ -142,15 +142,16 @@ def _correlation(
     store: MatrixStore,
     today: PublishedHead,
     before: PublishedHead,
+    match: SymbolMatch,
     *,
     top_m: int,
     quantiles: tuple[float, ...],
     working_memory_mb: float,
     say: Callable[[str], None],
 ) -> tuple[CorrelationChanges | None, dict[str, str]]:
-    """Drift and top moves (SPEC §10.1, 10.2) over the matrices the two heads pin, with
-    today's ``min_overlap``; or None and ``{part: reason}`` when they cannot be read."""
-    match = match_symbols(today.symbols, before.symbols)
+    """Drift and top moves (SPEC §10.1, 10.2) over the matrices the two heads pin (``match``:
+    their symbols matched), with today's ``min_overlap``; or None and ``{part: reason}`` when
+    they cannot be read."""
     say(
         f"changes {today.snapshot_date} vs {before.snapshot_date}: {len(match.common)} common "
         f"symbols, {match.entered.size} entered, {match.left.size} left"
@@ -212,10 +213,47 @@ def compute_changes(
         head_before = others[0]
         if head_before is None:
             raise LookupError(f"the snapshot of {previous} is not published")
-        # the rest of both days' rows (neighbors, clusters, lead-lag pairs), read on two
-        # connections while the matrices the heads pin are scanned (GIL-free numba kernels on
-        # the worker threads): the database and the scan work at the same time
+        match = match_symbols(head_today.symbols, head_before.symbols)
+        # the rest of both days' rows (neighbors, clusters, lead-lag pairs) is read on two
+        # connections, and the parts that need only them computed, while the matrices the heads
+        # pin are scanned (GIL-free numba kernels on the worker threads)
         reads = [pool.submit(published_rows, engine, d) for d in days]
+
+        def from_rows() -> tuple[
+            PublishedRows,
+            PublishedRows,
+            SymbolMatch,
+            tuple[np.ndarray, np.ndarray],
+            ClusterMigrations,
+            LeadLagChanges,
+        ]:
+            """Both days' rows, their symbols matched, turnover, clusters, lead-lag (10.3–10.5)."""
+            today, before = (read.result() for read in reads)
+            for rows, d in ((today, day), (before, previous)):
+                if rows is None:
+                    raise LookupError(f"the snapshot of {d} is not published")
+            assert today is not None and before is not None
+            same = (today.symbols, before.symbols) == (head_today.symbols, head_before.symbols)
+            matched = match if same else match_symbols(today.symbols, before.symbols)
+            return (
+                today,
+                before,
+                matched,
+                neighbor_turnover(
+                    matched,
+                    today.neighbor_index,
+                    before.neighbor_index,
+                    working_memory_mb=working_memory_mb,
+                ),
+                cluster_migrations(
+                    today.cluster_labels, before.cluster_labels, matched, min_members=min_members
+                ),
+                lead_lag_changes(
+                    today.lead_lag_pairs, before.lead_lag_pairs, matched, len(today.symbols)
+                ),
+            )
+
+        parts = pool.submit(from_rows)
         scan = partial(
             _correlation,
             store,
@@ -224,20 +262,12 @@ def compute_changes(
             working_memory_mb=working_memory_mb,
             say=say,
         )
-        correlation, skipped = scan(head_today, head_before)
-        today, before = (read.result() for read in reads)
-    for rows, d in ((today, day), (before, previous)):
-        if rows is None:
-            raise LookupError(f"the snapshot of {d} is not published")
-    assert today is not None and before is not None
+        correlation, skipped = scan(head_today, head_before, match)
+        today, before, match, (n_neighbors, new_neighbors), clusters, lead_lag = parts.result()
     if (today.head, before.head) != (head_today, head_before):
         # a date published again between the two reads: scan the matrices of the rows read
         say("a date was published again during the scan: scanning its new matrices")
-        correlation, skipped = scan(today.head, before.head)
-    match = match_symbols(today.symbols, before.symbols)
-    n_neighbors, new_neighbors = neighbor_turnover(
-        match, today.neighbor_index, before.neighbor_index, working_memory_mb=working_memory_mb
-    )
+        correlation, skipped = scan(today.head, before.head, match)
     return ChangesResults(
         snapshot_date=day,
         previous_date=previous,
@@ -247,12 +277,8 @@ def compute_changes(
         correlation=correlation,
         n_neighbors=n_neighbors,
         new_neighbors=new_neighbors,
-        clusters=cluster_migrations(
-            today.cluster_labels, before.cluster_labels, match, min_members=min_members
-        ),
-        lead_lag=lead_lag_changes(
-            today.lead_lag_pairs, before.lead_lag_pairs, match, len(today.symbols)
-        ),
+        clusters=clusters,
+        lead_lag=lead_lag,
         skipped=skipped,
         params={
             "top_m": int(top_m),
