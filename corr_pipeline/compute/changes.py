@@ -194,52 +194,20 @@ def _key(bits):  # pragma: no cover - compiled
     return bits | np.uint32(0x80000000)
 
 
-@numba.njit(cache=True, nogil=True)
-def _scan_rows(  # pragma: no cover - compiled
-    ct,
-    ctf,
-    ot,
-    cp,
-    cpf,
-    op,
-    row0_t,
-    row0_p,
-    ti,
-    pi,
-    start,
-    p1,
-    stride,
-    min_overlap,
-    accumulate,
-    refine,
-    row_sums,
-    hist,
-    hist_total,
-    change_counts,
-    top_scores,
-    top_keys,
-    lookup,
-    offsets,
-    caps,
-    fill,
-    values,
-):
-    """Rows ``p = start, start + stride, … < p1`` (one chunk's rows of a block), pairs ``q > p``
-    of common symbols; ``ctf``/``cpf`` the corr rows ``row0_t ..`` / ``row0_p ..`` (``ct``/``cp``
-    their uint32 views) and ``ot``/``op`` the overlap rows, previous values gathered through
-    ``pi``. All outputs are this chunk's own (no sharing between threads; GIL-free).
-
-    ``accumulate``: ``row_sums[p]`` (count, Σct, Σcp, Σ|ct|, Σ|cp|, ΣΔ, Σ|Δ| of row ``p``), the
-    two histograms of the top 16 key bits (``hist``, uint32, 2 x 2^16 = 512 KiB: cache-resident,
-    added into the int64 ``hist_total`` before it could overflow and at the end), the Δ counts
-    and the running top-M ``top_scores`` / ``top_keys`` (pairs arrive in increasing key order).
-    ``refine``: each key of day ``d`` whose top-16-bit bin has ``lookup[d, bin] = slot >= 0``
-    is appended to ``values[offsets[slot] : offsets[slot] + caps[slot]]`` (``fill[slot]`` counts
-    them all, also those beyond the capacity, which are dropped: the caller sees the overflow).
-    """
+@numba.njit(cache=True, nogil=True, inline="always")
+def _scan_body(accumulate, refine, inputs, rows, outputs, collect):  # pragma: no cover - compiled
+    """The loop of :func:`_scan_rows` (its arguments grouped in four tuples), inlined into one
+    kernel per pair of flags so that the flags are constants there: no test of them per pair."""
+    ct, ctf, ot, cp, cpf, op = inputs
+    row0_t, row0_p, ti, pi, start, p1, stride, min_overlap = rows
+    row_sums, hist, hist_total, change_counts, top_scores, top_keys = outputs
+    lookup, offsets, caps, fill, values = collect
     n = ti.shape[0]
     n_change = change_counts.shape[0]
     m = top_scores.shape[0]
+    # the running top M's admission threshold in a register: a pair is inserted only when it
+    # beats the current M-th (rare after the first rows)
+    threshold = top_scores[m - 1] if m > 0 else np.inf
     flush_every = max(1, (2**31 - 1) // max(n, 1))  # rows before a uint32 count could overflow
     rows_since_flush = 0
     for p in range(start, p1, stride):
@@ -280,8 +248,9 @@ def _scan_rows(  # pragma: no cover - compiled
                 elif b < 0:
                     b = 0
                 change_counts[b] += 1
-                if m > 0:
+                if ad > threshold:
                     _insert(top_scores, top_keys, m, ad, p * n + q)
+                    threshold = top_scores[m - 1]
             if refine:
                 slot = lookup[0, k0 >> _HIGH_SHIFT]
                 if slot >= 0:
@@ -309,6 +278,74 @@ def _scan_rows(  # pragma: no cover - compiled
                 rows_since_flush = 0
     if accumulate:
         _flush(hist, hist_total)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_accumulate(inputs, rows, outputs, collect):  # pragma: no cover - compiled
+    _scan_body(True, False, inputs, rows, outputs, collect)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_both(inputs, rows, outputs, collect):  # pragma: no cover - compiled
+    _scan_body(True, True, inputs, rows, outputs, collect)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan_collect(inputs, rows, outputs, collect):  # pragma: no cover - compiled
+    _scan_body(False, True, inputs, rows, outputs, collect)
+
+
+def _scan_rows(
+    ct: np.ndarray,
+    ctf: np.ndarray,
+    ot: np.ndarray,
+    cp: np.ndarray,
+    cpf: np.ndarray,
+    op: np.ndarray,
+    row0_t: int,
+    row0_p: int,
+    ti: np.ndarray,
+    pi: np.ndarray,
+    start: int,
+    p1: int,
+    stride: int,
+    min_overlap: int,
+    accumulate: bool,
+    refine: bool,
+    row_sums: np.ndarray,
+    hist: np.ndarray,
+    hist_total: np.ndarray,
+    change_counts: np.ndarray,
+    top_scores: np.ndarray,
+    top_keys: np.ndarray,
+    lookup: np.ndarray,
+    offsets: np.ndarray,
+    caps: np.ndarray,
+    fill: np.ndarray,
+    values: np.ndarray,
+) -> None:
+    """Rows ``p = start, start + stride, … < p1`` (one chunk's rows of a block), pairs ``q > p``
+    of common symbols; ``ctf``/``cpf`` the corr rows ``row0_t ..`` / ``row0_p ..`` (``ct``/``cp``
+    their uint32 views) and ``ot``/``op`` the overlap rows, previous values gathered through
+    ``pi``. All outputs are this chunk's own (no sharing between threads; GIL-free).
+
+    ``accumulate``: ``row_sums[p]`` (count, Σct, Σcp, Σ|ct|, Σ|cp|, ΣΔ, Σ|Δ| of row ``p``), the
+    two histograms of the top 16 key bits (``hist``, uint32, 2 x 2^16 = 512 KiB: cache-resident,
+    added into the int64 ``hist_total`` before it could overflow and at the end), the Δ counts
+    and the running top-M ``top_scores`` / ``top_keys`` (pairs arrive in increasing key order).
+    ``refine``: each key of day ``d`` whose top-16-bit bin has ``lookup[d, bin] = slot >= 0``
+    is appended to ``values[offsets[slot] : offsets[slot] + caps[slot]]`` (``fill[slot]`` counts
+    them all, also those beyond the capacity, which are dropped: the caller sees the overflow).
+    """
+    if not (accumulate or refine):
+        return
+    kernel = (_scan_both if refine else _scan_accumulate) if accumulate else _scan_collect
+    kernel(
+        (ct, ctf, ot, cp, cpf, op),
+        (row0_t, row0_p, ti, pi, start, p1, stride, min_overlap),
+        (row_sums, hist, hist_total, change_counts, top_scores, top_keys),
+        (lookup, offsets, caps, fill, values),
+    )
 
 
 @numba.njit(cache=True, nogil=True)
@@ -616,13 +653,13 @@ def correlation_changes(
 
         # each order statistic of rank r is rank r − before of its bin (before: the values of
         # the lower bins); one selection per bin places all its wanted ranks at once
-        wanted: dict[tuple[int, int], dict[int, int]] = {}
+        by_bin: dict[tuple[int, int], dict[int, int]] = {}
         for d in range(4):
             for r in ranks:
                 b = int(np.searchsorted(cum[d], r, "right"))
-                wanted.setdefault((d, b), {})[r] = r - (int(cum[d, b - 1]) if b else 0)
+                by_bin.setdefault((d, b), {})[r] = r - (int(cum[d, b - 1]) if b else 0)
         value: dict[tuple[int, int], float] = {}
-        for (d, b), in_bin in wanted.items():
+        for (d, b), in_bin in by_bin.items():
             kth = sorted(set(in_bin.values()))
             keys = _select(bin_keys(d, b), kth)
             for r, i in in_bin.items():
