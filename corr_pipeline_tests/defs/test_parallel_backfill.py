@@ -9,7 +9,11 @@ per partition with its ``dagster/partition`` and ``dagster/backfill`` tags).
 Proved from the instance's own timestamps: the runs of the 10 partitions overlapped two at a
 time and never more (counted both from their launch, the ``RUN_STARTING`` event, and from their
 execution, ``start_time``, to their end); then the published rows of the 10 dates equal, row by
-row, what 10 serial runs of the same partitions publish.
+row, what 10 serial runs of the same partitions publish, and so do their changes (SPEC §10):
+every session after the first compared with the session before it and current, although the
+runs finished in any order (a run's ``snapshot_changes`` recomputes the next session's changes
+when they were computed before its own session was published, and a change set that became
+stale while it was computed is refused at publication and computed again).
 
 The runs use the in-process executor (run config of the backfill, as a team may set it): the
 limits concern whole runs, and each run's worker process starting up dominates a small run
@@ -35,7 +39,8 @@ from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 
 from corr_pipeline import settings
-from corr_pipeline.db.schema import PUBLISHED_TABLES
+from corr_pipeline.db.reads import change_staleness
+from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.defs.concurrency import set_snapshot_runs_limit
 from corr_pipeline.defs.partitions import snapshot_partitions
@@ -148,6 +153,33 @@ def _published(engine: sa.Engine, days: list[str]) -> dict[str, Any]:
     return {day: h.snapshot_rows(engine, day) for day in days}
 
 
+def _changes(engine: sa.Engine, days: list[str]) -> dict[str, Any]:
+    """Every change row of ``days`` (sorted), without the timestamps of the publications
+    compared, which differ between two runs that publish the same changes; and per date the
+    reasons its change set is stale (none expected)."""
+    ignored = {"created_at", "snapshot_published_at", "previous_published_at"}
+    out: dict[str, Any] = {}
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
+        for day in days:
+            for table in CHANGE_TABLES:
+                rows = conn.execute(
+                    sa.text(f"SELECT * FROM {table} WHERE snapshot_date = :d"), {"d": day}
+                ).mappings()
+                out[day, table] = sorted(
+                    repr(sorted((k, v) for k, v in row.items() if k not in ignored)) for row in rows
+                )
+            summary = (
+                conn.execute(
+                    sa.text("SELECT * FROM change_summaries WHERE snapshot_date = :d"), {"d": day}
+                )
+                .mappings()
+                .one_or_none()
+            )
+            out[day, "stale"] = None if summary is None else change_staleness(conn, summary)
+            out[day, "previous"] = None if summary is None else str(summary["previous_date"])
+    return out
+
+
 def test_backfill_runs_two_at_a_time_and_publishes_what_serial_runs_publish(
     clean_db, database_url, tmp_path
 ):
@@ -203,6 +235,11 @@ def test_backfill_runs_two_at_a_time_and_publishes_what_serial_runs_publish(
 
     parallel = _published(clean_db, sessions)
     assert all(len(rows["symbol_clusters"]) > 0 for rows in parallel.values())
+    parallel_changes = _changes(clean_db, sessions)
+    assert parallel_changes[sessions[0], "previous"] is None  # nothing published before it
+    for before, day in zip(sessions, sessions[1:], strict=False):
+        assert parallel_changes[day, "previous"] == before, day
+        assert parallel_changes[day, "stale"] == [], day
     with clean_db.begin() as conn:  # the children follow (trigger cascade)
         conn.execute(
             sa.text("DELETE FROM snapshots WHERE snapshot_date = ANY(:d)"), {"d": sessions}
@@ -219,3 +256,4 @@ def test_backfill_runs_two_at_a_time_and_publishes_what_serial_runs_publish(
     for day in sessions:
         for table in PUBLISHED_TABLES:
             assert serial[day][table] == parallel[day][table], (day, table)
+    assert _changes(clean_db, sessions) == parallel_changes
