@@ -722,6 +722,19 @@ def _refresh_following(context, engine, matrix_store, day, config, params) -> di
     return {"refreshed_following": dg.MetadataValue.text(following.isoformat())}
 
 
+def _nothing_recorded(context, note: str, refreshed: dict) -> dg.MaterializeResult:
+    """The result of a ``snapshot_changes`` run that compares nothing, saying why."""
+    context.log.info(f"{note}: no changes recorded")
+    return dg.MaterializeResult(
+        metadata={
+            "previous_date": dg.MetadataValue.text("none"),
+            "recorded": dg.MetadataValue.bool(False),
+            "note": dg.MetadataValue.text(note),
+            **refreshed,
+        }
+    )
+
+
 @dg.asset(
     **SNAPSHOT_STEP,
     group_name=SNAPSHOT_GROUP,
@@ -732,7 +745,7 @@ def _refresh_following(context, engine, matrix_store, day, config, params) -> di
     "drift, the largest correlation moves, neighbor turnover, cluster migrations, lead-lag "
     "changes, symbols entered and left; published in one transaction (change_* tables), "
     "replacing an earlier version of the date. Records nothing when no earlier session is "
-    "published.",
+    "published, or the date itself is not (yet) published.",
 )
 def snapshot_changes(
     context: dg.AssetExecutionContext,
@@ -749,18 +762,15 @@ def snapshot_changes(
             try:
                 published = _compute_changes(context, engine, matrix_store, day, config, params)
             except LookupError as exc:
-                raise dg.Failure(description=str(exc), allow_retries=False) from None
+                # an asset backfill of the sessions before ``day`` targets this partition too
+                # (its changes depend on the previous session's publication): its own run
+                # computes them once ``day`` is published
+                return _nothing_recorded(context, f"{exc}: nothing to compare", {})
             if published is None:
-                context.log.info(f"no snapshot before {day} is published: no changes recorded")
-                return dg.MaterializeResult(
-                    metadata={
-                        "previous_date": dg.MetadataValue.text("none"),
-                        "recorded": dg.MetadataValue.bool(False),
-                        "note": dg.MetadataValue.text(
-                            f"no snapshot before {day} is published: nothing to compare"
-                        ),
-                        **_refresh_following(context, engine, matrix_store, day, config, params),
-                    }
+                return _nothing_recorded(
+                    context,
+                    f"no snapshot before {day} is published: nothing to compare",
+                    _refresh_following(context, engine, matrix_store, day, config, params),
                 )
             results, rows, report = published
             refreshed = _refresh_following(context, engine, matrix_store, day, config, params)

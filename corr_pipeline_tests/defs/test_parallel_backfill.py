@@ -45,6 +45,7 @@ from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.defs.concurrency import set_snapshot_runs_limit
 from corr_pipeline.defs.partitions import snapshot_partitions
 from corr_pipeline.defs.run import REPO_DAGSTER_YAML, materialize_snapshot
+from corr_pipeline.defs.step_options import SNAPSHOT_GROUP
 from corr_pipeline_tests.reliability import helpers as h
 
 REPO = REPO_DAGSTER_YAML.parent
@@ -257,3 +258,110 @@ def test_backfill_runs_two_at_a_time_and_publishes_what_serial_runs_publish(
         for table in PUBLISHED_TABLES:
             assert serial[day][table] == parallel[day][table], (day, table)
     assert _changes(clean_db, sessions) == parallel_changes
+
+
+def _submit_asset_backfill(instance: dg.DagsterInstance, partitions: list[str]) -> str:
+    """What the UI's "Materialize" over a partition range does: a pure asset backfill of the
+    snapshot group (``launchPartitionBackfill`` with an asset selection), run by the daemon's
+    backfill loop in the order of the asset graph's partition mappings."""
+    target = WorkspaceFileTarget(paths=[str(REPO / "workspace.yaml")])
+    with WorkspaceProcessContext(instance, target) as process_context:
+        context = process_context.create_request_context()
+        graph = context.asset_graph
+        selection = [
+            key
+            for key in graph.get_all_asset_keys()
+            if graph.get(key).group_name == SNAPSHOT_GROUP and graph.get(key).is_materializable
+        ]
+        backfill = PartitionBackfill.from_asset_partitions(
+            backfill_id=make_new_backfill_id(),
+            asset_graph=graph,
+            partition_names=partitions,
+            asset_selection=selection,
+            backfill_timestamp=time.time(),
+            tags={},
+            dynamic_partitions_store=instance,
+            all_partitions=False,
+            title=None,
+            description=None,
+            run_config=IN_PROCESS,
+        )
+        instance.add_backfill(backfill)
+        return backfill.backfill_id
+
+
+def _materialized(instance: dg.DagsterInstance, asset: str, partition: str) -> tuple[float, str]:
+    """When the materialization of ``asset`` for ``partition`` was stored, and by which run."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+    ).records
+    assert len(records) == 1, (asset, partition)
+    return records[0].timestamp, records[0].run_id
+
+
+def test_asset_backfill_holds_each_sessions_changes_until_the_previous_is_published(
+    clean_db, database_url, tmp_path
+):
+    """An asset backfill of 3 sessions (the UI's way) through the daemon: snapshot_changes of
+    each session runs only after snapshot_publication of the session before it (SPEC §10.8);
+    every session's changes compare it with the session before it, current; the next session's
+    changes, which the backfill targets too, record nothing while it is not published.
+    Timestamps from the instance."""
+    sessions = _sessions()[-3:]
+    write_synthetic_universe(clean_db, n_symbols=30, n_days=300, seed=11, end_date=LAST)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_bytes(REPO_DAGSTER_YAML.read_bytes())
+    env = h.child_env(
+        DAGSTER_HOME=str(home),
+        **{
+            settings.ENV_DATABASE_URL: database_url,
+            settings.ENV_STORE_DIR: str(tmp_path / "store"),
+        },
+    )
+    instance = dg.DagsterInstance.from_config(str(home))
+    daemon = _start_daemon(env, tmp_path / "daemon.log")
+    try:
+        set_snapshot_runs_limit(instance, LIMIT)
+        backfill_id = _submit_asset_backfill(instance, sessions)
+        deadline = time.monotonic() + RUNS_TIMEOUT_S
+        while (backfill := instance.get_backfill(backfill_id)) is not None and backfill.status in (
+            BulkActionStatus.REQUESTED,
+            BulkActionStatus.CANCELING,
+        ):
+            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, backfill
+            time.sleep(1.0)
+    finally:
+        _stop(daemon)
+    assert backfill is not None and backfill.status == BulkActionStatus.COMPLETED_SUCCESS, (
+        backfill,
+        (tmp_path / "daemon.log").read_text()[-3000:],
+    )
+    runs = {
+        r.dagster_run.run_id: r
+        for r in instance.get_run_records(filters=dg.RunsFilter.for_backfill(backfill_id))
+    }
+    assert all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in runs.values())
+    for before, day in zip(sessions, sessions[1:], strict=False):
+        published_at, _ = _materialized(instance, "snapshot_publication", before)
+        _, changes_run = _materialized(instance, "snapshot_changes", day)
+        started = runs[changes_run].start_time
+        assert started is not None and started > published_at, (day, started, published_at)
+    # Dagster's asset backfill also targets what depends on the last session's publication:
+    # the changes of the next session, not published, which record nothing and say why
+    keys = snapshot_partitions.get_partition_keys()
+    following = keys[keys.index(sessions[-1]) + 1]
+    record = instance.fetch_materializations(
+        dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey("snapshot_changes"), asset_partitions=[following]
+        ),
+        limit=1,
+    ).records[0]
+    meta = record.asset_materialization.metadata
+    assert meta["recorded"].value is False, meta
+    assert f"the snapshot of {following} is not published" in meta["note"].value, meta
+    instance.dispose()
+    changes = _changes(clean_db, sessions)
+    for before, day in zip(sessions, sessions[1:], strict=False):
+        assert (changes[day, "previous"], changes[day, "stale"]) == (before, []), day
