@@ -22,11 +22,13 @@ already; the multiprocess executor in a backfill is tested by ``test_pipeline.py
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +136,38 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     process.wait(10)
 
 
+@contextlib.contextmanager
+def _daemon(database_url: str, tmp_path: Path) -> Iterator[tuple[dg.DagsterInstance, Callable]]:
+    """A fresh instance (the repository's ``dagster.yaml``, the snapshot runs limit of
+    :data:`LIMIT`) with a ``dagster-daemon run`` on it; yields the instance and ``waiting(what)``,
+    which sleeps a second after checking that the daemon runs and the time bound holds."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_bytes(REPO_DAGSTER_YAML.read_bytes())
+    env = h.child_env(
+        DAGSTER_HOME=str(home),
+        **{
+            settings.ENV_DATABASE_URL: database_url,
+            settings.ENV_STORE_DIR: str(tmp_path / "store"),
+        },
+    )
+    instance = dg.DagsterInstance.from_config(str(home))
+    log = tmp_path / "daemon.log"
+    daemon = _start_daemon(env, log)
+    deadline = time.monotonic() + RUNS_TIMEOUT_S
+
+    def waiting(what: object) -> None:
+        assert daemon.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, what
+        time.sleep(1.0)
+
+    try:
+        set_snapshot_runs_limit(instance, LIMIT)
+        yield instance, waiting
+    finally:
+        _stop(daemon)
+
+
 def _max_overlap(intervals: list[tuple[float, float]]) -> int:
     """Most intervals open at one instant (an end at the very instant of a start counts first)."""
     events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
@@ -187,33 +221,13 @@ def test_backfill_runs_two_at_a_time_and_publishes_what_serial_runs_publish(
     sessions = _sessions()
     assert len(sessions) == 10, sessions
     write_synthetic_universe(clean_db, n_symbols=40, n_days=300, seed=7, end_date=LAST)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_bytes(REPO_DAGSTER_YAML.read_bytes())
-    env = h.child_env(
-        DAGSTER_HOME=str(home),
-        **{
-            settings.ENV_DATABASE_URL: database_url,
-            settings.ENV_STORE_DIR: str(tmp_path / "store"),
-        },
-    )
-    instance = dg.DagsterInstance.from_config(str(home))
-    daemon = _start_daemon(env, tmp_path / "daemon.log")
-    try:
-        set_snapshot_runs_limit(instance, LIMIT)
+    with _daemon(database_url, tmp_path) as (instance, waiting):
         backfill_id = _submit_backfill(instance, sessions)
-        deadline = time.monotonic() + RUNS_TIMEOUT_S
         while True:
             runs = instance.get_runs(filters=dg.RunsFilter.for_backfill(backfill_id))
             if len(runs) == len(sessions) and all(r.status in FINISHED for r in runs):
                 break
-            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, [
-                (r.tags["dagster/partition"], r.status) for r in runs
-            ]
-            time.sleep(1.0)
-    finally:
-        _stop(daemon)
+            waiting([(r.tags["dagster/partition"], r.status) for r in runs])
     records = instance.get_run_records(filters=dg.RunsFilter.for_backfill(backfill_id))
     by_partition = {r.dagster_run.tags["dagster/partition"]: r for r in records}
     assert sorted(by_partition) == sessions  # one run per session
@@ -309,31 +323,13 @@ def test_asset_backfill_holds_each_sessions_changes_until_the_previous_is_publis
     Timestamps from the instance."""
     sessions = _sessions()[-3:]
     write_synthetic_universe(clean_db, n_symbols=30, n_days=300, seed=11, end_date=LAST)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_bytes(REPO_DAGSTER_YAML.read_bytes())
-    env = h.child_env(
-        DAGSTER_HOME=str(home),
-        **{
-            settings.ENV_DATABASE_URL: database_url,
-            settings.ENV_STORE_DIR: str(tmp_path / "store"),
-        },
-    )
-    instance = dg.DagsterInstance.from_config(str(home))
-    daemon = _start_daemon(env, tmp_path / "daemon.log")
-    try:
-        set_snapshot_runs_limit(instance, LIMIT)
+    with _daemon(database_url, tmp_path) as (instance, waiting):
         backfill_id = _submit_asset_backfill(instance, sessions)
-        deadline = time.monotonic() + RUNS_TIMEOUT_S
         while (backfill := instance.get_backfill(backfill_id)) is not None and backfill.status in (
             BulkActionStatus.REQUESTED,
             BulkActionStatus.CANCELING,
         ):
-            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, backfill
-            time.sleep(1.0)
-    finally:
-        _stop(daemon)
+            waiting(backfill)
     assert backfill is not None and backfill.status == BulkActionStatus.COMPLETED_SUCCESS, (
         backfill,
         (tmp_path / "daemon.log").read_text()[-3000:],
