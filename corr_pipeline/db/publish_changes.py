@@ -5,7 +5,10 @@ and under the same per-date advisory lock (``pg_advisory_xact_lock(hashtext('cor
 <days since 1970-01-01>)``), so a publication of the snapshot and one of its changes never
 interleave, and two publishers of the same date's changes end with one whole version:
 
-1. take the lock;
+1. take the lock, then check that the change set is still current (:class:`StaleChangesError`
+   otherwise, nothing written): a run of a parallel backfill may have computed it against an
+   older session while the previous session was being published, and the run publishing that
+   session may already have recorded the current changes (SPEC §10.7);
 2. ``DELETE`` the date's rows from the four child tables, then its ``change_summaries`` row;
 3. ``INSERT`` the ``change_summaries`` row (jsonb: quantiles, histogram, skipped parts, params);
 4. one ``COPY ... FROM STDIN (FORMAT BINARY)`` per child table (psycopg's row writer with the
@@ -31,12 +34,14 @@ import sqlalchemy as sa
 from corr_pipeline.db.bulk import driver_connection
 from corr_pipeline.db.dates import as_iso_date
 from corr_pipeline.db.publish import PublishError, _lock_date, read_snapshot_counts
+from corr_pipeline.db.reads import change_staleness
 from corr_pipeline.db.schema import CHANGE_TABLES, DRIFT_COLUMNS
 
 __all__ = [
     "CHANGE_COLUMNS",
     "ChangesPublication",
     "ChangesReport",
+    "StaleChangesError",
     "publish_changes",
     "read_change_counts",
 ]
@@ -110,6 +115,11 @@ SUMMARY_COLUMNS = (
     "previous_published_at",
 )
 _JSON_COLUMNS = ("quantiles", "change_histogram", "skipped", "params")
+
+
+class StaleChangesError(PublishError):
+    """The change set no longer describes the published snapshots (another previous session,
+    or either date re-published since it was computed): compute it again."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +197,11 @@ def publish_changes(engine: sa.Engine, changes: ChangesPublication) -> ChangesRe
     rows: dict[str, int] = {}
     with engine.begin() as conn, driver_connection(conn).cursor() as cur:
         lock_wait = _lock_date(cur, d)
+        t = time.perf_counter()
+        stale = change_staleness(conn, {"snapshot_date": d, **changes.summary})
+        if stale:
+            raise StaleChangesError(f"the changes of {d} are stale: {'; '.join(stale)}")
+        timings["check_current_s"] = time.perf_counter() - t
         t = time.perf_counter()
         replaced = _delete_changes_rows(cur, d)
         columns = ", ".join(("snapshot_date", *SUMMARY_COLUMNS, "created_at"))

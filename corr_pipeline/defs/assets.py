@@ -34,7 +34,6 @@ from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.price_source import PriceSourceError
 from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
-from corr_pipeline.db.publish_changes import publish_changes
 from corr_pipeline.db.reads import (
     changes_to_refresh,
     published_matrix_versions,
@@ -692,9 +691,10 @@ class ChangesConfig(dg.Config):
 
 
 def _compute_changes(context, engine, matrix_store, day, config, params):
-    """:func:`corr_pipeline.snapshot.changes.compute_changes` of ``day`` with the run's
-    configuration, logging to the run."""
-    return changes.compute_changes(
+    """:func:`corr_pipeline.snapshot.changes.compute_and_publish` of ``day`` with the run's
+    configuration, logging to the run: (results, rows, report), or None without a previous
+    session."""
+    return changes.compute_and_publish(
         engine,
         matrix_store.store,
         day,
@@ -715,12 +715,24 @@ def _refresh_following(context, engine, matrix_store, day, config, params) -> di
     refreshed = _compute_changes(context, engine, matrix_store, following, config, params)
     if refreshed is None:  # cannot happen: day is published before following
         return {"refreshed_following": dg.MetadataValue.text("none")}
-    publish_changes(engine, changes.publication(refreshed))
     context.log.info(
         f"the changes of {following} were stale or missing: recomputed against "
-        f"{refreshed.previous_date}"
+        f"{refreshed[0].previous_date}"
     )
     return {"refreshed_following": dg.MetadataValue.text(following.isoformat())}
+
+
+def _nothing_recorded(context, note: str, refreshed: dict) -> dg.MaterializeResult:
+    """The result of a ``snapshot_changes`` run that compares nothing, saying why."""
+    context.log.info(f"{note}: no changes recorded")
+    return dg.MaterializeResult(
+        metadata={
+            "previous_date": dg.MetadataValue.text("none"),
+            "recorded": dg.MetadataValue.bool(False),
+            "note": dg.MetadataValue.text(note),
+            **refreshed,
+        }
+    )
 
 
 @dg.asset(
@@ -733,7 +745,7 @@ def _refresh_following(context, engine, matrix_store, day, config, params) -> di
     "drift, the largest correlation moves, neighbor turnover, cluster migrations, lead-lag "
     "changes, symbols entered and left; published in one transaction (change_* tables), "
     "replacing an earlier version of the date. Records nothing when no earlier session is "
-    "published.",
+    "published, or the date itself is not (yet) published.",
 )
 def snapshot_changes(
     context: dg.AssetExecutionContext,
@@ -748,23 +760,19 @@ def snapshot_changes(
         engine = postgres.get_engine()
         with measure_stage() as stats:
             try:
-                results = _compute_changes(context, engine, matrix_store, day, config, params)
+                published = _compute_changes(context, engine, matrix_store, day, config, params)
             except LookupError as exc:
-                raise dg.Failure(description=str(exc), allow_retries=False) from None
-            if results is None:
-                context.log.info(f"no snapshot before {day} is published: no changes recorded")
-                return dg.MaterializeResult(
-                    metadata={
-                        "previous_date": dg.MetadataValue.text("none"),
-                        "recorded": dg.MetadataValue.bool(False),
-                        "note": dg.MetadataValue.text(
-                            f"no snapshot before {day} is published: nothing to compare"
-                        ),
-                        **_refresh_following(context, engine, matrix_store, day, config, params),
-                    }
+                # an asset backfill of the sessions before ``day`` targets this partition too
+                # (its changes depend on the previous session's publication): its own run
+                # computes them once ``day`` is published
+                return _nothing_recorded(context, f"{exc}: nothing to compare", {})
+            if published is None:
+                return _nothing_recorded(
+                    context,
+                    f"no snapshot before {day} is published: nothing to compare",
+                    _refresh_following(context, engine, matrix_store, day, config, params),
                 )
-            rows = changes.publication(results)
-            report = publish_changes(engine, rows)
+            results, rows, report = published
             refreshed = _refresh_following(context, engine, matrix_store, day, config, params)
         metadata.log_stage(context, f"changes {day} vs {results.previous_date}", stats)
         for part, reason in results.skipped.items():

@@ -49,7 +49,12 @@ from corr_pipeline.compute.changes import (
     neighbor_turnover,
 )
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
-from corr_pipeline.db.publish_changes import ChangesPublication
+from corr_pipeline.db.publish_changes import (
+    ChangesPublication,
+    ChangesReport,
+    StaleChangesError,
+    publish_changes,
+)
 from corr_pipeline.db.reads import (
     PublishedHead,
     PublishedRows,
@@ -67,6 +72,7 @@ from corr_pipeline.store.matrix_store import (
 __all__ = [
     "CORRELATION_PARTS",
     "ChangesResults",
+    "compute_and_publish",
     "compute_changes",
     "previous_session",
     "publication",
@@ -446,3 +452,36 @@ def publication(results: ChangesResults) -> ChangesPublication:
             "change_lead_lag": lead_lag,
         },
     )
+
+
+#: Computations of one date's changes before giving up when each is stale at publication.
+PUBLISH_ATTEMPTS = 3
+
+
+def compute_and_publish(
+    engine: sa.Engine,
+    store: MatrixStore,
+    day: dt.date,
+    *,
+    log: Callable[[str], None] | None = None,
+    attempts: int = PUBLISH_ATTEMPTS,
+    **options: Any,
+) -> tuple[ChangesResults, ChangesPublication, ChangesReport] | None:
+    """:func:`compute_changes` of ``day`` (``options`` are its keywords) published with
+    :func:`corr_pipeline.db.publish_changes.publish_changes`; None when there is no previous
+    session. A change set that became stale while it was computed (a run of a parallel backfill
+    published the previous session meanwhile: :class:`StaleChangesError`) is computed again
+    against the sessions published now, up to ``attempts`` times, then the error is raised."""
+    say = log or (lambda _message: None)
+    for attempt in range(1, attempts + 1):
+        results = compute_changes(engine, store, day, log=log, **options)
+        if results is None:
+            return None
+        rows = publication(results)
+        try:
+            return results, rows, publish_changes(engine, rows)
+        except StaleChangesError as exc:
+            if attempt == attempts:
+                raise
+            say(f"{exc}: computing them again (attempt {attempt + 1} of {attempts})")
+    raise AssertionError("unreachable")  # pragma: no cover

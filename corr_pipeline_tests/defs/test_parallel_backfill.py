@@ -9,7 +9,11 @@ per partition with its ``dagster/partition`` and ``dagster/backfill`` tags).
 Proved from the instance's own timestamps: the runs of the 10 partitions overlapped two at a
 time and never more (counted both from their launch, the ``RUN_STARTING`` event, and from their
 execution, ``start_time``, to their end); then the published rows of the 10 dates equal, row by
-row, what 10 serial runs of the same partitions publish.
+row, what 10 serial runs of the same partitions publish, and so do their changes (SPEC §10):
+every session after the first compared with the session before it and current, although the
+runs finished in any order (a run's ``snapshot_changes`` recomputes the next session's changes
+when they were computed before its own session was published, and a change set that became
+stale while it was computed is refused at publication and computed again).
 
 The runs use the in-process executor (run config of the backfill, as a team may set it): the
 limits concern whole runs, and each run's worker process starting up dominates a small run
@@ -18,11 +22,13 @@ already; the multiprocess executor in a backfill is tested by ``test_pipeline.py
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +41,13 @@ from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 
 from corr_pipeline import settings
-from corr_pipeline.db.schema import PUBLISHED_TABLES
+from corr_pipeline.db.reads import change_staleness
+from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.defs.concurrency import set_snapshot_runs_limit
 from corr_pipeline.defs.partitions import snapshot_partitions
 from corr_pipeline.defs.run import REPO_DAGSTER_YAML, materialize_snapshot
+from corr_pipeline.defs.step_options import SNAPSHOT_GROUP
 from corr_pipeline_tests.reliability import helpers as h
 
 REPO = REPO_DAGSTER_YAML.parent
@@ -128,6 +136,38 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     process.wait(10)
 
 
+@contextlib.contextmanager
+def _daemon(database_url: str, tmp_path: Path) -> Iterator[tuple[dg.DagsterInstance, Callable]]:
+    """A fresh instance (the repository's ``dagster.yaml``, the snapshot runs limit of
+    :data:`LIMIT`) with a ``dagster-daemon run`` on it; yields the instance and ``waiting(what)``,
+    which sleeps a second after checking that the daemon runs and the time bound holds."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_bytes(REPO_DAGSTER_YAML.read_bytes())
+    env = h.child_env(
+        DAGSTER_HOME=str(home),
+        **{
+            settings.ENV_DATABASE_URL: database_url,
+            settings.ENV_STORE_DIR: str(tmp_path / "store"),
+        },
+    )
+    instance = dg.DagsterInstance.from_config(str(home))
+    log = tmp_path / "daemon.log"
+    daemon = _start_daemon(env, log)
+    deadline = time.monotonic() + RUNS_TIMEOUT_S
+
+    def waiting(what: object) -> None:
+        assert daemon.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, what
+        time.sleep(1.0)
+
+    try:
+        set_snapshot_runs_limit(instance, LIMIT)
+        yield instance, waiting
+    finally:
+        _stop(daemon)
+
+
 def _max_overlap(intervals: list[tuple[float, float]]) -> int:
     """Most intervals open at one instant (an end at the very instant of a start counts first)."""
     events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
@@ -148,39 +188,46 @@ def _published(engine: sa.Engine, days: list[str]) -> dict[str, Any]:
     return {day: h.snapshot_rows(engine, day) for day in days}
 
 
+def _changes(engine: sa.Engine, days: list[str]) -> dict[str, Any]:
+    """Every change row of ``days`` (sorted), without the timestamps of the publications
+    compared, which differ between two runs that publish the same changes; and per date the
+    reasons its change set is stale (none expected)."""
+    ignored = {"created_at", "snapshot_published_at", "previous_published_at"}
+    out: dict[str, Any] = {}
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
+        for day in days:
+            for table in CHANGE_TABLES:
+                rows = conn.execute(
+                    sa.text(f"SELECT * FROM {table} WHERE snapshot_date = :d"), {"d": day}
+                ).mappings()
+                out[day, table] = sorted(
+                    repr(sorted((k, v) for k, v in row.items() if k not in ignored)) for row in rows
+                )
+            summary = (
+                conn.execute(
+                    sa.text("SELECT * FROM change_summaries WHERE snapshot_date = :d"), {"d": day}
+                )
+                .mappings()
+                .one_or_none()
+            )
+            out[day, "stale"] = None if summary is None else change_staleness(conn, summary)
+            out[day, "previous"] = None if summary is None else str(summary["previous_date"])
+    return out
+
+
 def test_backfill_runs_two_at_a_time_and_publishes_what_serial_runs_publish(
     clean_db, database_url, tmp_path
 ):
     sessions = _sessions()
     assert len(sessions) == 10, sessions
     write_synthetic_universe(clean_db, n_symbols=40, n_days=300, seed=7, end_date=LAST)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_bytes(REPO_DAGSTER_YAML.read_bytes())
-    env = h.child_env(
-        DAGSTER_HOME=str(home),
-        **{
-            settings.ENV_DATABASE_URL: database_url,
-            settings.ENV_STORE_DIR: str(tmp_path / "store"),
-        },
-    )
-    instance = dg.DagsterInstance.from_config(str(home))
-    daemon = _start_daemon(env, tmp_path / "daemon.log")
-    try:
-        set_snapshot_runs_limit(instance, LIMIT)
+    with _daemon(database_url, tmp_path) as (instance, waiting):
         backfill_id = _submit_backfill(instance, sessions)
-        deadline = time.monotonic() + RUNS_TIMEOUT_S
         while True:
             runs = instance.get_runs(filters=dg.RunsFilter.for_backfill(backfill_id))
             if len(runs) == len(sessions) and all(r.status in FINISHED for r in runs):
                 break
-            assert daemon.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, [
-                (r.tags["dagster/partition"], r.status) for r in runs
-            ]
-            time.sleep(1.0)
-    finally:
-        _stop(daemon)
+            waiting([(r.tags["dagster/partition"], r.status) for r in runs])
     records = instance.get_run_records(filters=dg.RunsFilter.for_backfill(backfill_id))
     by_partition = {r.dagster_run.tags["dagster/partition"]: r for r in records}
     assert sorted(by_partition) == sessions  # one run per session
@@ -203,6 +250,11 @@ def test_backfill_runs_two_at_a_time_and_publishes_what_serial_runs_publish(
 
     parallel = _published(clean_db, sessions)
     assert all(len(rows["symbol_clusters"]) > 0 for rows in parallel.values())
+    parallel_changes = _changes(clean_db, sessions)
+    assert parallel_changes[sessions[0], "previous"] is None  # nothing published before it
+    for before, day in zip(sessions, sessions[1:], strict=False):
+        assert parallel_changes[day, "previous"] == before, day
+        assert parallel_changes[day, "stale"] == [], day
     with clean_db.begin() as conn:  # the children follow (trigger cascade)
         conn.execute(
             sa.text("DELETE FROM snapshots WHERE snapshot_date = ANY(:d)"), {"d": sessions}
@@ -219,3 +271,93 @@ def test_backfill_runs_two_at_a_time_and_publishes_what_serial_runs_publish(
     for day in sessions:
         for table in PUBLISHED_TABLES:
             assert serial[day][table] == parallel[day][table], (day, table)
+    assert _changes(clean_db, sessions) == parallel_changes
+
+
+def _submit_asset_backfill(instance: dg.DagsterInstance, partitions: list[str]) -> str:
+    """What the UI's "Materialize" over a partition range does: a pure asset backfill of the
+    snapshot group (``launchPartitionBackfill`` with an asset selection), run by the daemon's
+    backfill loop in the order of the asset graph's partition mappings."""
+    target = WorkspaceFileTarget(paths=[str(REPO / "workspace.yaml")])
+    with WorkspaceProcessContext(instance, target) as process_context:
+        context = process_context.create_request_context()
+        graph = context.asset_graph
+        selection = [
+            key
+            for key in graph.get_all_asset_keys()
+            if graph.get(key).group_name == SNAPSHOT_GROUP and graph.get(key).is_materializable
+        ]
+        backfill = PartitionBackfill.from_asset_partitions(
+            backfill_id=make_new_backfill_id(),
+            asset_graph=graph,
+            partition_names=partitions,
+            asset_selection=selection,
+            backfill_timestamp=time.time(),
+            tags={},
+            dynamic_partitions_store=instance,
+            all_partitions=False,
+            title=None,
+            description=None,
+            run_config=IN_PROCESS,
+        )
+        instance.add_backfill(backfill)
+        return backfill.backfill_id
+
+
+def _materialized(instance: dg.DagsterInstance, asset: str, partition: str) -> tuple[float, str]:
+    """When the materialization of ``asset`` for ``partition`` was stored, and by which run."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+    ).records
+    assert len(records) == 1, (asset, partition)
+    return records[0].timestamp, records[0].run_id
+
+
+def test_asset_backfill_holds_each_sessions_changes_until_the_previous_is_published(
+    clean_db, database_url, tmp_path
+):
+    """An asset backfill of 3 sessions (the UI's way) through the daemon: snapshot_changes of
+    each session runs only after snapshot_publication of the session before it (SPEC §10.8);
+    every session's changes compare it with the session before it, current; the next session's
+    changes, which the backfill targets too, record nothing while it is not published.
+    Timestamps from the instance."""
+    sessions = _sessions()[-3:]
+    write_synthetic_universe(clean_db, n_symbols=30, n_days=300, seed=11, end_date=LAST)
+    with _daemon(database_url, tmp_path) as (instance, waiting):
+        backfill_id = _submit_asset_backfill(instance, sessions)
+        while (backfill := instance.get_backfill(backfill_id)) is not None and backfill.status in (
+            BulkActionStatus.REQUESTED,
+            BulkActionStatus.CANCELING,
+        ):
+            waiting(backfill)
+    assert backfill is not None and backfill.status == BulkActionStatus.COMPLETED_SUCCESS, (
+        backfill,
+        (tmp_path / "daemon.log").read_text()[-3000:],
+    )
+    runs = {
+        r.dagster_run.run_id: r
+        for r in instance.get_run_records(filters=dg.RunsFilter.for_backfill(backfill_id))
+    }
+    assert all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in runs.values())
+    for before, day in zip(sessions, sessions[1:], strict=False):
+        published_at, _ = _materialized(instance, "snapshot_publication", before)
+        _, changes_run = _materialized(instance, "snapshot_changes", day)
+        started = runs[changes_run].start_time
+        assert started is not None and started > published_at, (day, started, published_at)
+    # Dagster's asset backfill also targets what depends on the last session's publication:
+    # the changes of the next session, not published, which record nothing and say why
+    keys = snapshot_partitions.get_partition_keys()
+    following = keys[keys.index(sessions[-1]) + 1]
+    record = instance.fetch_materializations(
+        dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey("snapshot_changes"), asset_partitions=[following]
+        ),
+        limit=1,
+    ).records[0]
+    meta = record.asset_materialization.metadata
+    assert meta["recorded"].value is False, meta
+    assert f"the snapshot of {following} is not published" in meta["note"].value, meta
+    instance.dispose()
+    changes = _changes(clean_db, sessions)
+    for before, day in zip(sessions, sessions[1:], strict=False):
+        assert (changes[day, "previous"], changes[day, "stale"]) == (before, []), day

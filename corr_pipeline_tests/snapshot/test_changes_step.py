@@ -8,9 +8,18 @@ import datetime as dt
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
 
 from corr_pipeline.db.publish import delete_snapshot
-from corr_pipeline.snapshot.changes import CORRELATION_PARTS, compute_changes, previous_session
+from corr_pipeline.db.publish_changes import StaleChangesError, publish_changes
+from corr_pipeline.snapshot import changes as changes_step
+from corr_pipeline.snapshot.changes import (
+    CORRELATION_PARTS,
+    compute_and_publish,
+    compute_changes,
+    previous_session,
+    publication,
+)
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.snapshot.changes_fixtures import MIN_OVERLAP, publish_day, symbols_of
 
@@ -133,3 +142,62 @@ def test_a_date_published_again_during_the_scan_is_scanned_again(clean_db, store
     np.testing.assert_array_equal(got.correlation.top_p, again.correlation.top_p)
     np.testing.assert_array_equal(got.correlation.top_q, again.correlation.top_q)
     np.testing.assert_array_equal(got.correlation.top_change, again.correlation.top_change)
+
+
+def _summary(engine, day):
+    with engine.connect() as conn:
+        return conn.execute(
+            sa.text(
+                "SELECT previous_date, n_previous_symbols FROM change_summaries "
+                "WHERE snapshot_date = :d"
+            ),
+            {"d": day},
+        ).one_or_none()
+
+
+def test_a_change_set_stale_at_publication_is_refused(clean_db, store):
+    """The race of a parallel backfill: D2's changes computed against D0 while D1 was being
+    published, and D1's run has already recorded D2's changes against D1. Publishing the stale
+    set now would overwrite the current one: refused under the date's lock, nothing written."""
+    s0, _, s1, _ = _days(clean_db, store)
+    stale = compute_changes(clean_db, store, D2)
+    assert stale is not None and stale.previous_date == D0
+    publish_day(clean_db, store, D1, s1[:-3], 3)
+    current = compute_and_publish(clean_db, store, D2)
+    assert current is not None and current[0].previous_date == D1
+    with pytest.raises(StaleChangesError, match=f"the previous session is now {D1}, not {D0}"):
+        publish_changes(clean_db, publication(stale))
+    assert tuple(_summary(clean_db, D2)) == (D1, len(s1) - 3)
+
+
+def test_changes_computed_again_when_stale_at_publication(clean_db, store, monkeypatch):
+    """compute_and_publish of D2 while D1 is published during the first computation (as a
+    parallel backfill's run of D1 does): the first set (against D0) is refused as stale and
+    computed again against D1; a set stale every time fails after the attempts."""
+    s0, _, s1, _ = _days(clean_db, store)
+    computed = []
+
+    def racing(*args, **kwargs):
+        results = compute_changes(*args, **kwargs)
+        computed.append(results.previous_date)
+        if len(computed) == 1:
+            publish_day(clean_db, store, D1, s1[:-3], 3)
+        return results
+
+    monkeypatch.setattr(changes_step, "compute_changes", racing)
+    logged: list[str] = []
+    results, _, report = compute_and_publish(clean_db, store, D2, log=logged.append)
+    assert computed == [D0, D1] and results.previous_date == D1
+    assert any("stale" in line and "attempt 2 of 3" in line for line in logged), logged
+    assert report.rows["change_summaries"] == 1
+    assert tuple(_summary(clean_db, D2)) == (D1, len(s1) - 3)
+
+    def always_stale(*args, **kwargs):  # the previous session republished every time
+        results = compute_changes(*args, **kwargs)
+        publish_day(clean_db, store, D1, s1[:-3], 3)
+        return results
+
+    monkeypatch.setattr(changes_step, "compute_changes", always_stale)
+    with pytest.raises(StaleChangesError, match="re-published"):
+        compute_and_publish(clean_db, store, D2, attempts=2)
+    assert tuple(_summary(clean_db, D2)) == (D1, len(s1) - 3)  # the last current set stays
