@@ -34,3 +34,67 @@ def prefetch(typingctx, array, index):  # pragma: no cover - compiled
         return context.get_dummy_value()
 
     return signature, codegen
+
+
+# Shuffle masks of an 8 × 8 transpose in three stages of two-vector shuffles (the lane
+# patterns of AVX's unpacklo/hi, shuffle 0x44/0xEE and permute2f128 0x20/0x31); index k < 8
+# picks lane k of the first vector, k >= 8 lane k − 8 of the second.
+_INTERLEAVE_LO = (0, 8, 1, 9, 4, 12, 5, 13)
+_INTERLEAVE_HI = (2, 10, 3, 11, 6, 14, 7, 15)
+_PAIRS_LO = (0, 1, 8, 9, 4, 5, 12, 13)
+_PAIRS_HI = (2, 3, 10, 11, 6, 7, 14, 15)
+_HALVES_LO = (0, 1, 2, 3, 8, 9, 10, 11)
+_HALVES_HI = (4, 5, 6, 7, 12, 13, 14, 15)
+
+
+@intrinsic
+def mirror_block8(typingctx, matrix, row, col):  # pragma: no cover - compiled
+    """``matrix[col + k, row + l] = matrix[row + l, col + k]`` for ``k, l in 0..7``.
+
+    Copies the 8 × 8 block at (``row``, ``col``) of a C-contiguous 2-D array to its
+    transposed position (the caller keeps the two blocks disjoint): eight vector loads of
+    source rows, 24 lane shuffles, eight vector stores of destination rows, for any element
+    type. A plain copy of the values (bit for bit). No bounds check.
+    """
+    if not isinstance(matrix, types.Array) or matrix.ndim != 2 or matrix.layout != "C":
+        return None
+    signature = types.void(matrix, row, col)
+
+    def codegen(context, builder, sig, args):
+        array_type = sig.args[0]
+        handle = context.make_array(array_type)(context, builder, args[0])
+        row0 = context.cast(builder, args[1], sig.args[1], types.intp)
+        col0 = context.cast(builder, args[2], sig.args[2], types.intp)
+        element = context.get_data_type(array_type.dtype)
+        vector = ir.VectorType(element, 8)
+        align = context.get_abi_sizeof(element)
+        i32 = ir.IntType(32)
+
+        def row_pointer(first: ir.Value, k: int, second: ir.Value) -> ir.Value:
+            index = builder.add(first, ir.Constant(first.type, k))
+            pointer = cgutils.get_item_pointer(
+                context, builder, array_type, handle, [index, second], wraparound=False
+            )
+            return builder.bitcast(pointer, vector.as_pointer())
+
+        def shuffle(a: ir.Value, b: ir.Value, lanes: tuple[int, ...]) -> ir.Value:
+            mask = ir.Constant(ir.VectorType(i32, 8), [i32(lane) for lane in lanes])
+            return builder.shuffle_vector(a, b, mask)
+
+        rows = [builder.load(row_pointer(row0, k, col0), align=align) for k in range(8)]
+        pairs = []
+        for k in range(0, 8, 2):
+            pairs.append(shuffle(rows[k], rows[k + 1], _INTERLEAVE_LO))
+            pairs.append(shuffle(rows[k], rows[k + 1], _INTERLEAVE_HI))
+        quads = []
+        for first in (0, 1, 4, 5):
+            quads.append(shuffle(pairs[first], pairs[first + 2], _PAIRS_LO))
+            quads.append(shuffle(pairs[first], pairs[first + 2], _PAIRS_HI))
+        # quads: (0,2 lo), (0,2 hi), (1,3 lo), (1,3 hi), (4,6 lo), (4,6 hi), (5,7 lo), (5,7 hi)
+        columns = [shuffle(quads[k], quads[k + 4], _HALVES_LO) for k in range(4)]
+        columns += [shuffle(quads[k], quads[k + 4], _HALVES_HI) for k in range(4)]
+        for k in range(8):
+            builder.store(columns[k], row_pointer(col0, k, row0), align=align)
+        return context.get_dummy_value()
+
+    return signature, codegen
