@@ -48,32 +48,41 @@ _HALVES_HI = (4, 5, 6, 7, 12, 13, 14, 15)
 
 
 @intrinsic
-def mirror_block8(typingctx, matrix, row, col):  # pragma: no cover - compiled
-    """``matrix[col + k, row + l] = matrix[row + l, col + k]`` for ``k, l in 0..7``.
+def transpose_block8(
+    typingctx, source, source_row, source_col, target, target_row, target_col
+):  # pragma: no cover - compiled
+    """``target[target_row + k, target_col + l] = source[source_row + l, source_col + k]``
+    for ``k, l in 0..7``.
 
-    Copies the 8 × 8 block at (``row``, ``col``) of a C-contiguous 2-D array to its
-    transposed position (the caller keeps the two blocks disjoint): eight vector loads of
-    source rows, 24 lane shuffles, eight vector stores of destination rows, for any element
-    type. A plain copy of the values (bit for bit). No bounds check.
+    Copies the 8 × 8 block of ``source`` at (``source_row``, ``source_col``) transposed into
+    ``target`` (C-contiguous 2-D arrays of one element type; the same array is fine when the
+    two blocks are disjoint): eight vector loads of source rows, 24 lane shuffles, eight
+    vector stores of target rows. A plain copy of the values (bit for bit). No bounds check.
     """
-    if not isinstance(matrix, types.Array) or matrix.ndim != 2 or matrix.layout != "C":
+    for array in (source, target):
+        if not isinstance(array, types.Array) or array.ndim != 2 or array.layout != "C":
+            return None
+    if source.dtype != target.dtype:
         return None
-    signature = types.void(matrix, row, col)
+    signature = types.void(source, source_row, source_col, target, target_row, target_col)
 
     def codegen(context, builder, sig, args):
-        array_type = sig.args[0]
-        handle = context.make_array(array_type)(context, builder, args[0])
-        row0 = context.cast(builder, args[1], sig.args[1], types.intp)
-        col0 = context.cast(builder, args[2], sig.args[2], types.intp)
-        element = context.get_data_type(array_type.dtype)
+        handles = [context.make_array(sig.args[k])(context, builder, args[k]) for k in (0, 3)]
+        corners = [context.cast(builder, args[k], sig.args[k], types.intp) for k in (1, 2, 4, 5)]
+        element = context.get_data_type(sig.args[0].dtype)
         vector = ir.VectorType(element, 8)
         align = context.get_abi_sizeof(element)
         i32 = ir.IntType(32)
 
-        def row_pointer(first: ir.Value, k: int, second: ir.Value) -> ir.Value:
+        def row_pointer(which: int, first: ir.Value, k: int, second: ir.Value) -> ir.Value:
             index = builder.add(first, ir.Constant(first.type, k))
             pointer = cgutils.get_item_pointer(
-                context, builder, array_type, handle, [index, second], wraparound=False
+                context,
+                builder,
+                sig.args[3 * which],
+                handles[which],
+                [index, second],
+                wraparound=False,
             )
             return builder.bitcast(pointer, vector.as_pointer())
 
@@ -81,7 +90,9 @@ def mirror_block8(typingctx, matrix, row, col):  # pragma: no cover - compiled
             mask = ir.Constant(ir.VectorType(i32, 8), [i32(lane) for lane in lanes])
             return builder.shuffle_vector(a, b, mask)
 
-        rows = [builder.load(row_pointer(row0, k, col0), align=align) for k in range(8)]
+        rows = [
+            builder.load(row_pointer(0, corners[0], k, corners[1]), align=align) for k in range(8)
+        ]
         pairs = []
         for k in range(0, 8, 2):
             pairs.append(shuffle(rows[k], rows[k + 1], _INTERLEAVE_LO))
@@ -94,7 +105,7 @@ def mirror_block8(typingctx, matrix, row, col):  # pragma: no cover - compiled
         columns = [shuffle(quads[k], quads[k + 4], _HALVES_LO) for k in range(4)]
         columns += [shuffle(quads[k], quads[k + 4], _HALVES_HI) for k in range(4)]
         for k in range(8):
-            builder.store(columns[k], row_pointer(col0, k, row0), align=align)
+            builder.store(columns[k], row_pointer(1, corners[2], k, corners[3]), align=align)
         return context.get_dummy_value()
 
     return signature, codegen

@@ -40,7 +40,7 @@ import math
 import numpy as np
 from numba import njit
 
-from corr_pipeline.compute.intrinsics import mirror_block8
+from corr_pipeline.compute.intrinsics import transpose_block8
 
 FALLBACK_TAU = 1.0 / 16.0
 """Recompute a pair exactly when a variance is below tau × its source sum (see module docstring)."""
@@ -285,7 +285,7 @@ def mirror_block(matrix, row_lo, row_hi, col_lo, col_hi):  # pragma: no cover - 
     Copies the upper-triangle block rows ``[row_lo, row_hi)`` × columns ``[col_lo, col_hi)``
     (one product chunk, still in cache) to its mirror image below the diagonal (``matrix``
     C-contiguous), in 8 × 8 squares from the block's corner: a square wholly below the
-    diagonal is moved by one register transpose (``intrinsics.mirror_block8``), the others
+    diagonal is moved by one register transpose (``intrinsics.transpose_block8``), the others
     (on the diagonal, or cut by the block's edge) element by element.
     """
     for r0 in range(col_lo, col_hi, 8):
@@ -293,7 +293,7 @@ def mirror_block(matrix, row_lo, row_hi, col_lo, col_hi):  # pragma: no cover - 
         for c0 in range(row_lo, row_hi, 8):
             c1 = min(c0 + 8, row_hi)
             if r1 - r0 == 8 and c1 - c0 == 8 and r0 >= c0 + 8:
-                mirror_block8(matrix, c0, r0)
+                transpose_block8(matrix, c0, r0, matrix, r0, c0)
             else:
                 for r in range(max(r0, c0 + 1), r1):
                     for c in range(c0, min(c1, r)):
