@@ -42,10 +42,12 @@ class Standardized:
 
     z: np.ndarray  # T × N float32
     z_t: np.ndarray  # N × T float32 (Z transposed, C order)
-    present_t: np.ndarray  # N × T uint8, 1 where R is finite
+    present: np.ndarray  # T × N uint8, 1 where R is finite
+    present_t: np.ndarray  # N × T uint8 (present transposed)
     raw_t: np.ndarray  # N × T float32, R transposed (for the exact fallback)
     prefix: np.ndarray  # (T + 1) × N float64, PZ
     prefix_sq: np.ndarray  # (T + 1) × N float64, PZ2
+    prefix_count: np.ndarray  # (T + 1) × N int32, PM
     prefix_t: np.ndarray  # N × (T + 1) float64, PZ transposed
     prefix_sq_t: np.ndarray  # N × (T + 1) float64, PZ2 transposed
     prefix_count_t: np.ndarray  # N × (T + 1) int32, PM transposed
@@ -70,10 +72,12 @@ def standardize(
     window = Standardized(
         z=np.empty((n_rows, n_cols), dtype=np.float32),
         z_t=np.empty((n_cols, n_rows), dtype=np.float32),
+        present=np.empty((n_rows, n_cols), dtype=np.uint8),
         present_t=np.empty((n_cols, n_rows), dtype=np.uint8),
         raw_t=np.empty((n_cols, n_rows), dtype=np.float32),
         prefix=np.empty((n_rows + 1, n_cols), dtype=np.float64),
         prefix_sq=np.empty((n_rows + 1, n_cols), dtype=np.float64),
+        prefix_count=np.empty((n_rows + 1, n_cols), dtype=np.int32),
         prefix_t=np.empty((n_cols, n_rows + 1), dtype=np.float64),
         prefix_sq_t=np.empty((n_cols, n_rows + 1), dtype=np.float64),
         prefix_count_t=np.empty((n_cols, n_rows + 1), dtype=np.int32),
@@ -104,6 +108,8 @@ def _standardize_columns(returns: np.ndarray, window: Standardized, cols: slice)
     window.z[:, cols] = window.z_t[cols].T
     window.prefix[:, cols] = window.prefix_t[cols].T
     window.prefix_sq[:, cols] = window.prefix_sq_t[cols].T
+    window.present[:, cols] = window.present_t[cols].T
+    window.prefix_count[:, cols] = window.prefix_count_t[cols].T
 
 
 @njit(cache=True, nogil=True)
@@ -167,10 +173,7 @@ class Side:
 
     ``lo[j], hi[j]`` bound column j's finite rows in local coordinates (``lo == hi``
     when it has none); ``gap_rows[gap_ptr[j]:gap_ptr[j + 1]]`` are its local rows
-    inside ``[lo, hi)`` that are not finite, ascending, and ``gap_cols`` holds the
-    column of each of those entries. ``partial_cols`` lists, ascending, the columns
-    whose interval is not the whole side (``[0, n_rows)``); ``partial_ptr[j]`` counts
-    those below ``j``. ``total[j] = PZ[row0 + n_rows, j] − PZ[row0, j]`` and ``total_sq``
+    inside ``[lo, hi)`` that are not finite, ascending. ``total[j] = PZ[row0 + n_rows, j] − PZ[row0, j]`` and ``total_sq``
     (the same with PZ2) are the column's sums over the side.
     """
 
@@ -180,9 +183,6 @@ class Side:
     hi: np.ndarray  # (N,) int64
     gap_ptr: np.ndarray  # (N + 1,) int64
     gap_rows: np.ndarray  # int64
-    gap_cols: np.ndarray  # int64, same length as gap_rows
-    partial_ptr: np.ndarray  # (N + 1,) int64
-    partial_cols: np.ndarray  # int64
     total: np.ndarray  # (N,) float64
     total_sq: np.ndarray  # (N,) float64
 
@@ -196,8 +196,7 @@ def make_side(window: Standardized, row0: int, row1: int) -> Side:
     hi = np.where(has_any, n_rows - present[:, ::-1].argmax(axis=1), 0)
     local = np.arange(n_rows)
     interior_gap = ~present & (local >= lo[:, None]) & (local < hi[:, None])
-    gap_cols, gap_rows = np.nonzero(interior_gap)  # row-major: by column, rows ascending
-    partial = (lo != 0) | (hi != n_rows)
+    gap_rows = np.nonzero(interior_gap)[1]  # row-major: by column, rows ascending
     return Side(
         row0=row0,
         n_rows=n_rows,
@@ -205,9 +204,6 @@ def make_side(window: Standardized, row0: int, row1: int) -> Side:
         hi=hi.astype(np.int64),
         gap_ptr=_counts_below(interior_gap.sum(axis=1)),
         gap_rows=gap_rows.astype(np.int64),
-        gap_cols=gap_cols.astype(np.int64),
-        partial_ptr=_counts_below(partial),
-        partial_cols=np.flatnonzero(partial).astype(np.int64),
         total=window.prefix[row1] - window.prefix[row0],
         total_sq=window.prefix_sq[row1] - window.prefix_sq[row0],
     )
