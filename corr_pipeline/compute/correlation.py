@@ -102,7 +102,7 @@ class PairCorrelator:
             rows[1],
             w.z,
             w.present,
-            w.raw_t,
+            w.raw.T,  # the exact fallback's column-major view of the returns
             w.prefix,
             w.prefix_sq,
             w.prefix_count,
@@ -205,7 +205,7 @@ def pairwise_correlation(
         n_cols, block_row_bytes(n_cols, ov_dtype.itemsize), working_memory_mb, block_rows=block_rows
     )
     with worker_pool() as pool:
-        window = standardize(R, pool)
+        window = standardize(R, pool, transposed=False)
         side = make_side(window, 0, n_rows)
         correlator = PairCorrelator(window, side, side, pool)
         for done, (start, stop) in enumerate(blocks, start=1):
