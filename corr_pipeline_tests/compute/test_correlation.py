@@ -473,3 +473,43 @@ def test_full_history_columns(layout: str) -> None:
             universe.R, min_overlap=universe.min_overlap, block_rows=block_rows
         )
         _assert_identical(baseline, other, f"{universe.name}, block_rows={block_rows}")
+
+
+def test_standardized_window_without_transposed_copies() -> None:
+    """``standardize(transposed=False)`` (the correlation's window) fills the same time-major
+    arrays as the full window, whose column-major copies are exactly their transposes, and
+    refuses to hand out copies it did not build. Checked against numpy: Z is zero where R is
+    missing, each column's Z has mean 0 and variance 1 over its finite rows, and the prefix
+    sums are the running sums of float64(Z), Z² and the presence."""
+    from corr_pipeline.compute.standardize import standardize
+
+    universe = realistic_universe(11, 70, 530, 20, name="T70_N530")
+    R = universe.R
+    R[:, 5] = 0.25  # a constant column: Z is 0
+    full = standardize(R, column_chunk=128)
+    lean = standardize(R, column_chunk=100, transposed=False)
+    for name in ("z", "z_t", "present", "prefix", "prefix_sq", "prefix_count"):
+        assert getattr(full, name).tobytes() == getattr(lean, name).tobytes(), name
+    copies = full.transposed
+    assert copies is not None and lean.transposed is None
+    assert np.array_equal(copies.present_t, full.present.T)
+    assert np.array_equal(copies.raw_t, R.T, equal_nan=True)
+    assert np.array_equal(copies.prefix_t, full.prefix.T)
+    assert np.array_equal(copies.prefix_sq_t, full.prefix_sq.T)
+    assert np.array_equal(copies.prefix_count_t, full.prefix_count.T)
+    with pytest.raises(ValueError, match="without its transposed arrays"):
+        _ = lean.prefix_t
+
+    finite = np.isfinite(R)
+    z = full.z.astype(np.float64)
+    assert np.array_equal(full.present, finite.astype(np.uint8))
+    assert np.array_equal(full.z_t, full.z.T)
+    assert not z[~finite].any() and not z[:, 5].any()
+    varying = [j for j in range(R.shape[1]) if j != 5 and finite[:, j].sum() >= 2]
+    counts = finite[:, varying].sum(axis=0)
+    np.testing.assert_allclose(z[:, varying].sum(axis=0) / counts, 0.0, atol=1e-6)
+    np.testing.assert_allclose((z[:, varying] ** 2).sum(axis=0) / counts, 1.0, rtol=1e-5)
+    assert np.array_equal(full.prefix[1:], np.cumsum(z, axis=0))
+    assert np.array_equal(full.prefix_sq[1:], np.cumsum(z * z, axis=0))
+    assert np.array_equal(full.prefix_count[1:], np.cumsum(finite, axis=0))
+    assert not full.prefix[0].any() and not full.prefix_count[0].any()
