@@ -267,28 +267,46 @@ class Side:
 
 def make_side(window: Standardized, row0: int, row1: int) -> Side:
     """The side for rows ``[row0, row1)``: O(N + gaps) work, no copy of the data."""
-    present = window.present[row0:row1].T.astype(bool)
-    n_rows = row1 - row0
-    has_any = present.any(axis=1)
-    lo = np.where(has_any, present.argmax(axis=1), 0)
-    hi = np.where(has_any, n_rows - present[:, ::-1].argmax(axis=1), 0)
-    local = np.arange(n_rows)
-    interior_gap = ~present & (local >= lo[:, None]) & (local < hi[:, None])
-    gap_rows = np.nonzero(interior_gap)[1]  # row-major: by column, rows ascending
+    lo, hi, gap_ptr, gap_rows = _intervals_and_gaps(window.present, row0, row1)
     return Side(
         row0=row0,
-        n_rows=n_rows,
-        lo=lo.astype(np.int64),
-        hi=hi.astype(np.int64),
-        gap_ptr=_counts_below(interior_gap.sum(axis=1)),
-        gap_rows=gap_rows.astype(np.int64),
+        n_rows=row1 - row0,
+        lo=lo,
+        hi=hi,
+        gap_ptr=gap_ptr,
+        gap_rows=gap_rows,
         total=window.prefix[row1] - window.prefix[row0],
         total_sq=window.prefix_sq[row1] - window.prefix_sq[row0],
     )
 
 
-def _counts_below(counts: np.ndarray) -> np.ndarray:
-    """``ptr[j] = Σ_{c < j} counts[c]`` for ``j = 0 .. N`` (CSR row pointers), int64."""
-    ptr = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    return ptr
+@njit(cache=True, nogil=True)
+def _intervals_and_gaps(present, row0, row1):  # pragma: no cover - compiled
+    """``(lo, hi, gap_ptr, gap_rows)`` of :class:`Side` for rows ``[row0, row1)`` of the
+    time-major presence, in two row-by-row sweeps (vectorised over the columns):
+    ``lo[j]`` = first local row present, ``hi[j]`` = last + 1 (both 0 when none), then the
+    local rows of ``[lo, hi)`` not present, ascending per column, in CSR form."""
+    n_cols = present.shape[1]
+    n_rows = row1 - row0
+    lo = np.zeros(n_cols, dtype=np.int64)
+    hi = np.zeros(n_cols, dtype=np.int64)
+    count = np.zeros(n_cols, dtype=np.int64)
+    for t in range(n_rows):
+        row = present[row0 + t]
+        for j in range(n_cols):
+            here = row[j] != 0
+            lo[j] = t if here and count[j] == 0 else lo[j]
+            hi[j] = t + 1 if here else hi[j]
+            count[j] += here
+    gap_ptr = np.zeros(n_cols + 1, dtype=np.int64)
+    for j in range(n_cols):
+        gap_ptr[j + 1] = gap_ptr[j] + (hi[j] - lo[j] - count[j])
+    gap_rows = np.empty(gap_ptr[n_cols], dtype=np.int64)
+    cursor = gap_ptr[:n_cols].copy()
+    for t in range(n_rows):
+        row = present[row0 + t]
+        for j in range(n_cols):
+            if row[j] == 0 and lo[j] <= t < hi[j]:
+                gap_rows[cursor[j]] = t
+                cursor[j] += 1
+    return lo, hi, gap_ptr, gap_rows

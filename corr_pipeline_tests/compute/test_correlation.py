@@ -513,3 +513,30 @@ def test_standardized_window_without_transposed_copies() -> None:
     assert np.array_equal(full.prefix_sq[1:], np.cumsum(z * z, axis=0))
     assert np.array_equal(full.prefix_count[1:], np.cumsum(finite, axis=0))
     assert not full.prefix[0].any() and not full.prefix_count[0].any()
+
+
+def test_side_intervals_and_gaps() -> None:
+    """``make_side``'s intervals and interior gaps against their definition, on every row
+    range of a window with empty, full, listed, delisted and gapped columns."""
+    from corr_pipeline.compute.standardize import make_side, standardize
+
+    rng = np.random.default_rng(12)
+    T, N = 40, 90
+    R = rng.standard_normal((T, N)).astype(np.float32)
+    R[rng.random((T, N)) < 0.2] = np.nan
+    R[:, 0] = np.nan  # never present
+    R[:, 1] = 0.5  # always present
+    R[:25, 2] = np.nan  # listed late
+    R[10:, 3] = np.nan  # delisted early
+    window = standardize(R, transposed=False)
+    for row0, row1 in [(0, T), (0, 1), (5, 30), (39, 40), (20, 40)]:
+        side = make_side(window, row0, row1)
+        finite = np.isfinite(R[row0:row1])
+        for j in range(N):
+            rows = np.flatnonzero(finite[:, j])
+            lo, hi = (rows[0], rows[-1] + 1) if rows.size else (0, 0)
+            assert (side.lo[j], side.hi[j]) == (lo, hi), (row0, row1, j)
+            gaps = [t for t in range(lo, hi) if not finite[t, j]]
+            got = side.gap_rows[side.gap_ptr[j] : side.gap_ptr[j + 1]]
+            assert got.tolist() == gaps, (row0, row1, j)
+        assert side.gap_ptr[-1] == side.gap_rows.size
