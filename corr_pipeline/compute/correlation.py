@@ -10,13 +10,13 @@ tile of 128 rows and chunk of 2,048 columns from the tile on (the upper
 triangle), then one fused numba pass per chunk that turns it into ``corr`` and
 ``overlap`` with the prefix sums and gap corrections; chunks run in parallel
 threads (``workers``). Each chunk is then mirrored into the block below the
-diagonal, so ``corr == corr.T`` bit for bit by construction.
+diagonal (8 × 8 register transposes), so ``corr == corr.T`` bit for bit by construction.
 
 Memory at N = 24,000, T = 252 (block of b rows): the standardized window
-(~5 arrays of T × N float32/uint8 plus 5 of float64, about 220 MB), the
-block slab (b × N × 6 bytes) and one chunk product (128 × 2,048 × 4 bytes) per
-thread. Nothing is N × N except the outputs, which the caller may pass as
-memory-mapped files.
+(4 arrays of T × N float32/int32/uint8 plus 2 of float64, about 175 MB), the
+block slab (b × N × 6 bytes), one chunk product (128 × 2,048 × 4 bytes) and the
+fused pass's scratch (~2 MB) per thread. Nothing is N × N except the outputs, which the
+caller may pass as memory-mapped files.
 """
 
 from __future__ import annotations
@@ -101,14 +101,11 @@ class PairCorrelator:
             rows[0],
             rows[1],
             w.z,
-            w.z_t,
-            w.present_t,
-            w.raw_t,
+            w.present,
+            w.raw.T,  # the exact fallback's column-major view of the returns
             w.prefix,
             w.prefix_sq,
-            w.prefix_t,
-            w.prefix_sq_t,
-            w.prefix_count_t,
+            w.prefix_count,
             a.row0,
             a.lo,
             a.hi,
@@ -119,9 +116,6 @@ class PairCorrelator:
             b.hi,
             b.gap_ptr,
             b.gap_rows,
-            b.gap_cols,
-            b.partial_ptr,
-            b.partial_cols,
             b.total,
             b.total_sq,
             a.n_rows,
@@ -211,7 +205,7 @@ def pairwise_correlation(
         n_cols, block_row_bytes(n_cols, ov_dtype.itemsize), working_memory_mb, block_rows=block_rows
     )
     with worker_pool() as pool:
-        window = standardize(R, pool)
+        window = standardize(R, pool, transposed=False)
         side = make_side(window, 0, n_rows)
         correlator = PairCorrelator(window, side, side, pool)
         for done, (start, stop) in enumerate(blocks, start=1):

@@ -37,18 +37,29 @@ from numba import njit
 
 
 @dataclass(frozen=True)
-class Standardized:
-    """The whole window, standardized once (see module docstring)."""
+class Transposed:
+    """Column-major copies of a window's arrays, for kernels that walk one column's history
+    (lead-lag): row ``j`` is column ``j`` of the time-major array."""
 
-    z: np.ndarray  # T × N float32
-    z_t: np.ndarray  # N × T float32 (Z transposed, C order)
-    present_t: np.ndarray  # N × T uint8, 1 where R is finite
+    present_t: np.ndarray  # N × T uint8
     raw_t: np.ndarray  # N × T float32, R transposed (for the exact fallback)
-    prefix: np.ndarray  # (T + 1) × N float64, PZ
-    prefix_sq: np.ndarray  # (T + 1) × N float64, PZ2
     prefix_t: np.ndarray  # N × (T + 1) float64, PZ transposed
     prefix_sq_t: np.ndarray  # N × (T + 1) float64, PZ2 transposed
     prefix_count_t: np.ndarray  # N × (T + 1) int32, PM transposed
+
+
+@dataclass(frozen=True)
+class Standardized:
+    """The whole window, standardized once (see module docstring)."""
+
+    raw: np.ndarray  # T × N float32, the returns as given (not copied)
+    z: np.ndarray  # T × N float32
+    z_t: np.ndarray  # N × T float32 (Z transposed, C order)
+    present: np.ndarray  # T × N uint8, 1 where R is finite
+    prefix: np.ndarray  # (T + 1) × N float64, PZ
+    prefix_sq: np.ndarray  # (T + 1) × N float64, PZ2
+    prefix_count: np.ndarray  # (T + 1) × N int32, PM
+    transposed: Transposed | None  # built when asked for (``standardize(transposed=True)``)
 
     @property
     def n_rows(self) -> int:
@@ -58,76 +69,140 @@ class Standardized:
     def n_cols(self) -> int:
         return int(self.z.shape[1])
 
+    def _transposed(self) -> Transposed:
+        if self.transposed is None:
+            raise ValueError("this window was standardized without its transposed arrays")
+        return self.transposed
+
+    @property
+    def present_t(self) -> np.ndarray:
+        return self._transposed().present_t
+
+    @property
+    def raw_t(self) -> np.ndarray:
+        return self._transposed().raw_t
+
+    @property
+    def prefix_t(self) -> np.ndarray:
+        return self._transposed().prefix_t
+
+    @property
+    def prefix_sq_t(self) -> np.ndarray:
+        return self._transposed().prefix_sq_t
+
+    @property
+    def prefix_count_t(self) -> np.ndarray:
+        return self._transposed().prefix_count_t
+
 
 def standardize(
-    returns: np.ndarray, pool: Executor | None = None, column_chunk: int = 512
+    returns: np.ndarray,
+    pool: Executor | None = None,
+    column_chunk: int = 512,
+    *,
+    transposed: bool = True,
 ) -> Standardized:
     """Standardize ``returns`` and build the prefix sums, a chunk of columns at a time.
 
-    Chunks write disjoint columns, so they run in ``pool`` when one is given.
+    Chunks write disjoint columns, so they run in ``pool`` when one is given. With
+    ``transposed=False`` the column-major copies (:class:`Transposed`, 45 % of the memory,
+    needed by lead-lag only) are not built.
     """
     n_rows, n_cols = returns.shape
+    if transposed:
+        copies = Transposed(
+            present_t=np.empty((n_cols, n_rows), dtype=np.uint8),
+            raw_t=np.empty((n_cols, n_rows), dtype=np.float32),
+            prefix_t=np.empty((n_cols, n_rows + 1), dtype=np.float64),
+            prefix_sq_t=np.empty((n_cols, n_rows + 1), dtype=np.float64),
+            prefix_count_t=np.empty((n_cols, n_rows + 1), dtype=np.int32),
+        )
+    else:  # placeholders the kernel never writes
+        copies = Transposed(
+            present_t=np.empty((0, 0), dtype=np.uint8),
+            raw_t=np.empty((0, 0), dtype=np.float32),
+            prefix_t=np.empty((0, 0), dtype=np.float64),
+            prefix_sq_t=np.empty((0, 0), dtype=np.float64),
+            prefix_count_t=np.empty((0, 0), dtype=np.int32),
+        )
     window = Standardized(
+        raw=returns,
         z=np.empty((n_rows, n_cols), dtype=np.float32),
         z_t=np.empty((n_cols, n_rows), dtype=np.float32),
-        present_t=np.empty((n_cols, n_rows), dtype=np.uint8),
-        raw_t=np.empty((n_cols, n_rows), dtype=np.float32),
+        present=np.empty((n_rows, n_cols), dtype=np.uint8),
         prefix=np.empty((n_rows + 1, n_cols), dtype=np.float64),
         prefix_sq=np.empty((n_rows + 1, n_cols), dtype=np.float64),
-        prefix_t=np.empty((n_cols, n_rows + 1), dtype=np.float64),
-        prefix_sq_t=np.empty((n_cols, n_rows + 1), dtype=np.float64),
-        prefix_count_t=np.empty((n_cols, n_rows + 1), dtype=np.int32),
+        prefix_count=np.empty((n_rows + 1, n_cols), dtype=np.int32),
+        transposed=copies if transposed else None,
     )
-    chunks = [
-        slice(start, min(start + column_chunk, n_cols)) for start in range(0, n_cols, column_chunk)
-    ]
 
-    def fill(cols: slice) -> None:
-        _standardize_columns(returns, window, cols)
+    def fill(start: int) -> None:
+        _standardize_columns(
+            returns,
+            start,
+            min(start + column_chunk, n_cols),
+            window.z,
+            window.z_t,
+            window.present,
+            window.prefix,
+            window.prefix_sq,
+            window.prefix_count,
+            transposed,
+            copies.present_t,
+            copies.raw_t,
+            copies.prefix_t,
+            copies.prefix_sq_t,
+            copies.prefix_count_t,
+        )
 
-    list(pool.map(fill, chunks) if pool is not None else map(fill, chunks))
+    starts = range(0, n_cols, column_chunk)
+    list(pool.map(fill, starts) if pool is not None else map(fill, starts))
     return window
 
 
-def _standardize_columns(returns: np.ndarray, window: Standardized, cols: slice) -> None:
-    """Fill every array of ``window`` for the columns ``cols``: the transposed (column-major)
-    arrays by :func:`_standardize_rows`, then the time-major ones as their transposes."""
-    window.raw_t[cols] = returns[:, cols].T
-    _standardize_rows(
-        window.raw_t[cols],
-        window.z_t[cols],
-        window.present_t[cols],
-        window.prefix_t[cols],
-        window.prefix_sq_t[cols],
-        window.prefix_count_t[cols],
-    )
-    window.z[:, cols] = window.z_t[cols].T
-    window.prefix[:, cols] = window.prefix_t[cols].T
-    window.prefix_sq[:, cols] = window.prefix_sq_t[cols].T
-
-
 @njit(cache=True, nogil=True)
-def _standardize_rows(
-    raw_t, z_t, present_t, prefix_t, prefix_sq_t, prefix_count_t
+def _standardize_columns(
+    returns,
+    first,
+    last,
+    z,
+    z_t,
+    present,
+    prefix,
+    prefix_sq,
+    prefix_count,
+    transposed,
+    present_t,
+    raw_t,
+    prefix_t,
+    prefix_sq_t,
+    prefix_count_t,
 ):  # pragma: no cover - compiled
-    """Standardize each row of ``raw_t`` (one column of R) into ``z_t`` and its prefix sums.
+    """Standardize columns ``[first, last)`` of ``returns`` into ``z``, ``z_t`` and the prefix
+    sums (and, if ``transposed``, the column-major copies), one column at a time.
 
     Float64 two-pass moments over the finite values (sequential sums), then
     ``Z = float32((R − mean) · (1 / std))`` (0 where R is not finite) and the running sums of
     ``float64(Z)``, its square and the presence. A column varies iff its largest finite value
-    exceeds its smallest and ``std`` is finite and > 0; otherwise its ``Z`` is 0.
+    exceeds its smallest and ``std`` is finite and > 0; otherwise its ``Z`` is 0. A column's
+    values are read once (strided; the neighbouring columns of the chunk share its cache
+    lines) into a float64 buffer.
     """
-    n_cols, n_rows = raw_t.shape
-    for j in range(n_cols):
+    n_rows = returns.shape[0]
+    values = np.empty(n_rows)
+    finite = np.empty(n_rows, dtype=np.bool_)
+    for j in range(first, last):
         count = 0
         total = 0.0
         highest = -np.inf
         lowest = np.inf
         for t in range(n_rows):
-            value = np.float64(raw_t[j, t])
-            finite = math.isfinite(value)
-            present_t[j, t] = finite
-            if finite:
+            value = np.float64(returns[t, j])
+            ok = math.isfinite(value)
+            values[t] = value
+            finite[t] = ok
+            present[t, j] = ok
+            if ok:
                 count += 1
                 total += value
                 highest = max(highest, value)
@@ -135,8 +210,8 @@ def _standardize_rows(
         mean = total / max(count, 1)
         squares = 0.0
         for t in range(n_rows):
-            if present_t[j, t]:
-                deviation = np.float64(raw_t[j, t]) - mean
+            if finite[t]:
+                deviation = values[t] - mean
                 squares += deviation * deviation
         std = math.sqrt(squares / max(count, 1))
         varies = highest > lowest and std > 0.0 and math.isfinite(std)
@@ -144,21 +219,30 @@ def _standardize_rows(
         running = 0.0
         running_sq = 0.0
         running_count = 0
-        prefix_t[j, 0] = 0.0
-        prefix_sq_t[j, 0] = 0.0
-        prefix_count_t[j, 0] = 0
+        prefix[0, j] = 0.0
+        prefix_sq[0, j] = 0.0
+        prefix_count[0, j] = 0
         for t in range(n_rows):
             standardized = np.float32(0.0)
-            if present_t[j, t]:
-                standardized = np.float32((np.float64(raw_t[j, t]) - mean) * scale)
+            if finite[t]:
+                standardized = np.float32((values[t] - mean) * scale)
                 running_count += 1
+            z[t, j] = standardized
             z_t[j, t] = standardized
             value = np.float64(standardized)
             running += value
             running_sq += value * value
-            prefix_t[j, t + 1] = running
-            prefix_sq_t[j, t + 1] = running_sq
-            prefix_count_t[j, t + 1] = running_count
+            prefix[t + 1, j] = running
+            prefix_sq[t + 1, j] = running_sq
+            prefix_count[t + 1, j] = running_count
+        if transposed:
+            for t in range(n_rows):
+                present_t[j, t] = finite[t]
+                raw_t[j, t] = returns[t, j]
+            for t in range(n_rows + 1):
+                prefix_t[j, t] = prefix[t, j]
+                prefix_sq_t[j, t] = prefix_sq[t, j]
+                prefix_count_t[j, t] = prefix_count[t, j]
 
 
 @dataclass(frozen=True)
@@ -167,10 +251,7 @@ class Side:
 
     ``lo[j], hi[j]`` bound column j's finite rows in local coordinates (``lo == hi``
     when it has none); ``gap_rows[gap_ptr[j]:gap_ptr[j + 1]]`` are its local rows
-    inside ``[lo, hi)`` that are not finite, ascending, and ``gap_cols`` holds the
-    column of each of those entries. ``partial_cols`` lists, ascending, the columns
-    whose interval is not the whole side (``[0, n_rows)``); ``partial_ptr[j]`` counts
-    those below ``j``. ``total[j] = PZ[row0 + n_rows, j] − PZ[row0, j]`` and ``total_sq``
+    inside ``[lo, hi)`` that are not finite, ascending. ``total[j] = PZ[row0 + n_rows, j] − PZ[row0, j]`` and ``total_sq``
     (the same with PZ2) are the column's sums over the side.
     """
 
@@ -180,41 +261,52 @@ class Side:
     hi: np.ndarray  # (N,) int64
     gap_ptr: np.ndarray  # (N + 1,) int64
     gap_rows: np.ndarray  # int64
-    gap_cols: np.ndarray  # int64, same length as gap_rows
-    partial_ptr: np.ndarray  # (N + 1,) int64
-    partial_cols: np.ndarray  # int64
     total: np.ndarray  # (N,) float64
     total_sq: np.ndarray  # (N,) float64
 
 
 def make_side(window: Standardized, row0: int, row1: int) -> Side:
     """The side for rows ``[row0, row1)``: O(N + gaps) work, no copy of the data."""
-    present = window.present_t[:, row0:row1].astype(bool)
-    n_rows = row1 - row0
-    has_any = present.any(axis=1)
-    lo = np.where(has_any, present.argmax(axis=1), 0)
-    hi = np.where(has_any, n_rows - present[:, ::-1].argmax(axis=1), 0)
-    local = np.arange(n_rows)
-    interior_gap = ~present & (local >= lo[:, None]) & (local < hi[:, None])
-    gap_cols, gap_rows = np.nonzero(interior_gap)  # row-major: by column, rows ascending
-    partial = (lo != 0) | (hi != n_rows)
+    lo, hi, gap_ptr, gap_rows = _intervals_and_gaps(window.present, row0, row1)
     return Side(
         row0=row0,
-        n_rows=n_rows,
-        lo=lo.astype(np.int64),
-        hi=hi.astype(np.int64),
-        gap_ptr=_counts_below(interior_gap.sum(axis=1)),
-        gap_rows=gap_rows.astype(np.int64),
-        gap_cols=gap_cols.astype(np.int64),
-        partial_ptr=_counts_below(partial),
-        partial_cols=np.flatnonzero(partial).astype(np.int64),
+        n_rows=row1 - row0,
+        lo=lo,
+        hi=hi,
+        gap_ptr=gap_ptr,
+        gap_rows=gap_rows,
         total=window.prefix[row1] - window.prefix[row0],
         total_sq=window.prefix_sq[row1] - window.prefix_sq[row0],
     )
 
 
-def _counts_below(counts: np.ndarray) -> np.ndarray:
-    """``ptr[j] = Σ_{c < j} counts[c]`` for ``j = 0 .. N`` (CSR row pointers), int64."""
-    ptr = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    return ptr
+@njit(cache=True, nogil=True)
+def _intervals_and_gaps(present, row0, row1):  # pragma: no cover - compiled
+    """``(lo, hi, gap_ptr, gap_rows)`` of :class:`Side` for rows ``[row0, row1)`` of the
+    time-major presence, in two row-by-row sweeps (vectorised over the columns):
+    ``lo[j]`` = first local row present, ``hi[j]`` = last + 1 (both 0 when none), then the
+    local rows of ``[lo, hi)`` not present, ascending per column, in CSR form."""
+    n_cols = present.shape[1]
+    n_rows = row1 - row0
+    lo = np.zeros(n_cols, dtype=np.int64)
+    hi = np.zeros(n_cols, dtype=np.int64)
+    count = np.zeros(n_cols, dtype=np.int64)
+    for t in range(n_rows):
+        row = present[row0 + t]
+        for j in range(n_cols):
+            here = row[j] != 0
+            lo[j] = t if here and count[j] == 0 else lo[j]
+            hi[j] = t + 1 if here else hi[j]
+            count[j] += here
+    gap_ptr = np.zeros(n_cols + 1, dtype=np.int64)
+    for j in range(n_cols):
+        gap_ptr[j + 1] = gap_ptr[j] + (hi[j] - lo[j] - count[j])
+    gap_rows = np.empty(gap_ptr[n_cols], dtype=np.int64)
+    cursor = gap_ptr[:n_cols].copy()
+    for t in range(n_rows):
+        row = present[row0 + t]
+        for j in range(n_cols):
+            if row[j] == 0 and lo[j] <= t < hi[j]:
+                gap_rows[cursor[j]] = t
+                cursor[j] += 1
+    return lo, hi, gap_ptr, gap_rows

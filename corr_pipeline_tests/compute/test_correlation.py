@@ -370,6 +370,35 @@ def test_product_column_chunks(monkeypatch: pytest.MonkeyPatch, chunk: int) -> N
         assert np.array_equal(result.corr, result.corr.T, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.float32, np.float64])
+def test_mirror_block_copies_the_upper_block_below(dtype) -> None:
+    """``kernels.mirror_block`` (8 × 8 register transposes inside, element by element on the
+    diagonal and at the edges) equals numpy's transposed copy, bit for bit, for blocks at every
+    offset and size, and leaves everything else alone."""
+    from corr_pipeline.compute import kernels
+
+    rng = np.random.default_rng(5)
+    n = 75
+    for row_lo, row_hi, col_lo, col_hi in [
+        (0, n, 0, n),
+        (0, 16, 0, 75),
+        (3, 20, 3, 64),
+        (8, 16, 24, 40),
+        (13, 40, 40, 75),
+        (0, 5, 70, 75),
+        (30, 31, 0, 75),
+    ]:
+        matrix = (rng.standard_normal((n, n)) * 100).astype(dtype)
+        if dtype in (np.float32, np.float64):
+            matrix[rng.random((n, n)) < 0.1] = np.nan
+        expected = matrix.copy()
+        for r in range(col_lo, col_hi):
+            for c in range(row_lo, min(row_hi, r)):
+                expected[r, c] = matrix[c, r]
+        kernels.mirror_block(matrix, row_lo, row_hi, col_lo, col_hi)
+        assert matrix.tobytes() == expected.tobytes(), (row_lo, row_hi, col_lo, col_hi)
+
+
 # --------------------------------------------------------------------------------------------
 # Full-history columns: a row whose presence interval is the whole window takes B's column
 # totals instead of prefix-sum lookups (kernels.correlate_tile, ``full_row_i``).
@@ -444,3 +473,70 @@ def test_full_history_columns(layout: str) -> None:
             universe.R, min_overlap=universe.min_overlap, block_rows=block_rows
         )
         _assert_identical(baseline, other, f"{universe.name}, block_rows={block_rows}")
+
+
+def test_standardized_window_without_transposed_copies() -> None:
+    """``standardize(transposed=False)`` (the correlation's window) fills the same time-major
+    arrays as the full window, whose column-major copies are exactly their transposes, and
+    refuses to hand out copies it did not build. Checked against numpy: Z is zero where R is
+    missing, each column's Z has mean 0 and variance 1 over its finite rows, and the prefix
+    sums are the running sums of float64(Z), Z² and the presence."""
+    from corr_pipeline.compute.standardize import standardize
+
+    universe = realistic_universe(11, 70, 530, 20, name="T70_N530")
+    R = universe.R
+    R[:, 5] = 0.25  # a constant column: Z is 0
+    full = standardize(R, column_chunk=128)
+    lean = standardize(R, column_chunk=100, transposed=False)
+    for name in ("z", "z_t", "present", "prefix", "prefix_sq", "prefix_count"):
+        assert getattr(full, name).tobytes() == getattr(lean, name).tobytes(), name
+    copies = full.transposed
+    assert copies is not None and lean.transposed is None
+    assert np.array_equal(copies.present_t, full.present.T)
+    assert np.array_equal(copies.raw_t, R.T, equal_nan=True)
+    assert np.array_equal(copies.prefix_t, full.prefix.T)
+    assert np.array_equal(copies.prefix_sq_t, full.prefix_sq.T)
+    assert np.array_equal(copies.prefix_count_t, full.prefix_count.T)
+    with pytest.raises(ValueError, match="without its transposed arrays"):
+        _ = lean.prefix_t
+
+    finite = np.isfinite(R)
+    z = full.z.astype(np.float64)
+    assert np.array_equal(full.present, finite.astype(np.uint8))
+    assert np.array_equal(full.z_t, full.z.T)
+    assert not z[~finite].any() and not z[:, 5].any()
+    varying = [j for j in range(R.shape[1]) if j != 5 and finite[:, j].sum() >= 2]
+    counts = finite[:, varying].sum(axis=0)
+    np.testing.assert_allclose(z[:, varying].sum(axis=0) / counts, 0.0, atol=1e-6)
+    np.testing.assert_allclose((z[:, varying] ** 2).sum(axis=0) / counts, 1.0, rtol=1e-5)
+    assert np.array_equal(full.prefix[1:], np.cumsum(z, axis=0))
+    assert np.array_equal(full.prefix_sq[1:], np.cumsum(z * z, axis=0))
+    assert np.array_equal(full.prefix_count[1:], np.cumsum(finite, axis=0))
+    assert not full.prefix[0].any() and not full.prefix_count[0].any()
+
+
+def test_side_intervals_and_gaps() -> None:
+    """``make_side``'s intervals and interior gaps against their definition, on every row
+    range of a window with empty, full, listed, delisted and gapped columns."""
+    from corr_pipeline.compute.standardize import make_side, standardize
+
+    rng = np.random.default_rng(12)
+    T, N = 40, 90
+    R = rng.standard_normal((T, N)).astype(np.float32)
+    R[rng.random((T, N)) < 0.2] = np.nan
+    R[:, 0] = np.nan  # never present
+    R[:, 1] = 0.5  # always present
+    R[:25, 2] = np.nan  # listed late
+    R[10:, 3] = np.nan  # delisted early
+    window = standardize(R, transposed=False)
+    for row0, row1 in [(0, T), (0, 1), (5, 30), (39, 40), (20, 40)]:
+        side = make_side(window, row0, row1)
+        finite = np.isfinite(R[row0:row1])
+        for j in range(N):
+            rows = np.flatnonzero(finite[:, j])
+            lo, hi = (rows[0], rows[-1] + 1) if rows.size else (0, 0)
+            assert (side.lo[j], side.hi[j]) == (lo, hi), (row0, row1, j)
+            gaps = [t for t in range(lo, hi) if not finite[t, j]]
+            got = side.gap_rows[side.gap_ptr[j] : side.gap_ptr[j + 1]]
+            assert got.tolist() == gaps, (row0, row1, j)
+        assert side.gap_ptr[-1] == side.gap_rows.size
