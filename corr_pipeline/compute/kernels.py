@@ -174,6 +174,9 @@ def correlate_tile(  # pragma: no cover - compiled
     sum_y_scratch = np.empty(SUBBLOCK)
     sq_y_scratch = np.empty(SUBBLOCK)
     flagged = np.empty(SUBBLOCK, dtype=np.bool_)
+    # Stand-ins for the first gap's rows of Z and presence when there is none (x − 0 == x).
+    no_gap_z = np.zeros(max(rows, SUBBLOCK), dtype=np.float32)
+    no_gap_present = np.zeros(rows, dtype=np.uint8)
     top = a0 + n_rows
     for r in range(rows):
         i = row_lo + r
@@ -189,6 +192,17 @@ def correlate_tile(  # pragma: no cover - compiled
             sum_x = by_col[0, q, :rows]
             sq_x = by_col[1, q, :rows]
             count = by_col_count[q, :rows]
+            # The interval's sums less the first gap's row in the same loop (the same
+            # subtractions in the same order), then the other gaps.
+            first_gap = b_gap_ptr[j]
+            if first_gap < b_gap_ptr[j + 1]:
+                t = a0 + b_gap_rows[first_gap]
+                z_gap = z[t, row_lo:row_hi]
+                present_gap = present[t, row_lo:row_hi]
+                first_gap += 1
+            else:
+                z_gap = no_gap_z[:rows]
+                present_gap = no_gap_present
             if b_lo[j] != 0 or b_hi[j] != n_rows:
                 lo = a0 + b_lo[j]
                 hi = a0 + b_hi[j]
@@ -199,15 +213,17 @@ def correlate_tile(  # pragma: no cover - compiled
                 hi_count = prefix_count[hi, row_lo:row_hi]
                 lo_count = prefix_count[lo, row_lo:row_hi]
                 for r in range(rows):
-                    sum_x[r] = hi_x[r] - lo_x[r]
-                    sq_x[r] = hi_sq_x[r] - lo_sq_x[r]
-                    count[r] = hi_count[r] - lo_count[r]
+                    v = np.float64(z_gap[r])
+                    sum_x[r] = (hi_x[r] - lo_x[r]) - v
+                    sq_x[r] = (hi_sq_x[r] - lo_sq_x[r]) - v * v
+                    count[r] = (hi_count[r] - lo_count[r]) - present_gap[r]
             else:
                 for r in range(rows):
-                    sum_x[r] = whole_sum[r]
-                    sq_x[r] = whole_sq[r]
-                    count[r] = whole_count[r]
-            for k in range(b_gap_ptr[j], b_gap_ptr[j + 1]):
+                    v = np.float64(z_gap[r])
+                    sum_x[r] = whole_sum[r] - v
+                    sq_x[r] = whole_sq[r] - v * v
+                    count[r] = whole_count[r] - present_gap[r]
+            for k in range(first_gap, b_gap_ptr[j + 1]):
                 t = a0 + b_gap_rows[k]
                 z_gap = z[t, row_lo:row_hi]
                 present_gap = present[t, row_lo:row_hi]
@@ -249,20 +265,28 @@ def correlate_tile(  # pragma: no cover - compiled
             else:
                 sum_y = sum_y_scratch[:m]
                 sq_y = sq_y_scratch[:m]
+                first_gap = a_gap_ptr[i]  # its row subtracted in the first loop, as above
+                if first_gap < a_gap_ptr[i + 1]:
+                    z_gap = z[b0 + a_gap_rows[first_gap], j0 : j0 + m]
+                    first_gap += 1
+                else:
+                    z_gap = no_gap_z[:m]
                 if a_whole:
                     total_y = b_total[j0 : j0 + m]
                     for c in range(m):
-                        sum_y[c] = total_y[c]
-                        sq_y[c] = total_sq_y[c]
+                        v = np.float64(z_gap[c])
+                        sum_y[c] = total_y[c] - v
+                        sq_y[c] = total_sq_y[c] - v * v
                 else:
                     hi_y = prefix[b0 + a_hi[i], j0 : j0 + m]
                     lo_y = prefix[b0 + a_lo[i], j0 : j0 + m]
                     hi_sq_y = prefix_sq[b0 + a_hi[i], j0 : j0 + m]
                     lo_sq_y = prefix_sq[b0 + a_lo[i], j0 : j0 + m]
                     for c in range(m):
-                        sum_y[c] = hi_y[c] - lo_y[c]
-                        sq_y[c] = hi_sq_y[c] - lo_sq_y[c]
-                for k in range(a_gap_ptr[i], a_gap_ptr[i + 1]):
+                        v = np.float64(z_gap[c])
+                        sum_y[c] = (hi_y[c] - lo_y[c]) - v
+                        sq_y[c] = (hi_sq_y[c] - lo_sq_y[c]) - v * v
+                for k in range(first_gap, a_gap_ptr[i + 1]):
                     z_gap = z[b0 + a_gap_rows[k], j0 : j0 + m]
                     for c in range(m):
                         v = np.float64(z_gap[c])
