@@ -15,7 +15,7 @@ diagonal (8 × 8 register transposes), so ``corr == corr.T`` bit for bit by cons
 Memory at N = 24,000, T = 252 (block of b rows): the standardized window
 (4 arrays of T × N float32/int32/uint8 plus 2 of float64, about 175 MB), the
 block slab (b × N × 6 bytes), one chunk product (128 × 2,048 × 4 bytes) and the
-fused pass's scratch (~2 MB) per thread. Nothing is N × N except the outputs, which the
+fused pass's scratch (~1.4 MB) per thread. Nothing is N × N except the outputs, which the
 caller may pass as memory-mapped files.
 """
 

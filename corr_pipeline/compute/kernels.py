@@ -30,7 +30,11 @@ constant overlap would not come out as exactly 0), so that pair is
 recomputed exactly from the raw returns in float64 (two-pass, with zero
 variance decided by equality of all values, as pandas' Welford recurrence
 does). Such pairs are rare (near-constant overlaps); the guard keeps the fast
-formula within float32 rounding everywhere else.
+formula within float32 rounding everywhere else. The fused pass first tests the guard
+against the whole side's sum (``n·Sxx − Sx² <= n · tau · whole``, an upper bound: prefix
+sums of squares never decrease and float subtraction is monotone, so no pair the guard
+flags escapes it), and forms the interval sum and the exact test only for the few pairs
+that fail the bound: the interval sums before the gaps need no storage per pair.
 """
 
 from __future__ import annotations
@@ -143,13 +147,14 @@ def correlate_tile(  # pragma: no cover - compiled
     The chunk is done :data:`SUBBLOCK` columns at a time, in two passes:
 
     * column by column, vectorised over the tile's rows: the sums of column ``i`` over the
-      rows where ``j`` is present (``Sx``, ``Sxx``, ``n`` and ``Sxx`` before the gaps, the
-      guard's source) — the interval lookup ``PZ[a0 + hi_j, i] − PZ[a0 + lo_j, i]`` (the whole
-      side's sums of ``i`` when ``j``'s interval is the whole side), then less row ``t`` of
-      ``Z`` (and of ``Z²``, the presence) for each interior gap ``t`` of ``j`` in turn; then
-      transposed to row order by 8 × 8 register transposes (``intrinsics.transpose_block8``);
+      rows where ``j`` is present (``Sx``, ``Sxx``, ``n``) — the interval lookup
+      ``PZ[a0 + hi_j, i] − PZ[a0 + lo_j, i]`` (the whole side's sums of ``i`` when ``j``'s
+      interval is the whole side), then less row ``t`` of ``Z`` (and of ``Z²``, the presence)
+      for each interior gap ``t`` of ``j`` in turn; then transposed to row order by 8 × 8
+      register transposes (``intrinsics.transpose_block8``);
     * row by row, vectorised over the columns: the sums of column ``j`` over ``i``'s interval
-      less ``i``'s interior gaps, Pearson, the writes.
+      less ``i``'s interior gaps (B's totals read in place when ``i`` is full-history and
+      gap-free), Pearson with the guard tested against its bound (module docstring), the writes.
 
     Every sum is formed by the same float64 operations in the same order whatever the
     sub-block, chunk, tile or thread.
@@ -159,17 +164,19 @@ def correlate_tile(  # pragma: no cover - compiled
     padded = (rows + 7) // 8 * 8
     # Sums of column i over the rows where j is present, [column, row] then [row, column].
     # (Rows padded by 8 elements: strides of a power of two would alias in the L1 cache.)
-    by_col = np.empty((3, SUBBLOCK, padded + 8))  # Sx, Sxx, Sxx before the gaps
+    by_col = np.empty((2, SUBBLOCK, padded + 8))  # Sx, Sxx
     by_col_count = np.empty((SUBBLOCK, padded + 8), dtype=np.int32)
-    by_row = np.empty((3, padded, SUBBLOCK + 8))
+    by_row = np.empty((2, padded, SUBBLOCK + 8))
     by_row_count = np.empty((padded, SUBBLOCK + 8), dtype=np.int32)
     whole_sum = np.empty(rows)
     whole_sq = np.empty(rows)
     whole_count = np.empty(rows, dtype=np.int32)
-    sum_y = np.empty(SUBBLOCK)
-    sq_y = np.empty(SUBBLOCK)
-    base_y = np.empty(SUBBLOCK)
+    sum_y_scratch = np.empty(SUBBLOCK)
+    sq_y_scratch = np.empty(SUBBLOCK)
     flagged = np.empty(SUBBLOCK, dtype=np.bool_)
+    # Stand-ins for the first gap's rows of Z and presence when there is none (x − 0 == x).
+    no_gap_z = np.zeros(max(rows, SUBBLOCK), dtype=np.float32)
+    no_gap_present = np.zeros(rows, dtype=np.uint8)
     top = a0 + n_rows
     for r in range(rows):
         i = row_lo + r
@@ -184,8 +191,18 @@ def correlate_tile(  # pragma: no cover - compiled
             j = col0 + s + q
             sum_x = by_col[0, q, :rows]
             sq_x = by_col[1, q, :rows]
-            base_x = by_col[2, q, :rows]
             count = by_col_count[q, :rows]
+            # The interval's sums less the first gap's row in the same loop (the same
+            # subtractions in the same order), then the other gaps.
+            first_gap = b_gap_ptr[j]
+            if first_gap < b_gap_ptr[j + 1]:
+                t = a0 + b_gap_rows[first_gap]
+                z_gap = z[t, row_lo:row_hi]
+                present_gap = present[t, row_lo:row_hi]
+                first_gap += 1
+            else:
+                z_gap = no_gap_z[:rows]
+                present_gap = no_gap_present
             if b_lo[j] != 0 or b_hi[j] != n_rows:
                 lo = a0 + b_lo[j]
                 hi = a0 + b_hi[j]
@@ -196,17 +213,17 @@ def correlate_tile(  # pragma: no cover - compiled
                 hi_count = prefix_count[hi, row_lo:row_hi]
                 lo_count = prefix_count[lo, row_lo:row_hi]
                 for r in range(rows):
-                    sum_x[r] = hi_x[r] - lo_x[r]
-                    base_x[r] = hi_sq_x[r] - lo_sq_x[r]
-                    sq_x[r] = base_x[r]
-                    count[r] = hi_count[r] - lo_count[r]
+                    v = np.float64(z_gap[r])
+                    sum_x[r] = (hi_x[r] - lo_x[r]) - v
+                    sq_x[r] = (hi_sq_x[r] - lo_sq_x[r]) - v * v
+                    count[r] = (hi_count[r] - lo_count[r]) - present_gap[r]
             else:
                 for r in range(rows):
-                    sum_x[r] = whole_sum[r]
-                    base_x[r] = whole_sq[r]
-                    sq_x[r] = whole_sq[r]
-                    count[r] = whole_count[r]
-            for k in range(b_gap_ptr[j], b_gap_ptr[j + 1]):
+                    v = np.float64(z_gap[r])
+                    sum_x[r] = whole_sum[r] - v
+                    sq_x[r] = whole_sq[r] - v * v
+                    count[r] = whole_count[r] - present_gap[r]
+            for k in range(first_gap, b_gap_ptr[j + 1]):
                 t = a0 + b_gap_rows[k]
                 z_gap = z[t, row_lo:row_hi]
                 present_gap = present[t, row_lo:row_hi]
@@ -217,7 +234,7 @@ def correlate_tile(  # pragma: no cover - compiled
                     count[r] -= present_gap[r]
         for q0 in range(0, m_block, 8):
             for r0 in range(0, padded, 8):
-                for part in range(3):
+                for part in range(2):
                     transpose_block8(by_col[part], q0, r0, by_row[part], r0, q0)
                 transpose_block8(by_col_count, q0, r0, by_row_count, r0, q0)
         for r in range(rows):
@@ -236,34 +253,50 @@ def correlate_tile(  # pragma: no cover - compiled
             overlap_i = out_overlap[i - out_row0, j0 - out_col0 : j0 - out_col0 + m]
             sum_x = by_row[0, r, off : off + m]
             sq_x = by_row[1, r, off : off + m]
-            base_x = by_row[2, r, off : off + m]
             count = by_row_count[r, off : off + m]
+            total_sq_y = b_total_sq[j0 : j0 + m]
             # Overlap sums of column j: its values on i's interval (B's column totals when
-            # that is the whole side), less i's interior gaps.
-            if a_lo[i] == 0 and a_hi[i] == n_rows:
-                total_y = b_total[j0 : j0 + m]
-                total_sq_y = b_total_sq[j0 : j0 + m]
-                for c in range(m):
-                    sum_y[c] = total_y[c]
-                    base_y[c] = total_sq_y[c]
-                    sq_y[c] = total_sq_y[c]
+            # that is the whole side, read in place when i has no gaps either), less i's
+            # interior gaps.
+            a_whole = a_lo[i] == 0 and a_hi[i] == n_rows
+            if a_whole and a_gap_ptr[i] == a_gap_ptr[i + 1]:
+                sum_y = b_total[j0 : j0 + m]
+                sq_y = total_sq_y
             else:
-                hi_y = prefix[b0 + a_hi[i], j0 : j0 + m]
-                lo_y = prefix[b0 + a_lo[i], j0 : j0 + m]
-                hi_sq_y = prefix_sq[b0 + a_hi[i], j0 : j0 + m]
-                lo_sq_y = prefix_sq[b0 + a_lo[i], j0 : j0 + m]
-                for c in range(m):
-                    sum_y[c] = hi_y[c] - lo_y[c]
-                    base_y[c] = hi_sq_y[c] - lo_sq_y[c]
-                    sq_y[c] = base_y[c]
-            for k in range(a_gap_ptr[i], a_gap_ptr[i + 1]):
-                z_gap = z[b0 + a_gap_rows[k], j0 : j0 + m]
-                for c in range(m):
-                    v = np.float64(z_gap[c])
-                    sum_y[c] -= v
-                    sq_y[c] -= v * v
-            # Pearson from the sums (branch-free), written straight out; pairs whose
-            # variance fails the guard are flagged and rewritten from the exact fallback.
+                sum_y = sum_y_scratch[:m]
+                sq_y = sq_y_scratch[:m]
+                first_gap = a_gap_ptr[i]  # its row subtracted in the first loop, as above
+                if first_gap < a_gap_ptr[i + 1]:
+                    z_gap = z[b0 + a_gap_rows[first_gap], j0 : j0 + m]
+                    first_gap += 1
+                else:
+                    z_gap = no_gap_z[:m]
+                if a_whole:
+                    total_y = b_total[j0 : j0 + m]
+                    for c in range(m):
+                        v = np.float64(z_gap[c])
+                        sum_y[c] = total_y[c] - v
+                        sq_y[c] = total_sq_y[c] - v * v
+                else:
+                    hi_y = prefix[b0 + a_hi[i], j0 : j0 + m]
+                    lo_y = prefix[b0 + a_lo[i], j0 : j0 + m]
+                    hi_sq_y = prefix_sq[b0 + a_hi[i], j0 : j0 + m]
+                    lo_sq_y = prefix_sq[b0 + a_lo[i], j0 : j0 + m]
+                    for c in range(m):
+                        v = np.float64(z_gap[c])
+                        sum_y[c] = (hi_y[c] - lo_y[c]) - v
+                        sq_y[c] = (hi_sq_y[c] - lo_sq_y[c]) - v * v
+                for k in range(first_gap, a_gap_ptr[i + 1]):
+                    z_gap = z[b0 + a_gap_rows[k], j0 : j0 + m]
+                    for c in range(m):
+                        v = np.float64(z_gap[c])
+                        sum_y[c] -= v
+                        sq_y[c] -= v * v
+            # Pearson from the sums (branch-free), written straight out. The guard is first
+            # tested against upper bounds of its source sums (the whole side's, see
+            # ``_guard_source``); the few pairs that fail it are tested exactly and, if they
+            # fail again, rewritten from the exact fallback.
+            bound_x = tau * whole_sq[r]
             n_flagged = 0
             for c in range(m):
                 value, bad = _pearson(
@@ -273,8 +306,8 @@ def correlate_tile(  # pragma: no cover - compiled
                     sum_y[c],
                     sq_x[c],
                     sq_y[c],
-                    tau * base_x[c],
-                    tau * base_y[c],
+                    bound_x,
+                    tau * total_sq_y[c],
                     min_overlap,
                 )
                 flagged[c] = bad
@@ -283,13 +316,42 @@ def correlate_tile(  # pragma: no cover - compiled
                 overlap_i[c] = count[c]
             if n_flagged:
                 for c in range(m):
-                    if flagged[c]:
+                    if not flagged[c]:
+                        continue
+                    j = j0 + c
+                    _, bad = _pearson(
+                        sxy_i[c],
+                        count[c],
+                        sum_x[c],
+                        sum_y[c],
+                        sq_x[c],
+                        sq_y[c],
+                        tau
+                        * _guard_source(prefix_sq, a0, b_lo[j], b_hi[j], n_rows, i, whole_sq[r]),
+                        tau
+                        * _guard_source(prefix_sq, b0, a_lo[i], a_hi[i], n_rows, j, b_total_sq[j]),
+                        min_overlap,
+                    )
+                    if bad:
                         corr_i[c] = exact_pair_correlation(
-                            raw_t[i, a0 : a0 + n_rows], raw_t[j0 + c, b0 : b0 + n_rows], min_overlap
+                            raw_t[i, a0 : a0 + n_rows], raw_t[j, b0 : b0 + n_rows], min_overlap
                         )
             if symmetric and i >= col0 and start == c_first:
                 sq_i = prefix_sq[a0 + a_hi[i], i] - prefix_sq[a0 + a_lo[i], i]
                 corr_i[0] = 1.0 if (count[0] >= min_overlap and sq_i > 0.0) else np.nan
+
+
+@njit(inline="always")
+def _guard_source(prefix_sq, row0, lo, hi, n_rows, col, whole):  # pragma: no cover - compiled
+    """The guard's source sum: ``Σ Z²`` of column ``col`` over the other column's interval
+    ``[lo, hi)`` (rows from ``row0``), before the gaps: ``whole`` (the whole side's sum, the same
+    subtraction) when the interval is the whole side, else ``PZ2[row0 + hi] − PZ2[row0 + lo]``.
+
+    At most ``whole``: the prefix sums of squares never decrease and float subtraction is
+    monotone, so a guard that passes with ``whole`` passes with this sum too."""
+    if lo == 0 and hi == n_rows:
+        return whole
+    return prefix_sq[row0 + hi, col] - prefix_sq[row0 + lo, col]
 
 
 @njit(inline="always")

@@ -540,3 +540,56 @@ def test_side_intervals_and_gaps() -> None:
             got = side.gap_rows[side.gap_ptr[j] : side.gap_ptr[j + 1]]
             assert got.tolist() == gaps, (row0, row1, j)
         assert side.gap_ptr[-1] == side.gap_rows.size
+
+
+def test_guard_bound_keeps_the_fast_formula() -> None:
+    """The fused pass tests the exactness guard first against the whole side's sum of squares
+    (an upper bound of its source sum), then exactly: a pair that passes only the exact test
+    keeps the fast formula, bit for bit, and does not go to the float64 fallback.
+
+    Column 0 is full-history and 100 times quieter on rows 0..39 than after (each part
+    centred); columns 1..8 are
+    present on rows 0..39 only (some with an interior gap), so column 0's variance over their
+    overlap is below tau times its whole-side sum of squares but well above tau times its
+    overlap's. Expected values: the kernel formula in plain float64 from the window's prefix
+    sums and the same product call."""
+    from corr_pipeline.compute.correlation import PairCorrelator
+    from corr_pipeline.compute.kernels import FALLBACK_TAU
+    from corr_pipeline.compute.standardize import make_side, standardize
+
+    rng = np.random.default_rng(29)
+    T, N, min_overlap = 120, 40, 20
+    R = factor_returns(rng, T, N).astype(np.float32)
+    R[:40, 0] *= np.float32(0.01)
+    R[:40, 0] -= R[:40, 0].mean()  # both parts centred: the overall mean does not make the
+    R[40:, 0] -= R[40:, 0].mean()  # quiet part's standardised values nearly constant
+    R[40:, 1:9] = np.nan
+    R[[7, 21], 2] = np.nan
+    R[33, 5] = np.nan
+    result = pairwise_correlation(R, min_overlap=min_overlap)
+
+    window = standardize(R, transposed=False)
+    side = make_side(window, 0, T)
+    sxy = PairCorrelator(window, side, side, None).tile_product(0, N, 0, N)
+    z = window.z.astype(np.float64)
+    prefix, prefix_sq, prefix_count = window.prefix, window.prefix_sq, window.prefix_count
+    whole_sq = prefix_sq[T, 0] - prefix_sq[0, 0]
+    for j in range(1, 9):
+        gaps = [t for t in range(40) if not np.isfinite(R[t, j])]
+        sum_x, sq_x = prefix[40, 0] - prefix[0, 0], prefix_sq[40, 0] - prefix_sq[0, 0]
+        source = sq_x
+        count = int(prefix_count[40, 0] - prefix_count[0, 0])
+        for t in gaps:
+            sum_x -= z[t, 0]
+            sq_x -= z[t, 0] * z[t, 0]
+            count -= 1
+        sum_y, sq_y = side.total[j], side.total_sq[j]
+        n = float(count)
+        var_x, var_y = n * sq_x - sum_x * sum_x, n * sq_y - sum_y * sum_y
+        assert var_x <= n * (FALLBACK_TAU * whole_sq)  # fails the bound ...
+        assert var_x > n * (FALLBACK_TAU * source)  # ... but not the guard
+        assert var_y > n * (FALLBACK_TAU * sq_y)
+        value = (n * float(sxy[0, j]) - sum_x * sum_y) / np.sqrt(max(var_x * var_y, 1e-300))
+        expected = np.float32(min(1.0, max(-1.0, value)))
+        assert result.corr[0, j] == expected and result.corr[j, 0] == expected, j
+        assert result.overlap[0, j] == count == 40 - len(gaps)
