@@ -165,7 +165,7 @@ def _sample_stripes(R: np.ndarray, args: argparse.Namespace, work: Path) -> None
     print(
         f"{'lead-lag, no floor (as a first stripe)':<52} rows {stripe[0]:>6}-{stripe[1]:<6}"
         f" {seconds:7.2f} s  CPU {sum(cpu):7.2f} s  returned {sum(a.nbytes for a in part) / 2**20:,.1f}"
-        f" MiB ({part.column_pairs.size:,} column pairs)  peak RSS"
+        f" MiB ({part.pool.size:,} pooled column candidates)  peak RSS"
         f" +{memory.above.rss_mib:6,.0f} MiB  RssAnon +{memory.above.anon_mib:6,.0f} MiB; {_load()}"
     )
 
