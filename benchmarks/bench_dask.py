@@ -11,10 +11,13 @@ thread), then the striped one on a ``LocalCluster`` of ``--workers`` processes x
 side by side; the outputs are compared byte for byte. Printed per product: wall seconds of both,
 their ratio, the CPU seconds of both (user + system: the client process for the threads; the
 client and every worker process for Dask) and their ratio, which a shared machine's load
-disturbs less than the wall time, the stripes' own compute seconds per stripe function (from Dask's task stream:
-count, median, max, sum; a cluster of larger machines scales from these), peak RSS and peak RssAnon of the client
-process above its level before the call, and the workers' peak RSS (``VmHWM``, which counts the
-mapped matrix pages they touched) and ``RssAnon`` at the end.
+disturbs less than the wall time; the stripes' own compute seconds per stripe function (from
+Dask's task stream: count, median, max, sum; a cluster of larger machines scales from these);
+peak RSS and peak RssAnon of the client process above its level before the call, and the
+workers' peak RSS (``VmHWM``, which counts the mapped matrix pages they touched) and
+``RssAnon`` at the end. Before the products: the CPU the idle cluster itself spends per wall
+second, over 5 s (event loops, heartbeats: Dask's share of its CPU seconds, which grows with the
+wall time).
 
 With ``--sample-stripes START ...`` (a cluster of larger machines scales from these): no
 products and no cluster; in this process, on one thread as in a worker, the correlation stripes
@@ -32,6 +35,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -57,6 +61,7 @@ from corr_pipeline.snapshot.measure import read_proc_status_kib, reset_peak_rss
 from corr_pipeline.synth import ragged_returns
 
 PRODUCTS = ("correlation", "neighbors", "lead_lag")
+_IDLE_SECONDS = 5.0
 
 
 def _load() -> str:
@@ -72,10 +77,10 @@ class _InProcess:
     """A stripe runner in the calling thread (the warm-up's)."""
 
     def map(self, fn, shared, stripes, *args, progress=None, feedback=None):  # type: ignore[no-untyped-def]
-        results = []
+        results, token = [], uuid.uuid4().hex  # a token per call (StripeRunner)
         for stripe in stripes:
             extra = () if feedback is None else (feedback.current(),)
-            results.append(fn(shared, stripe, "warm-up", *args, *extra))
+            results.append(fn(shared, stripe, token, *args, *extra))
             if feedback is not None:
                 feedback.update(results[-1])
         return results
@@ -234,6 +239,12 @@ def main() -> None:
         f"# N = {args.n}, T = {args.t}, min_overlap = {args.min_overlap}, max_lag = "
         f"{args.max_lag}, k = {args.k}; LocalCluster {args.workers} workers x 1 thread, stripes "
         f"of {args.stripe_rows} rows; {_load()}"
+    )
+    _, idle, idle_cpu, _ = _timed(lambda: time.sleep(_IDLE_SECONDS), client)
+    print(
+        f"# the idle cluster's own CPU per wall second (event loops, heartbeats; the client "
+        f"process hosts the scheduler and the nannies): client {idle_cpu[0] / idle:.3f}, "
+        f"workers {idle_cpu[1] / idle:.3f}"
     )
 
     corr_t, ov_t = outputs("threads")

@@ -42,7 +42,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
@@ -476,44 +476,33 @@ def lead_lag_stripe(
     )
 
 
-def _select_pooled(
-    R: np.ndarray,
-    parts: Sequence[LeadLagStripe],
-    floor: np.ndarray,
-    k_cols: int,
-    max_lag: int,
-    with_sync: bool,
-    min_overlap: int,
-    min_improvement: float,
-) -> np.ndarray:
-    """Per lagger, the exact top-``k_cols`` of the stripes' pooled candidates whose bound
-    reaches ``floor`` (the :class:`LaggerFloor` of every stripe, so at least the threaded
-    scan's threshold), evaluated in this process on threads as the threaded scan evaluates
-    its pool (the same kernel, in the same threshold order)."""
-    n_cols = R.shape[1]
+def lead_lag_screen(
+    R: np.ndarray, max_lag: int, with_sync: bool, min_overlap: int, min_improvement: float
+) -> Any:
+    """The window and screen :func:`merge_lead_lag_stripes` evaluates pooled candidates on
+    (``R`` standardised on this thread, as in a worker: the same values)."""
+    return _ll._make_screen(standardize(R), max_lag, with_sync, min_overlap, min_improvement)
+
+
+def _select_pooled(parts: Sequence[LeadLagStripe], screen: Any, floor: np.ndarray) -> np.ndarray:
+    """Per lagger, the exact top-k of the stripes' pooled candidates whose bound reaches
+    ``floor`` (the :class:`LaggerFloor` of every stripe, so at least the threaded scan's
+    threshold), evaluated in this process on threads as the threaded scan evaluates its pool:
+    the same kernel, in the same threshold order, on the same pairs."""
+    n_cols, k_cols = parts[0].lower.shape
     columns = _ll._ColumnPool(n_cols, k_cols, max_pool=_ll._max_pool(n_cols, k_cols), floor=floor)
     for part in parts:
         pool = part.pool
         columns.take(pool["leader"], pool["lagger"], pool["upper"], pool["sync"])
-    if columns.pooled()[0].size == 0:
+    if not any(part.pool.size for part in parts):
         return np.empty(0, _ll.LEAD_LAG_DTYPE)
     with worker_pool() as threads:
-        window = standardize(R, threads)
-        screen = _ll._make_screen(window, max_lag, with_sync, min_overlap, min_improvement)
         return columns.select(screen, threads)
 
 
-def merge_lead_lag_stripes(
-    parts: Sequence[LeadLagStripe],
-    R: np.ndarray,
-    *,
-    k_cols: int,
-    max_lag: int,
-    with_sync: bool,
-    min_overlap: int,
-    min_improvement: float,
-) -> np.ndarray:
-    """The lead-lag result from the stripes' shares (arguments as :func:`lead_lag_stripe`'s).
+def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], screen: Any, k_cols: int) -> np.ndarray:
+    """The lead-lag result from the stripes' shares (``screen``: :func:`lead_lag_screen` of
+    the stripes' arguments).
 
     Per lagger, the final ``k_cols`` leaders are the first ``k_cols``, in (improvement desc,
     leader asc) order, the selection rule of the threaded scan, of the stripes' evaluated
@@ -530,13 +519,11 @@ def merge_lead_lag_stripes(
         return np.empty(0, _ll.LEAD_LAG_DTYPE)
     pairs = [p.row_pairs for p in parts]
     if k_cols > 0:
-        everyone = LaggerFloor(R.shape[1], k_cols)
+        everyone = LaggerFloor(*parts[0].lower.shape)
         for part in parts:
             everyone.update(part)
         floor = everyone.current()
-        pooled = _select_pooled(
-            R, parts, floor, k_cols, max_lag, with_sync, min_overlap, min_improvement
-        )
+        pooled = _select_pooled(parts, screen, floor)
         column = np.concatenate([*(p.column_pairs for p in parts), pooled])
         column = column[column["improvement"] >= floor[column["lagger"]]]
         order = np.lexsort(
@@ -567,36 +554,32 @@ def striped_lead_lag(
     :func:`lead_lag_stripe` per stripe of leaders on ``runner`` (``corr``, when given, a
     file-backed memory map), each given the :class:`LaggerFloor` of the stripes finished before
     it was submitted, then the stripes' column candidates evaluated in this process on
-    threads (:func:`merge_lead_lag_stripes`, which standardises ``R`` here too); exactly its
-    result."""
+    threads (:func:`merge_lead_lag_stripes`, on ``R`` standardised here while the stripes
+    run); exactly its result."""
     _ll.check_lead_lag_args(R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr)
     n_cols = R.shape[1]
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))
     corr_file = None if corr is None else MappedFile.of(corr)
-    parts = runner.map(
-        lead_lag_stripe,
-        R,
-        stripes_of(n_cols, stripe_rows),
-        corr_file,
-        max_lag,
-        k_rows,
-        k_cols,
-        min_overlap,
-        float(min_improvement),
-        int(block_rows),
-        progress=progress,
-        feedback=LaggerFloor(n_cols, max(k_cols, 1)),
-    )
-    return merge_lead_lag_stripes(
-        parts,
-        R,
-        k_cols=k_cols,
-        max_lag=max_lag,
-        with_sync=corr is None,
-        min_overlap=min_overlap,
-        min_improvement=float(min_improvement),
-    )
+    screen_args = (max_lag, corr is None, min_overlap, float(min_improvement))
+    with ThreadPoolExecutor(1, thread_name_prefix="lead-lag-screen") as background:
+        # the window the pools are evaluated on, built here while the stripes run
+        screen = background.submit(lead_lag_screen, R, *screen_args) if k_cols > 0 else None
+        parts = runner.map(
+            lead_lag_stripe,
+            R,
+            stripes_of(n_cols, stripe_rows),
+            corr_file,
+            max_lag,
+            k_rows,
+            k_cols,
+            min_overlap,
+            float(min_improvement),
+            int(block_rows),
+            progress=progress,
+            feedback=LaggerFloor(n_cols, max(k_cols, 1)),
+        )
+        return merge_lead_lag_stripes(parts, None if screen is None else screen.result(), k_cols)
 
 
 __all__ = [
@@ -608,6 +591,7 @@ __all__ = [
     "StripeFeedback",
     "StripeRunner",
     "correlation_stripe",
+    "lead_lag_screen",
     "lead_lag_stripe",
     "merge_lead_lag_stripes",
     "neighbors_stripe",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from corr_pipeline.compute.stripes import (  # noqa: E402
     LeadLagStripe,
     MappedFile,
     correlation_stripe,
+    lead_lag_screen,
     lead_lag_stripe,
     merge_lead_lag_stripes,
     striped_correlation,
@@ -297,10 +299,9 @@ def test_lead_lag_stripes_stay_exact_under_the_tightest_floor(two_workers, lead_
         for given in (None, floor)
     )
     expected = _lead_lag(R, lead_lag_inputs)
-    common = dict(k_cols=k_leaders, max_lag=4, with_sync=False, min_overlap=LEAD_LAG.min_overlap)
+    screen = lead_lag_screen(R, 4, False, LEAD_LAG.min_overlap, 0.0)
     for parts in (free, floored):
-        merged = merge_lead_lag_stripes(parts, R, min_improvement=0.0, **common)
-        assert merged.tobytes() == expected.tobytes()
+        assert merge_lead_lag_stripes(parts, screen, k_leaders).tobytes() == expected.tobytes()
     pooled = [sum(p.pool.size for p in parts) for parts in (free, floored)]
     assert pooled[1] < pooled[0]
 
@@ -309,10 +310,10 @@ class _InProcess:
     """The stripes one after the other in this process, each with the floor of those before."""
 
     def map(self, fn, shared, stripes, *args, progress=None, feedback=None):
-        results = []
+        results, token = [], uuid.uuid4().hex  # a token per call, as the protocol says
         for stripe in stripes:
             extra = () if feedback is None else (feedback.current(),)
-            results.append(fn(shared, stripe, "in-process", *args, *extra))
+            results.append(fn(shared, stripe, token, *args, *extra))
             if feedback is not None:
                 feedback.update(results[-1])
         return results
