@@ -17,7 +17,8 @@ peak RSS and peak RssAnon of the client process above its level before the call,
 workers' peak RSS (``VmHWM``, which counts the mapped matrix pages they touched) and
 ``RssAnon`` at the end. Before the products: the CPU the idle cluster itself spends per wall
 second, over 5 s (event loops, heartbeats: Dask's share of its CPU seconds, which grows with the
-wall time).
+wall time). ``--no-worker-profiler`` starts the workers without Dask's statistical profiler
+(``distributed.worker.profile.enabled: false``, a worker setting; the default keeps Dask's).
 
 With ``--sample-stripes START ...`` (a cluster of larger machines scales from these): no
 products and no cluster; in this process, on one thread as in a worker, the correlation stripes
@@ -194,6 +195,11 @@ def main() -> None:
     parser.add_argument("--products", nargs="+", choices=PRODUCTS, default=list(PRODUCTS))
     parser.add_argument("--dir", type=Path, help="where the memory maps go (default: a temp dir)")
     parser.add_argument(
+        "--no-worker-profiler",
+        action="store_true",
+        help="start the workers with distributed.worker.profile.enabled = false",
+    )
+    parser.add_argument(
         "--sample-stripes",
         type=int,
         nargs="+",
@@ -202,6 +208,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    import dask
     from distributed import Client, LocalCluster, get_task_stream
 
     R = ragged_returns(args.t, args.n, seed=1)
@@ -227,6 +234,8 @@ def main() -> None:
             np.lib.format.open_memmap(work / f"overlap_{tag}.npy", "w+", ov_dtype, shape),
         )
 
+    if args.no_worker_profiler:  # Dask's statistical profiler samples every worker's stack
+        dask.config.set({"distributed.worker.profile.enabled": False})
     cluster = LocalCluster(
         n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0"
     )
@@ -238,7 +247,8 @@ def main() -> None:
     print(
         f"# N = {args.n}, T = {args.t}, min_overlap = {args.min_overlap}, max_lag = "
         f"{args.max_lag}, k = {args.k}; LocalCluster {args.workers} workers x 1 thread, stripes "
-        f"of {args.stripe_rows} rows; {_load()}"
+        f"of {args.stripe_rows} rows"
+        f"{', worker profiler off' if args.no_worker_profiler else ''}; {_load()}"
     )
     _, idle, idle_cpu, _ = _timed(lambda: time.sleep(_IDLE_SECONDS), client)
     print(
