@@ -18,8 +18,8 @@ task of a cluster runs:
   threshold and the :class:`LaggerFloor` of the stripes finished before it), not evaluated;
   :func:`merge_lead_lag_stripes` takes the k-th largest lower bound over every stripe, as
   the threaded scan's threshold, and evaluates the candidates that reach it in this process,
-  as the threaded scan evaluates its pool: the same pairs, so no more exact evaluations than
-  the threaded scan's whatever the stripes and their timing.
+  as the threaded scan evaluates its pool (its pairs less those below the floors): no more
+  exact evaluations than the threaded scan's, whatever the stripes and their timing.
 
 Bit-identical to the threads for any stripe size and any number of processes: every value
 comes from the same product call on the fixed tile grid
@@ -488,7 +488,8 @@ def _select_pooled(parts: Sequence[LeadLagStripe], screen: Any, floor: np.ndarra
     """Per lagger, the exact top-k of the stripes' pooled candidates whose bound reaches
     ``floor`` (the :class:`LaggerFloor` of every stripe, so at least the threaded scan's
     threshold), evaluated in this process on threads as the threaded scan evaluates its pool:
-    the same kernel, in the same threshold order, on the same pairs."""
+    the same kernel, in the same threshold order, on its pairs less those below the floor (so
+    no more evaluations than the threaded scan's)."""
     n_cols, k_cols = parts[0].lower.shape
     columns = _ll._ColumnPool(n_cols, k_cols, max_pool=_ll._max_pool(n_cols, k_cols), floor=floor)
     for part in parts:
