@@ -11,10 +11,14 @@ thread), then the striped one on a ``LocalCluster`` of ``--workers`` processes x
 side by side; the outputs are compared byte for byte. Printed per product: wall seconds of both,
 their ratio, the CPU seconds of both (user + system: the client process for the threads; the
 client and every worker process for Dask) and their ratio, which a shared machine's load
-disturbs less than the wall time, the stripes' own compute seconds per stripe function (from Dask's task stream:
-count, median, max, sum; a cluster of larger machines scales from these), peak RSS and peak RssAnon of the client
-process above its level before the call, and the workers' peak RSS (``VmHWM``, which counts the
-mapped matrix pages they touched) and ``RssAnon`` at the end.
+disturbs less than the wall time; the stripes' own compute seconds per stripe function (from
+Dask's task stream: count, median, max, sum; a cluster of larger machines scales from these);
+peak RSS and peak RssAnon of the client process above its level before the call, and the
+workers' peak RSS (``VmHWM``, which counts the mapped matrix pages they touched) and
+``RssAnon`` at the end. Before the products: the CPU the idle cluster itself spends per wall
+second, over 5 s (event loops, heartbeats: Dask's share of its CPU seconds, which grows with the
+wall time). ``--no-worker-profiler`` starts the workers without Dask's statistical profiler
+(``distributed.worker.profile.enabled: false``, a worker setting; the default keeps Dask's).
 
 With ``--sample-stripes START ...`` (a cluster of larger machines scales from these): no
 products and no cluster; in this process, on one thread as in a worker, the correlation stripes
@@ -32,6 +36,7 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -57,6 +62,7 @@ from corr_pipeline.snapshot.measure import read_proc_status_kib, reset_peak_rss
 from corr_pipeline.synth import ragged_returns
 
 PRODUCTS = ("correlation", "neighbors", "lead_lag")
+_IDLE_SECONDS = 5.0
 
 
 def _load() -> str:
@@ -72,10 +78,10 @@ class _InProcess:
     """A stripe runner in the calling thread (the warm-up's)."""
 
     def map(self, fn, shared, stripes, *args, progress=None, feedback=None):  # type: ignore[no-untyped-def]
-        results = []
+        results, token = [], uuid.uuid4().hex  # a token per call (StripeRunner)
         for stripe in stripes:
             extra = () if feedback is None else (feedback.current(),)
-            results.append(fn(shared, stripe, "warm-up", *args, *extra))
+            results.append(fn(shared, stripe, token, *args, *extra))
             if feedback is not None:
                 feedback.update(results[-1])
         return results
@@ -165,7 +171,7 @@ def _sample_stripes(R: np.ndarray, args: argparse.Namespace, work: Path) -> None
     print(
         f"{'lead-lag, no floor (as a first stripe)':<52} rows {stripe[0]:>6}-{stripe[1]:<6}"
         f" {seconds:7.2f} s  CPU {sum(cpu):7.2f} s  returned {sum(a.nbytes for a in part) / 2**20:,.1f}"
-        f" MiB ({part.column_pairs.size:,} column pairs)  peak RSS"
+        f" MiB ({part.pool.size:,} pooled column candidates)  peak RSS"
         f" +{memory.above.rss_mib:6,.0f} MiB  RssAnon +{memory.above.anon_mib:6,.0f} MiB; {_load()}"
     )
 
@@ -189,6 +195,11 @@ def main() -> None:
     parser.add_argument("--products", nargs="+", choices=PRODUCTS, default=list(PRODUCTS))
     parser.add_argument("--dir", type=Path, help="where the memory maps go (default: a temp dir)")
     parser.add_argument(
+        "--no-worker-profiler",
+        action="store_true",
+        help="start the workers with distributed.worker.profile.enabled = false",
+    )
+    parser.add_argument(
         "--sample-stripes",
         type=int,
         nargs="+",
@@ -197,6 +208,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    import dask
     from distributed import Client, LocalCluster, get_task_stream
 
     R = ragged_returns(args.t, args.n, seed=1)
@@ -222,6 +234,8 @@ def main() -> None:
             np.lib.format.open_memmap(work / f"overlap_{tag}.npy", "w+", ov_dtype, shape),
         )
 
+    if args.no_worker_profiler:  # Dask's statistical profiler samples every worker's stack
+        dask.config.set({"distributed.worker.profile.enabled": False})
     cluster = LocalCluster(
         n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0"
     )
@@ -233,7 +247,14 @@ def main() -> None:
     print(
         f"# N = {args.n}, T = {args.t}, min_overlap = {args.min_overlap}, max_lag = "
         f"{args.max_lag}, k = {args.k}; LocalCluster {args.workers} workers x 1 thread, stripes "
-        f"of {args.stripe_rows} rows; {_load()}"
+        f"of {args.stripe_rows} rows"
+        f"{', worker profiler off' if args.no_worker_profiler else ''}; {_load()}"
+    )
+    _, idle, idle_cpu, _ = _timed(lambda: time.sleep(_IDLE_SECONDS), client)
+    print(
+        f"# the idle cluster's own CPU per wall second (event loops, heartbeats; the client "
+        f"process hosts the scheduler and the nannies): client {idle_cpu[0] / idle:.3f}, "
+        f"workers {idle_cpu[1] / idle:.3f}"
     )
 
     corr_t, ov_t = outputs("threads")

@@ -1,16 +1,23 @@
 """Profile of find_lead_lag_pairs: thread CPU seconds per part, and pairs evaluated exactly.
 
     python benchmarks/profile_lead_lag.py --n 6000 --t 350
+    python benchmarks/profile_lead_lag.py --n 12000 --t 252 --stripes 512 --workers 2
 
 Wraps, for the duration of one call (after a warm-up call), the float32 products
 (``np.matmul``), each numba kernel of
 :mod:`corr_pipeline.compute.lead_lag_kernels` the scan calls, the standardisation and the screen
 set-up, and accumulates the CPU time of the calling thread (``time.thread_time``) per part;
 "rest" is the process CPU time less their sum (numpy selections, pool merging, sorting). Also
-prints the pairs evaluated exactly (the selection kernels return their counts) against the pairs
-reported, and the parts in *CPU floors*: CPU seconds over the best process CPU seconds of the
-floor ``R0.T @ R0`` (both cores' BLAS threads, best of 7, same process). CPU seconds move less
-with the machine's load than wall seconds.
+prints the pairs evaluated exactly (the selection kernels return their counts) and the column
+candidates pooled, against the pairs reported, and the parts in *CPU floors*: CPU seconds over
+the best process CPU seconds of the floor ``R0.T @ R0`` (both cores' BLAS threads, best of 7,
+same process). CPU seconds move less with the machine's load than wall seconds.
+
+With ``--stripes ROWS``: the threaded call, then
+:func:`~corr_pipeline.compute.stripes.striped_lead_lag` in stripes of ``ROWS`` leaders run one
+after the other in this process, as ``--workers`` workers would get them (stripe i is given the
+:class:`~corr_pipeline.compute.stripes.LaggerFloor` of stripes 0 .. i − workers, those finished
+when it is submitted), both profiled alike; the results must be identical.
 """
 
 from __future__ import annotations
@@ -18,15 +25,20 @@ from __future__ import annotations
 import argparse
 import threading
 import time
+import uuid
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
-from common import machine_line
+from common import git_commit, machine_line
 
 from corr_pipeline.bench.floor import gemm_floor_times
 from corr_pipeline.compute import find_lead_lag_pairs
 from corr_pipeline.compute import lead_lag as ll
 from corr_pipeline.compute import lead_lag_kernels as llk
+from corr_pipeline.compute import stripes as st
+from corr_pipeline.compute.stripes import striped_lead_lag
 from corr_pipeline.synth import ragged_returns
 
 
@@ -44,22 +56,41 @@ class Parts:
             self.count[name] += count
 
 
-def timed(parts: Parts, name, fn, counted: bool = False):
+def timed(parts: Parts, name, fn, counted: bool | Callable[[Any], int] = False):
     """``fn`` wrapped: its thread CPU time goes to ``name(args)`` (a str or a function of the
-    call's arguments); with ``counted`` its integer result is summed too."""
+    call's arguments); with ``counted`` its integer result (or ``counted(result)``) is summed
+    too."""
 
     def wrapper(*args, **kwargs):
         start = time.thread_time()
         result = fn(*args, **kwargs)
         label = name if isinstance(name, str) else name(*args, **kwargs)
-        parts.add(label, time.thread_time() - start, int(result) if counted else 0)
+        count = counted(result) if callable(counted) else int(result) if counted else 0
+        parts.add(label, time.thread_time() - start, count)
         return result
 
     return wrapper
 
 
-def profile(returns: np.ndarray, params: dict) -> tuple[Parts, float, int]:
-    """One call of find_lead_lag_pairs with every part wrapped; (parts, process CPU s, pairs)."""
+class FloorAfter:
+    """A stripe runner in this thread: stripe i gets the floor of stripes 0 .. i − ``workers``
+    (those a cluster of ``workers`` single-threaded workers has finished when it submits i)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    def map(self, fn, shared, stripes, *args, progress=None, feedback=None):  # type: ignore[no-untyped-def]
+        results, floors, token = [], [], uuid.uuid4().hex  # a token per call (StripeRunner)
+        for i, stripe in enumerate(stripes):
+            floor = floors[i - self.workers] if i >= self.workers else None
+            results.append(fn(shared, stripe, token, *args, floor))
+            feedback.update(results[-1])
+            floors.append(feedback.current())
+        return results
+
+
+def profile(call: Callable[[], np.ndarray]) -> tuple[Parts, float, np.ndarray]:
+    """``call()`` with every part wrapped; (parts, process CPU s, its result)."""
     parts = Parts()
     patches = [
         (
@@ -69,9 +100,14 @@ def profile(returns: np.ndarray, params: dict) -> tuple[Parts, float, int]:
         ),
         (llk, "screen_tile", timed(parts, "bound kernel (screen_tile)", llk.screen_tile)),
         (llk, "select_rows", timed(parts, "rows: select + exact", llk.select_rows, True)),
-        (llk, "fold_columns", timed(parts, "columns: fold lower + pool", llk.fold_columns)),
+        (
+            llk,
+            "fold_columns",
+            timed(parts, "columns: fold lower + pool", llk.fold_columns, lambda r: r[0].size),
+        ),
         (llk, "select_columns", timed(parts, "columns: select + exact", llk.select_columns, True)),
         (ll, "standardize", timed(parts, "standardize", ll.standardize)),
+        (st, "standardize", timed(parts, "standardize", st.standardize)),
         (ll, "_make_screen", timed(parts, "screen set-up", ll._make_screen)),
     ]
     saved = [(module, attr, getattr(module, attr)) for module, attr, _ in patches]
@@ -79,36 +115,18 @@ def profile(returns: np.ndarray, params: dict) -> tuple[Parts, float, int]:
         setattr(module, attr, fn)
     try:
         cpu = time.process_time()
-        pairs = find_lead_lag_pairs(returns, **params)
+        pairs = call()
         cpu = time.process_time() - cpu
     finally:
         for module, attr, fn in saved:
             setattr(module, attr, fn)
-    return parts, cpu, int(pairs.size)
+    return parts, cpu, pairs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=6000)
-    parser.add_argument("--t", type=int, default=350)
-    parser.add_argument("--max-lag", type=int, default=5)
-    parser.add_argument("--k", type=int, default=10, help="k_leaders = k_laggers")
-    parser.add_argument("--min-overlap", type=int, default=60)
-    args = parser.parse_args()
-    returns = ragged_returns(args.t, args.n, seed=1)
-    params = dict(
-        max_lag=args.max_lag, k_leaders=args.k, k_laggers=args.k, min_overlap=args.min_overlap
-    )
-    find_lead_lag_pairs(returns[:, :256], **params)  # compile / warm up
-    floor_walls, floor_cpus = gemm_floor_times(returns)
-    floor, floor_cpu = min(floor_walls), min(floor_cpus)
-    wall = time.perf_counter()
-    parts, cpu, reported = profile(returns, params)
-    wall = time.perf_counter() - wall
-    print(f"# {machine_line()}")
-    print(f"# N = {args.n}, T = {args.t}, max_lag = {args.max_lag}, k = {args.k}")
-    print(f"# floor R0.T @ R0: {floor:.3f} s wall, {floor_cpu:.3f} s CPU (each the best of 7)")
-    print("| part | thread CPU s | share | CPU floors | pairs evaluated |")
+def report(title: str, parts: Parts, cpu: float, wall: float, floor: float, floor_cpu: float):
+    """The table of one profiled call."""
+    print(f"\n{title}\n")
+    print("| part | thread CPU s | share | CPU floors | pairs evaluated / pooled |")
     print("|---|---:|---:|---:|---:|")
     rest = cpu - sum(parts.cpu.values())
     for name, seconds in sorted(parts.cpu.items()) + [("rest", rest)]:
@@ -119,7 +137,47 @@ def main() -> None:
         )
     evaluated = parts.count["rows: select + exact"] + parts.count["columns: select + exact"]
     print(f"| **total** | **{cpu:.3f}** | | {cpu / floor_cpu:.2f} | {evaluated:,} |")
-    print(f"wall {wall:.3f} s = {wall / floor:.1f} floors; {reported:,} pairs reported")
+    print(f"\nwall {wall:.3f} s = {wall / floor:.1f} floors")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=6000)
+    parser.add_argument("--t", type=int, default=350)
+    parser.add_argument("--max-lag", type=int, default=5)
+    parser.add_argument("--k", type=int, default=10, help="k_leaders = k_laggers")
+    parser.add_argument("--min-overlap", type=int, default=60)
+    parser.add_argument("--stripes", type=int, metavar="ROWS", help="also the striped scan")
+    parser.add_argument("--workers", type=int, default=2, help="workers the stripes simulate")
+    args = parser.parse_args()
+    returns = ragged_returns(args.t, args.n, seed=1)
+    params = dict(
+        max_lag=args.max_lag, k_leaders=args.k, k_laggers=args.k, min_overlap=args.min_overlap
+    )
+    calls = {"threads": lambda: find_lead_lag_pairs(returns, **params)}
+    if args.stripes:
+        runner = FloorAfter(args.workers)
+        calls[f"stripes of {args.stripes} rows, floors as {args.workers} workers get them"] = (
+            lambda: striped_lead_lag(returns, runner, stripe_rows=args.stripes, **params)
+        )
+    small = returns[:, :300]
+    find_lead_lag_pairs(small, **params)  # compile / warm up
+    striped_lead_lag(small, FloorAfter(1), stripe_rows=128, **params)
+    floor_walls, floor_cpus = gemm_floor_times(returns)
+    floor, floor_cpu = min(floor_walls), min(floor_cpus)
+    print(f"# {machine_line()}; commit {git_commit()}")
+    print(f"# N = {args.n}, T = {args.t}, max_lag = {args.max_lag}, k = {args.k}")
+    print(f"# floor R0.T @ R0: {floor:.3f} s wall, {floor_cpu:.3f} s CPU (each the best of 7)")
+    results = []
+    for title, call in calls.items():
+        wall = time.perf_counter()
+        parts, cpu, pairs = profile(call)
+        wall = time.perf_counter() - wall
+        report(title, parts, cpu, wall, floor, floor_cpu)
+        print(f"{pairs.size:,} pairs reported")
+        results.append(pairs)
+    if len(results) > 1:
+        print(f"identical: {results[0].tobytes() == results[1].tobytes()}")
 
 
 if __name__ == "__main__":

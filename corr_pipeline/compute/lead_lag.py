@@ -69,7 +69,7 @@ from corr_pipeline.compute.validation import (
     check_returns,
     check_square_corr,
 )
-from corr_pipeline.compute.workers import available_cores, worker_pool
+from corr_pipeline.compute.workers import available_cores, thread_buffer, worker_pool
 
 LEAD_LAG_DTYPE = np.dtype(
     [
@@ -290,7 +290,7 @@ class _ColumnPool:
         found = list(
             pool.map(
                 lambda lo: llk.fold_columns(
-                    lo, min(lo + step, n_cols), lower, upper, self.lower, self.top[0]
+                    lo, min(lo + step, n_cols), lower, upper, self.lower, self.top[0], self.floor
                 ),
                 range(0, n_cols, step),
             )
@@ -342,6 +342,22 @@ class _ColumnPool:
             )
         )
 
+    def pooled(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The pooled pairs not evaluated yet, pruned: (leaders, laggers, upper, syncs)."""
+        if not self.parts:
+            empty = np.empty(0, dtype=np.float32)
+            return np.empty(0, np.int32), np.empty(0, np.int32), empty, empty.copy()
+        self._prune()
+        leaders, laggers, upper, syncs = self.parts[0]
+        return leaders, laggers, upper, syncs
+
+    def take(
+        self, leaders: np.ndarray, laggers: np.ndarray, upper: np.ndarray, syncs: np.ndarray
+    ) -> None:
+        """Pool pairs screened elsewhere (their upper bounds and synchronous correlations,
+        NaN when ``corr`` is not given), e.g. by the blocks of other processes."""
+        self.parts.append((leaders, laggers, upper, syncs))
+
     def select(self, screen: _Screen, pool) -> np.ndarray:
         if self.parts:
             self._evaluate(screen, pool)
@@ -360,17 +376,27 @@ def _shifted_leaders(window: Standardized, tile_start: int, first_lag: int, max_
     return shifted
 
 
+def _fresh(_name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """A new uninitialised array (the ``empty`` of :func:`_screen_block` by default)."""
+    return np.empty(shape, dtype)
+
+
 def _screen_block(
-    start: int, stop: int, corr: np.ndarray | None, screen: _Screen, pool
+    start: int, stop: int, corr: np.ndarray | None, screen: _Screen, pool, empty=_fresh
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Upper and lower improvement bounds (b × N float32, −inf where none) of leaders
-    [start, stop), and the block's rows of ``corr`` (a 1 × 1 dummy when it is not given)."""
+    [start, stop), and the block's rows of ``corr`` (a 1 × 1 dummy when it is not given), in
+    arrays from ``empty(name, shape, dtype)`` (fresh ones, or a thread's reused buffers:
+    :func:`~corr_pipeline.compute.workers.thread_buffer`)."""
     window = screen.window
     n_rows, n_cols = window.n_rows, window.n_cols
     height = stop - start
-    sync_block = _NO_SYNC if corr is None else np.array(corr[start:stop], dtype=np.float32)
-    upper = np.empty((height, n_cols), dtype=np.float32)
-    lower = np.empty((height, n_cols), dtype=np.float32)
+    sync_block = _NO_SYNC
+    if corr is not None:
+        sync_block = empty("lead-lag-sync", (height, n_cols), np.float32)
+        np.copyto(sync_block, corr[start:stop])
+    upper = empty("lead-lag-upper", (height, n_cols), np.float32)
+    lower = empty("lead-lag-lower", (height, n_cols), np.float32)
     first_lag = 0 if screen.with_sync else 1
     lo, hi, gaps, miss_ptr, miss_rows, miss_cols = screen.extents
 
@@ -383,7 +409,9 @@ def _screen_block(
     def screen_item(item: tuple[int, int, int]) -> None:
         tile_start, col0, col1 = item
         leaders = shifted[tile_start]
-        products = np.empty((screen.max_lag + 1, leaders.shape[1], col1 - col0), np.float32)
+        products = thread_buffer(
+            "lead-lag-products", (screen.max_lag + 1, leaders.shape[1], col1 - col0), np.float32
+        )
         np.matmul(
             leaders.reshape(-1, n_rows),
             window.z[:, col0:col1],
@@ -465,11 +493,12 @@ def _scan_block(
     k_rows: int,
     pool,
     columns: _ColumnPool,
+    empty=_fresh,
 ) -> np.ndarray:
     """Screen leaders [start, stop), select their rows' top-k (returned as result rows) and
-    pool their column candidates."""
+    pool their column candidates (``empty``: as :func:`_screen_block`'s)."""
     height = stop - start
-    upper, lower, sync_block = _screen_block(start, stop, corr, screen, pool)
+    upper, lower, sync_block = _screen_block(start, stop, corr, screen, pool, empty)
     rows = np.empty(0, dtype=LEAD_LAG_DTYPE)
     if k_rows > 0:
         top = _top_k_arrays(height, k_rows)

@@ -643,12 +643,15 @@ def select_rows(  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def fold_columns(col_lo, col_hi, lower, upper, column_lower, column_exact):  # pragma: no cover
+def fold_columns(  # pragma: no cover - compiled
+    col_lo, col_hi, lower, upper, column_lower, column_exact, floor
+):
     """For the laggers ``[col_lo, col_hi)``: fold the block's lower bounds into each lagger's
     running top-k of lower bounds (``column_lower``, N × k), then return the block's pairs
     ``(rows, laggers)`` whose upper bound is finite and reaches the lagger's threshold
-    ``max(column_lower[j, k−1], column_exact[j, k−1])`` (``column_exact``: its exact top-k so
-    far), the column candidates to pool."""
+    ``max(column_lower[j, k−1], column_exact[j, k−1], floor[j])`` (``column_exact``: its exact
+    top-k so far; ``floor``: a value known not to exceed its final k-th best improvement), the
+    column candidates to pool."""
     height = lower.shape[0]
     k = column_lower.shape[1]
     for r in range(height):
@@ -656,7 +659,7 @@ def fold_columns(col_lo, col_hi, lower, upper, column_lower, column_exact):  # p
             _insert_value(column_lower[j], lower[r, j])
     threshold = np.empty(col_hi - col_lo, dtype=np.float32)
     for j in range(col_lo, col_hi):
-        threshold[j - col_lo] = max(column_lower[j, k - 1], column_exact[j, k - 1])
+        threshold[j - col_lo] = max(column_lower[j, k - 1], column_exact[j, k - 1], floor[j])
     rows = np.empty(height * (col_hi - col_lo), dtype=np.int32)
     laggers = np.empty(height * (col_hi - col_lo), dtype=np.int32)
     count = 0

@@ -13,17 +13,20 @@ task of a cluster runs:
 - :func:`neighbors_stripe` returns the top-k rows ``[start, stop)`` (N_stripe x k, small),
   reading its rows of ``corr`` from the file.
 - :func:`lead_lag_stripe` runs the screened scan of :mod:`~corr_pipeline.compute.lead_lag` on
-  its leaders and returns their final per-leader top-k pairs and, per lagger, the exact top-k
-  among its leaders that can still be in the final top-k (their bound reaches the
-  :class:`LaggerFloor` of the stripes finished before it); :func:`merge_lead_lag_stripes`
-  merges those into the exact result.
+  its leaders and returns their final per-leader top-k pairs, its per-lagger top-k lower
+  bounds and its column candidates (pairs whose upper bound reaches both its own per-lagger
+  threshold and the :class:`LaggerFloor` of the stripes finished before it), not evaluated;
+  :func:`merge_lead_lag_stripes` takes the k-th largest lower bound over every stripe, as
+  the threaded scan's threshold, and evaluates the candidates that reach it in this process,
+  as the threaded scan evaluates its pool (its pairs less those below the floors): no more
+  exact evaluations than the threaded scan's, whatever the stripes and their timing.
 
 Bit-identical to the threads for any stripe size and any number of processes: every value
 comes from the same product call on the fixed tile grid
 (:mod:`~corr_pipeline.compute.tiling`), with BLAS on one thread in every process, whichever
-stripe or process issues it. The per-lagger merge is exact because the top-k of a union of
-disjoint candidate sets under a total order ((improvement desc, leader asc)) is the top-k of the
-union of their top-k's.
+stripe or process issues it, or from the same exact per-pair evaluation. The per-lagger merge
+is exact because the top-k of a union of disjoint candidate sets under a total order
+((improvement desc, leader asc)) is the top-k of the union of their top-k's.
 
 Only ``R`` (T x N float32) goes to the processes (the runner ships it once per call); each
 process standardises it once per call (``token``) and caches the window for the call's other
@@ -39,7 +42,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
@@ -51,6 +54,7 @@ from corr_pipeline.compute.correlation import PairCorrelator, Progress
 from corr_pipeline.compute.neighbors import Neighbors, fill_top_k_rows
 from corr_pipeline.compute.standardize import Standardized, make_side, standardize
 from corr_pipeline.compute.tiling import GEMM_TILE, row_blocks
+from corr_pipeline.compute.workers import thread_buffer, worker_pool
 
 T = TypeVar("T")
 
@@ -202,13 +206,15 @@ def correlation_stripe(
     Computed into the stripe's own buffers by the same work items as the threaded path (one
     product per tile and column chunk); the strictly lower triangle of the diagonal block is
     then copied from its upper one, as the threaded path mirrors it. The mirror is a run of
-    ``stop - start`` contiguous values in each row ``j >= stop``.
+    ``stop - start`` contiguous values in each row ``j >= stop``. Both are in the thread's
+    reused buffers (:func:`~corr_pipeline.compute.workers.thread_buffer`): at most the first
+    stripe's rows and mirror, 512 x N x 10 bytes (123 MB at N = 24,000), kept per thread.
     """
     context = _context(token, R)
     start, stop = stripe
     n = corr_file.shape[0]
     upper = [
-        _buffer(f"upper-{i}", (stop - start, n - start), f.dtype)
+        thread_buffer(f"upper-{i}", (stop - start, n - start), f.dtype)
         for i, f in enumerate((corr_file, overlap_file))
     ]
     _correlator(context).run(
@@ -224,25 +230,9 @@ def correlation_stripe(
         diagonal = block[:, : stop - start]
         diagonal[below] = diagonal.T[below]
         _write_rows(file, block, start, start)
-        mirror = _buffer("mirror", (n - stop, stop - start), file.dtype)
+        mirror = thread_buffer("mirror", (n - stop, stop - start), file.dtype)
         np.copyto(mirror, block[:, stop - start :].T)
         _write_rows(file, mirror, stop, start)
-
-
-_buffers = threading.local()
-
-
-def _buffer(name: str, shape: tuple[int, int], dtype: str) -> np.ndarray:
-    """An uninitialised array of ``shape`` for this thread's stripes, reused from stripe to
-    stripe (grown when too small): a fresh one per stripe would be new pages to fault in and
-    zero each time (numpy maps arrays this large afresh). Kept per thread: at most the first
-    stripe's rows and mirror, 512 x N x 10 bytes (123 MB at N = 24,000)."""
-    nbytes = shape[0] * shape[1] * np.dtype(dtype).itemsize
-    found: np.ndarray | None = getattr(_buffers, name, None)
-    if found is None or found.nbytes < nbytes:
-        found = np.empty(nbytes, np.uint8)
-        setattr(_buffers, name, found)
-    return found[:nbytes].view(np.dtype(dtype)).reshape(shape)
 
 
 def _write_rows(file: MappedFile, rows: np.ndarray, first_row: int, first_col: int) -> None:
@@ -361,26 +351,34 @@ def striped_neighbors(
 # --------------------------------------------------------------------------------------------
 
 
+POOL_DTYPE = np.dtype(
+    [("leader", np.int32), ("lagger", np.int32), ("upper", np.float32), ("sync", np.float32)]
+)
+"""A pooled column candidate: its upper improvement bound and ``corr`` there (NaN without it)."""
+
+
 class LeadLagStripe(NamedTuple):
     """One stripe's share of the selection (see :func:`merge_lead_lag_stripes`)."""
 
     row_pairs: np.ndarray  # its leaders' k_laggers best (final)
-    column_pairs: np.ndarray  # per lagger, its k_leaders best of the stripe's pooled leaders,
-    # those below the floor the stripe was given dropped
+    pool: np.ndarray  # POOL_DTYPE: its column candidates, not evaluated
+    column_pairs: np.ndarray  # per lagger, the exact k_leaders best of the candidates the
+    # stripe evaluated itself (only when its pool outgrew the cap; usually empty)
     lower: np.ndarray  # N x k_leaders, ascending: per lagger, its leaders' largest lower bounds
-    exact: np.ndarray  # N x k_leaders, ascending: its table's improvements, before the floor
 
 
 class LaggerFloor:
-    """Per lagger, a floor under its final ``k``-th best improvement from the stripes done so
-    far (a :class:`StripeFeedback` for :func:`lead_lag_stripe`):
+    """Per lagger, a floor under its final ``k``-th best improvement from the stripes taken in
+    (a :class:`StripeFeedback` for :func:`lead_lag_stripe`):
 
         floor[j] = max(k-th largest lower bound of (i, j), k-th largest exact improvement of
-                       (i, j)), over the leaders i of the finished stripes.
+                       (i, j) known), over the leaders i of those stripes,
 
-    Stripes have disjoint leaders, so each k-th is over k distinct pairs, and a k-th largest
-    over some of the pairs never exceeds the k-th largest over all of them: a pair whose upper
-    bound is strictly below the floor is in no final top-k, whichever stripes finished first.
+    the exact improvements known being those of the stripes' row selections and evaluated
+    column pairs, each pair once. Stripes have disjoint leaders, so each k-th is over k
+    distinct pairs, and a k-th largest over some of the pairs never exceeds the k-th largest
+    over all of them: a pair whose upper bound is strictly below the floor is in no final
+    top-k (k pairs are strictly before it), whichever stripes were taken in.
     """
 
     def __init__(self, n_cols: int, k: int) -> None:
@@ -392,9 +390,25 @@ class LaggerFloor:
 
     def update(self, part: LeadLagStripe) -> None:
         k = self.lower.shape[1]
-        for name in ("lower", "exact"):
-            both = np.concatenate([getattr(self, name), getattr(part, name)], axis=1)
-            setattr(self, name, np.sort(both, axis=1)[:, -k:])
+        both = np.concatenate([self.lower, part.lower], axis=1)
+        self.lower = np.sort(both, axis=1)[:, -k:]
+        known = np.concatenate([part.row_pairs, part.column_pairs])
+        _, first = np.unique(
+            known["leader"].astype(np.int64) * self.lower.shape[0] + known["lagger"],
+            return_index=True,
+        )
+        known = known[first]  # a pair both in a row's and in a column's selection counts once
+        if known.size == 0:
+            return
+        laggers, inverse, counts = np.unique(
+            known["lagger"], return_inverse=True, return_counts=True
+        )
+        table = np.full((laggers.size, k + int(counts.max())), -np.inf, dtype=np.float32)
+        table[:, :k] = self.exact[laggers]
+        order = np.argsort(inverse, kind="stable")
+        rank = np.arange(order.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        table[inverse[order], k + rank] = known["improvement"][order]
+        self.exact[laggers] = np.sort(table, axis=1)[:, -k:]
 
 
 def _lead_lag_screen(
@@ -423,8 +437,12 @@ def lead_lag_stripe(
     floor: np.ndarray | None = None,
 ) -> LeadLagStripe:
     """The lead-lag scan of leaders ``stripe``, block by block as the threaded scan: its rows'
-    final top-k, and per lagger the exact top-k among the stripe's leaders whose upper bound
-    reaches ``floor`` (a :class:`LaggerFloor` of other stripes; none: every leader)."""
+    final top-k; its column candidates, the pairs whose upper bound reaches their lagger's
+    threshold (the k-th largest lower bound over the stripe's leaders, and ``floor``, a
+    :class:`LaggerFloor` of other stripes), pooled but not evaluated; its table of lower
+    bounds. The pools are evaluated after the last stripe, against the lower bounds of every
+    leader, as the threaded scan evaluates its pool (:func:`merge_lead_lag_stripes`); a pool
+    that outgrows the threaded scan's cap is evaluated here, as there."""
     context = _context(token, R)
     corr = None if corr_file is None else corr_file.open("r")
     n_cols = R.shape[1]
@@ -437,48 +455,77 @@ def lead_lag_stripe(
         if k_rows > 0 or k_cols > 0:
             row_pairs.append(
                 _ll._scan_block(
-                    start0 + start, start0 + stop, corr, screen, k_rows, inline, columns
+                    start0 + start,
+                    start0 + stop,
+                    corr,
+                    screen,
+                    k_rows,
+                    inline,
+                    columns,
+                    thread_buffer,  # the block's b x N arrays, reused from block to block
                 )
             )
-    column_pairs = columns.select(screen, inline) if k_cols > 0 else np.empty(0, _ll.LEAD_LAG_DTYPE)
+    column_pairs = _ll._records(columns.top, owner_is_leader=False)
     if floor is not None:  # below the floor: in no final top-k (see LaggerFloor)
         column_pairs = column_pairs[column_pairs["improvement"] >= floor[column_pairs["lagger"]]]
+    leaders, laggers, upper, syncs = columns.pooled()
+    pool = np.empty(leaders.size, POOL_DTYPE)
+    pool["leader"], pool["lagger"], pool["upper"], pool["sync"] = leaders, laggers, upper, syncs
     return LeadLagStripe(
-        np.concatenate(row_pairs),
-        column_pairs,
-        np.sort(columns.lower, axis=1),
-        np.sort(columns.top[0], axis=1),
+        np.concatenate(row_pairs), pool, column_pairs, np.sort(columns.lower, axis=1)
     )
 
 
-def _kth_largest(tables: Sequence[np.ndarray], k: int) -> np.ndarray:
-    """Per row, the ``k``-th largest value of the tables side by side (rows x k each)."""
-    both = np.concatenate(tables, axis=1)
-    return np.partition(both, both.shape[1] - k, axis=1)[:, -k]
+def lead_lag_screen(
+    R: np.ndarray, max_lag: int, with_sync: bool, min_overlap: int, min_improvement: float
+) -> Any:
+    """The window and screen :func:`merge_lead_lag_stripes` evaluates pooled candidates on
+    (``R`` standardised on this thread, as in a worker: the same values)."""
+    return _ll._make_screen(standardize(R), max_lag, with_sync, min_overlap, min_improvement)
 
 
-def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], k_cols: int) -> np.ndarray:
-    """The lead-lag result from the stripes' shares.
+def _select_pooled(parts: Sequence[LeadLagStripe], screen: Any, floor: np.ndarray) -> np.ndarray:
+    """Per lagger, the exact top-k of the stripes' pooled candidates whose bound reaches
+    ``floor`` (the :class:`LaggerFloor` of every stripe, so at least the threaded scan's
+    threshold), evaluated in this process on threads as the threaded scan evaluates its pool:
+    the same kernel, in the same threshold order, on its pairs less those below the floor (so
+    no more evaluations than the threaded scan's)."""
+    n_cols, k_cols = parts[0].lower.shape
+    columns = _ll._ColumnPool(n_cols, k_cols, max_pool=_ll._max_pool(n_cols, k_cols), floor=floor)
+    for part in parts:
+        pool = part.pool
+        columns.take(pool["leader"], pool["lagger"], pool["upper"], pool["sync"])
+    if not any(part.pool.size for part in parts):
+        return np.empty(0, _ll.LEAD_LAG_DTYPE)
+    with worker_pool() as threads:
+        return columns.select(screen, threads)
 
-    Per lagger, the final ``k_cols`` leaders are the first ``k_cols`` of the stripes' exact
-    tables side by side, in (improvement desc, leader asc) order, the selection rule of the
-    threaded scan: every value is the pair's exact value whatever the stripe, and each stripe's
-    table holds every pair of the final top-k its leaders have (a pair in the top-k of all
-    leaders is in the top-k of any subset of them, and its bound reaches every floor), so the
-    best ``k_cols`` of the union of the tables are the best ``k_cols`` overall; the pairs
-    strictly below the :class:`LaggerFloor` of all the stripes are dropped before the sort. The
-    rows' selections are final as they are; the union is sorted and deduplicated as the
-    threaded scan does.
+
+def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], screen: Any, k_cols: int) -> np.ndarray:
+    """The lead-lag result from the stripes' shares (``screen``: :func:`lead_lag_screen` of
+    the stripes' arguments).
+
+    Per lagger, the final ``k_cols`` leaders are the first ``k_cols``, in (improvement desc,
+    leader asc) order, the selection rule of the threaded scan, of the stripes' evaluated
+    column pairs and of the best ``k_cols`` of their pooled candidates
+    (:func:`_select_pooled`), side by side: every value is the pair's exact value whoever
+    computes it, and a pair of the final top-k is in one of them (a stripe leaves out only
+    pairs below a :class:`LaggerFloor` or below k exact values of its own, the pools' selection
+    only pairs below its floor or below k exact values), so the best ``k_cols`` of the union
+    are the best ``k_cols`` overall; pairs strictly below the floor of all the stripes are
+    dropped before the sort. The rows' selections are final as they are; the union is sorted
+    and deduplicated as the threaded scan does.
     """
     if not parts:
         return np.empty(0, _ll.LEAD_LAG_DTYPE)
     pairs = [p.row_pairs for p in parts]
     if k_cols > 0:
-        column = np.concatenate([p.column_pairs for p in parts])
-        floor = np.maximum(
-            _kth_largest([p.lower for p in parts], k_cols),
-            _kth_largest([p.exact for p in parts], k_cols),
-        )
+        everyone = LaggerFloor(*parts[0].lower.shape)
+        for part in parts:
+            everyone.update(part)
+        floor = everyone.current()
+        pooled = _select_pooled(parts, screen, floor)
+        column = np.concatenate([*(p.column_pairs for p in parts), pooled])
         column = column[column["improvement"] >= floor[column["lagger"]]]
         order = np.lexsort(
             (column["leader"], -column["improvement"].astype(np.float64), column["lagger"])
@@ -507,27 +554,33 @@ def striped_lead_lag(
     """:func:`~corr_pipeline.compute.lead_lag.find_lead_lag_pairs`, one
     :func:`lead_lag_stripe` per stripe of leaders on ``runner`` (``corr``, when given, a
     file-backed memory map), each given the :class:`LaggerFloor` of the stripes finished before
-    it was submitted; exactly its result."""
+    it was submitted, then the stripes' column candidates evaluated in this process on
+    threads (:func:`merge_lead_lag_stripes`, on ``R`` standardised here while the stripes
+    run); exactly its result."""
     _ll.check_lead_lag_args(R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr)
     n_cols = R.shape[1]
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))
     corr_file = None if corr is None else MappedFile.of(corr)
-    parts = runner.map(
-        lead_lag_stripe,
-        R,
-        stripes_of(n_cols, stripe_rows),
-        corr_file,
-        max_lag,
-        k_rows,
-        k_cols,
-        min_overlap,
-        float(min_improvement),
-        int(block_rows),
-        progress=progress,
-        feedback=LaggerFloor(n_cols, max(k_cols, 1)),
-    )
-    return merge_lead_lag_stripes(parts, k_cols)
+    screen_args = (max_lag, corr is None, min_overlap, float(min_improvement))
+    with ThreadPoolExecutor(1, thread_name_prefix="lead-lag-screen") as background:
+        # the window the pools are evaluated on, built here while the stripes run
+        screen = background.submit(lead_lag_screen, R, *screen_args) if k_cols > 0 else None
+        parts = runner.map(
+            lead_lag_stripe,
+            R,
+            stripes_of(n_cols, stripe_rows),
+            corr_file,
+            max_lag,
+            k_rows,
+            k_cols,
+            min_overlap,
+            float(min_improvement),
+            int(block_rows),
+            progress=progress,
+            feedback=LaggerFloor(n_cols, max(k_cols, 1)),
+        )
+        return merge_lead_lag_stripes(parts, None if screen is None else screen.result(), k_cols)
 
 
 __all__ = [
@@ -535,9 +588,11 @@ __all__ = [
     "LaggerFloor",
     "LeadLagStripe",
     "MappedFile",
+    "POOL_DTYPE",
     "StripeFeedback",
     "StripeRunner",
     "correlation_stripe",
+    "lead_lag_screen",
     "lead_lag_stripe",
     "merge_lead_lag_stripes",
     "neighbors_stripe",

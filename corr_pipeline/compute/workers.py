@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
+import numpy as np
+from numpy.typing import DTypeLike
 from threadpoolctl import ThreadpoolController
 
 
@@ -41,3 +44,22 @@ def worker_pool() -> Iterator[ThreadPoolExecutor]:
         ThreadPoolExecutor(available_cores(), thread_name_prefix="corr-worker") as pool,
     ):
         yield pool
+
+
+_buffers = threading.local()
+
+
+def thread_buffer(name: str, shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
+    """An uninitialised array of ``shape`` for the calling thread, reused from call to call
+    under the same ``name`` (grown when too small), kept as long as the thread lives.
+
+    For the arrays of megabytes a work item or a stripe fills and drops: a fresh one each time
+    is new pages to fault in and zero whenever the allocator maps arrays this large afresh, as
+    glibc does for every one of them in a Dask worker (whose ``MALLOC_TRIM_THRESHOLD_`` turns
+    off glibc's adaptive mmap threshold)."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    found: np.ndarray | None = getattr(_buffers, name, None)
+    if found is None or found.nbytes < nbytes:
+        found = np.empty(nbytes, np.uint8)
+        setattr(_buffers, name, found)
+    return found[:nbytes].view(np.dtype(dtype)).reshape(shape)

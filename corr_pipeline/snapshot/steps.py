@@ -25,8 +25,10 @@ With ``params.dask_scheduler`` set, :func:`stripe_runner` connects to that Dask 
 correlation, neighbors and lead_lag run as stripes of rows there
 (:mod:`corr_pipeline.compute.stripes`), bit-identical to the threads: each worker holds R and
 its standardised window and a stripe's temporaries; the step's process keeps only R and, for
-lead_lag, the stripes' N x k_leaders tables until they are merged. The correlation stripes
-write both triangles straight into the outputs (no scratch file).
+lead_lag, its own standardised window and the stripes' lower-bound tables (N x k_leaders) and
+column candidates, which it evaluates once every stripe is in (as the threaded scan evaluates
+its pool). The correlation stripes write both triangles straight into the outputs (no
+scratch file).
 """
 
 from __future__ import annotations

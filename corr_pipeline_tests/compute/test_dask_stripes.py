@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,12 @@ from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation, top
 from corr_pipeline.compute.dask_runner import DaskRunner  # noqa: E402
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE, MAX_BLOCK_ROWS  # noqa: E402
 from corr_pipeline.compute.stripes import (  # noqa: E402
+    POOL_DTYPE,
     LaggerFloor,
     LeadLagStripe,
     MappedFile,
     correlation_stripe,
+    lead_lag_screen,
     lead_lag_stripe,
     merge_lead_lag_stripes,
     striped_correlation,
@@ -222,26 +225,36 @@ def test_lead_lag_ties_across_stripes_go_to_the_smaller_leader(two_workers):
     assert {3, 40, 150, 260} <= set(found[found["lagger"] == 7]["leader"].tolist())
 
 
+def _records(*rows: tuple[int, int, float]) -> np.ndarray:
+    out = np.zeros(len(rows), dtype=LEAD_LAG_DTYPE)
+    for i, (leader, lagger, improvement) in enumerate(rows):
+        out[i]["leader"], out[i]["lagger"], out[i]["improvement"] = leader, lagger, improvement
+    return out
+
+
 def test_the_lagger_floor_is_the_kth_of_the_finished_stripes_values():
     """Per lagger: the larger of the k-th largest lower bound and the k-th largest exact value
-    over the stripes taken in so far (-inf until k of either are known)."""
+    known (rows' and columns' selections, each pair once) over the stripes taken in so far
+    (-inf until k of either are known)."""
     floor = LaggerFloor(3, 2)
     assert np.all(floor.current() == -np.inf)
-    empty = np.empty(0, dtype=LEAD_LAG_DTYPE)
+    pool = np.empty(0, dtype=POOL_DTYPE)
     inf = -np.inf
     first = LeadLagStripe(
-        empty,
-        empty,
-        np.array([[0.1, 0.5], [inf, 0.2], [inf, inf]], np.float32),
-        np.array([[0.3, 0.6], [inf, inf], [inf, inf]], np.float32),
+        row_pairs=_records((0, 0, 0.3), (1, 0, 0.6)),
+        pool=pool,
+        # the same pair in a row's and a column's selection counts once
+        column_pairs=_records((1, 0, 0.6)),
+        lower=np.array([[0.1, 0.5], [inf, 0.2], [inf, inf]], np.float32),
     )
     second = LeadLagStripe(
-        empty,
-        empty,
-        np.array([[0.2, 0.4], [inf, 0.7], [inf, inf]], np.float32),
-        np.array([[inf, 0.1], [inf, inf], [inf, 0.9]], np.float32),
+        row_pairs=_records((5, 0, 0.1), (5, 2, 0.9)),
+        pool=pool,
+        column_pairs=_records(),
+        lower=np.array([[0.2, 0.4], [inf, 0.7], [inf, inf]], np.float32),
     )
     floor.update(first)
+    # lagger 0: lower bounds 0.5, 0.1 (2nd: 0.1); exact 0.6, 0.3, not 0.6 twice
     assert floor.current().tolist() == pytest.approx([0.3, -np.inf, -np.inf])
     floor.update(second)
     # lagger 0: lower bounds 0.5, 0.4 (2nd: 0.4), exact 0.6, 0.3 (2nd: 0.3); lagger 1: 0.7, 0.2
@@ -286,10 +299,52 @@ def test_lead_lag_stripes_stay_exact_under_the_tightest_floor(two_workers, lead_
         for given in (None, floor)
     )
     expected = _lead_lag(R, lead_lag_inputs)
+    screen = lead_lag_screen(R, 4, False, LEAD_LAG.min_overlap, 0.0)
     for parts in (free, floored):
-        assert merge_lead_lag_stripes(parts, k_leaders).tobytes() == expected.tobytes()
-    entries = [sum(p.column_pairs.size for p in parts) for parts in (free, floored)]
-    assert entries[1] < entries[0]
+        assert merge_lead_lag_stripes(parts, screen, k_leaders).tobytes() == expected.tobytes()
+    pooled = [sum(p.pool.size for p in parts) for parts in (free, floored)]
+    assert pooled[1] < pooled[0]
+
+
+class _InProcess:
+    """The stripes one after the other in this process, each with the floor of those before."""
+
+    def map(self, fn, shared, stripes, *args, progress=None, feedback=None):
+        results, token = [], uuid.uuid4().hex  # a token per call, as the protocol says
+        for stripe in stripes:
+            extra = () if feedback is None else (feedback.current(),)
+            results.append(fn(shared, stripe, token, *args, *extra))
+            if feedback is not None:
+                feedback.update(results[-1])
+        return results
+
+
+@pytest.mark.parametrize("with_corr", [True, False])
+def test_lead_lag_stripes_that_evaluate_their_own_pools_are_exact(
+    monkeypatch, lead_lag_inputs, with_corr
+):
+    """A stripe whose pool outgrows the cap evaluates it itself (here after every block): its
+    evaluated column pairs, the later stripes' pools and the rows then meet in the merge, and
+    the result is still the threaded scan's."""
+    from corr_pipeline.compute import lead_lag
+
+    corr = lead_lag_inputs if with_corr else None
+    expected = _lead_lag(LEAD_LAG.R, corr)
+    evaluated: list[int] = []
+    stripe_fn = lead_lag_stripe
+
+    def counted(*args):
+        part = stripe_fn(*args)
+        evaluated.append(part.column_pairs.size)
+        return part
+
+    import corr_pipeline.compute.stripes as stripes
+
+    monkeypatch.setattr(lead_lag, "_max_pool", lambda n_cols, k: 200)
+    monkeypatch.setattr(stripes, "lead_lag_stripe", counted)
+    found = _lead_lag(LEAD_LAG.R, corr, _InProcess(), stripe_rows=128, block_rows=64)
+    assert found.tobytes() == expected.tobytes()
+    assert sum(evaluated) > 0  # some stripes did evaluate their own pools
 
 
 def test_lead_lag_with_a_killed_worker_is_identical(two_workers, lead_lag_inputs, tmp_path):
