@@ -38,7 +38,7 @@ from corr_pipeline.compute.tiling import (
     tiles_covering,
 )
 from corr_pipeline.compute.validation import check_min_overlap, check_output, check_returns
-from corr_pipeline.compute.workers import worker_pool
+from corr_pipeline.compute.workers import thread_buffer, worker_pool
 
 Progress = Callable[[int, int], None]
 
@@ -74,7 +74,9 @@ class PairCorrelator:
         a, b, w = self.a, self.b, self.window
         left = w.z_t[tile_start:tile_stop, a.row0 : a.row0 + a.n_rows]
         right = w.z[b.row0 : b.row0 + b.n_rows, col0:col1]
-        return left @ right
+        # into the calling thread's buffer (workers.thread_buffer), the same product
+        out = thread_buffer("tile_product", (left.shape[0], right.shape[1]), np.float32)
+        return np.matmul(left, right, out=out)
 
     def finish_product(
         self,
@@ -123,6 +125,12 @@ class PairCorrelator:
             out_origin[1],
             out_corr,
             out_overlap,
+            thread_buffer(
+                "correlate_tile", (2 * kernels.tile_scratch(rows[1] - rows[0]),), np.float64
+            ),
+            thread_buffer(
+                "correlate_tile_count", (kernels.tile_scratch(rows[1] - rows[0]),), np.int32
+            ),
         )
 
     def run(

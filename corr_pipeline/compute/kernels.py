@@ -100,6 +100,14 @@ def exact_pair_correlation(x, y, min_overlap):  # pragma: no cover - compiled
     return min(1.0, max(-1.0, value))
 
 
+def tile_scratch(rows: int) -> int:
+    """Elements of each of :func:`correlate_tile`'s scratch arrays for a tile of ``rows``
+    rows: its sums by column and by row, ``SUBBLOCK · (P + 8) + P · (SUBBLOCK + 8)`` with
+    ``P = rows`` rounded up to a multiple of 8 (the float64 one holds two of each: Sx, Sxx)."""
+    padded = (rows + 7) // 8 * 8
+    return SUBBLOCK * (padded + 8) + padded * (SUBBLOCK + 8)
+
+
 @njit(cache=True, nogil=True)
 def correlate_tile(  # pragma: no cover - compiled
     symmetric,
@@ -133,6 +141,8 @@ def correlate_tile(  # pragma: no cover - compiled
     out_col0,
     out_corr,
     out_overlap,
+    scratch,
+    scratch_count,
 ):
     """Finish the correlation of rows ``[row_lo, row_hi)`` (A columns) of one tile.
 
@@ -164,10 +174,18 @@ def correlate_tile(  # pragma: no cover - compiled
     padded = (rows + 7) // 8 * 8
     # Sums of column i over the rows where j is present, [column, row] then [row, column].
     # (Rows padded by 8 elements: strides of a power of two would alias in the L1 cache.)
-    by_col = np.empty((2, SUBBLOCK, padded + 8))  # Sx, Sxx
-    by_col_count = np.empty((SUBBLOCK, padded + 8), dtype=np.int32)
-    by_row = np.empty((2, padded, SUBBLOCK + 8))
-    by_row_count = np.empty((padded, SUBBLOCK + 8), dtype=np.int32)
+    # In ``scratch`` (float64) and ``scratch_count`` (int32) of :func:`tile_scratch` elements,
+    # the caller's, reused from call to call: fresh arrays of a megabyte would be pages to
+    # fault in and zero on every call wherever the allocator maps them afresh (Dask workers).
+    by_col_size, by_row_size = SUBBLOCK * (padded + 8), padded * (SUBBLOCK + 8)
+    by_col = scratch[: 2 * by_col_size].reshape((2, SUBBLOCK, padded + 8))  # Sx, Sxx
+    by_row = scratch[2 * by_col_size : 2 * (by_col_size + by_row_size)].reshape(
+        (2, padded, SUBBLOCK + 8)
+    )
+    by_col_count = scratch_count[:by_col_size].reshape((SUBBLOCK, padded + 8))
+    by_row_count = scratch_count[by_col_size : by_col_size + by_row_size].reshape(
+        (padded, SUBBLOCK + 8)
+    )
     whole_sum = np.empty(rows)
     whole_sq = np.empty(rows)
     whole_count = np.empty(rows, dtype=np.int32)
@@ -368,6 +386,25 @@ def _pearson(sxy, n, sx, sy, sq_x, sq_y, guard_x, guard_y, min_overlap):  # prag
     enough = n >= min_overlap
     bad = enough & ((var_x <= n_f * guard_x) | (var_y <= n_f * guard_y))
     return (value if enough else np.nan), bad
+
+
+@njit(cache=True, nogil=True)
+def transpose_columns(source, first_col, target):  # pragma: no cover - compiled
+    """``target[c, r] = source[r, first_col + c]`` for every ``r`` of ``source`` and ``c`` of
+    ``target`` (both C-contiguous, of one element type): columns of ``source`` from
+    ``first_col`` on become rows of ``target``, in 8 × 8 register transposes
+    (``intrinsics.transpose_block8``), element by element at the edges. A plain copy."""
+    rows, cols = source.shape[0], target.shape[0]
+    for c0 in range(0, cols, 8):
+        c1 = min(c0 + 8, cols)
+        for r0 in range(0, rows, 8):
+            r1 = min(r0 + 8, rows)
+            if c1 - c0 == 8 and r1 - r0 == 8:
+                transpose_block8(source, r0, first_col + c0, target, c0, r0)
+            else:
+                for c in range(c0, c1):
+                    for r in range(r0, r1):
+                        target[c, r] = source[r, first_col + c]
 
 
 @njit(cache=True, nogil=True)

@@ -51,6 +51,7 @@ from threadpoolctl import threadpool_limits
 
 from corr_pipeline.compute import lead_lag as _ll
 from corr_pipeline.compute.correlation import PairCorrelator, Progress
+from corr_pipeline.compute.kernels import transpose_columns
 from corr_pipeline.compute.neighbors import Neighbors, fill_top_k_rows
 from corr_pipeline.compute.standardize import Standardized, make_side, standardize
 from corr_pipeline.compute.tiling import GEMM_TILE, row_blocks
@@ -231,7 +232,7 @@ def correlation_stripe(
         diagonal[below] = diagonal.T[below]
         _write_rows(file, block, start, start)
         mirror = thread_buffer("mirror", (n - stop, stop - start), file.dtype)
-        np.copyto(mirror, block[:, stop - start :].T)
+        transpose_columns(block, stop - start, mirror)
         _write_rows(file, mirror, stop, start)
 
 

@@ -593,3 +593,17 @@ def test_guard_bound_keeps_the_fast_formula() -> None:
         expected = np.float32(min(1.0, max(-1.0, value)))
         assert result.corr[0, j] == expected and result.corr[j, 0] == expected, j
         assert result.overlap[0, j] == count == 40 - len(gaps)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int16, np.int8, np.int32])
+def test_transpose_columns_is_the_transposed_copy(dtype):
+    """kernels.transpose_columns (8 x 8 register transposes, element loops at the edges)
+    against numpy's transpose, on shapes with and without full squares."""
+    from corr_pipeline.compute.kernels import transpose_columns
+
+    rng = np.random.default_rng(3)
+    for rows, cols, first in ((16, 24, 0), (13, 37, 5), (8, 8, 3), (1, 9, 0), (29, 3, 11)):
+        source = rng.integers(-100, 100, size=(rows, first + cols + 2)).astype(dtype)
+        target = np.full((cols, rows), 77, dtype)
+        transpose_columns(source, first, target)
+        np.testing.assert_array_equal(target, source[:, first : first + cols].T)
