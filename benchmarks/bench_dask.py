@@ -49,6 +49,7 @@ from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation, top
 from corr_pipeline.compute.dask_runner import DaskRunner
 from corr_pipeline.compute.lead_lag import MAX_BLOCK_ROWS
 from corr_pipeline.compute.stripes import (
+    CORRELATION_STRIPE_ROWS,
     DEFAULT_STRIPE_ROWS,
     MappedFile,
     correlation_stripe,
@@ -131,7 +132,7 @@ def _timed(
 
 def _sample_stripes(R: np.ndarray, args: argparse.Namespace, work: Path) -> None:
     """Per-stripe figures of the correlation and the lead-lag (see the module docstring)."""
-    n, b = args.n, args.stripe_rows
+    n, b = args.n, args.stripe_rows or DEFAULT_STRIPE_ROWS
     ov_dtype = overlap_dtype(args.t)
     files = tuple(
         MappedFile.of(np.lib.format.open_memmap(work / f"{name}.npy", "w+", dtype, (n, n)))
@@ -191,7 +192,18 @@ def main() -> None:
     parser.add_argument("--max-lag", type=int, default=5)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--stripe-rows", type=int, default=DEFAULT_STRIPE_ROWS)
+    parser.add_argument(
+        "--threads-per-worker",
+        type=int,
+        default=1,
+        help="threads of each worker process (stripes of one process share its window)",
+    )
+    parser.add_argument(
+        "--stripe-rows",
+        type=int,
+        help=f"rows per stripe (default: {CORRELATION_STRIPE_ROWS} for the correlation, "
+        f"{DEFAULT_STRIPE_ROWS} for the others, as the pipeline runs them)",
+    )
     parser.add_argument("--products", nargs="+", choices=PRODUCTS, default=list(PRODUCTS))
     parser.add_argument("--dir", type=Path, help="where the memory maps go (default: a temp dir)")
     parser.add_argument(
@@ -221,7 +233,8 @@ def main() -> None:
         print(f"# {machine_line()}; commit {git_commit()}")
         print(
             f"# N = {args.n}, T = {args.t}, min_overlap = {args.min_overlap}, max_lag = "
-            f"{args.max_lag}, k = {args.k}; stripes of {args.stripe_rows} rows, one thread"
+            f"{args.max_lag}, k = {args.k}; stripes of {args.stripe_rows or DEFAULT_STRIPE_ROWS} "
+            "rows, one thread"
         )
         _sample_stripes(R, args, work)
         if args.dir is None:
@@ -237,7 +250,10 @@ def main() -> None:
     if args.no_worker_profiler:  # Dask's statistical profiler samples every worker's stack
         dask.config.set({"distributed.worker.profile.enabled": False})
     cluster = LocalCluster(
-        n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+        n_workers=args.workers,
+        threads_per_worker=args.threads_per_worker,
+        processes=True,
+        dashboard_address=":0",
     )
     client = Client(cluster, set_as_default=False)
     runner = DaskRunner(client)
@@ -246,8 +262,9 @@ def main() -> None:
     print(f"# {machine_line()}; commit {git_commit()}")
     print(
         f"# N = {args.n}, T = {args.t}, min_overlap = {args.min_overlap}, max_lag = "
-        f"{args.max_lag}, k = {args.k}; LocalCluster {args.workers} workers x 1 thread, stripes "
-        f"of {args.stripe_rows} rows"
+        f"{args.max_lag}, k = {args.k}; LocalCluster {args.workers} workers x "
+        f"{args.threads_per_worker} thread(s), stripes "
+        f"of {args.stripe_rows or f'{CORRELATION_STRIPE_ROWS} (correlation), {DEFAULT_STRIPE_ROWS}'} rows"
         f"{', worker profiler off' if args.no_worker_profiler else ''}; {_load()}"
     )
     _, idle, idle_cpu, _ = _timed(lambda: time.sleep(_IDLE_SECONDS), client)
@@ -270,7 +287,7 @@ def main() -> None:
                 min_overlap=args.min_overlap,
                 out_corr=corr_d,
                 out_overlap=ov_d,
-                stripe_rows=args.stripe_rows,
+                stripe_rows=args.stripe_rows or CORRELATION_STRIPE_ROWS,
             ),
         ),
         "neighbors": (
@@ -281,7 +298,7 @@ def main() -> None:
                 k=args.k,
                 overlap=ov_t,
                 working_memory_mb=512,
-                stripe_rows=args.stripe_rows,
+                stripe_rows=args.stripe_rows or DEFAULT_STRIPE_ROWS,
             ),
         ),
         "lead_lag": (
@@ -301,7 +318,7 @@ def main() -> None:
                 k_laggers=args.k,
                 min_overlap=args.min_overlap,
                 corr=corr_t,
-                stripe_rows=args.stripe_rows,
+                stripe_rows=args.stripe_rows or DEFAULT_STRIPE_ROWS,
             ),
         ),
     }

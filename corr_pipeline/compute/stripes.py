@@ -64,6 +64,13 @@ DEFAULT_STRIPE_ROWS = 4 * GEMM_TILE
 depend on it. 512 rows at N = 24,000 is 47 stripes: enough for the workers to balance the
 triangle's uneven stripes, few enough that per-task overhead (~ms) is nothing."""
 
+CORRELATION_STRIPE_ROWS = 16 * GEMM_TILE
+"""Rows per correlation stripe: its mirror is one ``pwrite`` of ``stripe_rows`` values per row
+below it, N² / (2 · stripe_rows) calls per output in all; with 512 rows those calls cost the two
+worker processes 1.34–1.45× the threads' time at N = 24,000, with 2,048 rows 1.01–1.12×
+(docs/benchmarks.md). Its buffers are 2,048 × N × 10 bytes per worker thread (~490 MB at
+N = 24,000, ~1.3 GB at 64,000)."""
+
 _CACHED_CONTEXTS = 2
 """Contexts (standardised windows) a process keeps: the correlation and the lead-lag scan of
 one snapshot may run at the same time on one cluster."""
@@ -270,7 +277,7 @@ def striped_correlation(
     min_overlap: int,
     out_corr: np.ndarray,
     out_overlap: np.ndarray,
-    stripe_rows: int = DEFAULT_STRIPE_ROWS,
+    stripe_rows: int = CORRELATION_STRIPE_ROWS,
     progress: Progress | None = None,
 ) -> None:
     """:func:`~corr_pipeline.compute.correlation.pairwise_correlation` into the file-backed
@@ -585,6 +592,7 @@ def striped_lead_lag(
 
 
 __all__ = [
+    "CORRELATION_STRIPE_ROWS",
     "DEFAULT_STRIPE_ROWS",
     "LaggerFloor",
     "LeadLagStripe",
