@@ -15,29 +15,32 @@ temporary. A pair is *compared* iff both correlations are finite and both overla
   and ``|Δ|`` (float64 accumulators, ``Δ`` in float64 from the float32 values);
 - the exact quantiles of ``corr`` and ``|corr|`` of each day (numpy's default "linear" rule:
   ``x[lo] + (h − lo)(x[lo+1] − x[lo])`` with ``h = q (n − 1)``), by a radix select on the
-  order-preserving 32-bit keys of the float32 values, in one read of the matrices: histograms of
-  the top 16 key bits of ``corr`` of each day (2 x 2^16 uint32 per chunk, cache-resident; those
-  of ``|corr|`` are the same counts folded, since the key of ``|x|`` is the key of ``x`` for
-  ``x >= 0`` and its mirror ``2^32 − 1 − key`` for ``x < 0``) tell after the scan which bin
-  holds each wanted order statistic (rank ``r``, rank ``r − before`` inside the bin, ``before``
-  the count of the lower bins); one ``np.partition`` of that bin's keys with all its wanted
-  in-bin ranks selects them (exactly the values a sort would put there). Those keys are collected during the same read: the first rows (stage A, 1/8 of the
-  pairs) only count; their histograms predict the bins holding ranks ``(q ± 0.004)(n − 1)``
-  (± 1 bin), whose keys the other rows (stage B) append to buffers sized 1.25 x the expected
-  count (at most 2^25 keys, 128 MiB); at the end the keys of the needed bins from the stage-A
-  rows are collected by re-reading those rows only (stage C). If a needed bin was not predicted
-  or its buffer overflowed, all rows are read a second time for exactly the needed bins (sized
-  by their known counts). Either way the result is exact; only the speed depends on the guess;
+  order-preserving 32-bit keys of the float32 values, in two reads of the matrices: the
+  histograms of the top 16 key bits of ``corr`` of each day (2 x 2^16 uint32 per chunk,
+  cache-resident; those of ``|corr|`` are the same counts folded, since the key of ``|x|`` is the
+  key of ``x`` for ``x >= 0`` and its mirror ``2^32 − 1 − key`` for ``x < 0``), counted in the
+  first read, tell which bin holds each wanted order statistic (rank ``r``, rank ``r − before``
+  inside the bin, ``before`` the count of the lower bins); the second read collects the keys of
+  exactly those bins (their counts known, so each chunk's buffers are sized exactly), and one
+  ``np.partition`` of a bin's keys with all its wanted in-bin ranks selects them (exactly the
+  values a sort would put there). (A single read that guesses the bins from a sample of the rows
+  was tried: the rows of a sector are alike, so a sample of rows places the median with a rank
+  error of about 1 %, far wider than the bins it could afford to collect; it missed at
+  N = 24,000 and then cost both reads and the guess.);
 - a histogram of ``Δ`` (``change_bins`` equal bins over [−2, 2]);
 - the top ``top_m`` pairs by ``|Δ|`` descending, ties to the smaller pair ``(p, q)``
-  (lexicographic, i.e. by name): the same strict-improvement running selection as the neighbors
-  (:mod:`corr_pipeline.compute.selection`), scanning pairs in increasing ``(p, q)`` order.
+  (lexicographic, i.e. by name): a running selection in that total order (:func:`_offer`), so
+  the order the rows are scanned in does not matter.
 
-The rows are split into at most 4 interleaved chunks (row ``p`` in chunk ``p % chunks``), one task
-each on the worker threads of :mod:`corr_pipeline.compute.workers` (a GIL-free numba kernel per
-chunk and row block, gathering the previous day's values through the index map); the results do not depend on the number of chunks: the counts
-are integers, the top M of each chunk is exact and merged with the same order, and the sums are
-accumulated per row and added in row order.
+Each row is read in runs of columns over which both index maps advance by one (:func:`_runs`:
+contiguous values in all four matrices), 512 pairs at a time: vectorised passes over the values
+(validity, keys, bins, the sums), then a scalar pass over their buffers (the histogram counts,
+the keys collected, the top-M offers). The rows are split into at most 4 interleaved chunks
+(the selected rows of a block taken in turn), one task each on the worker threads of
+:mod:`corr_pipeline.compute.workers` (a GIL-free numba kernel per chunk and row block); the
+results do not depend on the number of chunks or the blocks: the counts are integers, the top M
+of each chunk is exact and merged in the same order, and the sums are accumulated per row (in a
+fixed order: :func:`_step_sums`) and added in row order.
 
 ``neighbor_turnover`` (10.3): for a common symbol, how many of today's top-k neighbors were not
 among its previous top-k (by name).
@@ -59,7 +62,6 @@ from scipy.optimize import linear_sum_assignment
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from corr_pipeline.compute.selection import _insert
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, row_blocks
 from corr_pipeline.compute.validation import (
     check_array,
@@ -90,16 +92,8 @@ DISTRIBUTIONS = ("corr_today", "corr_previous", "abs_corr_today", "abs_corr_prev
 
 _HIGH_SHIFT = 16  # 32-bit keys: histograms of their top 16 bits
 _N_BINS = 1 << _HIGH_SHIFT
-#: Share of the pairs (the first rows) whose histograms predict the bins of the quantiles.
-_SAMPLE_PAIRS = 0.125
-#: Rank margin (a fraction of the pairs) of that prediction; at most this many predicted bins
-#: (int8 slots) and at most this many values collected from them (4 bytes each).
-_SAMPLE_MARGIN = 0.004
-_MAX_SLOTS = 120
-_MAX_COLLECT = 1 << 25
-#: A chunk's buffer for a predicted bin: _ROOM x its expected count + _ROOM_SLACK keys.
-_ROOM = 1.25
-_ROOM_SLACK = 1024
+#: Bins whose keys one read collects (int8 slots of the lookup table).
+_MAX_SLOTS = 127
 #: At most this many interleaved row chunks (one task each on the worker threads).
 _MAX_CHUNKS = 4
 
@@ -186,92 +180,186 @@ class CorrelationChanges:
     top_change: np.ndarray
 
 
+_STEP = 512
+"""Pairs per step of a row's run: the vector passes write their keys and bins to buffers
+(L1-resident) that the scalar pass then counts."""
+
+
 @numba.njit(cache=True, nogil=True, inline="always")
-def _key(bits):  # pragma: no cover - compiled
-    """Order-preserving uint32 key of a float32 given as its uint32 bit pattern."""
-    if bits & np.uint32(0x80000000):
-        return ~bits
-    return bits | np.uint32(0x80000000)
+def _step_keys(
+    ct, ot, cp, op, min_overlap, keys_t, keys_p, bins_t, bins_p, compared
+):  # pragma: no cover - compiled
+    """Per pair of the step: compared or not, both keys, and the top-16-bit bins of the keys
+    (bin ``_N_BINS``, which counts nowhere, when not compared). Branch-free: vectorised."""
+    exponent = np.uint32(0x7F800000)
+    sign = np.uint32(0x80000000)
+    trash = np.uint32(_N_BINS)
+    for i in range(ct.shape[0]):
+        bt = ct[i]
+        bp = cp[i]
+        ok = (
+            (ot[i] >= min_overlap)
+            & (op[i] >= min_overlap)
+            & ((bt & exponent) != exponent)  # finite float32
+            & ((bp & exponent) != exponent)
+        )
+        # order-preserving key: ~bits when negative, bits | sign otherwise (the casts: numba
+        # widens the intermediate integers)
+        k0 = np.uint32(bt ^ (((bt >> 31) * np.uint32(0x7FFFFFFF)) | sign))
+        k1 = np.uint32(bp ^ (((bp >> 31) * np.uint32(0x7FFFFFFF)) | sign))
+        keys_t[i] = k0
+        keys_p[i] = k1
+        bins_t[i] = (k0 >> np.uint32(_HIGH_SHIFT)) if ok else trash
+        bins_p[i] = (k1 >> np.uint32(_HIGH_SHIFT)) if ok else trash
+        compared[i] = ok
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _step_changes(ctf, cpf, compared, n_change, bins_d, scores):  # pragma: no cover - compiled
+    """Per pair of the step: the bin of ``Δ`` (``n_change`` when not compared) and ``|Δ|``
+    (−inf when not compared), exactly as SPEC §10.1 states them. Vectorised."""
+    for i in range(ctf.shape[0]):
+        d = np.float64(ctf[i]) - np.float64(cpf[i])
+        ok = compared[i]
+        b = min(max(int((d + 2.0) * n_change / 4.0), 0), n_change - 1)
+        bins_d[i] = b if ok else n_change
+        scores[i] = abs(d) if ok else -np.inf
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc"})
+def _step_sums(ctf, cpf, compared, sums):  # pragma: no cover - compiled
+    """``sums += (count, Σct, Σcp, Σ|ct|, Σ|cp|, ΣΔ, Σ|Δ|)`` over the step's compared pairs,
+    float64 from the float32 values. A function of its own: only these sums may be reordered
+    (``reassoc``: vector lanes), deterministically for given inputs, so a row's sums do not
+    depend on the chunks or the blocks (its steps are fixed by the runs)."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = 0.0
+    for i in range(ctf.shape[0]):
+        ok = compared[i]
+        vt = np.float64(ctf[i]) if ok else 0.0
+        vp = np.float64(cpf[i]) if ok else 0.0
+        d = vt - vp
+        s0 += 1.0 if ok else 0.0
+        s1 += vt
+        s2 += vp
+        s3 += abs(vt)
+        s4 += abs(vp)
+        s5 += d
+        s6 += abs(d)
+    sums[0] += s0
+    sums[1] += s1
+    sums[2] += s2
+    sums[3] += s3
+    sums[4] += s4
+    sums[5] += s5
+    sums[6] += s6
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _before(score, key, other_score, other_key):  # pragma: no cover - compiled
+    """The order of the top M: ``|Δ|`` descending, then the pair key ascending (a total order:
+    the top M does not depend on the order the pairs are offered in)."""
+    return score > other_score or (score == other_score and key < other_key)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _offer(scores, keys, m, score, key):  # pragma: no cover - compiled
+    """Insert ``(score, key)`` into the top ``m`` (``scores[:m]`` / ``keys[:m]``, in
+    :func:`_before` order) if it comes before the last. Empty places hold (−inf, −1), before
+    every pair not compared (−inf, its key ≥ 0) and after every compared one."""
+    if not _before(score, key, scores[m - 1], keys[m - 1]):
+        return
+    pos = m - 1
+    while pos > 0 and _before(score, key, scores[pos - 1], keys[pos - 1]):
+        scores[pos] = scores[pos - 1]
+        keys[pos] = keys[pos - 1]
+        pos -= 1
+    scores[pos] = score
+    keys[pos] = key
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _scan_body(accumulate, refine, inputs, rows, outputs, collect):  # pragma: no cover - compiled
     """The loop of :func:`_scan_rows` (its arguments grouped in four tuples), inlined into one
-    kernel per pair of flags so that the flags are constants there: no test of them per pair."""
+    kernel per pair of flags so that the flags are constants there: no test of them per pair.
+
+    Each row ``p`` is read as runs of columns ``q`` over which both index maps advance by one
+    (``jt = q + off_t``, ``jp = q + off_p``: contiguous in all four matrices), ``_STEP`` pairs
+    at a time: the vectorised passes (:func:`_step_keys`, :func:`_step_changes`,
+    :func:`_step_sums`) over the step's values, then a scalar pass over their buffers that
+    counts the bins (a pair not compared counts in the extra last bins only), collects the keys
+    (slot −1 there) and offers the pairs beating the top-M threshold."""
     ct, ctf, ot, cp, cpf, op = inputs
-    row0_t, row0_p, ti, pi, start, p1, stride, min_overlap = rows
+    row0_t, row0_p, ti, pi, row_list, min_overlap, run_start, run_t, run_p = rows
     row_sums, hist, hist_total, change_counts, top_scores, top_keys = outputs
     lookup, offsets, caps, fill, values = collect
     n = ti.shape[0]
-    n_change = change_counts.shape[0]
+    n_change = change_counts.shape[0] - 1
     m = top_scores.shape[0]
+    keys_t = np.empty(_STEP, np.uint32)
+    keys_p = np.empty(_STEP, np.uint32)
+    bins_t = np.empty(_STEP, np.uint32)
+    bins_p = np.empty(_STEP, np.uint32)
+    compared = np.empty(_STEP, np.bool_)
+    bins_d = np.empty(_STEP, np.int64)
+    scores = np.empty(_STEP, np.float64)
+    sums = np.zeros(7, np.float64)
     # the running top M's admission threshold in a register: a pair is inserted only when it
     # beats the current M-th (rare after the first rows)
     threshold = top_scores[m - 1] if m > 0 else np.inf
     flush_every = max(1, (2**31 - 1) // max(n, 1))  # rows before a uint32 count could overflow
     rows_since_flush = 0
-    for p in range(start, p1, stride):
+    for p in row_list:
         rt = ti[p] - row0_t
         rp = pi[p] - row0_p
-        s0 = s1 = s2 = s3 = s4 = s5 = s6 = 0.0
-        for q in range(p + 1, n):
-            jt = ti[q]
-            jp = pi[q]
-            if ot[rt, jt] < min_overlap or op[rp, jp] < min_overlap:
+        sums[:] = 0.0
+        for r in range(run_start.shape[0] - 1):
+            q_end = run_start[r + 1]
+            if q_end <= p + 1:
                 continue
-            bt = ct[rt, jt]
-            bp = cp[rp, jp]
-            # finite float32 <=> exponent bits not all ones
-            if (bt & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
-                continue
-            if (bp & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
-                continue
-            k0 = _key(bt)
-            k1 = _key(bp)
-            if accumulate:
-                vt = np.float64(ctf[rt, jt])
-                vp = np.float64(cpf[rp, jp])
-                d = vt - vp
-                ad = abs(d)
-                s0 += 1.0
-                s1 += vt
-                s2 += vp
-                s3 += abs(vt)
-                s4 += abs(vp)
-                s5 += d
-                s6 += ad
-                hist[0, k0 >> _HIGH_SHIFT] += np.uint32(1)
-                hist[1, k1 >> _HIGH_SHIFT] += np.uint32(1)
-                b = int((d + 2.0) * n_change / 4.0)
-                if b >= n_change:
-                    b = n_change - 1
-                elif b < 0:
-                    b = 0
-                change_counts[b] += 1
-                if ad > threshold:
-                    _insert(top_scores, top_keys, m, ad, p * n + q)
-                    threshold = top_scores[m - 1]
-            if refine:
-                slot = lookup[0, k0 >> _HIGH_SHIFT]
-                if slot >= 0:
-                    i = fill[slot]
-                    if i < caps[slot]:
-                        values[offsets[slot] + i] = k0
-                    fill[slot] = i + 1
-                slot = lookup[1, k1 >> _HIGH_SHIFT]
-                if slot >= 0:
-                    i = fill[slot]
-                    if i < caps[slot]:
-                        values[offsets[slot] + i] = k1
-                    fill[slot] = i + 1
+            for q0 in range(max(run_start[r], p + 1), q_end, _STEP):
+                width = min(_STEP, q_end - q0)
+                a_t = q0 + run_t[r]
+                a_p = q0 + run_p[r]
+                _step_keys(
+                    ct[rt, a_t : a_t + width],
+                    ot[rt, a_t : a_t + width],
+                    cp[rp, a_p : a_p + width],
+                    op[rp, a_p : a_p + width],
+                    min_overlap,
+                    keys_t,
+                    keys_p,
+                    bins_t,
+                    bins_p,
+                    compared,
+                )
+                if accumulate:
+                    step_ct = ctf[rt, a_t : a_t + width]
+                    step_cp = cpf[rp, a_p : a_p + width]
+                    _step_changes(step_ct, step_cp, compared, n_change, bins_d, scores)
+                    _step_sums(step_ct, step_cp, compared[:width], sums)
+                for i in range(width):
+                    if accumulate:
+                        hist[0, bins_t[i]] += np.uint32(1)
+                        hist[1, bins_p[i]] += np.uint32(1)
+                        change_counts[bins_d[i]] += 1
+                        if scores[i] >= threshold:
+                            _offer(top_scores, top_keys, m, scores[i], p * n + q0 + i)
+                            threshold = top_scores[m - 1]
+                    if refine:
+                        slot = lookup[0, bins_t[i]]
+                        if slot >= 0:
+                            j = fill[slot]
+                            if j < caps[slot]:
+                                values[offsets[slot] + j] = keys_t[i]
+                            fill[slot] = j + 1
+                        slot = lookup[1, bins_p[i]]
+                        if slot >= 0:
+                            j = fill[slot]
+                            if j < caps[slot]:
+                                values[offsets[slot] + j] = keys_p[i]
+                            fill[slot] = j + 1
         if accumulate:
-            row_sums[p, 0] = s0
-            row_sums[p, 1] = s1
-            row_sums[p, 2] = s2
-            row_sums[p, 3] = s3
-            row_sums[p, 4] = s4
-            row_sums[p, 5] = s5
-            row_sums[p, 6] = s6
+            row_sums[p, :] = sums
             rows_since_flush += 1
             if rows_since_flush >= flush_every:
                 _flush(hist, hist_total)
@@ -286,13 +374,20 @@ def _scan_accumulate(inputs, rows, outputs, collect):  # pragma: no cover - comp
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan_both(inputs, rows, outputs, collect):  # pragma: no cover - compiled
-    _scan_body(True, True, inputs, rows, outputs, collect)
-
-
-@numba.njit(cache=True, nogil=True)
 def _scan_collect(inputs, rows, outputs, collect):  # pragma: no cover - compiled
     _scan_body(False, True, inputs, rows, outputs, collect)
+
+
+def _runs(ti: np.ndarray, pi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The runs of common symbols over which both index maps advance by one: ``(start, off_t,
+    off_p)``, run ``r`` is ``q`` in ``[start[r], start[r + 1])`` with ``ti[q] = q + off_t[r]``
+    and ``pi[q] = q + off_p[r]`` (one run when neither day has a symbol the other lacks; a few
+    more per symbol that entered or left)."""
+    q = np.arange(ti.size, dtype=np.int64)
+    off_t, off_p = ti - q, pi - q
+    bounds = np.flatnonzero((np.diff(off_t) != 0) | (np.diff(off_p) != 0)) + 1
+    start = np.concatenate(([0], bounds, [ti.size])).astype(np.int64)
+    return start, off_t[start[:-1]].copy(), off_p[start[:-1]].copy()
 
 
 def _scan_rows(
@@ -306,9 +401,8 @@ def _scan_rows(
     row0_p: int,
     ti: np.ndarray,
     pi: np.ndarray,
-    start: int,
-    p1: int,
-    stride: int,
+    runs: tuple[np.ndarray, np.ndarray, np.ndarray],
+    row_list: np.ndarray,
     min_overlap: int,
     accumulate: bool,
     refine: bool,
@@ -324,25 +418,27 @@ def _scan_rows(
     fill: np.ndarray,
     values: np.ndarray,
 ) -> None:
-    """Rows ``p = start, start + stride, … < p1`` (one chunk's rows of a block), pairs ``q > p``
+    """Rows ``p`` in ``row_list`` (one chunk's rows of a block, ascending), pairs ``q > p``
     of common symbols; ``ctf``/``cpf`` the corr rows ``row0_t ..`` / ``row0_p ..`` (``ct``/``cp``
-    their uint32 views) and ``ot``/``op`` the overlap rows, previous values gathered through
-    ``pi``. All outputs are this chunk's own (no sharing between threads; GIL-free).
+    their uint32 views) and ``ot``/``op`` the overlap rows, values gathered through ``ti`` /
+    ``pi`` as the ``runs`` (:func:`_runs`) give them. All outputs are this chunk's own (no
+    sharing between threads; GIL-free).
 
     ``accumulate``: ``row_sums[p]`` (count, Σct, Σcp, Σ|ct|, Σ|cp|, ΣΔ, Σ|Δ| of row ``p``), the
-    two histograms of the top 16 key bits (``hist``, uint32, 2 x 2^16 = 512 KiB: cache-resident,
-    added into the int64 ``hist_total`` before it could overflow and at the end), the Δ counts
-    and the running top-M ``top_scores`` / ``top_keys`` (pairs arrive in increasing key order).
-    ``refine``: each key of day ``d`` whose top-16-bit bin has ``lookup[d, bin] = slot >= 0``
-    is appended to ``values[offsets[slot] : offsets[slot] + caps[slot]]`` (``fill[slot]`` counts
+    two histograms of the top 16 key bits (``hist``, uint32, 2 x (2^16 + 1) ≈ 512 KiB:
+    cache-resident, added into the int64 ``hist_total`` before it could overflow and at the
+    end), the Δ counts and the running top-M ``top_scores`` / ``top_keys`` (pairs arrive in
+    increasing key order). The last bin of ``hist`` and of ``change_counts`` counts the pairs
+    not compared (the caller ignores it). ``refine``: each key of day ``d`` whose top-16-bit
+    bin has ``lookup[d, bin] = slot >= 0`` (``lookup[d, 2^16] = −1``) is appended to ``values[offsets[slot] : offsets[slot] + caps[slot]]`` (``fill[slot]`` counts
     them all, also those beyond the capacity, which are dropped: the caller sees the overflow).
     """
-    if not (accumulate or refine):
-        return
-    kernel = (_scan_both if refine else _scan_accumulate) if accumulate else _scan_collect
+    if accumulate == refine:
+        raise ValueError("a read either accumulates or collects")
+    kernel = _scan_accumulate if accumulate else _scan_collect
     kernel(
         (ct, ctf, ot, cp, cpf, op),
-        (row0_t, row0_p, ti, pi, start, p1, stride, min_overlap),
+        (row0_t, row0_p, ti, pi, row_list, min_overlap, *runs),
         (row_sums, hist, hist_total, change_counts, top_scores, top_keys),
         (lookup, offsets, caps, fill, values),
     )
@@ -375,40 +471,6 @@ def _signed_bins(bins: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     return sorted(out)
 
 
-def _predict_bins(
-    counts: np.ndarray, levels: Sequence[float], scale: float
-) -> list[tuple[int, int]]:
-    """Signed bins ``(day, bin)`` likely to hold the wanted order statistics, from the signed
-    histograms ``counts`` (2 x 2^16) of a sample of the pairs: for each distribution and level
-    ``q``, the bins holding the sample's ranks ``(q ± _SAMPLE_MARGIN) (n − 1)`` and one more bin
-    on each side. The margin halves until at most ``_MAX_SLOTS`` bins expecting at most
-    ``_MAX_COLLECT`` values (``scale`` x their sample counts) remain. Only the speed depends on
-    this guess: a wanted bin outside it costs a second read."""
-    total = int(counts[0].sum())
-    if total == 0:
-        return []
-    cum = np.cumsum(_four_histograms(counts), axis=1)
-    at = np.asarray(levels, np.float64)
-    margin = _SAMPLE_MARGIN
-    while True:
-        # per distribution, the bins [lo − 1, hi + 1] around each level, as a mask; then the
-        # signed bins holding them (as _signed_bins: |corr| bins and their mirrors)
-        ranks = np.clip(np.stack((at - margin, at + margin)), 0.0, 1.0) * (total - 1)
-        wanted = np.zeros((4, _N_BINS + 1), np.int64)
-        for d in range(4):
-            lo, hi = np.searchsorted(cum[d], ranks, "right")
-            np.add.at(wanted[d], np.maximum(lo - 1, 0), 1)
-            np.add.at(wanted[d], np.minimum(hi + 1, _N_BINS - 1) + 1, -1)
-        mask = np.cumsum(wanted, axis=1)[:, :_N_BINS] > 0
-        signed = mask[:2] | mask[2:] | mask[2:, ::-1]
-        expected = scale * int(counts[signed].sum())
-        if int(signed.sum()) <= _MAX_SLOTS and expected <= _MAX_COLLECT:
-            return [(int(d), int(b)) for d, b in zip(*np.nonzero(signed), strict=True)]
-        if margin == 0.0:
-            return []
-        margin = margin / 2 if margin > 1e-6 else 0.0
-
-
 def _counts_of(hist: np.ndarray, bins: Sequence[tuple[int, int]]) -> np.ndarray:
     """int64 (chunks x len(bins)): each chunk's count of each signed bin."""
     return np.array([[int(h[d, b]) for d, b in bins] for h in hist], np.int64).reshape(
@@ -420,7 +482,7 @@ def _counts_of(hist: np.ndarray, bins: Sequence[tuple[int, int]]) -> np.ndarray:
 class _Collect:
     """Where the scan appends the keys of the signed bins ``bins``: chunk ``c``'s keys of bin
     ``bins[s]`` go to ``values[c][offsets[c, s] : offsets[c, s] + caps[c, s]]``, ``fill[c, s]``
-    counts them (beyond ``caps``: dropped, the bin is incomplete)."""
+    counts them (beyond ``caps``: dropped; the caller compares ``fill`` with ``caps``)."""
 
     bins: list[tuple[int, int]]
     lookup: np.ndarray
@@ -431,9 +493,9 @@ class _Collect:
 
     @classmethod
     def of(cls, bins: Sequence[tuple[int, int]], caps: np.ndarray) -> _Collect:
-        if len(bins) >= 128:
-            raise ValueError("at most 127 bins (int8 slots)")
-        lookup = np.full((2, _N_BINS), -1, np.int8)
+        if len(bins) > _MAX_SLOTS:
+            raise ValueError(f"at most {_MAX_SLOTS} bins (int8 slots)")
+        lookup = np.full((2, _N_BINS + 1), -1, np.int8)  # the last: pairs not compared
         for slot, (d, b) in enumerate(bins):
             lookup[d, b] = slot
         offsets = np.zeros_like(caps)
@@ -447,15 +509,8 @@ class _Collect:
             [np.empty(int(row.sum()), np.uint32) for row in caps],
         )
 
-    def complete(self, bin_: tuple[int, int]) -> bool:
-        """Whether every key of ``bin_`` in the scanned rows is held."""
-        if bin_ not in self.bins:
-            return False
-        s = self.bins.index(bin_)
-        return bool(np.all(self.fill[:, s] <= self.caps[:, s]))
-
     def keys(self, bin_: tuple[int, int]) -> np.ndarray:
-        """The keys of ``bin_`` (all chunks; complete bins only)."""
+        """The keys of ``bin_`` (all chunks; every one held: ``fill <= caps``)."""
         s = self.bins.index(bin_)
         return np.concatenate(
             [
@@ -466,7 +521,8 @@ class _Collect:
 
 
 def _from_key(key: np.ndarray) -> np.ndarray:
-    """float32 values of order-preserving uint32 keys (inverse of ``_key``)."""
+    """float32 values of order-preserving uint32 keys (inverse of the scan's key: ``~bits``
+    for a negative float32, ``bits | 2^31`` otherwise)."""
     key = np.asarray(key, dtype=np.uint32)
     bits = np.where(key & np.uint32(0x80000000), key & np.uint32(0x7FFFFFFF), ~key)
     return bits.astype(np.uint32).view(np.float32)
@@ -533,9 +589,12 @@ def correlation_changes(
 
     chunks = max(1, min(available_cores(), _MAX_CHUNKS))
     row_sums = np.zeros((n, 7), np.float64)
-    hist = np.zeros((chunks, 2, _N_BINS), np.uint32)
-    hist_total = np.zeros((chunks, 2, _N_BINS), np.int64)
-    change_counts = np.zeros((chunks, int(change_bins)), np.int64)
+    # one more bin in each: the scan counts the pairs not compared there
+    hist = np.zeros((chunks, 2, _N_BINS + 1), np.uint32)
+    scanned_total = np.zeros((chunks, 2, _N_BINS + 1), np.int64)
+    hist_total = scanned_total[:, :, :_N_BINS]
+    change_counts = np.zeros((chunks, int(change_bins) + 1), np.int64)
+    runs = _runs(ti, pi)
     top_scores = np.full((chunks, m), -np.inf, np.float64)
     top_keys = np.full((chunks, m), -1, np.int64)
     # a block row reads one row of each of the four matrices (views, no copies)
@@ -543,16 +602,16 @@ def correlation_changes(
     row_bytes += sum(a.shape[1] * a.dtype.itemsize for a in (corr_previous, overlap_previous))
     blocks = row_blocks(n, row_bytes, working_memory_mb)
 
-    def run(rows: tuple[int, int], accumulate: bool, collect: _Collect) -> None:
-        """Scan rows ``[rows[0], rows[1])`` of the common symbols: chunk ``c`` (rows
-        ``p % chunks == c`` of every block, in block order) is one task on the worker threads,
-        writing only its own outputs. ``accumulate``: the first-pass outputs; ``collect``: the
-        keys of its bins."""
-        todo = [(max(a, rows[0]), min(b, rows[1])) for a, b in blocks]
-        todo = [(a, b) for a, b in todo if a < b]
+    def run(selected: np.ndarray, accumulate: bool, collect: _Collect) -> None:
+        """Scan the rows ``p`` of the common symbols with ``selected[p]``: chunk ``c`` (those
+        with ``p % chunks == c``, whatever the selection, so that each chunk meets the same rows
+        in every read, in block order) is one task on the worker threads, writing only its own
+        outputs. ``accumulate``: the first-pass outputs; ``collect``: the keys of its bins."""
+        todo = [(p0, p1, np.flatnonzero(selected[p0:p1]) + p0) for p0, p1 in blocks]
+        todo = [(p0, p1, rows) for p0, p1, rows in todo if rows.size]
 
         def chunk(c: int) -> None:
-            for p0, p1 in todo:
+            for p0, p1, rows in todo:
                 t0, t1 = int(ti[p0]), int(ti[p1 - 1]) + 1
                 q0, q1 = int(pi[p0]), int(pi[p1 - 1]) + 1
                 block_t = np.asarray(corr_today[t0:t1])  # views of the memory maps
@@ -568,15 +627,14 @@ def correlation_changes(
                     q0,
                     ti,
                     pi,
-                    p0 + (c - p0) % chunks,
-                    p1,
-                    chunks,
+                    runs,
+                    rows[rows % chunks == c],
                     int(min_overlap),
                     accumulate,
                     len(collect.bins) > 0,
                     row_sums,
                     hist[c],
-                    hist_total[c],
+                    scanned_total[c],
                     change_counts[c],
                     top_scores[c],
                     top_keys[c],
@@ -591,22 +649,9 @@ def correlation_changes(
             with worker_pool() as pool:
                 list(pool.map(chunk, range(chunks)))
 
-    # stage A: the first rows (a share _SAMPLE_PAIRS of the pairs); their histograms predict the
-    # bins of the wanted order statistics. Stage B: the other rows, the first-pass outputs and
-    # the keys of the predicted bins in one read.
-    wanted = bool(levels) and n > 1
-    sample_rows = int(np.ceil(n * (1.0 - np.sqrt(1.0 - _SAMPLE_PAIRS)))) if wanted else n
-    run((0, sample_rows), True, _Collect.of([], np.zeros((chunks, 0), np.int64)))
-    hist_sample = hist_total.copy()
-    all_pairs = n * (n - 1) // 2
-    sampled = sample_rows * n - sample_rows * (sample_rows + 1) // 2
-    scale = (all_pairs - sampled) / sampled if sampled else 0.0  # rest / sample
-    predicted = _predict_bins(hist_sample.sum(axis=0), levels, scale) if wanted else []
-    # each chunk's room: _ROOM x its expected share + _ROOM_SLACK
-    expected = _counts_of(hist_sample, predicted) * scale
-    caps = (expected * _ROOM).astype(np.int64) + _ROOM_SLACK
-    rest = _Collect.of(predicted, caps)
-    run((sample_rows, n), True, rest)
+    # the first read: sums, histograms, Δ counts, top M
+    every = np.ones(n, bool)
+    run(every, True, _Collect.of([], np.zeros((chunks, 0), np.int64)))
 
     sums = row_sums.sum(axis=0)  # per-row sums, added in row order: independent of the chunks
     count = int(sums[0])
@@ -629,19 +674,16 @@ def correlation_changes(
         needed = _signed_bins(
             sorted({(d, int(np.searchsorted(cum[d], r, "right"))) for d in range(4) for r in ranks})
         )
-        if all(rest.complete(bin_) for bin_ in needed):
-            # stage C: the sample rows' keys of the needed bins (exact room: their counts)
-            sample = _Collect.of(needed, _counts_of(hist_sample, needed))
-            run((0, sample_rows), False, sample)
-            parts = [rest, sample]
-        else:  # a sample too unlike the whole: a second read of all rows for the needed bins
-            again = _Collect.of(needed, _counts_of(hist_total, needed))
-            run((0, n), False, again)
-            parts = [again]
-        collected = {bin_: np.concatenate([part.keys(bin_) for part in parts]) for bin_ in needed}
-        for bin_, k in collected.items():  # the reads must have seen the same data
-            if k.size != signed_counts[bin_]:
+        # the second read: the keys of exactly the needed bins (each chunk's room: its counts),
+        # at most _MAX_SLOTS bins per read
+        collected: dict[tuple[int, int], np.ndarray] = {}
+        for first in range(0, len(needed), _MAX_SLOTS):
+            group = needed[first : first + _MAX_SLOTS]
+            keys_of = _Collect.of(group, _counts_of(hist_total, group))
+            run(every, False, keys_of)
+            if np.any(keys_of.fill != keys_of.caps):  # the reads must have seen the same data
                 raise RuntimeError("correlation_changes: the inputs changed between the reads")
+            collected.update((bin_, keys_of.keys(bin_)) for bin_ in group)
 
         def bin_keys(d: int, b: int) -> np.ndarray:
             """Keys of bin ``b`` of distribution ``d``, unordered (for ``|corr|``: the keys of
@@ -685,7 +727,7 @@ def correlation_changes(
         means=means,
         quantile_levels=levels,
         quantiles=out_quantiles,
-        change_counts=change_counts.sum(axis=0),
+        change_counts=change_counts[:, :-1].sum(axis=0),
         change_edges=np.linspace(-2.0, 2.0, int(change_bins) + 1),
         top_p=tp,
         top_q=tq,

@@ -416,39 +416,34 @@ def test_results_do_not_depend_on_the_chunks_or_the_blocks(monkeypatch):
         np.testing.assert_array_equal(other.top_q, runs[0].top_q)
 
 
-@pytest.mark.parametrize("path", ["predicted", "second read", "overflow"])
-def test_quantiles_are_numpys_on_every_path_of_the_one_read(monkeypatch, path):
-    """The quantiles come from the keys collected in the one read (the bins predicted by the
-    first rows), or, when the prediction misses or a buffer overflows, from a second read of
-    all rows: both exactly numpy's, and the path taken is the one expected (rows read twice)."""
+@pytest.mark.parametrize("many_levels", [False, True])
+def test_quantiles_are_numpys_from_the_two_reads(monkeypatch, many_levels):
+    """The first read counts, the second collects the keys of exactly the needed bins (one
+    more read per 127 bins when many levels need more): exactly numpy's quantiles, every row
+    read once per read."""
     import corr_pipeline.compute.changes as module
 
     rng = np.random.default_rng(5)
     symbols_t, symbols_p = _names(rng, 150, 170), _names(rng, 155, 170)
     corr_t, ov_t = _day(rng, symbols_t)
     corr_p, ov_p = _day(rng, symbols_p)
-    # values on a 1/32 grid: few, densely filled bins (as in a large universe), many ties
-    corr_t, corr_p = (
-        np.round(c * 32).astype(np.float32) / np.float32(32) for c in (corr_t, corr_p)
-    )
+    if not many_levels:
+        # values on a 1/32 grid: few, densely filled bins (as in a large universe), many ties
+        corr_t, corr_p = (
+            np.round(c * 32).astype(np.float32) / np.float32(32) for c in (corr_t, corr_p)
+        )
     corr_t[3, :] = corr_t[:, 3] = -0.0  # negative zeros: |x| of -0.0 is the key of +0.0
-    if path == "predicted":  # a sample large enough for such a small universe
-        monkeypatch.setattr(module, "_SAMPLE_PAIRS", 0.9)
-    elif path == "second read":
-        monkeypatch.setattr(module, "_MAX_COLLECT", 0)  # no bin predicted
-    elif path == "overflow":
-        monkeypatch.setattr(module, "_SAMPLE_PAIRS", 0.9)  # predicted, but no room
-        monkeypatch.setattr(module, "_ROOM", 0.0)
-        monkeypatch.setattr(module, "_ROOM_SLACK", 0)
     calls: list[tuple[bool, bool, int]] = []  # accumulate, refine, rows
     scan = module._scan_rows
 
     def spy(*args):
-        calls.append((args[14], args[15], len(range(args[10], args[11], args[12]))))
+        calls.append((args[13], args[14], len(args[11])))
         return scan(*args)
 
     monkeypatch.setattr(module, "_scan_rows", spy)
     levels = (0.003, 0.01, 0.25, 0.5, 0.77, 0.99)  # the extremes: the other tests
+    if many_levels:  # hundreds of needed bins: more than one read collects
+        levels = tuple(np.linspace(0.0, 1.0, 201)[1:-1])
     match = match_symbols(symbols_t, symbols_p)
     got = correlation_changes(
         corr_t, ov_t, corr_p, ov_p, match.today_index, match.previous_index,
@@ -460,12 +455,10 @@ def test_quantiles_are_numpys_on_every_path_of_the_one_read(monkeypatch, path):
     for name in DISTRIBUTIONS:
         np.testing.assert_array_equal(got.quantiles[name], np.quantile(columns[name], levels))
     n = len(match.common)
-    rows_read_again = sum(rows for accumulate, refine, rows in calls if not accumulate)
-    if path == "predicted":
-        assert 0 < rows_read_again < 0.75 * n  # only the first rows (90 % of the pairs), again
-    else:
-        assert rows_read_again == n  # every row, read again
-    assert all(refine for accumulate, refine, _ in calls if not accumulate)
+    assert sum(rows for accumulate, _, rows in calls if accumulate) == n
+    collect_reads = sum(rows for accumulate, _, rows in calls if not accumulate) / n
+    assert (collect_reads > 1) == many_levels and collect_reads == int(collect_reads)
+    assert all(refine != accumulate for accumulate, refine, _ in calls)
 
 
 def _adversarial_values(rng: np.random.Generator, size: int) -> np.ndarray:

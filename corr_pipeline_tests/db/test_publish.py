@@ -196,7 +196,7 @@ def test_published_rows_are_exact(clean_db):
 
 
 def test_published_rows_reads_the_pairs_back_in_spec_order(clean_db):
-    """``published_rows`` (one binary COPY, sorted here) gives back exactly the published
+    """``published_rows`` (seven binary arrays, sorted here) gives back exactly the published
     lead-lag pairs, NaN sync_corr included, in SPEC §6 order: improvement descending, then
     leader and lagger names. Tied improvements (a quarter of the pairs share one value) and
     symbols whose names do not sort like their input positions exercise the ties."""
@@ -359,3 +359,28 @@ def test_empty_lead_lag_and_string_dates(clean_db):
     report = publish(clean_db, results, snapshot_date="2024-03-29", as_of_trade_date="2024-03-28")
     assert report.rows["lead_lag_pairs"] == 0
     assert json.loads(json.dumps(snapshot_row(clean_db)[0]["params"]))["k"] == 2
+
+
+def test_binary_arrays_are_read_exactly_or_refused(clean_db):
+    """``array_send`` bytes from the server read back as numpy arrays (an empty aggregate's NULL
+    as an empty array); another element type, NULL elements or a truncated body are refused."""
+    import sqlalchemy as sa
+
+    from corr_pipeline.db.reads import _from_array_send
+
+    with clean_db.connect() as conn:
+        ints, floats, nulls, none = conn.execute(
+            sa.text(
+                "SELECT array_send(ARRAY[1, -2, 2147483647]::int4[]), "
+                "array_send(ARRAY[0.5, 'NaN', '-Infinity']::float4[]), "
+                "array_send(ARRAY[1, NULL]::int4[]), "
+                "array_send((SELECT array_agg(x) FROM generate_series(1, 0) x))"
+            )
+        ).one()
+    assert _from_array_send(ints, ">i4").tolist() == [1, -2, 2147483647]
+    got = _from_array_send(floats, ">f4")
+    assert got[0] == 0.5 and np.isnan(got[1]) and got[2] == -np.inf
+    assert _from_array_send(none, ">i4").size == 0
+    for bad, kind in ((ints, ">f4"), (nulls, ">i4"), (bytes(ints)[:-2], ">i4")):
+        with pytest.raises(ValueError, match="unexpected array_send output"):
+            _from_array_send(bad, kind)
