@@ -5,10 +5,14 @@
     python benchmarks/bench_dask.py --n 64000 --sample-stripes 0 32000 --dir /big/dask_bench
 
 For each product (correlation into ``.npy`` memory maps in ``--dir``, neighbors, lead-lag with
-the correlation read from the map): the threaded function (one thread per core, BLAS on one
+the correlation read from the map; the correlation's outputs are fresh files for every call,
+allocated as the pipeline's step allocates them, ``MatrixStore.allocate``): the threaded function (one thread per core, BLAS on one
 thread), then the striped one on a ``LocalCluster`` of ``--workers`` processes x 1 thread
-(started before the timings, numba compiled in the workers by a small warm-up run), each once,
-side by side; the outputs are compared byte for byte. Printed per product: wall seconds of both,
+(started before the timings, numba compiled in the workers by a small warm-up run), side by
+side, ``--rounds`` times (alternating; the median ratio at the end); the outputs are compared
+byte for byte. Every timed call starts with ``os.sync()``: at N = 24,000 the correlation writes
+3.5 GB of pages, and without the sync the next call's writes would be throttled by the kernel
+(``vm.dirty_ratio``) while the previous call's pages are written back to disk. Printed per product: wall seconds of both,
 their ratio, the CPU seconds of both (user + system: the client process for the threads; the
 client and every worker process for Dask) and their ratio, which a shared machine's load
 disturbs less than the wall time; the stripes' own compute seconds per stripe function (from
@@ -60,6 +64,7 @@ from corr_pipeline.compute.stripes import (
 )
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.snapshot.measure import read_proc_status_kib, reset_peak_rss
+from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline.synth import ragged_returns
 
 PRODUCTS = ("correlation", "neighbors", "lead_lag")
@@ -121,6 +126,7 @@ def _timed(
         workers = 0.0 if client is None else sum(client.run(_cpu_seconds).values())
         return np.array([_cpu_seconds(), workers])
 
+    os.sync()  # no dirty pages of the call before: the kernel would throttle this one's writes
     cpu_before = cpu()
     with PeakMemory() as memory:
         start = time.perf_counter()
@@ -205,6 +211,12 @@ def main() -> None:
         f"{DEFAULT_STRIPE_ROWS} for the others, as the pipeline runs them)",
     )
     parser.add_argument("--products", nargs="+", choices=PRODUCTS, default=list(PRODUCTS))
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run threads and Dask side by side this many times (alternating); the median ratio",
+    )
     parser.add_argument("--dir", type=Path, help="where the memory maps go (default: a temp dir)")
     parser.add_argument(
         "--no-worker-profiler",
@@ -241,11 +253,22 @@ def main() -> None:
             shutil.rmtree(work, ignore_errors=True)
         return
 
+    store = MatrixStore(work / "store")
+    pending: list[Any] = []
+
     def outputs(tag: str) -> tuple[np.memmap, np.memmap]:
-        return (
-            np.lib.format.open_memmap(work / f"corr_{tag}.npy", "w+", np.float32, shape),
-            np.lib.format.open_memmap(work / f"overlap_{tag}.npy", "w+", ov_dtype, shape),
+        """Fresh output files, allocated as the pipeline's correlation step allocates them
+        (:meth:`MatrixStore.allocate`: a new file, its blocks reserved, never written)."""
+        pending.extend(
+            store.allocate("bench", tag, name, shape, dtype)
+            for name, dtype in (("corr", np.float32), ("overlap", ov_dtype))
         )
+        return pending[-2].array, pending[-1].array
+
+    def discard() -> None:
+        """Drop the files of the calls so far (the page cache holds one pair of outputs)."""
+        while pending:
+            pending.pop().abort()
 
     if args.no_worker_profiler:  # Dask's statistical profiler samples every worker's stack
         dask.config.set({"distributed.worker.profile.enabled": False})
@@ -274,19 +297,26 @@ def main() -> None:
         f"workers {idle_cpu[1] / idle:.3f}"
     )
 
-    corr_t, ov_t = outputs("threads")
-    corr_d, ov_d = outputs("dask")
+    read_store = MatrixStore(work / "read")  # the corr and overlap the other products read
+    read_corr, read_ov = (
+        read_store.allocate("bench", "read", name, shape, dtype)
+        for name, dtype in (("corr", np.float32), ("overlap", ov_dtype))
+    )
+    corr_t, ov_t = read_corr.array, read_ov.array
+    written: dict[str, tuple[np.memmap, np.memmap]] = {}
+
+    def correlation_into(tag: str, call: Callable[..., None], *args_: Any, **kwargs: Any) -> None:
+        written[tag] = outputs(tag)
+        call(R, *args_, out_corr=written[tag][0], out_overlap=written[tag][1], **kwargs)
+
     jobs: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
         "correlation": (
-            lambda: pairwise_correlation(
-                R, min_overlap=args.min_overlap, out_corr=corr_t, out_overlap=ov_t
-            ),
-            lambda: striped_correlation(
-                R,
+            lambda: correlation_into("threads", pairwise_correlation, min_overlap=args.min_overlap),
+            lambda: correlation_into(
+                "dask",
+                striped_correlation,
                 runner,
                 min_overlap=args.min_overlap,
-                out_corr=corr_d,
-                out_overlap=ov_d,
                 stripe_rows=args.stripe_rows or CORRELATION_STRIPE_ROWS,
             ),
         ),
@@ -322,17 +352,26 @@ def main() -> None:
             ),
         ),
     }
-    if "correlation" not in args.products:
-        pairwise_correlation(R, min_overlap=args.min_overlap, out_corr=corr_t, out_overlap=ov_t)
-    for product in [p for p in PRODUCTS if p in args.products]:
+    pairwise_correlation(R, min_overlap=args.min_overlap, out_corr=corr_t, out_overlap=ov_t)
+    ratios: dict[str, list[float]] = {}
+    for round_, product in [
+        (r, p) for r in range(args.rounds) for p in PRODUCTS if p in args.products
+    ]:
         threaded, striped = jobs[product]
+        if args.rounds > 1:
+            print(f"round {round_ + 1} of {args.rounds}")
         expected, t_threads, cpu_threads, m_threads = _timed(threaded)
         client.run(reset_peak_rss)
         with get_task_stream(client=client) as stream:
             found, t_dask, cpu_dask, m_dask = _timed(striped, client)
+        ratios.setdefault(product, []).append(t_dask / t_threads)
         workers = client.run(_worker_memory)
         if product == "correlation":
-            same = _same_file(corr_t, corr_d) and _same_file(ov_t, ov_d)
+            (corr_a, ov_a), (corr_b, ov_b) = written["threads"], written["dask"]
+            same = _same_file(corr_a, corr_b) and _same_file(ov_a, ov_b)
+            del corr_a, ov_a, corr_b, ov_b  # no map left of the files: their pages go with them
+            written.clear()
+            discard()
         elif product == "neighbors":
             same = all(a.tobytes() == b.tobytes() for a, b in zip(expected, found, strict=True))
         else:
@@ -367,8 +406,16 @@ def main() -> None:
                 f"+{above.anon_mib:8,.0f} MiB"
             )
         print(f"  each worker  peak RSS {hwm:8,.0f} MiB  RssAnon at end {anon:8,.0f} MiB")
+    if args.rounds > 1:
+        for product, values in ratios.items():
+            print(
+                f"{product}: dask / threads over {len(values)} rounds: median "
+                f"{np.median(values):.2f} (" + ", ".join(f"{v:.2f}" for v in values) + ")"
+            )
     client.close()
     cluster.close()
+    read_corr.abort()
+    read_ov.abort()
     if args.dir is None:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -5,11 +5,14 @@ The stripe functions here run one stripe in whatever process the runner picks an
 task of a cluster runs:
 
 - :func:`correlation_stripe` writes, *in place* into the caller's output files (the memory
-  maps' files), rows ``[start, stop)`` of ``corr`` and ``overlap`` from the diagonal on and
-  their mirror, columns ``[start, stop)`` of the rows below the stripe. Together: the bytes
-  the threaded :func:`~corr_pipeline.compute.correlation.pairwise_correlation` writes. Every
-  byte of the outputs is written by one task, in runs of contiguous values, and a task run
-  twice (a retried one) writes the same bytes again.
+  maps' files), rows ``[start, stop)`` of ``corr`` and ``overlap`` from the diagonal on;
+  once all of them are done, :func:`mirror_stripe` writes the same rows left of the diagonal,
+  the transpose of the column block above them. Together: the bytes the threaded
+  :func:`~corr_pipeline.compute.correlation.pairwise_correlation` writes. Every byte of the
+  outputs is written by one task, in long runs of contiguous values (one per row: written
+  column-wise, the mirror was one short write per row below the stripe, N² / (2 · stripe_rows)
+  calls, which cost two worker processes writing fresh files 1.5x the threads' time), and a
+  task run twice (a retried one) writes the same bytes again.
 - :func:`neighbors_stripe` returns the top-k rows ``[start, stop)`` (N_stripe x k, small),
   reading its rows of ``corr`` from the file.
 - :func:`lead_lag_stripe` runs the screened scan of :mod:`~corr_pipeline.compute.lead_lag` on
@@ -65,11 +68,11 @@ depend on it. 512 rows at N = 24,000 is 47 stripes: enough for the workers to ba
 triangle's uneven stripes, few enough that per-task overhead (~ms) is nothing."""
 
 CORRELATION_STRIPE_ROWS = 16 * GEMM_TILE
-"""Rows per correlation stripe: its mirror is one ``pwrite`` of ``stripe_rows`` values per row
-below it, N² / (2 · stripe_rows) calls per output in all; with 512 rows those calls cost the two
-worker processes 1.34–1.45× the threads' time at N = 24,000, with 2,048 rows 1.01–1.12×
-(docs/benchmarks.md). Its buffers are 2,048 × N × 10 bytes per worker thread (~490 MB at
-N = 24,000, ~1.3 GB at 64,000)."""
+"""Rows per correlation stripe: the second pass reads the column block above its rows back
+from the file, ``stripe_rows`` values of each row above it, which 512-row stripes read in
+runs too short (at N = 24,000 on two worker processes: 1.43–1.70x the threads' time against
+0.85–1.42x with 2,048 rows; docs/benchmarks.md). Its buffers are up to 2 x 2,048 x N x 6 bytes
+per worker thread (~590 MB at N = 24,000, ~1.6 GB at 64,000)."""
 
 _CACHED_CONTEXTS = 2
 """Contexts (standardised windows) a process keeps: the correlation and the lead-lag scan of
@@ -207,16 +210,16 @@ def correlation_stripe(
     corr_file: MappedFile,
     overlap_file: MappedFile,
 ) -> None:
-    """Rows ``[start, stop)`` of ``corr`` / ``overlap`` from column ``start`` on, and their
-    mirror ``matrix[j, start:stop] = matrix[start:stop, j]`` for ``j >= stop``, written in place
-    into the two files: every pair of the stripe's rows with a column at or right of them.
+    """Rows ``[start, stop)`` of ``corr`` / ``overlap`` from column ``start`` on, written in
+    place into the two files: every pair of the stripe's rows with a column at or right of
+    them (the first of the two passes of :func:`striped_correlation`).
 
     Computed into the stripe's own buffers by the same work items as the threaded path (one
     product per tile and column chunk); the strictly lower triangle of the diagonal block is
-    then copied from its upper one, as the threaded path mirrors it. The mirror is a run of
-    ``stop - start`` contiguous values in each row ``j >= stop``. Both are in the thread's
-    reused buffers (:func:`~corr_pipeline.compute.workers.thread_buffer`): at most the first
-    stripe's rows and mirror, 512 x N x 10 bytes (123 MB at N = 24,000), kept per thread.
+    then copied from its upper one, as the threaded path mirrors it; then one contiguous write
+    per row. The buffers are the thread's reused ones
+    (:func:`~corr_pipeline.compute.workers.thread_buffer`): at most the first stripe's rows,
+    ``stripe_rows x N x 5`` bytes (float32 + a one-byte overlap; 246 MB at N = 24,000).
     """
     context = _context(token, R)
     start, stop = stripe
@@ -238,9 +241,29 @@ def correlation_stripe(
         diagonal = block[:, : stop - start]
         diagonal[below] = diagonal.T[below]
         _write_rows(file, block, start, start)
-        mirror = thread_buffer("mirror", (n - stop, stop - start), file.dtype)
-        transpose_columns(block, stop - start, mirror)
-        _write_rows(file, mirror, stop, start)
+
+
+def mirror_stripe(
+    _shared: None,
+    stripe: tuple[int, int],
+    token: str,
+    corr_file: MappedFile,
+    overlap_file: MappedFile,
+) -> None:
+    """Rows ``[start, stop)`` of ``corr`` / ``overlap`` left of column ``start``: the transpose
+    of the column block ``matrix[:start, start:stop]`` that the first pass wrote (the second
+    pass of :func:`striped_correlation`, once every stripe of the first is done), read from a
+    map of the file and written back as one contiguous run per row. A plain copy of values, so
+    the matrices are exactly symmetric, as the threaded path's."""
+    start, stop = stripe
+    for i, file in enumerate((corr_file, overlap_file)):
+        if start == 0:
+            continue
+        above = file.open("r")
+        lower = thread_buffer(f"lower-{i}", (stop - start, start), np.dtype(file.dtype))
+        transpose_columns(above[:start], start, lower)
+        del above
+        _write_rows(file, lower, start, 0)
 
 
 def _write_rows(file: MappedFile, rows: np.ndarray, first_row: int, first_col: int) -> None:
@@ -281,21 +304,26 @@ def striped_correlation(
     progress: Progress | None = None,
 ) -> None:
     """:func:`~corr_pipeline.compute.correlation.pairwise_correlation` into the file-backed
-    ``out_corr`` / ``out_overlap`` on ``runner``: one :func:`correlation_stripe` per stripe,
-    which writes both triangles of its rows' pairs; bit-identical to the threaded function.
-    ``progress(done, stripes)`` after each stripe."""
+    ``out_corr`` / ``out_overlap`` on ``runner``, in two passes over the stripes: every
+    :func:`correlation_stripe` (its rows from the diagonal on), then every :func:`mirror_stripe`
+    (its rows left of the diagonal, the transpose of what the first pass wrote above it), so
+    that every write is a long contiguous run of a row; bit-identical to the threaded function.
+    ``progress(done, tasks)`` after each task of either pass."""
     from corr_pipeline.compute.correlation import check_correlation_args
 
     check_correlation_args(R, min_overlap, out_corr, out_overlap)
-    runner.map(
-        correlation_stripe,
-        R,
-        stripes_of(R.shape[1], stripe_rows),
-        min_overlap,
-        MappedFile.of(out_corr),
-        MappedFile.of(out_overlap),
-        progress=progress,
-    )
+    stripes = stripes_of(R.shape[1], stripe_rows)
+    below = [stripe for stripe in stripes if stripe[0] > 0]
+    tasks = len(stripes) + len(below)
+    files = (MappedFile.of(out_corr), MappedFile.of(out_overlap))
+
+    def offset(first: int) -> Progress | None:
+        if progress is None:
+            return None
+        return lambda done, _total: progress(first + done, tasks)
+
+    runner.map(correlation_stripe, R, stripes, min_overlap, *files, progress=offset(0))
+    runner.map(mirror_stripe, None, below, *files, progress=offset(len(stripes)))
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from corr_pipeline.compute.stripes import (  # noqa: E402
     lead_lag_screen,
     lead_lag_stripe,
     merge_lead_lag_stripes,
+    mirror_stripe,
     striped_correlation,
     striped_lead_lag,
     striped_neighbors,
@@ -112,25 +113,29 @@ def test_correlation_stripes_are_the_threads_bit_for_bit(
         progress=lambda done, total: seen.append((done, total)),
     )
     _assert_same(threaded, corr, overlap)
-    total = -(-UNIVERSE.N // stripe_rows)
+    stripes = -(-UNIVERSE.N // stripe_rows)
+    total = 2 * stripes - 1  # both passes; the first stripe has nothing left of the diagonal
     assert seen == [(i, total) for i in range(1, total + 1)]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corr.npy", "overlap.npy"]
 
 
 def _die_once(fn, victim_fn, flag: str, victim: tuple[int, int], R, stripe, token, *args):
     """Run ``fn``; the first time ``victim_fn`` runs ``victim``, kill the worker process before
-    it returns, after writing garbage over every byte a correlation stripe writes (its rows
-    from the diagonal on, and their mirror below), so the result must come from a retry."""
+    it returns, after writing garbage over every byte the stripe writes (a correlation stripe:
+    its rows from the diagonal on; a mirror stripe: its rows left of it), so the result must
+    come from a retry."""
     if fn is not victim_fn or tuple(stripe) != tuple(victim) or os.path.exists(flag):
         return fn(R, stripe, token, *args)
     Path(flag).touch()
     fn(R, stripe, token, *args)
     start, stop = stripe
-    for file in args if fn is correlation_stripe else ():
+    for file in args if fn in (correlation_stripe, mirror_stripe) else ():
         if isinstance(file, MappedFile):
             matrix = file.open("r+")
-            matrix[start:stop, start:] = -3
-            matrix[stop:, start:stop] = -3
+            if fn is correlation_stripe:
+                matrix[start:stop, start:] = -3
+            else:
+                matrix[start:stop, :start] = -3
             matrix.flush()
     os._exit(1)
 
@@ -146,11 +151,12 @@ class _KillingRunner(DaskRunner):
         return super().map(doomed, shared, stripes, *args, progress=progress, feedback=feedback)
 
 
+@pytest.mark.parametrize("victim_fn", [correlation_stripe, mirror_stripe])
 def test_a_worker_killed_mid_stripe_is_retried_and_the_result_is_identical(
-    two_workers, threaded, tmp_path
+    two_workers, threaded, tmp_path, victim_fn
 ):
     flag = tmp_path / "killed"
-    runner = _KillingRunner(two_workers, correlation_stripe, flag, (256, 512))
+    runner = _KillingRunner(two_workers, victim_fn, flag, (256, 512))
     corr, overlap = _outputs(tmp_path, UNIVERSE.N, UNIVERSE.T)
     striped_correlation(
         UNIVERSE.R,
