@@ -278,17 +278,6 @@ def _offer(scores, keys, m, score, key):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _append(slot, key, offsets, caps, fill, values):  # pragma: no cover - compiled
-    """Append ``key`` to the buffer of ``slot`` (none when −1): ``fill[slot]`` counts every key,
-    the buffer keeps the first ``caps[slot]``."""
-    if slot >= 0:
-        j = fill[slot]
-        if j < caps[slot]:
-            values[offsets[slot] + j] = key
-        fill[slot] = j + 1
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
 def _scan_body(accumulate, refine, inputs, rows, outputs, collect):  # pragma: no cover - compiled
     """The loop of :func:`_scan_rows` (its arguments grouped in four tuples), inlined into one
     kernel per pair of flags so that the flags are constants there: no test of them per pair.
@@ -357,8 +346,20 @@ def _scan_body(accumulate, refine, inputs, rows, outputs, collect):  # pragma: n
                             _offer(top_scores, top_keys, m, scores[i], p * n + q0 + i)
                             threshold = top_scores[m - 1]
                     if refine:
-                        _append(lookup[0, bins_t[i]], keys_t[i], offsets, caps, fill, values)
-                        _append(lookup[1, bins_p[i]], keys_p[i], offsets, caps, fill, values)
+                        # written out for each day: the same code as a helper (inline="always")
+                        # made the whole scan five times slower (1.2 -> 5.9 s at N = 24,000)
+                        slot = lookup[0, bins_t[i]]
+                        if slot >= 0:
+                            j = fill[slot]
+                            if j < caps[slot]:
+                                values[offsets[slot] + j] = keys_t[i]
+                            fill[slot] = j + 1
+                        slot = lookup[1, bins_p[i]]
+                        if slot >= 0:
+                            j = fill[slot]
+                            if j < caps[slot]:
+                                values[offsets[slot] + j] = keys_p[i]
+                            fill[slot] = j + 1
         if accumulate:
             row_sums[p, :] = sums
             rows_since_flush += 1
