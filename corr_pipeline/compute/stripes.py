@@ -54,7 +54,7 @@ from threadpoolctl import threadpool_limits
 
 from corr_pipeline.compute import lead_lag as _ll
 from corr_pipeline.compute.correlation import PairCorrelator, Progress
-from corr_pipeline.compute.kernels import transpose_columns
+from corr_pipeline.compute.kernels import mirror_block, transpose_columns
 from corr_pipeline.compute.neighbors import Neighbors, fill_top_k_rows
 from corr_pipeline.compute.standardize import Standardized, make_side, standardize
 from corr_pipeline.compute.tiling import GEMM_TILE, row_blocks
@@ -214,16 +214,25 @@ def correlation_stripe(
     place into the two files: every pair of the stripe's rows with a column at or right of
     them (the first of the two passes of :func:`striped_correlation`).
 
-    Computed into the stripe's own buffers by the same work items as the threaded path (one
-    product per tile and column chunk); the strictly lower triangle of the diagonal block is
-    then copied from its upper one, as the threaded path mirrors it; then one contiguous write
-    per row. The buffers are the thread's reused ones
-    (:func:`~corr_pipeline.compute.workers.thread_buffer`): at most the first stripe's rows,
-    ``stripe_rows x N x 5`` bytes (float32 + a one-byte overlap; 246 MB at N = 24,000).
+    By the same work items as the threaded path (one product per tile and column chunk), the
+    strictly lower triangle of the diagonal block then copied from its upper one, as the
+    threaded path mirrors it. On a file system of this host only (:func:`_local_file_system`)
+    straight into maps of the files, as the threaded path writes its outputs; on a network file
+    system into the thread's reused buffers
+    (:func:`~corr_pipeline.compute.workers.thread_buffer`: at most the first stripe's rows,
+    ``stripe_rows x N x 5`` bytes, 246 MB at N = 24,000), then one ``pwrite`` per row.
     """
     context = _context(token, R)
     start, stop = stripe
     n = corr_file.shape[0]
+    if _local_file_system(corr_file.path) and _local_file_system(overlap_file.path):
+        corr, overlap = corr_file.open("r+"), overlap_file.open("r+")
+        _correlator(context).run(
+            stripe, symmetric=True, min_overlap=min_overlap, out_corr=corr, out_overlap=overlap
+        )
+        for matrix in (corr, overlap):
+            mirror_block(matrix, start, stop, start, stop)
+        return
     upper = [
         thread_buffer(f"upper-{i}", (stop - start, n - start), f.dtype)
         for i, f in enumerate((corr_file, overlap_file))
@@ -266,15 +275,51 @@ def mirror_stripe(
         _write_rows(file, lower, start, 0)
 
 
+#: File systems whose files live in this host's page cache only: every process writing a file
+#: there shares its pages, so writing through a map is exact to the byte.
+_LOCAL_FILE_SYSTEMS = frozenset(
+    {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "zfs", "f2fs", "overlay"}
+)
+
+
+def _local_file_system(path: str, mountinfo: str | None = None) -> bool:
+    """Whether ``path`` lies on a file system of this host only (:data:`_LOCAL_FILE_SYSTEMS`,
+    by the longest mount point of ``/proc/self/mountinfo`` containing it). Not on NFS, SMB,
+    CephFS, a FUSE mount or anything unknown: there each host has its own page cache, and a
+    map writes back whole pages, which would undo the bytes another host wrote into the same
+    page; those files are written with ``pwrite`` of exactly the stripe's byte ranges."""
+    if mountinfo is None:
+        try:
+            with open("/proc/self/mountinfo", encoding="utf-8") as f:
+                mountinfo = f.read()
+        except OSError:
+            return False
+    target = os.path.realpath(path)
+    best, fstype = "", ""
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if " - " not in line or len(fields) < 5:
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, fstype = point, line.split(" - ", 1)[1].split(" ")[0]
+    return fstype in _LOCAL_FILE_SYSTEMS
+
+
 def _write_rows(file: MappedFile, rows: np.ndarray, first_row: int, first_col: int) -> None:
     """``matrix[first_row + r, first_col : first_col + width] = rows[r]`` in ``file``.
 
-    With ``os.pwrite`` of exactly those byte ranges, not through a memory map: a map writes
-    back whole pages, and a page shared with another stripe's bytes, written by a process on
-    another host of a shared file system (NFS), would undo that stripe's bytes. Through the
-    page cache on one host, the caller's map of the file sees the writes at once.
+    Through a map of the file on a file system of this host (one page cache for every process:
+    the fastest, the page faults of several processes in parallel); elsewhere with
+    ``os.pwrite`` of exactly those byte ranges (:func:`_local_file_system`). Either way the
+    caller's map of the file sees the writes at once.
     """
     if rows.size == 0:
+        return
+    if _local_file_system(file.path):
+        matrix = file.open("r+")
+        matrix[first_row : first_row + rows.shape[0], first_col : first_col + rows.shape[1]] = rows
         return
     n, itemsize = file.shape[1], rows.itemsize
     width = rows.shape[1] * itemsize
