@@ -35,8 +35,10 @@ Only ``R`` (T x N float32) goes to the processes (the runner ships it once per c
 process standardises it once per call (``token``) and caches the window for the call's other
 stripes (:func:`_context`). The output files must be reachable under the same path by every
 process (the matrix store's root, a shared file system when the workers are on several hosts);
-a stripe writes exactly its byte ranges with ``pwrite`` (never whole pages through a map) and
-closes the file, so processes on other hosts may write the neighbouring bytes.
+a stripe writes its byte ranges through a map of the file where the file system is the
+worker's host's own (one page cache for all its processes), and exactly those byte ranges with
+``pwrite`` on a network file system (never whole pages through a map there), so processes on
+other hosts may write the neighbouring bytes (:func:`_local_file_system`).
 """
 
 from __future__ import annotations
