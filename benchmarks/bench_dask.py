@@ -40,7 +40,6 @@ import os
 import shutil
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -55,6 +54,7 @@ from corr_pipeline.compute.lead_lag import MAX_BLOCK_ROWS
 from corr_pipeline.compute.stripes import (
     CORRELATION_STRIPE_ROWS,
     DEFAULT_STRIPE_ROWS,
+    InProcessRunner,
     MappedFile,
     correlation_stripe,
     lead_lag_stripe,
@@ -80,19 +80,6 @@ def _worker_memory() -> dict[str, int]:
     return read_proc_status_kib(("VmHWM", "RssAnon"))
 
 
-class _InProcess:
-    """A stripe runner in the calling thread (the warm-up's)."""
-
-    def map(self, fn, shared, stripes, *args, progress=None, feedback=None):  # type: ignore[no-untyped-def]
-        results, token = [], uuid.uuid4().hex  # a token per call (StripeRunner)
-        for stripe in stripes:
-            extra = () if feedback is None else (feedback.current(),)
-            results.append(fn(shared, stripe, token, *args, *extra))
-            if feedback is not None:
-                feedback.update(results[-1])
-        return results
-
-
 def _warm_up(t: int, min_overlap: int, max_lag: int, k: int) -> None:
     """Every product, threaded and striped, on 300 symbols in this process: numba's kernels
     loaded, so that no timed stripe pays for it (run in every worker and in the client)."""
@@ -102,7 +89,7 @@ def _warm_up(t: int, min_overlap: int, max_lag: int, k: int) -> None:
             np.lib.format.open_memmap(f"{work}/{name}.npy", "w+", dtype, (300, 300))
             for name, dtype in (("corr", np.float32), ("overlap", overlap_dtype(t)))
         )
-        runner = _InProcess()
+        runner = InProcessRunner()
         pairwise_correlation(R, min_overlap=min_overlap)
         striped_correlation(R, runner, min_overlap=min_overlap, out_corr=corr, out_overlap=overlap)
         top_k_neighbors(corr, k=k, overlap=overlap)

@@ -604,16 +604,14 @@ def correlation_changes(
     row_bytes += sum(a.shape[1] * a.dtype.itemsize for a in (corr_previous, overlap_previous))
     blocks = row_blocks(n, row_bytes, working_memory_mb)
 
-    def run(selected: np.ndarray, accumulate: bool, collect: _Collect) -> None:
-        """Scan the rows ``p`` of the common symbols with ``selected[p]``: chunk ``c`` (those
-        with ``p % chunks == c``, whatever the selection, so that each chunk meets the same rows
-        in every read, in block order) is one task on the worker threads, writing only its own
-        outputs. ``accumulate``: the first-pass outputs; ``collect``: the keys of its bins."""
-        todo = [(p0, p1, np.flatnonzero(selected[p0:p1]) + p0) for p0, p1 in blocks]
-        todo = [(p0, p1, rows) for p0, p1, rows in todo if rows.size]
+    def run(accumulate: bool, collect: _Collect) -> None:
+        """Scan every row ``p`` of the common symbols: chunk ``c`` (the rows with
+        ``p % chunks == c``, so that each chunk meets the same rows in every read, in block
+        order) is one task on the worker threads, writing only its own outputs.
+        ``accumulate``: the first-pass outputs; ``collect``: the keys of its bins."""
 
         def chunk(c: int) -> None:
-            for p0, p1, rows in todo:
+            for p0, p1 in blocks:
                 t0, t1 = int(ti[p0]), int(ti[p1 - 1]) + 1
                 q0, q1 = int(pi[p0]), int(pi[p1 - 1]) + 1
                 block_t = np.asarray(corr_today[t0:t1])  # views of the memory maps
@@ -630,7 +628,7 @@ def correlation_changes(
                     ti,
                     pi,
                     runs,
-                    rows[rows % chunks == c],
+                    np.arange(p0 + (c - p0) % chunks, p1, chunks),
                     int(min_overlap),
                     accumulate,
                     len(collect.bins) > 0,
@@ -647,13 +645,12 @@ def correlation_changes(
                     collect.values[c],
                 )
 
-        if todo:
+        if blocks:
             with worker_pool() as pool:
                 list(pool.map(chunk, range(chunks)))
 
     # the first read: sums, histograms, Δ counts, top M
-    every = np.ones(n, bool)
-    run(every, True, _Collect.of([], np.zeros((chunks, 0), np.int64)))
+    run(True, _Collect.of([], np.zeros((chunks, 0), np.int64)))
 
     sums = row_sums.sum(axis=0)  # per-row sums, added in row order: independent of the chunks
     count = int(sums[0])
@@ -682,7 +679,7 @@ def correlation_changes(
         for first in range(0, len(needed), _MAX_SLOTS):
             group = needed[first : first + _MAX_SLOTS]
             keys_of = _Collect.of(group, _counts_of(hist_total, group))
-            run(every, False, keys_of)
+            run(False, keys_of)
             if np.any(keys_of.fill != keys_of.caps):  # the reads must have seen the same data
                 raise RuntimeError("correlation_changes: the inputs changed between the reads")
             collected.update((bin_, keys_of.keys(bin_)) for bin_ in group)

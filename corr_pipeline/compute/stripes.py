@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -141,6 +142,31 @@ class MappedFile(NamedTuple):
         )
 
 
+class InProcessRunner:
+    """A :class:`StripeRunner` in the calling thread: the stripes one after the other, with a
+    token per call (for warm-ups, tests and single-process comparisons)."""
+
+    def map(
+        self,
+        fn: Callable[..., T],
+        shared: np.ndarray | None,
+        stripes: Sequence[tuple[int, int]],
+        *args: Any,
+        progress: Progress | None = None,
+        feedback: StripeFeedback | None = None,
+    ) -> list[T]:
+        token = f"{fn.__name__}-{uuid.uuid4().hex}"
+        results: list[T] = []
+        for stripe in stripes:
+            extra = () if feedback is None else (feedback.current(),)
+            results.append(fn(shared, stripe, token, *args, *extra))
+            if feedback is not None:
+                feedback.update(results[-1])
+            if progress is not None:
+                progress(len(results), len(stripes))
+        return results
+
+
 def stripes_of(n_rows: int, stripe_rows: int = DEFAULT_STRIPE_ROWS) -> list[tuple[int, int]]:
     """``[start, stop)`` stripes of ``stripe_rows`` rows covering ``[0, n_rows)``."""
     return row_blocks(n_rows, 1, block_rows=stripe_rows)
@@ -226,7 +252,6 @@ def correlation_stripe(
     """
     context = _context(token, R)
     start, stop = stripe
-    n = corr_file.shape[0]
     if _local_file_system(corr_file.path) and _local_file_system(overlap_file.path):
         corr, overlap = corr_file.open("r+"), overlap_file.open("r+")
         _correlator(context).run(
@@ -235,6 +260,7 @@ def correlation_stripe(
         for matrix in (corr, overlap):
             mirror_block(matrix, start, stop, start, stop)
         return
+    n = corr_file.shape[0]
     upper = [
         thread_buffer(f"upper-{i}", (stop - start, n - start), f.dtype)
         for i, f in enumerate((corr_file, overlap_file))
@@ -267,9 +293,9 @@ def mirror_stripe(
     map of the file and written back as one contiguous run per row. A plain copy of values, so
     the matrices are exactly symmetric, as the threaded path's."""
     start, stop = stripe
+    if start == 0:
+        return
     for i, file in enumerate((corr_file, overlap_file)):
-        if start == 0:
-            continue
         above = file.open("r")
         lower = thread_buffer(f"lower-{i}", (stop - start, start), np.dtype(file.dtype))
         transpose_columns(above[:start], start, lower)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from corr_pipeline.compute.dask_runner import DaskRunner  # noqa: E402
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE, MAX_BLOCK_ROWS  # noqa: E402
 from corr_pipeline.compute.stripes import (  # noqa: E402
     POOL_DTYPE,
+    InProcessRunner,
     LaggerFloor,
     LeadLagStripe,
     MappedFile,
@@ -120,14 +120,6 @@ def test_correlation_stripes_are_the_threads_bit_for_bit(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corr.npy", "overlap.npy"]
 
 
-class _InProcess:
-    """Runs the stripes one after the other in the test's process (a token per call)."""
-
-    def map(self, fn, shared, stripes, *args, progress=None, feedback=None):
-        token = f"in-process-{id(stripes)}"
-        return [fn(shared, stripe, token, *args) for stripe in stripes]
-
-
 @pytest.mark.parametrize("local", [True, False])
 def test_correlation_stripes_on_either_kind_of_file_system(monkeypatch, threaded, tmp_path, local):
     """Through maps of the files (a file system of this host) or with ``pwrite`` of exactly the
@@ -141,7 +133,7 @@ def test_correlation_stripes_on_either_kind_of_file_system(monkeypatch, threaded
     with threadpool_limits(limits=1, user_api="blas"):  # restores what a stripe sets for good
         striped_correlation(
             UNIVERSE.R,
-            _InProcess(),
+            InProcessRunner(),
             min_overlap=UNIVERSE.min_overlap,
             out_corr=corr,
             out_overlap=overlap,
@@ -364,19 +356,6 @@ def test_lead_lag_stripes_stay_exact_under_the_tightest_floor(two_workers, lead_
     assert pooled[1] < pooled[0]
 
 
-class _InProcess:
-    """The stripes one after the other in this process, each with the floor of those before."""
-
-    def map(self, fn, shared, stripes, *args, progress=None, feedback=None):
-        results, token = [], uuid.uuid4().hex  # a token per call, as the protocol says
-        for stripe in stripes:
-            extra = () if feedback is None else (feedback.current(),)
-            results.append(fn(shared, stripe, token, *args, *extra))
-            if feedback is not None:
-                feedback.update(results[-1])
-        return results
-
-
 @pytest.mark.parametrize("with_corr", [True, False])
 def test_lead_lag_stripes_that_evaluate_their_own_pools_are_exact(
     monkeypatch, lead_lag_inputs, with_corr
@@ -400,7 +379,7 @@ def test_lead_lag_stripes_that_evaluate_their_own_pools_are_exact(
 
     monkeypatch.setattr(lead_lag, "_max_pool", lambda n_cols, k: 200)
     monkeypatch.setattr(stripes, "lead_lag_stripe", counted)
-    found = _lead_lag(LEAD_LAG.R, corr, _InProcess(), stripe_rows=128, block_rows=64)
+    found = _lead_lag(LEAD_LAG.R, corr, InProcessRunner(), stripe_rows=128, block_rows=64)
     assert found.tobytes() == expected.tobytes()
     assert sum(evaluated) > 0  # some stripes did evaluate their own pools
 
