@@ -6,14 +6,24 @@
 
 For each product (correlation into ``.npy`` memory maps in ``--dir``, neighbors, lead-lag with
 the correlation read from the map; the correlation's outputs are fresh files for every call,
-allocated as the pipeline's step allocates them, ``MatrixStore.allocate``): the threaded function (one thread per core, BLAS on one
-thread), then the striped one on a ``LocalCluster`` of ``--workers`` processes x 1 thread
-(started before the timings, numba compiled in the workers by a small warm-up run), side by
-side, ``--rounds`` times (alternating; the median ratio at the end); the outputs are compared
-byte for byte. Every timed call starts with ``os.sync()``: at N = 24,000 the correlation writes
-3.5 GB of pages, and without the sync the next call's writes would be throttled by the kernel
-(``vm.dirty_ratio``) while the previous call's pages are written back to disk. Printed per product: wall seconds of both,
-their ratio, the CPU seconds of both (user + system: the client process for the threads; the
+allocated as the pipeline's step allocates them, ``MatrixStore.allocate``): the threaded
+function (one thread per core, BLAS on one thread) and the striped one on a ``LocalCluster`` of
+``--workers`` processes x 1 thread (started before the timings, numba compiled in the workers by
+a small warm-up run), side by side, ``--rounds`` times: the threads first in odd rounds, Dask
+first in even ones (the median and the geometric mean of the ratios at the end). The outputs
+are compared byte for byte; the correlation's by a SHA-256 of each file taken after its call,
+and the first call's files are deleted before the second call runs. Every timed call starts
+with ``os.sync()``: at N = 24,000 the correlation writes 3.5 GB of pages, and without the sync
+the next call's writes would be throttled by the kernel (``vm.dirty_ratio``) while the previous
+call's pages are written back to disk.
+
+Why the alternation and the deletion: on a virtual machine that hands free memory back to its
+host (free page reporting, DAMON reclaim: this project's benchmark machine), a call that writes
+its 3.5 GB while 7 GB of other files fill the page cache (the other products' input and the
+other call's kept files) is given pages the host must back afresh, and takes ~1.5x as long,
+whichever path it is (``--keep-first`` with neighbors or lead-lag shows it; docs/benchmarks.md).
+
+Printed per product: wall seconds of both, their ratio, the CPU seconds of both (user + system: the client process for the threads; the
 client and every worker process for Dask) and their ratio, which a shared machine's load
 disturbs less than the wall time; the stripes' own compute seconds per stripe function (from
 Dask's task stream: count, median, max, sum; a cluster of larger machines scales from these);
@@ -36,6 +46,7 @@ RssAnon above the level before, per stripe, and R's size (what is scattered to e
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import shutil
 import tempfile
@@ -170,11 +181,12 @@ def _sample_stripes(R: np.ndarray, args: argparse.Namespace, work: Path) -> None
     )
 
 
-def _same_file(a: np.ndarray, b: np.ndarray, rows: int = 1024) -> bool:
-    return all(
-        np.asarray(a[i : i + rows]).tobytes() == np.asarray(b[i : i + rows]).tobytes()
-        for i in range(0, a.shape[0], rows)
-    )
+def _digest(a: np.ndarray, rows: int = 1024) -> bytes:
+    """SHA-256 of the array's bytes, read ``rows`` rows at a time."""
+    digest = hashlib.sha256()
+    for i in range(0, a.shape[0], rows):
+        digest.update(np.ascontiguousarray(a[i : i + rows]).data)
+    return digest.digest()
 
 
 def main() -> None:
@@ -209,6 +221,12 @@ def main() -> None:
         "--no-worker-profiler",
         action="store_true",
         help="start the workers with distributed.worker.profile.enabled = false",
+    )
+    parser.add_argument(
+        "--keep-first",
+        action="store_true",
+        help="keep the first call's correlation files until the second call is done (the "
+        "protocol before the deletion: shows what the second call pays for it)",
     )
     parser.add_argument(
         "--sample-stripes",
@@ -293,7 +311,7 @@ def main() -> None:
     written: dict[str, tuple[np.memmap, np.memmap]] = {}
 
     def correlation_into(tag: str, call: Callable[..., None], *args_: Any, **kwargs: Any) -> None:
-        written[tag] = outputs(tag)
+        written[tag] = outputs(tag)  # a fresh pair of files for every call
         call(R, *args_, out_corr=written[tag][0], out_overlap=written[tag][1], **kwargs)
 
     jobs: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
@@ -339,32 +357,50 @@ def main() -> None:
             ),
         ),
     }
-    pairwise_correlation(R, min_overlap=args.min_overlap, out_corr=corr_t, out_overlap=ov_t)
+    if {"neighbors", "lead_lag"} & set(args.products):
+        pairwise_correlation(R, min_overlap=args.min_overlap, out_corr=corr_t, out_overlap=ov_t)
+
+    def run(
+        product: str, path: str, keep: bool
+    ) -> tuple[Any, float, tuple[float, float], PeakMemory, Any]:
+        """One timed call of ``path`` ("threads" or "dask"): its result (the digests of the
+        correlation's files, which are then deleted unless ``keep``), seconds, CPU seconds,
+        peak memory and, for Dask, the task stream and the workers' memory."""
+        threaded, striped = jobs[product]
+        if path == "threads":
+            result, seconds, cpu, memory = _timed(threaded)
+            extra = None
+        else:
+            client.run(reset_peak_rss)
+            with get_task_stream(client=client) as stream:
+                result, seconds, cpu, memory = _timed(striped, client)
+            extra = (stream.data, client.run(_worker_memory))
+        if product == "correlation":
+            result = tuple(_digest(matrix) for matrix in written.pop(path))
+            if not keep:
+                discard()  # no map left of the files: their pages go with them
+        return result, seconds, cpu, memory, extra
+
     ratios: dict[str, list[float]] = {}
     for round_, product in [
         (r, p) for r in range(args.rounds) for p in PRODUCTS if p in args.products
     ]:
-        threaded, striped = jobs[product]
+        order = ("threads", "dask") if round_ % 2 == 0 else ("dask", "threads")
         if args.rounds > 1:
-            print(f"round {round_ + 1} of {args.rounds}")
-        expected, t_threads, cpu_threads, m_threads = _timed(threaded)
-        client.run(reset_peak_rss)
-        with get_task_stream(client=client) as stream:
-            found, t_dask, cpu_dask, m_dask = _timed(striped, client)
+            print(f"round {round_ + 1} of {args.rounds}: {order[0]} first")
+        calls = {path: run(product, path, path == order[0] and args.keep_first) for path in order}
+        discard()
+        expected, t_threads, cpu_threads, m_threads, _ = calls["threads"]
+        found, t_dask, cpu_dask, m_dask, (stream_data, workers) = calls["dask"]
         ratios.setdefault(product, []).append(t_dask / t_threads)
-        workers = client.run(_worker_memory)
-        if product == "correlation":
-            (corr_a, ov_a), (corr_b, ov_b) = written["threads"], written["dask"]
-            same = _same_file(corr_a, corr_b) and _same_file(ov_a, ov_b)
-            del corr_a, ov_a, corr_b, ov_b  # no map left of the files: their pages go with them
-            written.clear()
-            discard()
-        elif product == "neighbors":
+        if product == "neighbors":
             same = all(a.tobytes() == b.tobytes() for a, b in zip(expected, found, strict=True))
+        elif product == "correlation":
+            same = expected == found
         else:
             same = expected.tobytes() == found.tobytes()
         by_function: dict[str, list[float]] = {}
-        for task in stream.data:
+        for task in stream_data:
             for span in task["startstops"]:
                 if span["action"] == "compute":
                     by_function.setdefault(str(task["key"]).split("-")[0], []).append(
@@ -397,7 +433,9 @@ def main() -> None:
         for product, values in ratios.items():
             print(
                 f"{product}: dask / threads over {len(values)} rounds: median "
-                f"{np.median(values):.2f} (" + ", ".join(f"{v:.2f}" for v in values) + ")"
+                f"{np.median(values):.2f}, geometric mean {np.exp(np.mean(np.log(values))):.2f} ("
+                + ", ".join(f"{v:.2f}" for v in values)
+                + ")"
             )
     client.close()
     cluster.close()
