@@ -9,10 +9,10 @@ task of a cluster runs:
   once all of them are done, :func:`mirror_stripe` writes the same rows left of the diagonal,
   the transpose of the column block above them. Together: the bytes the threaded
   :func:`~corr_pipeline.compute.correlation.pairwise_correlation` writes. Every byte of the
-  outputs is written by one task, in long runs of contiguous values (one per row: written
-  column-wise, the mirror was one short write per row below the stripe, N² / (2 · stripe_rows)
-  calls, which cost two worker processes writing fresh files 1.5x the threads' time), and a
-  task run twice (a retried one) writes the same bytes again.
+  outputs is written by one task, in long runs of contiguous values (one per row; written
+  column-wise, the mirror would be one short write per row below the stripe,
+  N² / (2 · stripe_rows) calls), and a task run twice (a retried one) writes the same bytes
+  again.
 - :func:`neighbors_stripe` returns the top-k rows ``[start, stop)`` (N_stripe x k, small),
   reading its rows of ``corr`` from the file.
 - :func:`lead_lag_stripe` runs the screened scan of :mod:`~corr_pipeline.compute.lead_lag` on
@@ -35,10 +35,10 @@ Only ``R`` (T x N float32) goes to the processes (the runner ships it once per c
 process standardises it once per call (``token``) and caches the window for the call's other
 stripes (:func:`_context`). The output files must be reachable under the same path by every
 process (the matrix store's root, a shared file system when the workers are on several hosts);
-a stripe writes its byte ranges through a map of the file where the file system is the
-worker's host's own (one page cache for all its processes), and exactly those byte ranges with
-``pwrite`` on a network file system (never whole pages through a map there), so processes on
-other hosts may write the neighbouring bytes (:func:`_local_file_system`).
+a stripe writes exactly its byte ranges with ``pwrite`` (never whole pages through a map, which
+on a network file system would write back the neighbouring bytes another host wrote; on a
+local one, ``pwrite`` into fresh files is also the faster: 4.9–6.1 s against 5.6–6.9 s through
+maps at N = 24,000 on two workers, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from threadpoolctl import threadpool_limits
 
 from corr_pipeline.compute import lead_lag as _ll
 from corr_pipeline.compute.correlation import PairCorrelator, Progress
-from corr_pipeline.compute.kernels import mirror_block, transpose_columns
+from corr_pipeline.compute.kernels import transpose_columns
 from corr_pipeline.compute.neighbors import Neighbors, fill_top_k_rows
 from corr_pipeline.compute.standardize import Standardized, make_side, standardize
 from corr_pipeline.compute.tiling import GEMM_TILE, row_blocks
@@ -73,8 +73,8 @@ triangle's uneven stripes, few enough that per-task overhead (~ms) is nothing.""
 CORRELATION_STRIPE_ROWS = 16 * GEMM_TILE
 """Rows per correlation stripe: the second pass reads the column block above its rows back
 from the file, ``stripe_rows`` values of each row above it, which 512-row stripes read in
-runs too short (at N = 24,000 on two worker processes: 1.43–1.70x the threads' time against
-0.85–1.42x with 2,048 rows; docs/benchmarks.md). Its buffers are up to 2 x 2,048 x N x 6 bytes
+runs too short (at N = 24,000 on two worker processes: 1.37–1.56x the threads' time against
+0.86–1.04x with 2,048 rows; docs/benchmarks.md). Its buffers are up to 2 x 2,048 x N x 6 bytes
 per worker thread (~590 MB at N = 24,000, ~1.6 GB at 64,000)."""
 
 _CACHED_CONTEXTS = 2
@@ -244,22 +244,13 @@ def correlation_stripe(
 
     By the same work items as the threaded path (one product per tile and column chunk), the
     strictly lower triangle of the diagonal block then copied from its upper one, as the
-    threaded path mirrors it. On a file system of this host only (:func:`_local_file_system`)
-    straight into maps of the files, as the threaded path writes its outputs; on a network file
-    system into the thread's reused buffers
+    threaded path mirrors it. Into the thread's reused buffers
     (:func:`~corr_pipeline.compute.workers.thread_buffer`: at most the first stripe's rows,
-    ``stripe_rows x N x 5`` bytes, 246 MB at N = 24,000), then one ``pwrite`` per row.
+    ``stripe_rows x N x 6`` bytes at T >= 128, 295 MB at N = 24,000), then one ``pwrite`` per
+    row.
     """
     context = _context(token, R)
     start, stop = stripe
-    if _local_file_system(corr_file.path) and _local_file_system(overlap_file.path):
-        corr, overlap = corr_file.open("r+"), overlap_file.open("r+")
-        _correlator(context).run(
-            stripe, symmetric=True, min_overlap=min_overlap, out_corr=corr, out_overlap=overlap
-        )
-        for matrix in (corr, overlap):
-            mirror_block(matrix, start, stop, start, stop)
-        return
     n = corr_file.shape[0]
     upper = [
         thread_buffer(f"upper-{i}", (stop - start, n - start), f.dtype)
@@ -303,51 +294,10 @@ def mirror_stripe(
         _write_rows(file, lower, start, 0)
 
 
-#: File systems whose files live in this host's page cache only: every process writing a file
-#: there shares its pages, so writing through a map is exact to the byte.
-_LOCAL_FILE_SYSTEMS = frozenset(
-    {"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "zfs", "f2fs", "overlay"}
-)
-
-
-def _local_file_system(path: str, mountinfo: str | None = None) -> bool:
-    """Whether ``path`` lies on a file system of this host only (:data:`_LOCAL_FILE_SYSTEMS`,
-    by the longest mount point of ``/proc/self/mountinfo`` containing it). Not on NFS, SMB,
-    CephFS, a FUSE mount or anything unknown: there each host has its own page cache, and a
-    map writes back whole pages, which would undo the bytes another host wrote into the same
-    page; those files are written with ``pwrite`` of exactly the stripe's byte ranges."""
-    if mountinfo is None:
-        try:
-            with open("/proc/self/mountinfo", encoding="utf-8") as f:
-                mountinfo = f.read()
-        except OSError:
-            return False
-    target = os.path.realpath(path)
-    best, fstype = "", ""
-    for line in mountinfo.splitlines():
-        fields = line.split(" ")
-        if " - " not in line or len(fields) < 5:
-            continue
-        point = fields[4].replace("\\040", " ")
-        inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
-            best, fstype = point, line.split(" - ", 1)[1].split(" ")[0]
-    return fstype in _LOCAL_FILE_SYSTEMS
-
-
 def _write_rows(file: MappedFile, rows: np.ndarray, first_row: int, first_col: int) -> None:
-    """``matrix[first_row + r, first_col : first_col + width] = rows[r]`` in ``file``.
-
-    Through a map of the file on a file system of this host (one page cache for every process:
-    the fastest, the page faults of several processes in parallel); elsewhere with
-    ``os.pwrite`` of exactly those byte ranges (:func:`_local_file_system`). Either way the
-    caller's map of the file sees the writes at once.
-    """
+    """``matrix[first_row + r, first_col : first_col + width] = rows[r]`` in ``file``, with
+    ``os.pwrite`` of exactly those byte ranges; the caller's map of the file sees them at once."""
     if rows.size == 0:
-        return
-    if _local_file_system(file.path):
-        matrix = file.open("r+")
-        matrix[first_row : first_row + rows.shape[0], first_col : first_col + rows.shape[1]] = rows
         return
     n, itemsize = file.shape[1], rows.itemsize
     width = rows.shape[1] * itemsize

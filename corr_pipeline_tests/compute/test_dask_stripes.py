@@ -120,13 +120,9 @@ def test_correlation_stripes_are_the_threads_bit_for_bit(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corr.npy", "overlap.npy"]
 
 
-@pytest.mark.parametrize("local", [True, False])
-def test_correlation_stripes_on_either_kind_of_file_system(monkeypatch, threaded, tmp_path, local):
-    """Through maps of the files (a file system of this host) or with ``pwrite`` of exactly the
-    stripes' byte ranges (a network file system): the same bytes as the threads."""
-    import corr_pipeline.compute.stripes as stripes_module
-
-    monkeypatch.setattr(stripes_module, "_local_file_system", lambda path: local)
+def test_correlation_stripes_in_process(threaded, tmp_path):
+    """The two passes in this process over files full of other values: exactly the byte ranges
+    the threads write (every byte overwritten, none spilled)."""
     corr, overlap = _outputs(tmp_path, UNIVERSE.N, UNIVERSE.T)
     corr[:] = -7.0
     overlap[:] = -1
@@ -140,27 +136,6 @@ def test_correlation_stripes_on_either_kind_of_file_system(monkeypatch, threaded
             stripe_rows=128,
         )
     _assert_same(threaded, corr, overlap)
-
-
-def test_which_file_systems_are_written_through_maps(tmp_path):
-    """Local file systems (one page cache for every writer) are; NFS, FUSE and unknown ones
-    are not; the longest mount point containing the path decides."""
-    from corr_pipeline.compute.stripes import _local_file_system
-
-    mountinfo = "\n".join(
-        (
-            "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/vda rw",
-            "40 22 0:50 / /store rw shared:2 - nfs4 server:/export rw",
-            "41 40 0:51 / /store/local rw shared:3 - xfs /dev/vdb rw",
-            "42 22 0:52 / /fuse rw shared:4 - fuse.sshfs host:/ rw",
-        )
-    )
-    assert _local_file_system("/data/corr.npy", mountinfo)
-    assert not _local_file_system("/store/corr.npy", mountinfo)
-    assert _local_file_system("/store/local/corr.npy", mountinfo)
-    assert not _local_file_system("/fuse/corr.npy", mountinfo)
-    assert not _local_file_system("/storex", mountinfo.replace("ext4", "weirdfs"))
-    assert _local_file_system(str(tmp_path))  # this machine's test files: written through maps
 
 
 def _die_once(fn, victim_fn, flag: str, victim: tuple[int, int], R, stripe, token, *args):
