@@ -36,11 +36,12 @@ wall time). ``--no-worker-profiler`` starts the workers without Dask's statistic
 
 With ``--sample-stripes START ...`` (a cluster of larger machines scales from these): no
 products and no cluster; in this process, on one thread as in a worker, the correlation stripes
-of ``--stripe-rows`` rows starting at those rows (the first twice: with and without
-standardising R, which a worker does once per step), then the lead-lag stripe of the rows of the
-first one (its rows of ``corr`` are then whole), into sparse output files: seconds, CPU
-seconds, output bytes written (correlation) or returned to the client (lead-lag), peak RSS /
-RssAnon above the level before, per stripe, and R's size (what is scattered to each worker once per step).
+of ``--stripe-rows`` rows (default: the pipeline's, 2,048) starting at those rows, first pass
+(the first twice: with and without standardising R, which a worker does once per step), then
+their second pass, then the lead-lag stripe (default 512 rows) at the first start (its rows of
+``corr`` are then whole), into sparse output files: seconds, CPU seconds, output bytes written
+(correlation) or returned to the client (lead-lag), peak RSS / RssAnon above the level before,
+per stripe, and R's size (what is scattered to each worker once per step).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ from corr_pipeline.compute.stripes import (
     MappedFile,
     correlation_stripe,
     lead_lag_stripe,
+    mirror_stripe,
     striped_correlation,
     striped_lead_lag,
     striped_neighbors,
@@ -136,7 +138,8 @@ def _timed(
 
 def _sample_stripes(R: np.ndarray, args: argparse.Namespace, work: Path) -> None:
     """Per-stripe figures of the correlation and the lead-lag (see the module docstring)."""
-    n, b = args.n, args.stripe_rows or DEFAULT_STRIPE_ROWS
+    n = args.n
+    b = args.stripe_rows or CORRELATION_STRIPE_ROWS
     ov_dtype = overlap_dtype(args.t)
     files = tuple(
         MappedFile.of(np.lib.format.open_memmap(work / f"{name}.npy", "w+", dtype, (n, n)))
@@ -144,20 +147,34 @@ def _sample_stripes(R: np.ndarray, args: argparse.Namespace, work: Path) -> None
     )
     print(f"# R: {R.nbytes / 2**20:,.1f} MiB, scattered once per step to each worker; {_load()}")
     starts = [min(s // b * b, n - 1) for s in args.sample_stripes]
-    runs = [(starts[0], "correlation, first in the process (standardises R)")]
-    runs += [(start, "correlation") for start in starts]
-    for start, what in runs:
+    runs: list[tuple[int, str, Callable[..., None]]] = [
+        (starts[0], "correlation, first in the process (standardises R)", correlation_stripe)
+    ]
+    runs += [(start, "correlation, first pass", correlation_stripe) for start in starts]
+    runs += [(start, "correlation, second pass", mirror_stripe) for start in starts if start]
+    for start, what, stripe_fn in runs:
         stripe = (start, min(start + b, n))
-        written = (stripe[1] - start) * ((n - start) + (n - stripe[1])) * (4 + ov_dtype.itemsize)
-        _, seconds, cpu, memory = _timed(
-            lambda stripe=stripe: correlation_stripe(R, stripe, "sample", args.min_overlap, *files)
-        )
+        if stripe_fn is correlation_stripe:
+            columns = n - start
+
+            def call(stripe: tuple[int, int] = stripe) -> None:
+                correlation_stripe(R, stripe, "sample", args.min_overlap, *files)
+
+        else:
+            columns = start
+
+            def call(stripe: tuple[int, int] = stripe) -> None:
+                mirror_stripe(None, stripe, "sample", *files)
+
+        written = (stripe[1] - start) * columns * (4 + ov_dtype.itemsize)
+        _, seconds, cpu, memory = _timed(call)
         print(
             f"{what:<52} rows {stripe[0]:>6}-{stripe[1]:<6} {seconds:7.2f} s  CPU {sum(cpu):7.2f} s"
             f"  written {written / 2**20:8,.1f} MiB  peak RSS +{memory.above.rss_mib:6,.0f}"
             f" MiB  RssAnon +{memory.above.anon_mib:6,.0f} MiB; {_load()}"
         )
-    stripe = (starts[0], min(starts[0] + b, n))
+    b = args.stripe_rows or DEFAULT_STRIPE_ROWS
+    stripe = (starts[0] // b * b, min(starts[0] // b * b + b, n))
     part, seconds, cpu, memory = _timed(
         lambda: lead_lag_stripe(
             R,
@@ -250,8 +267,8 @@ def main() -> None:
         print(f"# {machine_line()}; commit {git_commit()}")
         print(
             f"# N = {args.n}, T = {args.t}, min_overlap = {args.min_overlap}, max_lag = "
-            f"{args.max_lag}, k = {args.k}; stripes of {args.stripe_rows or DEFAULT_STRIPE_ROWS} "
-            "rows, one thread"
+            f"{args.max_lag}, k = {args.k}; stripes of {args.stripe_rows or CORRELATION_STRIPE_ROWS}"
+            f" (correlation), {args.stripe_rows or DEFAULT_STRIPE_ROWS} (lead-lag) rows, one thread"
         )
         _sample_stripes(R, args, work)
         if args.dir is None:
