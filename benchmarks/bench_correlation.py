@@ -12,8 +12,6 @@ with the outputs in memory and, with ``--memmap DIR``, as ``.npy`` memory maps i
 the pipeline does; created fresh and flushed inside each timed call). Each kernel line
 shows peak RSS and peak RssAnon above the level before the call. pandas
 (``DataFrame.corr(min_periods=min_overlap)`` in float64) is timed once with ``--pandas``.
-Then the floor and the in-memory kernel in turn, one call each, ``--floor-repeat`` pairs: the
-best of each and the median of the pairs' ratios (the machine drifts less within a pair).
 
 Before/after in the same run: ``--compare DIR`` also times the kernel of the package in DIR
 (e.g. ``git worktree add /tmp/corr_base <commit>``), in a child process with ``PYTHONPATH=DIR``
@@ -50,9 +48,6 @@ import corr_pipeline
 from corr_pipeline.compute import pairwise_correlation
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, overlap_dtype
 from corr_pipeline.synth import ragged_returns
-
-_BLAS_SPIN_SECONDS = 0.5
-"""Pause between a floor product and the kernel in :func:`_paired`."""
 
 
 def _load() -> str:
@@ -152,7 +147,6 @@ def main() -> None:
         )
         if not memmap:
             kernel = min(times)
-    _paired(args, returns)
     if args.compare is not None:
         _compare(args, returns, floor, floor_cpu)
     if args.pandas:
@@ -167,33 +161,6 @@ def main() -> None:
             f"  = {pandas_s / kernel:5.1f} x the in-memory kernel"
         )
     print(f"# {_load()}")
-
-
-def _paired(args: argparse.Namespace, returns: np.ndarray) -> None:
-    """The floor and the in-memory kernel call by call in turn, ``--floor-repeat`` pairs: the
-    ratio of each pair's two calls, taken a fraction of a second apart, moves less with this
-    virtual machine's drifts (a floor of 0.035 s one minute, 0.068 s the next) than the ratio
-    of two best-ofs taken a few seconds apart. The kernel starts :data:`_BLAS_SPIN_SECONDS`
-    after the floor: OpenBLAS's threads keep spinning for a while after a two-threaded
-    product, and a kernel started at once shares the cores with them (2.1–2.2x the floor
-    instead of ~1.5x)."""
-    ratios, floors, kernels = [], [], []
-    for _ in range(args.floor_repeat):
-        floors.append(min(gemm_floor_times(returns, 1)[0]))
-        time.sleep(_BLAS_SPIN_SECONDS)
-        walls, _cpus = wall_and_cpu_times(
-            lambda: pairwise_correlation(
-                returns, min_overlap=args.min_overlap, working_memory_mb=args.working_memory_mb
-            ),
-            1,
-        )
-        kernels.append(walls[0])
-        ratios.append(kernels[-1] / floors[-1])
-    print(
-        f"paired  floor, kernel in turn (of {args.floor_repeat}): floor best {min(floors):.3f} s,"
-        f" kernel best {min(kernels):.3f} s = {min(kernels) / min(floors):5.2f} x; the pairs'"
-        f" ratios: median {np.median(ratios):5.2f}, best {min(ratios):5.2f}"
-    )
 
 
 def _serve_calls(returns: np.ndarray, min_overlap: int, working_memory_mb: float) -> None:
