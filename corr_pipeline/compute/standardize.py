@@ -159,11 +159,13 @@ def standardize(
         transposed=copies if transposed else None,
     )
 
+    chunk = column_chunk or column_chunk_size(n_cols, available_cores() if pool is not None else 1)
+
     def fill(start: int) -> None:
         _standardize_columns(
             returns,
             start,
-            min(start + column_chunk, n_cols),
+            min(start + chunk, n_cols),
             window.z,
             window.z_t,
             window.present,
@@ -178,9 +180,7 @@ def standardize(
             copies.prefix_count_t,
         )
 
-    if column_chunk is None:
-        column_chunk = column_chunk_size(n_cols, available_cores() if pool is not None else 1)
-    starts = range(0, n_cols, column_chunk)
+    starts = range(0, n_cols, chunk)
     list(pool.map(fill, starts) if pool is not None else map(fill, starts))
     return window
 
@@ -264,7 +264,9 @@ def _standardize_columns(
         prefix_count_row = prefix_count[t + 1, first:last]
         for c in range(m):
             standardized = (
-                np.float32((np.float64(row[c]) - mean[c]) * scale[c]) if here[c] else np.float32(0.0)
+                np.float32((np.float64(row[c]) - mean[c]) * scale[c])
+                if here[c]
+                else np.float32(0.0)
             )
             z_row[c] = standardized
             value = np.float64(standardized)
