@@ -43,14 +43,13 @@ maps at N = 24,000 on two workers, docs/benchmarks.md).
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
@@ -63,7 +62,7 @@ from corr_pipeline.compute.kernels import transpose_columns
 from corr_pipeline.compute.neighbors import Neighbors, fill_top_k_rows
 from corr_pipeline.compute.standardize import Standardized, make_side, standardize
 from corr_pipeline.compute.tiling import GEMM_TILE, row_blocks
-from corr_pipeline.compute.workers import available_cores, thread_buffer, worker_pool
+from corr_pipeline.compute.workers import thread_buffer, worker_pool
 
 T = TypeVar("T")
 
@@ -177,69 +176,6 @@ class InProcessRunner:
                 feedback.update(results[-1])
             if progress is not None:
                 progress(len(results), len(stripes))
-        return results
-
-
-class ThreadRunner:
-    """A :class:`StripeRunner` on this process's cores: one worker thread per core
-    (:func:`~corr_pipeline.compute.workers.worker_pool`, BLAS on one thread each), a call's
-    stripes side by side, with feedback as many at a time as there are threads.
-
-    A context manager: its threads, their reused buffers and the windows its calls standardised
-    live until its ``with`` block ends, so that the two passes of
-    :func:`striped_correlation` share them and nothing of them outlives the step.
-    """
-
-    def __enter__(self) -> ThreadRunner:
-        self._tokens: list[str] = []
-        self._stack = contextlib.ExitStack()
-        self._pool = self._stack.enter_context(worker_pool())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self._stack.close()
-        finally:
-            with _contexts_lock:
-                for token in self._tokens:
-                    _contexts.pop(token, None)
-
-    def map(
-        self,
-        fn: Callable[..., T],
-        shared: np.ndarray | None,
-        stripes: Sequence[tuple[int, int]],
-        *args: Any,
-        progress: Progress | None = None,
-        feedback: StripeFeedback | None = None,
-    ) -> list[T]:
-        token = f"{fn.__name__}-{uuid.uuid4().hex}"
-        self._tokens.append(token)
-        results: list[Any] = [None] * len(stripes)
-        running: dict[Future[T], int] = {}
-
-        def submit(i: int) -> None:
-            extra = () if feedback is None else (feedback.current(),)
-            running[self._pool.submit(fn, shared, stripes[i], token, *args, *extra)] = i
-
-        ahead = len(stripes) if feedback is None else available_cores()
-        submitted = min(ahead, len(stripes))
-        for i in range(submitted):
-            submit(i)
-        done = 0
-        while running:
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in sorted(finished, key=running.__getitem__):
-                i = running.pop(future)
-                results[i] = future.result()
-                done += 1
-                if feedback is not None:
-                    feedback.update(results[i])
-                if submitted < len(stripes):
-                    submit(submitted)
-                    submitted += 1
-                if progress is not None:
-                    progress(done, len(stripes))
         return results
 
 
@@ -390,19 +326,6 @@ def _write_rows(file: MappedFile, rows: np.ndarray, first_row: int, first_col: i
 def _write_exactly(fd: int, data: memoryview, at: int, path: str) -> None:
     if os.pwrite(fd, data, at) != data.nbytes:
         raise OSError(f"short write into {path} at byte {at}")
-
-
-def thread_stripe_rows(
-    n_cols: int, overlap_itemsize: int, working_memory_mb: float, threads: int
-) -> int:
-    """Rows per correlation stripe on a :class:`ThreadRunner`: the most whole tiles for which
-    each thread's two buffers (a stripe's rows right of the diagonal, then left of it:
-    ``2 x rows x N x (4 + overlap_itemsize)`` bytes) fit its share of ``working_memory_mb``,
-    from 4 tiles (shorter runs make the second pass slow: at N = 24,000, 512 rows 5.0-5.5 s,
-    1,024 rows 4.3-4.8 s) to :data:`CORRELATION_STRIPE_ROWS`."""
-    per_thread = working_memory_mb * 2**20 / max(threads, 1)
-    rows = int(per_thread // (2 * max(n_cols, 1) * (4 + overlap_itemsize)))
-    return min(max(rows // GEMM_TILE, 4), CORRELATION_STRIPE_ROWS // GEMM_TILE) * GEMM_TILE
 
 
 def striped_correlation(

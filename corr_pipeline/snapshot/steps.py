@@ -52,13 +52,10 @@ from corr_pipeline.compute.clusters import distance_buffer_length
 from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.compute.stripes import (
     StripeRunner,
-    ThreadRunner,
     striped_correlation,
     striped_lead_lag,
     striped_neighbors,
-    thread_stripe_rows,
 )
-from corr_pipeline.compute.workers import available_cores
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.publish import SnapshotResults
 from corr_pipeline.db.window import ReturnsWindow, load_returns_window
@@ -128,11 +125,7 @@ def correlation(
     """Pairwise-complete correlation and overlap of the columns of ``R`` (SPEC §3), written
     into ``out_corr`` (N x N float32) and ``out_overlap`` (N x N,
     :func:`~corr_pipeline.compute.tiling.overlap_dtype` of T); on ``runner``'s stripes (the
-    outputs then file-backed memory maps every worker can open) or, when None, on threads: the
-    same stripes on this process's cores when the outputs are files (each row written with
-    ``pwrite``, in long runs: at N = 24,000 into fresh store files 4.3-4.8 s against 5.8-6.5 s
-    for page faults on maps of them, docs/benchmarks.md), else into memory by
-    :func:`~corr_pipeline.compute.correlation.pairwise_correlation`. The same bytes every way."""
+    outputs then file-backed memory maps every worker can open) or, when None, on threads."""
     if runner is not None:
         striped_correlation(
             R,
@@ -143,23 +136,6 @@ def correlation(
             progress=progress,
         )
         return
-    if _file_backed(out_corr) and _file_backed(out_overlap):
-        with ThreadRunner() as threads:
-            striped_correlation(
-                R,
-                threads,
-                min_overlap=params.min_overlap,
-                out_corr=out_corr,
-                out_overlap=out_overlap,
-                stripe_rows=thread_stripe_rows(
-                    R.shape[1],
-                    out_overlap.dtype.itemsize,
-                    params.working_memory_mb,
-                    available_cores(),
-                ),
-                progress=progress,
-            )
-        return
     pairwise_correlation(
         R,
         min_overlap=params.min_overlap,
@@ -168,12 +144,6 @@ def correlation(
         out_overlap=out_overlap,
         progress=progress,
     )
-
-
-def _file_backed(array: np.ndarray) -> bool:
-    """Whether ``array`` is a C-contiguous memory map of a file region (what the stripes
-    write into)."""
-    return isinstance(array, np.memmap) and array.filename is not None and array.flags.c_contiguous
 
 
 def neighbors(
