@@ -107,8 +107,9 @@ leaves both to the other: 4.6–9.3 ms against 4.8–6.2 ms)."""
 
 def column_chunk_size(n_cols: int, workers: int) -> int:
     """Columns per chunk: as wide as :data:`MAX_COLUMN_CHUNK` allows, in a number of chunks that
-    is a multiple of ``workers`` (equal shares for the pool's threads), a multiple of 8 (whole
-    8 x 8 transposes). Measured at N = 4,000 on 2 cores, with the pass that sweeps rows: chunks
+    is a multiple of ``workers`` (equal shares for the pool's threads; with fewer than 64
+    columns a worker, the rounding may leave fewer chunks), a multiple of 8 (whole 8 x 8
+    transposes). Measured at N = 4,000 on 2 cores, with the pass that sweeps rows: chunks
     of 1,000 columns 4.8–6.2 ms, the former fixed 512 columns 7.2–7.8 ms with the former pass
     (a column at a time)."""
     chunks = workers * max(1, -(-n_cols // (workers * MAX_COLUMN_CHUNK)))
@@ -159,7 +160,9 @@ def standardize(
         transposed=copies if transposed else None,
     )
 
-    chunk = column_chunk or column_chunk_size(n_cols, available_cores() if pool is not None else 1)
+    if column_chunk is None:
+        column_chunk = column_chunk_size(n_cols, available_cores() if pool is not None else 1)
+    chunk = column_chunk
 
     def fill(start: int) -> None:
         _standardize_columns(

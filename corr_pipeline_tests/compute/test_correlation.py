@@ -515,6 +515,23 @@ def test_standardized_window_without_transposed_copies() -> None:
     assert not full.prefix[0].any() and not full.prefix_count[0].any()
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3, 8])
+@pytest.mark.parametrize("n_cols", [1, 7, 70, 300, 1024, 4000, 6000, 24_000])
+def test_column_chunks_cover_the_columns_in_equal_shares(n_cols: int, workers: int) -> None:
+    """``column_chunk_size``: at most MAX_COLUMN_CHUNK columns (unless that leaves fewer than 8),
+    a multiple of 8, covering the columns, and the chunks it makes a multiple of the workers
+    wherever each worker gets 64 columns or more (narrower chunks round up to a multiple of 8
+    and may come out fewer, e.g. 70 columns for 8 workers: 5 chunks of 16)."""
+    from corr_pipeline.compute.standardize import MAX_COLUMN_CHUNK, column_chunk_size
+
+    size = column_chunk_size(n_cols, workers)
+    chunks = -(-n_cols // size)
+    assert size % 8 == 0 and size <= max(MAX_COLUMN_CHUNK, 8)
+    assert chunks * size >= n_cols
+    if n_cols >= 64 * workers:
+        assert chunks % workers == 0, (n_cols, workers, size, chunks)
+
+
 def test_side_intervals_and_gaps() -> None:
     """``make_side``'s intervals and interior gaps against their definition, on every row
     range of a window with empty, full, listed, delisted and gapped columns."""
