@@ -96,7 +96,7 @@ class PairCorrelator:
         kernels.correlate_tile(
             symmetric,
             min_overlap,
-            kernels.FALLBACK_TAU,
+            kernels.CORRELATION_TAU,
             sxy,
             tile_start,
             col0,
@@ -126,7 +126,7 @@ class PairCorrelator:
             out_corr,
             out_overlap,
             thread_buffer(
-                "correlate_tile", (2 * kernels.tile_scratch(rows[1] - rows[0]),), np.float64
+                "correlate_tile", (2 * kernels.tile_scratch(rows[1] - rows[0]),), np.float32
             ),
             thread_buffer(
                 "correlate_tile_count", (kernels.tile_scratch(rows[1] - rows[0]),), np.int32

@@ -296,8 +296,9 @@ class Side:
 
     ``lo[j], hi[j]`` bound column j's finite rows in local coordinates (``lo == hi``
     when it has none); ``gap_rows[gap_ptr[j]:gap_ptr[j + 1]]`` are its local rows
-    inside ``[lo, hi)`` that are not finite, ascending. ``total[j] = PZ[row0 + n_rows, j] − PZ[row0, j]`` and ``total_sq``
-    (the same with PZ2) are the column's sums over the side.
+    inside ``[lo, hi)`` that are not finite, ascending. ``total[j] = PZ[row0 + n_rows, j] −
+    PZ[row0, j]`` and ``total_sq`` (the same with PZ2) are the column's sums over the side, the
+    float64 difference rounded to float32 (the correlation's fused pass sums in float32).
     """
 
     row0: int
@@ -306,8 +307,8 @@ class Side:
     hi: np.ndarray  # (N,) int64
     gap_ptr: np.ndarray  # (N + 1,) int64
     gap_rows: np.ndarray  # int64
-    total: np.ndarray  # (N,) float64
-    total_sq: np.ndarray  # (N,) float64
+    total: np.ndarray  # (N,) float32
+    total_sq: np.ndarray  # (N,) float32
 
 
 def make_side(window: Standardized, row0: int, row1: int) -> Side:
@@ -320,8 +321,8 @@ def make_side(window: Standardized, row0: int, row1: int) -> Side:
         hi=hi,
         gap_ptr=gap_ptr,
         gap_rows=gap_rows,
-        total=window.prefix[row1] - window.prefix[row0],
-        total_sq=window.prefix_sq[row1] - window.prefix_sq[row0],
+        total=(window.prefix[row1] - window.prefix[row0]).astype(np.float32),
+        total_sq=(window.prefix_sq[row1] - window.prefix_sq[row0]).astype(np.float32),
     )
 
 

@@ -568,10 +568,10 @@ def test_guard_bound_keeps_the_fast_formula() -> None:
     centred); columns 1..8 are
     present on rows 0..39 only (some with an interior gap), so column 0's variance over their
     overlap is below tau times its whole-side sum of squares but well above tau times its
-    overlap's. Expected values: the kernel formula in plain float64 from the window's prefix
-    sums and the same product call."""
+    overlap's. Expected values: the kernel formula in plain float32 scalars from the window's
+    float64 prefix sums (each difference rounded once) and the same product call."""
     from corr_pipeline.compute.correlation import PairCorrelator
-    from corr_pipeline.compute.kernels import FALLBACK_TAU
+    from corr_pipeline.compute.kernels import CORRELATION_TAU, VARIANCE_FLOOR
     from corr_pipeline.compute.standardize import make_side, standardize
 
     rng = np.random.default_rng(29)
@@ -588,12 +588,17 @@ def test_guard_bound_keeps_the_fast_formula() -> None:
     window = standardize(R, transposed=False)
     side = make_side(window, 0, T)
     sxy = PairCorrelator(window, side, side, None).tile_product(0, N, 0, N)
-    z = window.z.astype(np.float64)
+    f32 = np.float32
+    z = window.z
     prefix, prefix_sq, prefix_count = window.prefix, window.prefix_sq, window.prefix_count
-    whole_sq = prefix_sq[T, 0] - prefix_sq[0, 0]
+
+    def guard(source: np.float32) -> np.float32:
+        return max(f32(CORRELATION_TAU) * source, f32(VARIANCE_FLOOR))
+
+    whole_sq = f32(prefix_sq[T, 0] - prefix_sq[0, 0])
     for j in range(1, 9):
         gaps = [t for t in range(40) if not np.isfinite(R[t, j])]
-        sum_x, sq_x = prefix[40, 0] - prefix[0, 0], prefix_sq[40, 0] - prefix_sq[0, 0]
+        sum_x, sq_x = f32(prefix[40, 0] - prefix[0, 0]), f32(prefix_sq[40, 0] - prefix_sq[0, 0])
         source = sq_x
         count = int(prefix_count[40, 0] - prefix_count[0, 0])
         for t in gaps:
@@ -601,13 +606,15 @@ def test_guard_bound_keeps_the_fast_formula() -> None:
             sq_x -= z[t, 0] * z[t, 0]
             count -= 1
         sum_y, sq_y = side.total[j], side.total_sq[j]
-        n = float(count)
+        assert sum_x.dtype == sq_x.dtype == sum_y.dtype == np.float32
+        n = f32(count)
         var_x, var_y = n * sq_x - sum_x * sum_x, n * sq_y - sum_y * sum_y
-        assert var_x <= n * (FALLBACK_TAU * whole_sq)  # fails the bound ...
-        assert var_x > n * (FALLBACK_TAU * source)  # ... but not the guard
-        assert var_y > n * (FALLBACK_TAU * sq_y)
-        value = (n * float(sxy[0, j]) - sum_x * sum_y) / np.sqrt(max(var_x * var_y, 1e-300))
-        expected = np.float32(min(1.0, max(-1.0, value)))
+        assert var_x <= n * guard(whole_sq)  # fails the bound ...
+        assert var_x > n * guard(source)  # ... but not the guard
+        assert var_y > n * guard(sq_y)
+        value = (n * sxy[0, j] - sum_x * sum_y) / np.sqrt(var_x * var_y)
+        expected = min(f32(1.0), max(f32(-1.0), value))
+        assert expected.dtype == np.float32
         assert result.corr[0, j] == expected and result.corr[j, 0] == expected, j
         assert result.overlap[0, j] == count == 40 - len(gaps)
 
