@@ -7,9 +7,10 @@ Universe: factor model with 15% ragged symbols and 0.5% scattered gaps
 (:func:`corr_pipeline.synth.ragged_returns`; ``--ragged-share`` / ``--gap-share`` change them).
 Floor: ``R0.T @ R0`` on the zero-filled float32 returns as numpy computes it (a symmetric
 SYRK on every BLAS thread), best of ``--floor-repeat`` (7), timed in the same process just
-before the kernel; for reference also on one BLAS thread. Kernel: best of ``--repeat`` (3)
-with the outputs in memory and, with ``--memmap DIR``, as ``.npy`` memory maps in DIR (as
-the pipeline does; created fresh and flushed inside each timed call). Each kernel line
+before the kernel; for reference also on one BLAS thread. Kernel: best of ``--repeat`` (3),
+after two untimed calls at full size (a process's first calls are slower), with
+the outputs in memory and, with ``--memmap DIR``, as ``.npy`` memory maps in DIR (as the
+pipeline does; created fresh and flushed inside each timed call). Each kernel line
 shows peak RSS and peak RssAnon above the level before the call. pandas
 (``DataFrame.corr(min_periods=min_overlap)`` in float64) is timed once with ``--pandas``.
 
@@ -79,7 +80,14 @@ def main() -> None:
     returns = ragged_returns(
         args.t, args.n, seed=1, ragged_share=args.ragged_share, gap_share=args.gap_share
     )
-    pairwise_correlation(returns[:, :256], min_overlap=args.min_overlap)  # compile / warm up
+    pairwise_correlation(returns[:, :256], min_overlap=args.min_overlap)  # compile
+    # and two untimed calls at full size: a process's first calls are slower while its heap
+    # grows (N = 4,000: ~2.5 times the steady call, then ~1.15 times), as the floor's first
+    # products are among its seven
+    for _ in range(2):
+        pairwise_correlation(
+            returns, min_overlap=args.min_overlap, working_memory_mb=args.working_memory_mb
+        )
     if args.child:
         _serve_calls(returns, args.min_overlap, args.working_memory_mb)
         return
