@@ -619,6 +619,33 @@ def test_guard_bound_keeps_the_fast_formula() -> None:
         assert result.overlap[0, j] == count == 40 - len(gaps)
 
 
+def test_variances_in_float32_subnormals_go_to_the_exact_path() -> None:
+    """The fused pass sums in float32, so a variance it could only form from subnormal squares
+    would be wrong by far more than SPEC allows. The guard's floor (``VARIANCE_FLOOR``) sends
+    it to the exact float64 path.
+
+    Column 0 has a mean of exactly 0 (its values come in ± pairs), with rows 0..39 about 1e-22
+    of its standard deviation: its standardised squares there are ~1e-44, subnormal in float32.
+    Columns 1..8 are present on rows 0..39 only, so their overlap with column 0 is that quiet part.
+    Its variance there is most of its sum of squares, so the tau guard alone passes it. Without
+    the floor, they came out 3.5e-5 away from the reference (SPEC: 1e-5)."""
+    rng = np.random.default_rng(31)
+    T, N, min_overlap = 120, 12, 20
+    R = factor_returns(rng, T, N).astype(np.float32)
+    quiet = rng.uniform(1.0, 3.0, 20).astype(np.float32) * np.float32(1e-24)
+    loud = rng.uniform(0.005, 0.02, 40).astype(np.float32)
+    R[:40, 0] = np.repeat(quiet, 2) * np.tile(np.float32([1, -1]), 20)
+    R[40:, 0] = np.repeat(loud, 2) * np.tile(np.float32([1, -1]), 40)
+    R[40:, 1:9] = np.nan
+    R[[7, 21], 2] = np.nan
+    corr, overlap = ref.reference_correlation(R, min_overlap)
+    result = pairwise_correlation(R, min_overlap=min_overlap)
+    np.testing.assert_array_equal(result.overlap, overlap)
+    np.testing.assert_array_equal(np.isnan(result.corr), np.isnan(corr))
+    assert np.nanmax(np.abs(result.corr - corr)) <= 1e-5
+    assert np.abs(corr[0, 1:9]).max() > 0.05  # the pairs are not trivially near 0
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int16, np.int8, np.int32])
 def test_transpose_columns_is_the_transposed_copy(dtype):
     """kernels.transpose_columns (8 x 8 register transposes, element loops at the edges)
