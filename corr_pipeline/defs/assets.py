@@ -60,6 +60,7 @@ from corr_pipeline.defs.step_options import (
 )
 from corr_pipeline.snapshot import changes, display, retention, steps, verify
 from corr_pipeline.snapshot.measure import measure_stage
+from corr_pipeline.store import writeback
 from corr_pipeline.store.matrix_store import MatrixBundle, StoredArray, sources
 
 
@@ -378,6 +379,12 @@ def clusters(
     context.log.info(
         f"clustering {len(symbols)} symbols: {params.linkage_method} linkage, {params.cut}"
     )
+    if steps.distances_in_scratch(len(symbols), params):
+        warning = writeback.rewrite_warning(
+            "the clustering step's scratch distances", steps.distance_bytes(len(symbols))
+        )
+        if warning is not None:
+            context.log.warning(f"{warning}, or clusters_memory_mb above it where memory allows")
     with measure_stage() as stats:
         labels = steps.clusters(corr, params, scratch=partial(matrix_store.scratch_for, context))
         verdict = verify.verify_clusters(labels, len(symbols))

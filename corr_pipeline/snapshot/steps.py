@@ -170,6 +170,17 @@ def neighbors(
     )
 
 
+def distance_bytes(n: int) -> int:
+    """Bytes of the clustering step's float64 distances for ``n`` symbols (none below 2)."""
+    return 8 * distance_buffer_length(n) if n >= 2 else 0
+
+
+def distances_in_scratch(n: int, params: SnapshotParameters) -> bool:
+    """Whether :func:`clusters` puts the distances in its ``scratch`` (when given) rather than
+    on the heap: when they exceed ``params.clusters_memory_mb`` MiB."""
+    return distance_bytes(n) > params.clusters_memory_mb * 2**20
+
+
 def clusters(
     corr: np.ndarray, params: SnapshotParameters, *, scratch: Scratch | None = None
 ) -> np.ndarray:
@@ -192,9 +203,9 @@ def clusters(
         working_memory_mb=params.working_memory_mb,
     )
     n = corr.shape[0]
-    length = distance_buffer_length(n) if n >= 2 else 0  # below 2 symbols no distances
-    if scratch is None or length * 8 <= params.clusters_memory_mb * 2**20:
+    if scratch is None or not distances_in_scratch(n, params):
         return cluster()
+    length = distance_buffer_length(n)
     with scratch(CLUSTER_DISTANCES, (length,), np.dtype(np.float64)) as work:
         labels = cluster(work=work)
         del work  # the last reference: the file's pages go when its map does

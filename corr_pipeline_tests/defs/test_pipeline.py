@@ -9,6 +9,7 @@ with the multiprocess executor, configuration errors, and the code location vali
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from corr_pipeline.defs.run import (
     snapshot_job_def,
 )
 from corr_pipeline.snapshot import display
+from corr_pipeline.store import writeback
 from corr_pipeline.store.matrix_store import MatrixStore
 
 N_SYMBOLS, N_DAYS, SEED = 300, 120, 20261127
@@ -365,6 +367,34 @@ def test_latest_partition_is_the_last_trade_date(universe, engine):
     assert latest_partition_key(engine, today=dt.date(2026, 11, 29)) == LAST
     with pytest.raises(ValueError, match="not a snapshot partition"):
         latest_partition_key(engine, today=dt.date(2026, 11, 20))
+
+
+def test_clusters_warns_when_its_scratch_outgrows_the_writeback_threshold(
+    universe, tmp_path, monkeypatch
+):
+    """With the distances in a store scratch file (``clusters_memory_mb`` 0) and a machine whose
+    write-back starts at 1 byte, the clusters step logs one warning that names the setting;
+    the run still succeeds."""
+    proc = tmp_path / "proc"
+    (proc / "sys/vm").mkdir(parents=True)
+    (proc / "sys/vm/dirty_background_bytes").write_text("1\n")
+    monkeypatch.setattr(writeback, "PROC", proc)
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize(
+        snapshot_assets,
+        partition_key=LAST,
+        resources=_resources(tmp_path / "store", clusters_memory_mb=0),
+        instance=instance,
+        raise_on_error=False,
+    )
+    assert result.success
+    warnings = [
+        entry.user_message
+        for entry in instance.all_logs(result.run_id)
+        if entry.level == logging.WARNING and "scratch distances" in entry.user_message
+    ]
+    assert len(warnings) == 1
+    assert "vm.dirty_background_bytes" in warnings[0] and "clusters_memory_mb" in warnings[0]
 
 
 def test_inconsistent_config_fails_before_reading_or_publishing(universe, engine, tmp_path):

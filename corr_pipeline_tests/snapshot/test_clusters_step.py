@@ -163,6 +163,8 @@ def test_distances_in_memory_up_to_clusters_memory_mb(tmp_path, budget_mb):
     params = SnapshotParameters(distance_threshold=1.0, clusters_memory_mb=budget_mb)
     labels = steps.clusters(corr, params, scratch=scratch)
     assert len(scratch.files) == (1 if budget_mb == 0 else 0)
+    assert steps.distances_in_scratch(n, params) == (budget_mb == 0)
+    assert steps.distance_bytes(n) == 8 * C.distance_buffer_length(n)
     expected = hierarchy.fcluster(ref.reference_linkage(corr, "average"), 1.0, "distance")
     np.testing.assert_array_equal(labels, ref.canonical_labels(expected))
     assert "clusters_memory_mb" not in params.as_dict()  # not a result parameter
