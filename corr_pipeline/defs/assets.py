@@ -381,10 +381,12 @@ def clusters(
     )
     if steps.distances_in_scratch(len(symbols), params):
         warning = writeback.rewrite_warning(
-            "the clustering step's scratch distances", steps.distance_bytes(len(symbols))
+            "the clustering step's scratch distances",
+            steps.distance_bytes(len(symbols)),
+            or_else="set clusters_memory_mb above it where memory allows",
         )
         if warning is not None:
-            context.log.warning(f"{warning}, or clusters_memory_mb above it where memory allows")
+            context.log.warning(warning)
     with measure_stage() as stats:
         labels = steps.clusters(corr, params, scratch=partial(matrix_store.scratch_for, context))
         verdict = verify.verify_clusters(labels, len(symbols))

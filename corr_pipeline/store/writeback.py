@@ -33,9 +33,12 @@ def background_threshold(proc: Path | None = None) -> int | None:
     return None
 
 
-def rewrite_warning(what: str, nbytes: int, proc: Path | None = None) -> str | None:
+def rewrite_warning(
+    what: str, nbytes: int, *, or_else: str = "", proc: Path | None = None
+) -> str | None:
     """A one-line warning when a file of ``nbytes`` that is rewritten in place is more than
-    twice the write-back threshold (:func:`background_threshold`), else None."""
+    twice the write-back threshold (:func:`background_threshold`), else None. ``or_else``: the
+    caller's other remedy, offered after the setting (", or ...")."""
     threshold = background_threshold(proc)
     if threshold is None or nbytes <= 2 * threshold:
         return None
@@ -43,5 +46,5 @@ def rewrite_warning(what: str, nbytes: int, proc: Path | None = None) -> str | N
         f"{what} ({nbytes / 1e9:.1f} GB) are rewritten in a file while Linux writes dirty pages"
         f" back from {threshold / 1e9:.1f} GB on (vm.dirty_background_*): this step may run many"
         f" times longer: raise vm.dirty_background_bytes above {nbytes / 1e9:.1f} GB"
-        " (docs/operations.md, 'Writing the matrices')"
+        f"{f', or {or_else}' if or_else else ''} (docs/operations.md, 'Writing the matrices')"
     )

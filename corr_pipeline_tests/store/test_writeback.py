@@ -24,7 +24,7 @@ def _proc(tmp_path: Path, *, fixed: int, ratio: int, available_kb: int | None) -
 def test_unknown_where_proc_does_not_tell():
     proc = Path("/nonexistent")
     assert writeback.background_threshold(proc) is None
-    assert writeback.rewrite_warning("x", 10**12, proc) is None  # unknown: no warning
+    assert writeback.rewrite_warning("x", 10**12, proc=proc) is None  # unknown: no warning
 
 
 def test_bytes_when_set_else_ratio_of_available(tmp_path):
@@ -44,11 +44,12 @@ def test_no_available_memory_line_means_unknown(tmp_path):
 )
 def test_warning_above_twice_the_threshold(tmp_path, nbytes, warns):
     proc = _proc(tmp_path, fixed=2_000_000_000, ratio=10, available_kb=20_000_000)
-    message = writeback.rewrite_warning("the distances", nbytes, proc)
+    message = writeback.rewrite_warning("the distances", nbytes, or_else="use the heap", proc=proc)
     assert (message is not None) == warns
     if message is not None:
         assert message.startswith(f"the distances ({nbytes / 1e9:.1f} GB)")
         assert "2.0 GB" in message and "vm.dirty_background_bytes" in message
+        assert message.endswith(", or use the heap (docs/operations.md, 'Writing the matrices')")
 
 
 def test_the_default_is_this_machines_proc(tmp_path, monkeypatch):
