@@ -79,7 +79,9 @@ class SessionCalendar:
     @property
     def session_weekdays(self) -> tuple[int, ...]:
         """The weekdays (Monday = 0) on which sessions occur in the range."""
-        days = (self.sessions_array.astype("datetime64[D]").view("int64") + 3) % 7  # 1970-01-01 = Thu
+        days = (
+            self.sessions_array.astype("datetime64[D]").view("int64") + 3
+        ) % 7  # 1970-01-01 = Thu
         return tuple(int(d) for d in np.unique(days))
 
     def _index(self, day: dt.date) -> int:
@@ -127,7 +129,9 @@ class SessionCalendar:
             day += dt.timedelta(days=1)
         return out
 
-    def last_closed_session(self, now: dt.datetime, delay: dt.timedelta = dt.timedelta(0)) -> dt.date | None:
+    def last_closed_session(
+        self, now: dt.datetime, delay: dt.timedelta = dt.timedelta(0)
+    ) -> dt.date | None:
         """The latest session whose close + ``delay`` is ``<= now`` (for a sensor or a freshness
         check: "the session that should have a snapshot by now")."""
         ready = self.closes_array + np.timedelta64(int(delay.total_seconds()), "s")

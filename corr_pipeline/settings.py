@@ -55,12 +55,16 @@ ENV_PARTITION_START = "CORR_PIPELINE_PARTITION_START"
 ENV_MAX_RUNTIME = "CORR_PIPELINE_MAX_RUNTIME_SECONDS"
 ENV_KEEP_MATRICES = "CORR_PIPELINE_KEEP_MATRICES"
 ENV_DASK_SCHEDULER = "CORR_PIPELINE_DASK_SCHEDULER"
+ENV_UNIVERSE_SYMBOLS = "CORR_PIPELINE_UNIVERSE_SYMBOLS"
+ENV_SESSIONS_PER_RUN = "CORR_PIPELINE_SESSIONS_PER_RUN"
 ENV_DAGSTER_HOME = "DAGSTER_HOME"
 ENV_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 
 DEFAULT_PARTITION_START = "2020-01-01"
 DEFAULT_MAX_RUNTIME_SECONDS = 4 * 3600
 DEFAULT_KEEP_MATRICES = 5
+#: The universe size a deployment is sized for unless it says otherwise: the design size.
+DEFAULT_UNIVERSE_SYMBOLS = 24_000
 
 DEFAULT_HOME_DIRNAME = ".corr_pipeline"
 
@@ -155,6 +159,30 @@ def max_runtime_seconds() -> int:
     :data:`DEFAULT_MAX_RUNTIME_SECONDS`; ValueError naming the variable otherwise."""
     return _env_int(
         ENV_MAX_RUNTIME, DEFAULT_MAX_RUNTIME_SECONDS, 1, None, "be a whole number of seconds >= 1"
+    )
+
+
+def universe_symbols() -> int:
+    """``$CORR_PIPELINE_UNIVERSE_SYMBOLS`` (a whole number >= 1) or
+    :data:`DEFAULT_UNIVERSE_SYMBOLS`: the number of symbols the code location sizes its runs for
+    (the executor, the sessions per backfill run); ValueError naming the variable otherwise."""
+    return _env_int(
+        ENV_UNIVERSE_SYMBOLS,
+        DEFAULT_UNIVERSE_SYMBOLS,
+        1,
+        None,
+        "be a whole number >= 1 (the symbols of the universe the runs are sized for)",
+    )
+
+
+def sessions_per_run() -> int | None:
+    """``$CORR_PIPELINE_SESSIONS_PER_RUN`` (a whole number >= 1), or None when unset (then
+    :func:`corr_pipeline.snapshot.sizing.sessions_per_run` decides); ValueError naming the
+    variable otherwise."""
+    if not os.environ.get(ENV_SESSIONS_PER_RUN, "").strip():
+        return None
+    return _env_int(
+        ENV_SESSIONS_PER_RUN, 1, 1, None, "be a whole number >= 1 (sessions per backfill run)"
     )
 
 

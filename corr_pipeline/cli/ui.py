@@ -12,8 +12,11 @@ until SIGKILL, which skips their shutdown.
 itself) with SIGINT and SIGTERM back at their defaults, in its own session and process group
 (so a terminal's Ctrl-C reaches this process only, which forwards it once), and with
 ``DAGSTER_HOME`` set to :func:`corr_pipeline.settings.dagster_home` (the repository root, whose
-``dagster.yaml`` configures the instance). On SIGINT, SIGTERM or SIGHUP it sends SIGINT to the
-whole group, which is what Ctrl-C in a terminal does and what Dagster handles: the webserver,
+``dagster.yaml`` configures the instance), after creating the snapshot pool in that instance's
+storage at its default limit if it is not there yet
+(:func:`corr_pipeline.defs.concurrency.ensure_snapshot_pool`: otherwise the daemon's first pass
+on a fresh instance would launch every queued snapshot run at once). On SIGINT, SIGTERM or
+SIGHUP it sends SIGINT to the whole group, which is what Ctrl-C in a terminal does and what Dagster handles: the webserver,
 daemon, code server and any run they started shut down in order. Whatever is still alive after
 :data:`STOP_TIMEOUT_SECONDS` (the group, and every process that was a descendant when the stop
 began) is killed. On Linux ``dg dev`` also gets SIGINT if this process dies without forwarding
@@ -161,6 +164,27 @@ def _ui_environment() -> dict[str, str]:
     return env
 
 
+def _ensure_snapshot_pool(dagster_home: str, say: Callable[[str], None]) -> None:
+    """The snapshot pool in the instance at ``dagster_home`` before its daemon starts
+    (:func:`corr_pipeline.defs.concurrency.ensure_snapshot_pool`). A failure is reported and
+    ``dg dev`` started anyway (it reports a broken instance itself)."""
+    import dagster as dg  # heavy: Dagster
+
+    from corr_pipeline.defs.concurrency import ensure_snapshot_pool
+
+    try:
+        instance = dg.DagsterInstance.from_config(dagster_home)
+        try:
+            ensure_snapshot_pool(instance)
+        finally:
+            instance.dispose()
+    except Exception as exc:  # noqa: BLE001 - reported; dg dev reports it again
+        say(
+            f"corr-pipeline ui: could not create the snapshot pool in {dagster_home} ({exc}); "
+            "the daemon's first pass may start every queued snapshot run at once"
+        )
+
+
 def run_ui(
     port: int = DEFAULT_PORT,
     host: str = DEFAULT_HOST,
@@ -181,6 +205,7 @@ def run_ui(
     try:
         argv = list(command) if command is not None else dg_dev_command(port, host)
         env = _ui_environment()
+        _ensure_snapshot_pool(env[settings.ENV_DAGSTER_HOME], say)
         say(
             f"corr-pipeline ui: starting dg dev, http://{host}:{port} when ready "
             f"(DAGSTER_HOME={env[settings.ENV_DAGSTER_HOME]}); Ctrl-C or SIGTERM stops it"

@@ -435,7 +435,9 @@ def _prepare_binaries(bin_path: Path, account: _Account) -> None:
     mode = os.stat(bin_path / "postgres").st_mode
     if not (mode & stat.S_IXOTH and mode & stat.S_IROTH):
         utils = _pgserver_utils()
-        utils.ensure_folder_permissions(bin_path, stat.S_IXGRP | stat.S_IXOTH | stat.S_IRGRP | stat.S_IROTH)
+        utils.ensure_folder_permissions(
+            bin_path, stat.S_IXGRP | stat.S_IXOTH | stat.S_IRGRP | stat.S_IROTH
+        )
         utils.ensure_folder_permissions(bin_path.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
 
 
@@ -546,7 +548,8 @@ def _managed_config(text: str) -> str:
         tail = "" if end < 0 else text[end + len(_CONFIG_END) :]
         text = text[:begin] + tail.lstrip("\n")
     settings_lines = [
-        f"{key} = '{value}'" for key, value in {**EMBEDDED_SERVER_SETTINGS, **SECURITY_SETTINGS}.items()
+        f"{key} = '{value}'"
+        for key, value in {**EMBEDDED_SERVER_SETTINGS, **SECURITY_SETTINGS}.items()
     ]
     block = "\n".join([_CONFIG_BEGIN, *settings_lines, _CONFIG_END])
     return text.rstrip("\n") + "\n\n" + block + "\n"
@@ -936,9 +939,7 @@ def ensure_database(server: EmbeddedServer, database: str) -> None:
             autocommit=True,
             connect_timeout=30,
         ) as conn:
-            if conn.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
-            ).fetchone():
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone():
                 return
             try:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))

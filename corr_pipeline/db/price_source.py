@@ -409,8 +409,7 @@ def resolve_price_source(conn: sa.Connection, source: PriceSource) -> ResolvedPr
             path = conn.execute(sa.text("SELECT current_schemas(false)")).scalar_one()
             searched = ", ".join(path) or "(empty)"
             raise PriceSourceError(
-                f"{where}: no table or view {source.relation_name} on the search_path "
-                f"({searched})"
+                f"{where}: no table or view {source.relation_name} on the search_path ({searched})"
             )
         raise PriceSourceError(f"{where}: table or view {source.relation_name} does not exist")
     oid, schema, relkind = int(found[0]), str(found[1]), str(found[2])

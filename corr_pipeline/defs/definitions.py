@@ -25,6 +25,7 @@ import dagster as dg
 
 from corr_pipeline import settings
 from corr_pipeline.defs.assets import MATRIX_IO_MANAGER, snapshot_assets
+from corr_pipeline.defs.executor import snapshot_executor
 from corr_pipeline.defs.io_manager import MatrixStoreIOManager, MatrixStoreResource
 from corr_pipeline.defs.jobs import nightly_snapshot_schedule, snapshot_job
 from corr_pipeline.defs.monitoring import (
@@ -52,8 +53,9 @@ def build_resources(store_dir: str | None = None) -> dict[str, object]:
 
 
 def build_definitions() -> dg.Definitions:
-    """The assets, ``snapshot_job``, the nightly schedule and :func:`build_resources` (store
-    directory resolved now, from the environment)."""
+    """The assets, ``snapshot_job``, the nightly schedule, :func:`build_resources` (store
+    directory resolved now, from the environment) and the executor of every run
+    (:mod:`corr_pipeline.defs.executor`)."""
     return dg.Definitions(
         assets=snapshot_assets,
         asset_checks=[publication_freshness_check],
@@ -61,4 +63,5 @@ def build_definitions() -> dg.Definitions:
         schedules=[nightly_snapshot_schedule],
         sensors=[prices_ready_sensor, publication_freshness_sensor, snapshot_failure_sensor],
         resources=build_resources(),
+        executor=snapshot_executor,
     )

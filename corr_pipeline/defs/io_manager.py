@@ -90,28 +90,28 @@ def asset_store_name(asset_key: dg.AssetKey) -> str:
     return name
 
 
-def _single_partition(keys: Sequence[str], what: str) -> str:
-    if len(keys) != 1:
-        raise dg.DagsterInvariantViolationError(
-            f"{what} spans {len(keys)} partitions ({keys[0]} .. {keys[-1]}); the matrix store "
-            "holds one bundle per partition: run one partition per run "
-            "(BackfillPolicy.multi_run(1))"
-        )
-    return keys[0]
-
-
-def store_location(context: Any, asset_key: dg.AssetKey | None = None) -> tuple[str, str]:
+def store_location(
+    context: Any, asset_key: dg.AssetKey | None = None, partition: str | None = None
+) -> tuple[str, str]:
     """``(asset name, partition key)`` an asset's output lives at, from its execution context.
 
     ``context`` is an ``AssetExecutionContext`` (or ``OpExecutionContext``) of a running asset;
-    pass ``asset_key`` for a multi-asset. This is the location :class:`MatrixStoreIOManager`
-    uses in ``handle_output``, so arrays allocated there are handed over without a copy.
+    pass ``asset_key`` for a multi-asset, and ``partition`` (one of the step's sessions) in a
+    run over a range of partitions. This is the location :class:`MatrixStoreIOManager` uses in
+    ``handle_output``, so arrays allocated there are handed over without a copy.
     """
     key = asset_key if asset_key is not None else context.asset_key
-    if context.has_partition_key:
+    if partition is not None:
+        if partition not in context.partition_keys:
+            raise dg.DagsterInvariantViolationError(
+                f"partition {partition} is not one of the step's ({context.partition_keys})"
+            )
+    elif context.has_partition_key:
         partition = context.partition_key
     elif context.has_partition_key_range:
-        partition = _single_partition(list(context.partition_keys), f"asset {key}")
+        raise dg.DagsterInvariantViolationError(
+            f"asset {key.to_user_string()} covers a range of partitions: name the session"
+        )
     else:
         partition = UNPARTITIONED
     return asset_store_name(key), partition
@@ -174,12 +174,13 @@ class MatrixStoreResource(dg.ConfigurableResource):
         dtype: Any,
         *,
         asset_key: dg.AssetKey | None = None,
+        partition: str | None = None,
         labels: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> PendingArray:
-        """``store.allocate`` at :func:`store_location` ``(context, asset_key)``; the partition
-        directory stays held (shared) until the step ends."""
-        asset, partition = store_location(context, asset_key)
+        """``store.allocate`` at :func:`store_location` ``(context, asset_key, partition)``; the
+        partition directory stays held (shared) until the step ends."""
+        asset, partition = store_location(context, asset_key, partition)
         store = self.store
         self._holds.take(store, asset, partition)
         return store.allocate(
@@ -187,12 +188,18 @@ class MatrixStoreResource(dg.ConfigurableResource):
         )
 
     def scratch_for(
-        self, context: Any, name: str, shape: int | Sequence[int], dtype: Any
+        self,
+        context: Any,
+        name: str,
+        shape: int | Sequence[int],
+        dtype: Any,
+        *,
+        partition: str | None = None,
     ) -> AbstractContextManager[np.ndarray]:
-        """``store.scratch`` at :func:`store_location` ``(context)``: a file-backed working
-        array in the asset's partition directory, deleted when the ``with`` block ends; the
-        partition directory stays held (shared) until the step ends."""
-        asset, partition = store_location(context)
+        """``store.scratch`` at :func:`store_location` ``(context, partition=partition)``: a
+        file-backed working array in the asset's partition directory, deleted when the ``with``
+        block ends; the partition directory stays held (shared) until the step ends."""
+        asset, partition = store_location(context, partition=partition)
         store = self.store
         self._holds.take(store, asset, partition)
         return store.scratch(asset, partition, name, shape, np.dtype(dtype))
@@ -220,28 +227,54 @@ class MatrixStoreIOManager(dg.ConfigurableIOManager):
     def store(self) -> MatrixStore:
         return MatrixStore(self.base_dir)
 
-    def _output_location(self, context: dg.OutputContext) -> tuple[str, str]:
+    def _output_bundles(self, context: dg.OutputContext, obj: Any) -> dict[str, MatrixBundle]:
+        """``{partition key: bundle}`` of an output: one bundle for one partition (or an
+        unpartitioned asset), ``{key: bundle}`` covering exactly the partitions of a range."""
         if not context.has_asset_key:
             raise dg.DagsterInvariantViolationError(
                 f"MatrixStoreIOManager stores asset outputs only; output {context.name!r} of "
                 f"{context.step_key} is not an asset"
             )
-        asset = asset_store_name(context.asset_key)
-        if not context.has_asset_partitions:
-            return asset, UNPARTITIONED
-        keys = list(context.asset_partition_keys)
-        return asset, _single_partition(
-            keys, f"output of asset {context.asset_key.to_user_string()}"
-        )
+        what = f"asset {context.asset_key.to_user_string()}"
+        keys = list(context.asset_partition_keys) if context.has_asset_partitions else []
+        if len(keys) > 1:
+            if not isinstance(obj, Mapping) or sorted(obj) != sorted(keys):
+                raise TypeError(
+                    f"{what} covers {len(keys)} partitions ({keys[0]} .. {keys[-1]}): its value "
+                    "must be {partition key: MatrixBundle} for exactly those partitions"
+                )
+            bundles = dict(obj)
+        else:
+            bundles = {keys[0] if keys else UNPARTITIONED: obj}
+        for bundle in bundles.values():
+            if not isinstance(bundle, MatrixBundle):
+                raise TypeError(
+                    f"{what} returned {type(bundle).__name__}; MatrixStoreIOManager needs a "
+                    "MatrixBundle (corr_pipeline.store.matrix_store.MatrixBundle)"
+                )
+        return bundles
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        if not isinstance(obj, MatrixBundle):
-            raise TypeError(
-                f"asset {context.asset_key.to_user_string() if context.has_asset_key else context.name} "
-                f"returned {type(obj).__name__}; MatrixStoreIOManager needs a MatrixBundle "
-                "(corr_pipeline.store.matrix_store.MatrixBundle)"
-            )
-        asset, partition = self._output_location(context)
+        bundles = self._output_bundles(context, obj)
+        asset = asset_store_name(context.asset_key)
+        if len(bundles) == 1:
+            ((partition, bundle),) = bundles.items()
+            self._store_one(context, asset, partition, bundle)
+            return
+        for partition, bundle in sorted(bundles.items()):
+            self._store_one(context, asset, partition, bundle, partition_metadata=True)
+
+    def _store_one(
+        self,
+        context: dg.OutputContext,
+        asset: str,
+        partition: str,
+        obj: MatrixBundle,
+        *,
+        partition_metadata: bool = False,
+    ) -> None:
+        """Store one partition's bundle; its output metadata goes to the output (one partition)
+        or to that partition's materialization (a range)."""
         store = self.store
         self._holds.take(store, asset, partition)
         report = store.save_bundle(asset, partition, obj)
@@ -252,18 +285,22 @@ class MatrixStoreIOManager(dg.ConfigurableIOManager):
             for name, s in report.bundle.arrays.items()
             if isinstance(s, StoredArray)
         )
-        context.add_output_metadata(
-            {
-                "path": dg.MetadataValue.path(str(report.directory)),
-                "arrays": dg.MetadataValue.md(
-                    "| array | dtype | shape | stored | version |\n|---|---|---|---|---|\n" + rows
-                ),
-                "versions": dg.MetadataValue.json(report.bundle.versions),
-                "bytes": dg.MetadataValue.int(report.nbytes),
-                "copied_bytes": dg.MetadataValue.int(report.copied_bytes),
-                "zero_copy_arrays": dg.MetadataValue.int(len(report.reused) + len(report.linked)),
-            }
-        )
+        output_metadata = {
+            "path": dg.MetadataValue.path(str(report.directory)),
+            "arrays": dg.MetadataValue.md(
+                "| array | dtype | shape | stored | version |\n|---|---|---|---|---|\n" + rows
+            ),
+            "versions": dg.MetadataValue.json(report.bundle.versions),
+            "bytes": dg.MetadataValue.int(report.nbytes),
+            "copied_bytes": dg.MetadataValue.int(report.copied_bytes),
+            "zero_copy_arrays": dg.MetadataValue.int(len(report.reused) + len(report.linked)),
+        }
+        if partition_metadata:  # that partition's materialization (Dagster merges it in)
+            context.step_context.add_asset_metadata(
+                output_metadata, asset_key=context.asset_key, partition_key=partition
+            )
+        else:
+            context.add_output_metadata(output_metadata)
         if report.removed:
             context.log.info(
                 f"matrix store: arrays {report.removed} of an earlier materialization are no "

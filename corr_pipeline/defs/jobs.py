@@ -1,7 +1,9 @@
 """The snapshot job and its nightly schedule.
 
 ``snapshot_job`` materializes the whole ``correlation_snapshot`` group (every asset and its
-checks) for one partition. Its run tag carries the operational limit:
+checks) for one partition, or for a range of consecutive sessions (a run of a backfill,
+:mod:`corr_pipeline.defs.ranges`), in one process where the run fits
+(:mod:`corr_pipeline.defs.executor`). Its run tag carries the operational limit:
 
 - ``dagster/max_runtime``: the run is terminated and marked failed after this many seconds
   (enforced by the daemon's run monitoring, enabled in ``dagster.yaml``). Default
@@ -52,20 +54,6 @@ def snapshot_run_tags() -> dict[str, str]:
     return {dg.MAX_RUNTIME_SECONDS_TAG: str(settings.max_runtime_seconds())}
 
 
-#: Default executor config: one process per step (the multiprocess executor), forked from a
-#: forkserver that has already imported the code location (dagster, numpy, the numba kernels),
-#: so a step starts in well under a second instead of re-importing everything (~5 s per step).
-SNAPSHOT_EXECUTION_CONFIG = {
-    "execution": {
-        "config": {
-            "multiprocess": {
-                "start_method": {"forkserver": {"preload_modules": ["corr_pipeline.definitions"]}}
-            }
-        }
-    }
-}
-
-
 snapshot_job = dg.define_asset_job(
     name="snapshot_job",
     # every asset and check of the group but the freshness check (defs/monitoring.py): it is
@@ -74,7 +62,6 @@ snapshot_job = dg.define_asset_job(
     - dg.AssetSelection.checks(
         dg.AssetCheckKey(dg.AssetKey("snapshot_publication"), "publication_freshness")
     ),
-    config=SNAPSHOT_EXECUTION_CONFIG,
     tags=snapshot_run_tags(),
     description="Materialize the correlation snapshot (window, correlation, neighbors, "
     "clusters, lead-lag, publication) and its checks for one snapshot date.",
@@ -127,9 +114,7 @@ def _skip_reason(
             f"session {session} of {calendar.name} is before the first partition ({start})"
         )
     if local.date() < start:
-        return dg.SkipReason(
-            f"{local:%Y-%m-%d} is before the first partition ({start:%Y-%m-%d})"
-        )
+        return dg.SkipReason(f"{local:%Y-%m-%d} is before the first partition ({start:%Y-%m-%d})")
     today = calendar.session_on_or_before(local.date())
     if today == local.date():
         closes = calendar.local_close(today)

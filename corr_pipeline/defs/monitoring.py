@@ -93,9 +93,7 @@ def build_publication_freshness_check(
         now = now_fn()
         late = freshness_lateness()
         session = cal.last_closed_session(now, late)
-        following = cal.sessions(
-            (session or now.date()) + dt.timedelta(days=1), cal.horizon
-        )
+        following = cal.sessions((session or now.date()) + dt.timedelta(days=1), cal.horizon)
         fresh_until = cal.close(following[0]) + late if following else None
         meta: dict[str, dg.MetadataValue] = {}
         if fresh_until is not None:
@@ -141,6 +139,7 @@ def build_publication_freshness_check(
 
 publication_freshness_check = build_publication_freshness_check()
 
+
 @dg.sensor(
     name="publication_freshness_sensor",
     asset_selection=dg.AssetSelection.checks(publication_freshness_check),
@@ -155,7 +154,10 @@ def publication_freshness_sensor(
 ) -> dg.RunRequest | dg.SkipReason:
     key = dg.AssetCheckKey(PUBLICATION, FRESHNESS_CHECK_NAME)
     summary = context.instance.event_log_storage.get_asset_check_summary_records([key])[key]
-    latest, done = summary.last_check_execution_record, summary.last_completed_check_execution_record
+    latest, done = (
+        summary.last_check_execution_record,
+        summary.last_completed_check_execution_record,
+    )
     if latest is not None and latest is not done and latest.status.value == "PLANNED":
         return dg.SkipReason("publication_freshness is being evaluated")
     event = done.event if done is not None else None

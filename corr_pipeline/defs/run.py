@@ -1,7 +1,7 @@
 """Materialize the snapshot graph from Python (the ``corr-pipeline demo`` command, scripts, tests).
 
-Two routes, both with the multiprocess executor by default (each step in its own process,
-exactly as the daemon would run it), both recorded in the instance, so ``dg dev`` started with
+Two routes, both with the executor the daemon's runs get (:mod:`corr_pipeline.defs.executor`:
+one process where the run fits, else one per step), both recorded in the instance, so ``dg dev`` started with
 the same ``DAGSTER_HOME`` shows the run (assets, checks, metadata plots) afterwards:
 
 - :func:`launch_snapshot` (the demo) launches the run through the instance like the UI and
@@ -36,7 +36,7 @@ from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES, DagsterR
 from corr_pipeline import settings
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.reads import latest_trade_date
-from corr_pipeline.defs.concurrency import instance_limits
+from corr_pipeline.defs.concurrency import ensure_snapshot_pool, instance_limits
 from corr_pipeline.defs.definitions import build_definitions
 from corr_pipeline.defs.partitions import (
     partition_key_for,
@@ -62,12 +62,20 @@ def snapshot_job_def() -> dg.JobDefinition:
 
 def open_instance(dagster_home: Path | None = None) -> dg.DagsterInstance:
     """A persistent instance in ``dagster_home`` (default :func:`settings.dagster_home`),
-    created with the repository's ``dagster.yaml`` if the directory has none."""
+    created with the repository's ``dagster.yaml`` if the directory has none, its snapshot pool
+    in storage (:func:`ensure_snapshot_pool`: the pool limit holds from the daemon's first
+    pass)."""
     home = settings.ensure_dir(dagster_home or settings.dagster_home())
     config = home / "dagster.yaml"
     if not config.exists() and REPO_DAGSTER_YAML.is_file():
         shutil.copyfile(REPO_DAGSTER_YAML, config)
-    return dg.DagsterInstance.from_config(str(home))
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        ensure_snapshot_pool(instance)
+    except BaseException:
+        instance.dispose()
+        raise
+    return instance
 
 
 def latest_partition_key(
@@ -220,7 +228,7 @@ def snapshot_run_config(
     *,
     params: dict[str, Any] | None = None,
     store_dir: str | os.PathLike[str] | None = None,
-    in_process: bool = False,
+    in_process: bool | None = None,
     max_concurrent: int | None = None,
     forkserver: bool = True,
     log_level: str = "INFO",
@@ -243,7 +251,7 @@ def snapshot_run_config(
         run_config["resources"] = resources
     if in_process:
         run_config["execution"] = {"config": {"in_process": {}}}
-    else:
+    elif in_process is False or max_concurrent:  # else the executor's default (defs/executor)
         multiprocess: dict[str, Any] = {}
         if max_concurrent:
             multiprocess["max_concurrent"] = int(max_concurrent)
@@ -262,7 +270,7 @@ def materialize_snapshot(
     instance: dg.DagsterInstance | None = None,
     params: dict[str, Any] | None = None,
     store_dir: str | os.PathLike[str] | None = None,
-    in_process: bool = False,
+    in_process: bool | None = None,
     max_concurrent: int | None = None,
     forkserver: bool = True,
     log_level: str = "INFO",
@@ -275,8 +283,8 @@ def materialize_snapshot(
 
     ``params`` overrides fields of :class:`~corr_pipeline.defs.resources.SnapshotParams`
     (validated at run start); ``store_dir`` overrides the matrix store directory (default
-    :func:`settings.store_dir`); ``in_process`` uses the in-process executor instead of one
-    process per step; ``max_concurrent`` caps parallel step processes (default: CPU count);
+    :func:`settings.store_dir`); ``in_process`` True uses the in-process executor, False one
+    process per step, None (default) what :mod:`corr_pipeline.defs.executor` chooses; ``max_concurrent`` caps parallel step processes (default: CPU count);
     ``forkserver`` starts step processes from a forkserver that has preloaded
     ``corr_pipeline.definitions`` (dagster, numpy, numba kernels), saving the few seconds each
     freshly spawned step would spend importing them; ``log_level`` is the console log level

@@ -4,7 +4,8 @@ Retention (:mod:`corr_pipeline.snapshot.retention`) leaves alone a partition tha
 holds (every step holds the partitions it uses, :mod:`corr_pipeline.defs.io_manager`); between two
 steps of a multiprocess run nobody holds them, so the instance is asked too: a partition is in
 flight when its newest run is starting, started or being canceled, and younger than its
-``dagster/max_runtime`` (run monitoring fails it after that). A run killed without the daemon
+``dagster/max_runtime`` (run monitoring fails it after that); a run over a range of sessions (a
+backfill run) holds every session of its range. A run killed without the daemon
 noticing stays "started" in the instance: the first newer run of its partition, or its maximum
 runtime, ends that.
 """
@@ -12,19 +13,42 @@ runtime, ends that.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 
 import dagster as dg
 
 from corr_pipeline import settings
+from corr_pipeline.defs.partitions import snapshot_partitions
 
-__all__ = ["PARTITION_TAG", "partitions_in_flight"]
+__all__ = [
+    "PARTITION_TAG",
+    "RANGE_END_TAG",
+    "RANGE_START_TAG",
+    "run_sessions",
+    "partitions_in_flight",
+]
 
 PARTITION_TAG = "dagster/partition"
+#: The tags of a run over a range of sessions (a backfill run, ``BackfillPolicy.multi_run``).
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
 _IN_FLIGHT = [
     dg.DagsterRunStatus.STARTING,
     dg.DagsterRunStatus.STARTED,
     dg.DagsterRunStatus.CANCELING,
 ]
+
+
+def run_sessions(tags: Mapping[str, str]) -> list[str]:
+    """The session keys a run covers, from its tags: its partition, or every snapshot partition
+    of its range (a backfill run); none for a run that is not of snapshot partitions."""
+    if PARTITION_TAG in tags:
+        return [tags[PARTITION_TAG]]
+    start, end = tags.get(RANGE_START_TAG), tags.get(RANGE_END_TAG)
+    if not start or not end:
+        return []
+    keys = snapshot_partitions.get_partition_keys()
+    return [key for key in keys if start <= key <= end]
 
 
 def partitions_in_flight(
@@ -37,8 +61,8 @@ def partitions_in_flight(
     records = instance.get_run_records(filters=dg.RunsFilter(statuses=_IN_FLIGHT), limit=limit)
     for record in records:
         run = record.dagster_run
-        key = run.tags.get(PARTITION_TAG)
-        if not key or run.run_id == exclude_run_id or key in out:
+        keys = [k for k in run_sessions(run.tags) if k not in out]
+        if not keys or run.run_id == exclude_run_id:
             continue
         started = record.start_time or record.create_timestamp.timestamp()
         try:
@@ -47,7 +71,10 @@ def partitions_in_flight(
             max_runtime = float(settings.max_runtime_seconds())
         if now - started > max_runtime:
             continue
-        newest = instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_TAG: key}), limit=1)
+        if PARTITION_TAG not in run.tags:  # a range run in flight holds all of its sessions
+            out.update(keys)
+            continue
+        newest = instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_TAG: keys[0]}), limit=1)
         if newest and newest[0].run_id == run.run_id:
-            out.add(key)
+            out.add(keys[0])
     return out

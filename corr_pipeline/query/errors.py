@@ -161,9 +161,16 @@ class MatricesPrunedError(MatrixUnavailableError):
         self.available = list(available)
         self.total = total
         if self.available:
-            more = f" (newest {len(self.available)} of {total:,})" if total > len(self.available) else ""
-            still = "dates that still have them" + more + ": " + ", ".join(
-                d.isoformat() for d in self.available
+            more = (
+                f" (newest {len(self.available)} of {total:,})"
+                if total > len(self.available)
+                else ""
+            )
+            still = (
+                "dates that still have them"
+                + more
+                + ": "
+                + ", ".join(d.isoformat() for d in self.available)
             )
         else:
             still = "no date has matrices in the store any more"

@@ -205,7 +205,16 @@ def _render_lead_lag(result: LeadLagResult) -> str:
         head
         + "\n"
         + format_table(
-            ["role", "leader", "lagger", "lag", "lagged_corr", "sync_corr", "improvement", "overlap"],
+            [
+                "role",
+                "leader",
+                "lagger",
+                "lag",
+                "lagged_corr",
+                "sync_corr",
+                "improvement",
+                "overlap",
+            ],
             rows,
             "lllrrrrr",
         )

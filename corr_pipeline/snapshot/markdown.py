@@ -22,9 +22,7 @@ def escape(text: Any) -> str:
     return str(text).replace("\r", " ").replace("\n", " ").translate(_SPECIAL)
 
 
-def table(
-    headers: Sequence[str], aligns: str, rows: Sequence[Sequence[str]], *, empty: str
-) -> str:
+def table(headers: Sequence[str], aligns: str, rows: Sequence[Sequence[str]], *, empty: str) -> str:
     """A markdown table: ``headers``, one alignment letter per column in ``aligns`` (``l`` or
     ``r``), and ``rows`` of cells already rendered (escape symbols with :func:`escape`).
     ``empty`` is returned instead of a table without rows."""

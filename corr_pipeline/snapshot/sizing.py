@@ -33,6 +33,21 @@ kept for the rest (the operating system, PostgreSQL, the Dagster web server, dae
 server), the number of snapshot runs at once is
 
     runs limit = max(1, floor((M − reserve) / per_run))
+
+**One process.** Dagster's in-process executor runs the steps one after the other in the run
+worker, so one process holds at most one step's working memory at a time, plus what the earlier
+steps left on its heap (bounded by the largest step again, for the allocator reuses it):
+
+    one_process(N, T, W) = P + 2 · max(4 · N · (N − 1), 64 · T · N + W) + matrices(N)
+
+A run executes in one process when ``one_process <= M − reserve``, else one process per step.
+
+**Sessions per backfill run.** A run over ``K`` consecutive sessions computes every step for
+all of them before the next step (Dagster runs one step per asset), so the matrices of all
+``K`` sessions (``6 · N²`` each) and their windows (``4 · T · N``) are in the store at once:
+
+    sessions_per_run = clamp(floor((M − reserve − one_process) / (6 · N² + 4 · T · N)),
+                             1, MAX_SESSIONS_PER_RUN)
 """
 
 from __future__ import annotations
@@ -55,6 +70,9 @@ TABLE_BYTES_PER_CELL = 64
 PARALLEL_STEPS = 3
 #: Default memory kept for everything that is not a snapshot run on a single machine.
 DEFAULT_RESERVE_BYTES = 2 * GIB
+
+#: The most sessions one backfill run covers (about a year): what a run killed part-way can lose.
+MAX_SESSIONS_PER_RUN = 250
 
 _CGROUP_LIMIT = Path("/sys/fs/cgroup/memory.max")
 
@@ -105,6 +123,39 @@ def run_memory(
         other_steps=(s - 1) * table,
         matrices=6 * n * n,
     )
+
+
+def one_process_memory(n: int, t: int, working_memory_mb: float) -> int:
+    """Bytes one process running every step in turn needs (``one_process``, module docstring)."""
+    single = run_memory(n, t, working_memory_mb, concurrent_steps=1)
+    return PROCESS_BYTES + 2 * single.largest_step + single.matrices
+
+
+def fits_one_process(
+    n: int,
+    t: int,
+    working_memory_mb: float,
+    memory_bytes: int | None = None,
+    reserve_bytes: int = DEFAULT_RESERVE_BYTES,
+) -> bool:
+    """Whether a run's steps fit in one process on a machine of ``memory_bytes`` (default
+    :func:`machine_memory_bytes`) keeping ``reserve_bytes`` for the rest."""
+    memory = machine_memory_bytes() if memory_bytes is None else memory_bytes
+    return one_process_memory(n, t, working_memory_mb) <= memory - reserve_bytes
+
+
+def sessions_per_run(
+    n: int,
+    t: int,
+    working_memory_mb: float,
+    memory_bytes: int | None = None,
+    reserve_bytes: int = DEFAULT_RESERVE_BYTES,
+) -> int:
+    """Consecutive sessions one backfill run covers (``sessions_per_run``, module docstring)."""
+    memory = machine_memory_bytes() if memory_bytes is None else memory_bytes
+    free = memory - reserve_bytes - one_process_memory(n, t, working_memory_mb)
+    per_session = 6 * n * n + 4 * t * n
+    return int(min(MAX_SESSIONS_PER_RUN, max(1, free // per_session)))
 
 
 def runs_limit(memory_bytes: int, per_run_bytes: int, reserve_bytes: int) -> int:

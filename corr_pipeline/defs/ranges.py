@@ -1,0 +1,130 @@
+"""The sessions one step covers, and how each session is reported: a run of one partition (the
+nightly run, a launch of one date) or of a range of consecutive sessions (a backfill run).
+
+Every snapshot asset computes session by session, in date order, and describes each session
+with a :class:`SessionResult` (the value the IO manager stores, its metadata, its check
+results). :func:`report` turns them into Dagster's events:
+
+- one session: ``MaterializeResult(value, metadata, check_results)``, as a run of one partition
+  always did;
+- a range: per session, its metadata attached to that partition's materialization
+  (``context.add_asset_metadata(..., partition_key=...)``) and its checks as evaluations of that
+  partition (``AssetCheckEvaluation(partition=...)``); then one ``MaterializeResult`` per asset
+  whose value is ``{partition key: value}``, which Dagster records as one materialization per
+  partition, each with its own metadata. The partitions view, the asset pages and the plots
+  across partitions therefore read the same events whichever way a session was run.
+
+A failed blocking check fails the step after its events (as for one session): the sessions
+downstream of it in the same run are not published.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+#: An input of a snapshot asset: a ``MatrixBundle``, or ``{partition key: MatrixBundle}`` when
+#: the step covers a range (use :func:`of_session`). ``Any`` for Dagster's type inference.
+Bundles = Any
+
+__all__ = [
+    "Bundles",
+    "SessionResult",
+    "evaluation",
+    "in_flight_with_run",
+    "of_session",
+    "report",
+    "session_keys",
+    "sessions_label",
+]
+
+
+@dataclass
+class SessionResult:
+    """What one asset produced for one session: ``value`` (stored by the asset's IO manager;
+    None for an asset that stores nothing), ``metadata`` and ``checks``."""
+
+    value: Any = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    checks: Sequence[dg.AssetCheckResult] = ()
+
+
+def session_keys(context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext) -> list[str]:
+    """The partition keys (session dates ``YYYY-MM-DD``) the step covers, in date order."""
+    if context.has_partition_key:
+        return [context.partition_key]
+    return sorted(context.partition_keys)
+
+
+def of_session(value: Any, key: str) -> Any:
+    """One session's input: the value itself in a run of one partition, ``value[key]`` when the
+    IO manager loaded a range (``{partition key: value}``)."""
+    if isinstance(value, dict):
+        return value[key]
+    return value
+
+
+def sessions_label(keys: Sequence[str]) -> str:
+    """``2024-01-02`` for one session, ``2024-01-02..2024-03-28 (60 sessions)`` for a range."""
+    if len(keys) == 1:
+        return keys[0]
+    return f"{keys[0]}..{keys[-1]} ({len(keys)} sessions)"
+
+
+def evaluation(result: dg.AssetCheckResult, partition: str, blocking: bool) -> Any:
+    """``result`` as the evaluation of ``partition`` (what Dagster derives from an
+    ``AssetCheckResult`` in a run of one partition)."""
+    return dg.AssetCheckEvaluation(
+        asset_key=dg.AssetKey.from_coercible(result.asset_key),
+        check_name=str(result.check_name),
+        passed=bool(result.passed),
+        metadata=result.metadata,
+        severity=result.severity,
+        description=result.description,
+        blocking=blocking,
+        partition=partition,
+    )
+
+
+def report(
+    context: dg.AssetExecutionContext,
+    compute: Callable[[str], Mapping[str, SessionResult]],
+) -> Iterator[Any]:
+    """Run ``compute(partition key) -> {asset name: SessionResult}`` for every session of the
+    step in date order and yield Dagster's events for them (module docstring)."""
+    keys = session_keys(context)
+    if context.has_partition_key:
+        for asset, result in compute(keys[0]).items():
+            yield dg.MaterializeResult(
+                asset_key=asset,
+                value=result.value,
+                metadata=dict(result.metadata),
+                check_results=list(result.checks),
+            )
+        return
+    assets_def = context.assets_def
+    values: dict[str, dict[str, Any]] = {}
+    checked: set[dg.AssetCheckKey] = set()
+    for key in keys:
+        for asset, result in compute(key).items():
+            context.add_asset_metadata(dict(result.metadata), asset_key=asset, partition_key=key)
+            values.setdefault(asset, {})[key] = result.value
+            for check in result.checks:
+                check_key = dg.AssetCheckKey(dg.AssetKey(asset), str(check.check_name))
+                spec = assets_def.get_spec_for_check_key(check_key)
+                checked.add(check_key)
+                yield evaluation(check, key, blocking=spec.blocking)
+    for check_key in sorted(checked, key=str):
+        yield dg.Output(None, output_name=assets_def.get_output_name_for_asset_check_key(check_key))
+    for asset, by_key in values.items():
+        stored = None if all(v is None for v in by_key.values()) else by_key
+        yield dg.MaterializeResult(asset_key=asset, value=stored)
+
+
+def in_flight_with_run(context: dg.AssetExecutionContext, other_runs: set[str]) -> set[str]:
+    """Partitions retention must leave alone while this step's run goes on: those of the other
+    runs in flight, and this run's own sessions (their matrices are read by later steps)."""
+    return other_runs | set(session_keys(context))
