@@ -1,0 +1,252 @@
+"""The snapshot pool's limit holds from the daemon's very first pass on a fresh instance.
+
+Dagster 1.13's queued-run daemon applies the pools' ``default_limit`` only to a pool that has a
+row in storage, and the pass that finds a queued run of a pool without one creates the row after
+it has read the configured pool keys, so that pass sees no limit and launches every queued run
+of the pool (:mod:`corr_pipeline.defs.concurrency`, "The pool exists from the start").
+:func:`corr_pipeline.defs.run.open_instance` creates the pool beforehand
+(:func:`~corr_pipeline.defs.concurrency.ensure_snapshot_pool`).
+
+The proof, through the real thing: a fresh ``DAGSTER_HOME`` with the repository's
+``dagster.yaml`` (pool granularity ``run``, ``default_limit: 1``, no limit stored), opened with
+``open_instance``; three runs of a tiny job whose one op declares the pool and sleeps, queued
+before the daemon starts (as a backfill queues its runs between two passes); then a
+``dagster-daemon run`` subprocess on a workspace of that job dequeues them. From the instance's
+own timestamps no two runs were ever in progress at once, counted from their launch (the
+``RUN_STARTING`` event) and from their execution (``start_time``) to their end. Without the pool
+created first, the daemon's first pass launches all three together.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import dagster as dg
+from dagster._cli.job import _create_run
+from dagster._core.workspace.context import WorkspaceProcessContext
+from dagster._core.workspace.load_target import WorkspaceFileTarget
+
+from corr_pipeline.cli.ui import _ensure_snapshot_pool
+from corr_pipeline.defs.concurrency import (
+    ensure_snapshot_pool,
+    instance_limits,
+    set_snapshot_runs_limit,
+)
+from corr_pipeline.defs.run import REPO_DAGSTER_YAML, open_instance
+from corr_pipeline.defs.step_options import SNAPSHOT_POOL
+from corr_pipeline_tests.defs.test_parallel_backfill import _launched_at, _max_overlap, _stop
+from corr_pipeline_tests.reliability import helpers as h
+
+RUNS = 3
+HOLD_SECONDS = 3.0  # each run's op: longer than the runs' launches are apart in one pass
+RUNS_TIMEOUT_S = 120.0  # a bound for a stuck queue, not a speed target
+LOCATION = "pool_first_run"
+FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+
+JOB_FILE = textwrap.dedent(
+    f"""
+    import time
+
+    import dagster as dg
+
+
+    @dg.op(pool={SNAPSHOT_POOL!r})
+    def hold() -> None:
+        time.sleep({HOLD_SECONDS!r})
+
+
+    @dg.job(executor_def=dg.in_process_executor)
+    def pool_job():
+        hold()
+
+
+    defs = dg.Definitions(jobs=[pool_job])
+    """
+)
+
+
+def _fresh_home(tmp_path: Path) -> Path:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_bytes(REPO_DAGSTER_YAML.read_bytes())
+    return home
+
+
+def _pool_rows(instance: dg.DagsterInstance) -> dict[str, tuple[int, bool]]:
+    return {p.name: (p.limit, p.from_default) for p in instance.event_log_storage.get_pool_limits()}
+
+
+def _write_workspace(tmp_path: Path) -> Path:
+    (tmp_path / "pool_job.py").write_text(JOB_FILE)
+    workspace = tmp_path / "workspace.yaml"
+    workspace.write_text(
+        "load_from:\n"
+        "  - python_file:\n"
+        "      relative_path: pool_job.py\n"
+        f"      location_name: {LOCATION}\n"
+        f"      working_directory: {tmp_path}\n"
+    )
+    return workspace
+
+
+def _queue_runs(instance: dg.DagsterInstance, workspace: Path, count: int) -> list[str]:
+    """What ``dagster job launch -j pool_job`` does, ``count`` times: the runs are created from
+    the code location's remote job (so they carry the pool in their concurrency info) and
+    submitted to the instance's run coordinator, which queues them."""
+    target = WorkspaceFileTarget(paths=[str(workspace)])
+    run_ids = []
+    with WorkspaceProcessContext(instance, target) as process_context:
+        context = process_context.create_request_context()
+        location = context.get_code_location(LOCATION)
+        repo = location.get_repository("__repository__")
+        job = repo.get_full_job("pool_job")
+        for _ in range(count):
+            run = _create_run(
+                instance=instance,
+                code_location=location,
+                remote_repo=repo,
+                remote_job=job,
+                run_config={},
+                tags={},
+                op_selection=None,
+                run_id=None,
+            )
+            assert run.run_op_concurrency is not None
+            assert run.run_op_concurrency.all_pools == {SNAPSHOT_POOL}
+            instance.submit_run(run.run_id, context)
+            run_ids.append(run.run_id)
+    return run_ids
+
+
+def test_pool_limit_holds_from_the_daemons_first_pass(tmp_path: Path) -> None:
+    home = _fresh_home(tmp_path)
+    workspace = _write_workspace(tmp_path)
+    instance = open_instance(home)
+    try:
+        limits = instance_limits(instance)
+        assert (limits.granularity, limits.snapshot_runs, limits.explicit) == ("run", 1, False)
+        run_ids = _queue_runs(instance, workspace, RUNS)
+        queued = instance.get_runs(filters=dg.RunsFilter(run_ids=run_ids))
+        assert {r.status for r in queued} == {dg.DagsterRunStatus.QUEUED}
+        log = tmp_path / "daemon.log"
+        with log.open("wb") as out:
+            daemon = subprocess.Popen(
+                [
+                    str(Path(sys.executable).parent / "dagster-daemon"),
+                    "run",
+                    "-w",
+                    str(workspace),
+                ],
+                cwd=tmp_path,
+                env=h.child_env(DAGSTER_HOME=str(home)),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: code server and runs with it
+            )
+        try:
+            deadline = time.monotonic() + RUNS_TIMEOUT_S
+            while True:
+                runs = instance.get_runs(filters=dg.RunsFilter(run_ids=run_ids))
+                if all(r.status in FINISHED for r in runs):
+                    break
+                assert daemon.poll() is None, log.read_text()[-3000:]
+                assert time.monotonic() < deadline, [(r.run_id, r.status) for r in runs]
+                time.sleep(0.5)
+        finally:
+            _stop(daemon)
+        records = instance.get_run_records(filters=dg.RunsFilter(run_ids=run_ids))
+        assert len(records) == RUNS
+        assert all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in records), (
+            log.read_text()[-3000:]
+        )
+        executing: list[tuple[float, float]] = []
+        launched: list[tuple[float, float]] = []
+        for record in records:
+            start, end = record.start_time, record.end_time
+            assert start is not None and end is not None and start < end, record
+            executing.append((start, end))
+            launched.append((_launched_at(instance, record.dagster_run.run_id), end))
+        t0 = min(go for go, _ in launched)
+        timeline = [
+            f"launched {go - t0:5.1f} s, ran {start - t0:5.1f} .. {end - t0:5.1f} s"
+            for (go, end), (start, _) in sorted(zip(launched, executing, strict=True))
+        ]
+        print("\n".join(timeline))  # with pytest -s
+        assert _max_overlap(launched) == 1, timeline  # the pool held the others back
+        assert _max_overlap(executing) == 1, timeline
+        assert "is blocked by global concurrency limits" in log.read_text()  # by the pool
+        # the pool was created from the default: still not an explicit limit
+        assert _pool_rows(instance) == {SNAPSHOT_POOL: (1, True)}
+        assert not instance_limits(instance).explicit
+    finally:
+        instance.dispose()
+
+
+def test_ensure_snapshot_pool_creates_the_default_and_keeps_an_explicit_limit(
+    tmp_path: Path,
+) -> None:
+    home = _fresh_home(tmp_path)
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        assert _pool_rows(instance) == {}  # a fresh instance has no pool: the daemon's trap
+        assert ensure_snapshot_pool(instance)
+        assert _pool_rows(instance) == {SNAPSHOT_POOL: (1, True)}
+        limits = instance_limits(instance)
+        assert (limits.snapshot_runs, limits.explicit) == (1, False)
+        assert not ensure_snapshot_pool(instance)  # already there: nothing written
+        set_snapshot_runs_limit(instance, 3)
+        assert not ensure_snapshot_pool(instance)
+        assert _pool_rows(instance) == {SNAPSHOT_POOL: (3, False)}  # the explicit limit stays
+        limits = instance_limits(instance)
+        assert (limits.snapshot_runs, limits.explicit) == (3, True)
+    finally:
+        instance.dispose()
+
+
+def test_ensure_snapshot_pool_without_a_default_limit_writes_nothing(tmp_path: Path) -> None:
+    home = _fresh_home(tmp_path)
+    config = home / "dagster.yaml"
+    assert "    default_limit: 1\n" in config.read_text()
+    config.write_text(config.read_text().replace("    default_limit: 1\n", ""))
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        assert instance_limits(instance).snapshot_runs is None
+        assert not ensure_snapshot_pool(instance)
+        assert _pool_rows(instance) == {}
+    finally:
+        instance.dispose()
+
+
+def test_ensure_snapshot_pool_follows_a_changed_default(tmp_path: Path) -> None:
+    home = _fresh_home(tmp_path)
+    instance = open_instance(home)  # creates the pool at default_limit 1
+    instance.dispose()
+    config = home / "dagster.yaml"
+    config.write_text(config.read_text().replace("default_limit: 1", "default_limit: 2"))
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        assert _pool_rows(instance) == {SNAPSHOT_POOL: (1, True)}
+        assert ensure_snapshot_pool(instance)
+        assert _pool_rows(instance) == {SNAPSHOT_POOL: (2, True)}
+        assert (instance_limits(instance).snapshot_runs, instance_limits(instance).explicit) == (
+            2,
+            False,
+        )
+    finally:
+        instance.dispose()
+
+
+def test_ui_creates_the_pool_before_dg_dev(tmp_path: Path) -> None:
+    home = _fresh_home(tmp_path)
+    said: list[str] = []
+    _ensure_snapshot_pool(str(home), said.append)
+    assert said == []
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        assert _pool_rows(instance) == {SNAPSHOT_POOL: (1, True)}
+    finally:
+        instance.dispose()
