@@ -36,6 +36,7 @@ from corr_pipeline.store.matrix_store import MatrixBundle
 @dg.asset(
     **SNAPSHOT_STEP,
     group_name=SNAPSHOT_GROUP,
+    dagster_type=dg.Nothing,  # the rows are in PostgreSQL: nothing for an IO manager
     retry_policy=DATABASE_RETRY_POLICY,
     kinds={"postgres"},
     check_specs=[
@@ -289,6 +290,7 @@ def _nothing_recorded(context, note: str, refreshed: dict) -> dict[str, ranges.S
 @dg.asset(
     **SNAPSHOT_STEP,
     group_name=SNAPSHOT_GROUP,
+    dagster_type=dg.Nothing,  # the rows are in PostgreSQL: nothing for an IO manager
     retry_policy=DATABASE_RETRY_POLICY,
     kinds={"postgres", "numpy"},
     deps=[PREVIOUS_AND_THIS_PUBLICATION],

@@ -1,0 +1,162 @@
+"""A range of sessions in one run publishes exactly what each session publishes alone.
+
+300 symbols x 120 weekdays ending 2026-11-27, lookback 60 (as test_pipeline). The five XNYS
+sessions 2026-11-19 .. 2026-11-27 (Thanksgiving has none) are materialized one run per session,
+their published rows (snapshots, neighbors, clusters, pairs, every change_* table) read back;
+then the tables are emptied and the same five sessions run as ONE run over the range. Every row
+of every session, first and last included, must be identical, and every session must have its
+own materialization of every asset with its own metadata and its own check evaluations.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+
+from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES
+from corr_pipeline.db.synth import write_synthetic_universe
+from corr_pipeline.definitions import build_resources
+from corr_pipeline.defs.assets import snapshot_assets
+from corr_pipeline.defs.resources import SnapshotParams
+from corr_pipeline.defs.runs import RANGE_END_TAG, RANGE_START_TAG, run_sessions
+from corr_pipeline.defs.step_options import SESSIONS_PER_RUN, backfill_sessions_per_run
+
+SESSIONS = ["2026-11-19", "2026-11-20", "2026-11-23", "2026-11-24", "2026-11-25", "2026-11-27"]
+PARAMS = dict(
+    lookback_days=60,
+    min_history_days=40,
+    min_overlap=30,
+    k_neighbors=5,
+    max_lag=3,
+    k_leaders=3,
+    k_laggers=3,
+    linkage_method="average",
+    distance_threshold=1.2,
+    working_memory_mb=16,
+)
+#: Columns that say when or by which run a row was written, not what was computed.
+RUN_COLUMNS = {"created_at", "previous_published_at", "snapshot_published_at", "matrix_versions"}
+
+
+@pytest.fixture
+def universe(clean_db: sa.Engine) -> sa.Engine:
+    write_synthetic_universe(clean_db, n_symbols=300, n_days=120, seed=20261127)
+    return clean_db
+
+
+def _resources(store: Path) -> dict:
+    resources = build_resources(str(store))
+    resources["snapshot_params"] = SnapshotParams(**PARAMS)
+    return resources
+
+
+def _published(engine: sa.Engine, day: str) -> dict[str, list[tuple]]:
+    """Every published row of ``day`` in every table, without the run's own columns, sorted."""
+    out = {}
+    with engine.connect() as conn:
+        for table in (*PUBLISHED_TABLES, *CHANGE_TABLES):
+            result = conn.execute(
+                sa.text(f"SELECT * FROM {table} WHERE snapshot_date = :d"), {"d": day}
+            )
+            names = list(result.keys())
+            rows = []
+            for row in result:
+                values = dict(zip(names, row, strict=True))
+                if table == "snapshots":
+                    values["params"] = {
+                        k: v for k, v in values["params"].items() if k != "dagster_run_id"
+                    }
+                rows.append(tuple((k, repr(v)) for k, v in values.items() if k not in RUN_COLUMNS))
+            out[table] = sorted(rows)
+    return out
+
+
+def _empty_published(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"TRUNCATE {', '.join((*CHANGE_TABLES, *PUBLISHED_TABLES))}"))
+
+
+def test_a_range_in_one_run_publishes_what_each_session_publishes_alone(universe, tmp_path):
+    alone = {}
+    for day in SESSIONS:
+        result = dg.materialize(
+            snapshot_assets, partition_key=day, resources=_resources(tmp_path / "alone")
+        )
+        assert result.success, day
+    for day in SESSIONS:
+        alone[day] = _published(universe, day)
+        assert alone[day]["snapshots"], day
+    assert any(alone[SESSIONS[-1]][t] for t in CHANGE_TABLES)
+
+    _empty_published(universe)
+    result = dg.materialize(
+        snapshot_assets,
+        resources=_resources(tmp_path / "range"),
+        tags={RANGE_START_TAG: SESSIONS[0], RANGE_END_TAG: SESSIONS[-1]},
+    )
+    assert result.success
+    for day in SESSIONS:
+        assert _published(universe, day) == alone[day], day
+
+    # each session its own materialization of every asset, with its own metadata
+    materialized: dict[str, dict[str, dict]] = {}
+    for event in result.get_asset_materialization_events():
+        m = event.event_specific_data.materialization
+        materialized.setdefault(m.asset_key.to_user_string(), {})[m.partition] = m.metadata
+    assert set(materialized) == {
+        "returns_matrix",
+        "correlation_matrix",
+        "overlap_matrix",
+        "top_k_neighbors",
+        "clusters",
+        "lead_lag_pairs",
+        "snapshot_publication",
+        "snapshot_changes",
+    }
+    for asset, by_partition in materialized.items():
+        assert sorted(by_partition) == SESSIONS, asset
+    as_of = [materialized["snapshot_publication"][d]["as_of_trade_date"].value for d in SESSIONS]
+    assert as_of == SESSIONS
+    paths = {materialized["correlation_matrix"][d]["path"].value for d in SESSIONS}
+    assert len(paths) == len(SESSIONS) and all(d in p for d, p in zip(SESSIONS, sorted(paths)))
+    previous = [materialized["snapshot_changes"][d]["previous_date"].value for d in SESSIONS[1:]]
+    assert previous == SESSIONS[:-1]
+
+    # and its own check evaluations, one per check and session
+    evaluations: dict[str, list[str]] = {}
+    for event in result.all_events:
+        if event.event_type_value == "ASSET_CHECK_EVALUATION":
+            evaluation = event.event_specific_data
+            assert evaluation.passed, (evaluation.check_name, evaluation.partition)
+            evaluations.setdefault(evaluation.check_name, []).append(evaluation.partition)
+    assert "returns_contract" in evaluations and "published_rows_match" in evaluations
+    for name, partitions in evaluations.items():
+        assert sorted(partitions) == SESSIONS, name
+
+
+def test_backfill_policy_runs_sessions_per_run(monkeypatch):
+    assert SESSIONS_PER_RUN.max_partitions_per_run == backfill_sessions_per_run() >= 1
+    for asset in snapshot_assets:
+        if isinstance(asset, dg.AssetsDefinition):
+            assert asset.backfill_policy == SESSIONS_PER_RUN, asset.keys
+    monkeypatch.setenv("CORR_PIPELINE_SESSIONS_PER_RUN", "7")
+    assert backfill_sessions_per_run() == 7
+    monkeypatch.setenv("CORR_PIPELINE_SESSIONS_PER_RUN", "0")
+    with pytest.raises(ValueError, match="CORR_PIPELINE_SESSIONS_PER_RUN='0'"):
+        backfill_sessions_per_run()
+
+
+def test_run_sessions_of_a_range_run():
+    tags = {RANGE_START_TAG: "2026-11-20", RANGE_END_TAG: "2026-11-27"}
+    assert run_sessions(tags) == [
+        "2026-11-20",
+        "2026-11-23",
+        "2026-11-24",
+        "2026-11-25",
+        "2026-11-27",
+    ]
+    assert run_sessions({"dagster/partition": "2026-11-25"}) == ["2026-11-25"]
+    assert run_sessions({}) == []
