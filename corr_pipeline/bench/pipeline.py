@@ -17,6 +17,7 @@ stage is its own process. The verifications the assets run after each step are n
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -217,14 +218,15 @@ def run_pipeline_benchmark(
     keep_matrices: bool = False,
     floor: bool = True,
     echo: Callable[[str], None] = print,
+    day: dt.date | None = None,
 ) -> PipelineBenchReport:
     """Run the whole chain once on ``engine`` (see the module docstring) and return the figures.
 
     ``synth``: first replace ``prices`` (and the synthetic truth) with the synthetic universe of
     ``n`` symbols × ``t + 1`` days (seed ``seed``); not timed as a nightly stage. ``False``
-    reuses the prices already there. The snapshot is published for the synthetic universe's last
-    date (:data:`corr_pipeline.synth.DEFAULT_END_DATE`), replacing any earlier snapshot of that
-    date; parameters: :func:`bench_parameters`. The correlation and overlap maps go to a
+    reuses the prices already there. The snapshot is published for ``day`` (default the
+    synthetic universe's last date, :data:`corr_pipeline.synth.DEFAULT_END_DATE`), replacing any
+    earlier snapshot of that date; parameters: :func:`bench_parameters`. The correlation and overlap maps go to a
     :class:`~corr_pipeline.store.matrix_store.MatrixStore` under ``store_root`` and are deleted
     at the end unless ``keep_matrices`` (also when a stage fails or Ctrl-C interrupts it: the
     temp files of an unfinished correlation are removed as well). ``floor``: time the GEMM
@@ -245,7 +247,7 @@ def run_pipeline_benchmark(
         echo=echo,
     )
     shown = report.params
-    day = DEFAULT_END_DATE
+    day = day or DEFAULT_END_DATE
     partition = day.isoformat()
     store = MatrixStore(store_root)
     state: dict[str, Any] = {}

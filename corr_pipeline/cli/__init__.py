@@ -19,6 +19,9 @@ library; the command modules parse, call, print.
                                              retention: matrices of the newest K published dates
     corr-pipeline demo                       embedded database + schema + demo universe (+ pipeline)
                                                                                     (cli.demo)
+    corr-pipeline backfill --from D1 --to D2 [--per-run K --force --param NAME=VALUE]
+                                             the snapshots of a range of sessions, few runs,
+                                             resumable                              (cli.backfill)
     corr-pipeline bench [--n N --t T ...]    time the whole chain (or --publish-only) on a synthetic
                                              universe, in a scratch embedded database by default
                                                                                     (cli.bench)
@@ -44,6 +47,7 @@ import sys
 from collections.abc import Sequence
 
 from corr_pipeline import settings
+from corr_pipeline.cli.backfill import add_backfill_command
 from corr_pipeline.cli.bench import add_bench_command
 from corr_pipeline.cli.calendar import add_calendar_command
 from corr_pipeline.cli.common import UsageError
@@ -93,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_prices_commands(commands)
     add_calendar_command(commands)
     add_demo_command(commands)
+    add_backfill_command(commands)
     add_bench_command(commands)
     add_query_commands(commands)
     add_store_commands(commands)

@@ -31,6 +31,7 @@ from corr_pipeline.db.schema import (
 __all__ = [
     "PricesExtent",
     "PublishedHead",
+    "PublishedSession",
     "change_staleness",
     "changes_to_refresh",
     "PublishedRows",
@@ -43,6 +44,7 @@ __all__ = [
     "published_head",
     "published_matrix_versions",
     "published_rows",
+    "published_sessions",
     "recorded_change_dates",
     "session_prices",
     "trade_dates",
@@ -180,6 +182,41 @@ def recorded_change_dates(engine: sa.Engine) -> list[dt.date]:
                 )
             ).scalars()
         )
+
+
+@dataclass(frozen=True)
+class PublishedSession:
+    """What a backfill needs to know of one published session: the parameters its snapshot was
+    computed with (``snapshots.params``) and whether its changes (SPEC §10) are recorded."""
+
+    snapshot_date: dt.date
+    params: Mapping[str, Any]
+    changes_recorded: bool
+
+
+def published_sessions(
+    engine: sa.Engine, first: dt.date | str, last: dt.date | str
+) -> dict[dt.date, PublishedSession]:
+    """The published sessions of ``[first, last]`` (one statement)."""
+    start, end = as_iso_date(first, "first"), as_iso_date(last, "last")
+    statement = (
+        sa.select(
+            snapshots.c.snapshot_date,
+            snapshots.c.params,
+            change_summaries.c.snapshot_date.is_not(None),
+        )
+        .select_from(
+            snapshots.outerjoin(
+                change_summaries, change_summaries.c.snapshot_date == snapshots.c.snapshot_date
+            )
+        )
+        .where(snapshots.c.snapshot_date.between(start, end))
+    )
+    with engine.connect() as conn:
+        return {
+            day: PublishedSession(day, dict(params or {}), bool(recorded))
+            for day, params, recorded in conn.execute(statement)
+        }
 
 
 def published_dates(engine: sa.Engine, *, before: dt.date | str | None = None) -> list[dt.date]:

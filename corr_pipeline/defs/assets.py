@@ -267,6 +267,7 @@ def correlation_and_overlap(
                         lambda: pictures.histogram_metadata(
                             stored_corr.array, working_memory_mb=params.working_memory_mb
                         ),
+                        session=key,
                     ),
                 },
                 [
@@ -433,6 +434,7 @@ def clusters(
                         lambda: pictures.heatmap_metadata(
                             corr, labels, working_memory_mb=params.working_memory_mb
                         ),
+                        session=key,
                     ),
                 },
                 [check_result(verdict, "every_symbol_labelled", "clusters")],
@@ -517,6 +519,7 @@ def lead_lag_pairs(
                         context,
                         "lead-lag network",
                         lambda: pictures.lead_lag_network_metadata(pairs, symbols),
+                        session=key,
                     ),
                 },
                 [check_result(contract, "lead_lag_contract", "lead_lag_pairs")],

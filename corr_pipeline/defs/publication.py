@@ -4,8 +4,10 @@ session).
 
 In a run over a range of sessions both go session by session in date order: each session is
 published in its own transaction, then (in ``snapshot_changes``) compared with the session
-before it, exactly as a run of that session alone would; retention leaves alone the sessions of
-the run that later steps still read.
+before it, exactly as a run of that session alone would. Retention runs once per step, after
+its last session: the run holds the partitions of all its sessions until it ends (later steps
+read them), so the next publication (or ``corr-pipeline backfill``, when it is done) prunes
+them.
 """
 
 import warnings
@@ -84,7 +86,11 @@ def snapshot_publication(
                 counts = read_snapshot_counts(engine, day)
             metadata.log_stage(context, f"published snapshot {day}", stats)
             verdict = verify.verify_published_counts(results, counts)
-        retention_metadata = apply_retention(context, matrix_store, engine, key, this_run)
+        retention_metadata = (
+            apply_retention(context, matrix_store, engine, key, this_run)
+            if key == max(this_run)  # a run's sessions stay held until it ends: once is enough
+            else {}
+        )
         window = window_bundle.params
         return {
             "snapshot_publication": ranges.SessionResult(
@@ -253,13 +259,13 @@ def _compute_changes(context, engine, matrix_store, day, config, params):
     )
 
 
-def _refresh_following(context, engine, matrix_store, day, config, params) -> dict:
+def _refresh_following(context, engine, matrix_store, day, config, params, later) -> dict:
     """Compute again the changes of the next published session when they are stale or missing
     now that ``day`` is published (:func:`corr_pipeline.db.reads.changes_to_refresh`): a
     re-published ``day``, or runs of a parallel backfill that computed the next session's
     changes before ``day`` was published. Returns the metadata saying which date (or none)."""
     following = changes_to_refresh(engine, day)
-    if following is None:
+    if following is None or following.isoformat() in later:  # this step computes it next
         return {"refreshed_following": dg.MetadataValue.text("none")}
     refreshed = _compute_changes(context, engine, matrix_store, following, config, params)
     if refreshed is None:  # cannot happen: day is published before following
@@ -312,6 +318,7 @@ def snapshot_changes(
     keys = ranges.session_keys(context)
 
     def session(key: str) -> dict[str, ranges.SessionResult]:
+        later = {k for k in keys if k > key}  # their changes still read this session's matrices
         with retry_only_if_database_unavailable(f"snapshot_changes {key}"):
             day = snapshot_date(key)
             with measure_stage() as stats:
@@ -326,15 +333,22 @@ def snapshot_changes(
                     return _nothing_recorded(
                         context,
                         f"no snapshot before {day} is published: nothing to compare",
-                        _refresh_following(context, engine, matrix_store, day, config, params),
+                        _refresh_following(
+                            context, engine, matrix_store, day, config, params, later
+                        ),
                     )
                 results, rows, report = published
-                refreshed = _refresh_following(context, engine, matrix_store, day, config, params)
+                refreshed = _refresh_following(
+                    context, engine, matrix_store, day, config, params, later
+                )
             metadata.log_stage(context, f"changes {day} vs {results.previous_date}", stats)
             for part, reason in results.skipped.items():
                 context.log.warning(f"{part} skipped: {reason}")
-        later = {k for k in keys if k > key}  # their changes still read this session's matrices
-        retention_metadata = apply_retention(context, matrix_store, engine, key, later | {key})
+        retention_metadata = (
+            {}
+            if later  # a run's sessions stay held until it ends: once, after its last, is enough
+            else apply_retention(context, matrix_store, engine, key, {key})
+        )
         corr = results.correlation
         return {
             "snapshot_changes": ranges.SessionResult(
@@ -358,6 +372,7 @@ def snapshot_changes(
                                 mean_abs_change=corr.means["abs_change"],
                                 title=f"Correlation changes {results.previous_date} → {day}",
                             ),
+                            session=key,
                         )
                     ),
                 },

@@ -15,7 +15,10 @@ results). :func:`report` turns them into Dagster's events:
   across partitions therefore read the same events whichever way a session was run.
 
 A failed blocking check fails the step after its events (as for one session): the sessions
-downstream of it in the same run are not published.
+downstream of it in the same run are not published. A session that fails fails the step with a
+``dg.Failure`` whose ``session`` metadata names it (:mod:`corr_pipeline.defs.backfill` goes on
+with the other sessions in new runs); Dagster's range semantics allow no partial success of one
+step.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
+
+from corr_pipeline.defs.retries import is_database_unavailable
 
 #: An input of a snapshot asset: a ``MatrixBundle``, or ``{partition key: MatrixBundle}`` when
 #: the step covers a range (use :func:`of_session`). ``Any`` for Dagster's type inference.
@@ -77,6 +82,7 @@ def sessions_label(keys: Sequence[str]) -> str:
 def evaluation(result: dg.AssetCheckResult, partition: str, blocking: bool) -> Any:
     """``result`` as the evaluation of ``partition`` (what Dagster derives from an
     ``AssetCheckResult`` in a run of one partition)."""
+    assert result.asset_key is not None  # check_result always names its asset
     return dg.AssetCheckEvaluation(
         asset_key=dg.AssetKey.from_coercible(result.asset_key),
         check_name=str(result.check_name),
@@ -89,6 +95,30 @@ def evaluation(result: dg.AssetCheckResult, partition: str, blocking: bool) -> A
     )
 
 
+def _compute_session(
+    compute: Callable[[str], Mapping[str, SessionResult]], key: str
+) -> Mapping[str, SessionResult]:
+    """``compute(key)``; a failure names its session (``session`` metadata, read by
+    :mod:`corr_pipeline.defs.backfill`); "database unavailable" passes through for the retry
+    policy."""
+    try:
+        return compute(key)
+    except dg.Failure as exc:
+        raise dg.Failure(
+            description=exc.description,
+            metadata={**exc.metadata, "session": key},
+            allow_retries=exc.allow_retries,
+        ) from exc
+    except Exception as exc:
+        if is_database_unavailable(exc):
+            raise
+        raise dg.Failure(
+            description=f"session {key}: {type(exc).__name__}: {exc}",
+            metadata={"session": key},
+            allow_retries=False,
+        ) from exc
+
+
 def report(
     context: dg.AssetExecutionContext,
     compute: Callable[[str], Mapping[str, SessionResult]],
@@ -97,7 +127,7 @@ def report(
     step in date order and yield Dagster's events for them (module docstring)."""
     keys = session_keys(context)
     if context.has_partition_key:
-        for asset, result in compute(keys[0]).items():
+        for asset, result in _compute_session(compute, keys[0]).items():
             yield dg.MaterializeResult(
                 asset_key=asset,
                 value=result.value,
@@ -109,7 +139,7 @@ def report(
     values: dict[str, dict[str, Any]] = {}
     checked: set[dg.AssetCheckKey] = set()
     for key in keys:
-        for asset, result in compute(key).items():
+        for asset, result in _compute_session(compute, key).items():
             context.add_asset_metadata(dict(result.metadata), asset_key=asset, partition_key=key)
             values.setdefault(asset, {})[key] = result.value
             for check in result.checks:

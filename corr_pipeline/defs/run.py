@@ -24,7 +24,8 @@ import datetime as dt
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -375,9 +376,7 @@ def launch_snapshot(
     ValueError naming the run in the way otherwise). ``instance`` must be persistent (the run worker is another process). An interrupt (Ctrl-C) terminates the
     run. Other arguments as in :func:`materialize_snapshot`.
     """
-    from dagster._core.storage.tags import PARTITION_NAME_TAG, PARTITION_SET_TAG
-    from dagster._core.workspace.context import WorkspaceProcessContext
-    from dagster._core.workspace.load_target import ModuleTarget
+    from dagster._core.storage.tags import PARTITION_NAME_TAG
 
     check_partition_key(partition_key)
     if not instance.is_persistent:
@@ -390,6 +389,86 @@ def launch_snapshot(
         log_level=log_level,
     )
     check_run_limits(instance, partition_key)
+    with snapshot_location(instance) as location:
+        run = location.create_run(run_config, {PARTITION_NAME_TAG: partition_key})
+        instance.launch_run(run.run_id, location.workspace)
+        try:
+            finished = wait_for_run(instance, run.run_id, poll_seconds)
+        except KeyboardInterrupt:
+            instance.run_launcher.terminate(run.run_id)
+            raise
+    events = [e.dagster_event for e in instance.all_logs(run.run_id) if e.dagster_event]
+    return summarize(
+        events,
+        run_id=run.run_id,
+        success=finished.status == DagsterRunStatus.SUCCESS,
+        partition_key=partition_key,
+        dagster_home=Path(instance.root_directory),
+        store_dir=store,
+        instance=instance,
+    )
+
+
+@dataclass
+class SnapshotLocation:
+    """The code location as ``dg dev`` loads it, open in a code server: ``workspace`` (to launch
+    or submit runs) and :meth:`create_run` (a ``snapshot_job`` run created from its remote job,
+    so it records its origin: the UI shows it in the Overview timeline and can re-execute it)."""
+
+    instance: dg.DagsterInstance
+    workspace: Any
+    location: Any
+    repo: Any
+    remote_job: Any
+
+    def create_run(self, run_config: dict[str, Any], tags: dict[str, str]) -> dg.DagsterRun:
+        """A new run of ``snapshot_job`` with the job's tags, the partition set's, and ``tags``
+        (a partition, or the range tags of :mod:`corr_pipeline.defs.runs`); not launched."""
+        from dagster._core.storage.tags import PARTITION_SET_TAG
+
+        all_tags = {**self.remote_job.tags, **tags}
+        partition_sets = [
+            p for p in self.repo.get_partition_sets() if p.job_name == SNAPSHOT_JOB_NAME
+        ]
+        if partition_sets:
+            all_tags[PARTITION_SET_TAG] = partition_sets[0].name
+        plan = self.location.get_execution_plan(
+            self.remote_job,
+            run_config,
+            step_keys_to_execute=None,
+            known_state=None,
+            instance=self.instance,
+        ).execution_plan_snapshot
+        return self.instance.create_run(
+            job_name=self.remote_job.name,
+            run_id=None,
+            run_config=run_config,
+            resolved_op_selection=None,
+            step_keys_to_execute=plan.step_keys_to_execute,
+            op_selection=None,
+            status=None,
+            root_run_id=None,
+            parent_run_id=None,
+            tags=all_tags,
+            job_snapshot=self.remote_job.job_snapshot,
+            execution_plan_snapshot=plan,
+            parent_job_snapshot=self.remote_job.parent_job_snapshot,
+            remote_job_origin=self.remote_job.get_remote_origin(),
+            job_code_origin=self.remote_job.get_python_origin(),
+            asset_selection=None,
+            asset_check_selection=None,
+            asset_graph=self.repo.asset_graph,
+        )
+
+
+@contextmanager
+def snapshot_location(instance: dg.DagsterInstance) -> Iterator[SnapshotLocation]:
+    """The code location (module ``corr_pipeline.definitions``, location ``corr_pipeline``, as
+    ``workspace.yaml`` and ``[tool.dg]`` name it) in a code server for ``instance``, stopped on
+    exit; ValueError with the location's own last line when it fails to load."""
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import ModuleTarget
+
     target = ModuleTarget(
         module_name=CODE_LOCATION_MODULE,
         attribute=None,
@@ -410,53 +489,12 @@ def launch_snapshot(
             )
         location = workspace.get_code_location(CODE_LOCATION_NAME)
         (repo,) = location.get_repositories().values()
-        remote_job = repo.get_full_job(SNAPSHOT_JOB_NAME)
-        tags = {**remote_job.tags, PARTITION_NAME_TAG: partition_key}
-        partition_sets = [p for p in repo.get_partition_sets() if p.job_name == SNAPSHOT_JOB_NAME]
-        if partition_sets:
-            tags[PARTITION_SET_TAG] = partition_sets[0].name
-        plan = location.get_execution_plan(
-            remote_job, run_config, step_keys_to_execute=None, known_state=None, instance=instance
-        ).execution_plan_snapshot
-        run = instance.create_run(
-            job_name=remote_job.name,
-            run_id=None,
-            run_config=run_config,
-            resolved_op_selection=None,
-            step_keys_to_execute=plan.step_keys_to_execute,
-            op_selection=None,
-            status=None,
-            root_run_id=None,
-            parent_run_id=None,
-            tags=tags,
-            job_snapshot=remote_job.job_snapshot,
-            execution_plan_snapshot=plan,
-            parent_job_snapshot=remote_job.parent_job_snapshot,
-            remote_job_origin=remote_job.get_remote_origin(),
-            job_code_origin=remote_job.get_python_origin(),
-            asset_selection=None,
-            asset_check_selection=None,
-            asset_graph=repo.asset_graph,
+        yield SnapshotLocation(
+            instance, workspace, location, repo, repo.get_full_job(SNAPSHOT_JOB_NAME)
         )
-        instance.launch_run(run.run_id, workspace)
-        try:
-            finished = _wait_for_run(instance, run.run_id, poll_seconds)
-        except KeyboardInterrupt:
-            instance.run_launcher.terminate(run.run_id)
-            raise
-    events = [e.dagster_event for e in instance.all_logs(run.run_id) if e.dagster_event]
-    return summarize(
-        events,
-        run_id=run.run_id,
-        success=finished.status == DagsterRunStatus.SUCCESS,
-        partition_key=partition_key,
-        dagster_home=Path(instance.root_directory),
-        store_dir=store,
-        instance=instance,
-    )
 
 
-def _wait_for_run(instance: dg.DagsterInstance, run_id: str, poll_seconds: float) -> dg.DagsterRun:
+def wait_for_run(instance: dg.DagsterInstance, run_id: str, poll_seconds: float) -> dg.DagsterRun:
     """Poll ``run_id`` until it has finished (success, failure or cancellation)."""
     while True:
         run = instance.get_run_by_id(run_id)

@@ -1,0 +1,185 @@
+"""Benchmark: a backfill of S sessions, three ways, side by side in one run.
+
+::
+
+    python benchmarks/bench_backfill.py --n 500 --sessions 20
+    python benchmarks/bench_backfill.py --n 500 --sessions 250 --routes chain,range
+    python benchmarks/bench_backfill.py --n 24000 --sessions 4 --routes chain,range
+
+On a synthetic universe of N symbols × (T + S + 1) weekdays in a scratch embedded PostgreSQL
+(under ``--home``), the last S sessions of the calendar are computed and published by:
+
+- ``chain``: the in-process chain of ``corr-pipeline bench`` (:mod:`corr_pipeline.bench.pipeline`:
+  window, correlation into a matrix store, neighbors, clusters, lead-lag, publish) looped over
+  the sessions in this process: the work itself, the baseline;
+- ``range``: ``corr-pipeline backfill`` (:func:`corr_pipeline.defs.backfill.run_backfill`):
+  runs of consecutive sessions through a Dagster instance, the code location in a code server,
+  each run in a run worker, every step for every session, checks, pictures, changes;
+- ``per-session``: one ``snapshot_job`` run per session through the same instance
+  (:func:`corr_pipeline.defs.run.launch_snapshot`), each step in its own process (the
+  multiprocess executor with a forkserver): the route before ranges existed.
+
+Printed per route: wall seconds, seconds per session, sessions per hour, the ratio to the chain,
+and the peak RSS and peak RssAnon of the largest process (sampled from /proc every 20 ms:
+:class:`corr_pipeline.bench.ProcessTreePeaks`; the chain's are this process's own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROUTES = ("chain", "range", "per-session")
+
+
+def _parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=500, help="symbols (default 500)")
+    parser.add_argument("--t", type=int, default=252, help="lookback_days (default 252)")
+    parser.add_argument("--sessions", type=int, default=20, help="sessions (default 20)")
+    parser.add_argument("--routes", default=",".join(ROUTES), help=f"of {', '.join(ROUTES)}")
+    parser.add_argument("--per-run", type=int, help="sessions per range run (default: sized)")
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--home", type=Path, help="scratch directory (default: a temp dir)")
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = _parse()
+    routes = [r.strip() for r in args.routes.split(",") if r.strip()]
+    unknown = set(routes) - set(ROUTES)
+    if unknown:
+        raise SystemExit(f"unknown routes {sorted(unknown)}: choose from {', '.join(ROUTES)}")
+    home = (args.home or Path(tempfile.mkdtemp(prefix="corr_backfill_bench_"))).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    days = args.t + args.sessions + 10
+    first_day = _weekdays_back(dt.date(2026, 11, 27), days)
+    # the code location (here and in its code server) reads these when it loads
+    os.environ.update(
+        {
+            "CORR_PIPELINE_HOME": str(home),
+            "CORR_PIPELINE_STORE_DIR": str(home / "store"),
+            "DAGSTER_HOME": str(home / "dagster_home"),
+            "CORR_PIPELINE_PARTITION_START": first_day.isoformat(),
+            "CORR_PIPELINE_UNIVERSE_SYMBOLS": str(args.n),
+        }
+    )
+    from corr_pipeline import settings
+    from corr_pipeline.bench import ProcessTreePeaks, machine_line
+    from corr_pipeline.bench.pipeline import bench_parameters, run_pipeline_benchmark
+    from corr_pipeline.db import engine as db_engine
+    from corr_pipeline.db.migrate import upgrade
+    from corr_pipeline.db.price_source import NATIVE_PRICES
+    from corr_pipeline.db.synth import write_synthetic_universe
+    from corr_pipeline.defs.backfill import BackfillRequest, run_backfill
+    from corr_pipeline.defs.partitions import snapshot_partitions
+    from corr_pipeline.defs.run import launch_snapshot, open_instance
+    from corr_pipeline.snapshot.measure import PeakMemory
+
+    server = db_engine.start_embedded_server(home / "pgdata")
+    engine = db_engine.get_engine(server.url())
+    upgrade(engine)
+    settings.export_database_url(server.url())
+    params = bench_parameters(args.t, max_lag=5, k=10, working_memory_mb=512)
+    overrides = {**params.as_dict(), "clusters_memory_mb": params.clusters_memory_mb}
+    written = write_synthetic_universe(
+        engine, n_symbols=args.n, n_days=days, seed=args.seed, end_date=dt.date(2026, 11, 27)
+    )
+    sessions = [k for k in snapshot_partitions.get_partition_keys() if k <= "2026-11-27"]
+    sessions = sessions[-args.sessions :]
+    print(f"# {machine_line()}")
+    print(
+        f"# N = {args.n:,}, T = {args.t}, {len(sessions)} sessions {sessions[0]}..{sessions[-1]}"
+        f", {written.rows_written:,} price rows; scratch {home}"
+    )
+    rows = []
+    for route in routes:
+        for table in ("change_summaries", "snapshots"):
+            with engine.begin() as conn:  # every route starts from nothing published
+                conn.exec_driver_sql(f"TRUNCATE {table} CASCADE")
+        start = time.perf_counter()
+        if route == "chain":
+            with PeakMemory() as peak:
+                for key in sessions:
+                    run_pipeline_benchmark(
+                        engine,
+                        home / "chain_store",
+                        n=args.n,
+                        t=args.t,
+                        synth=False,
+                        floor=False,
+                        echo=lambda _line: None,
+                        day=dt.date.fromisoformat(key),
+                    )
+            rss, anon = peak.peak_rss / 1024, peak.peak_anon / 1024  # KiB
+        else:
+            instance = open_instance(home / "dagster_home")
+            try:
+                with ProcessTreePeaks() as peaks:
+                    if route == "range":
+                        report = run_backfill(
+                            instance,
+                            engine,
+                            BackfillRequest(
+                                first=dt.date.fromisoformat(sessions[0]),
+                                last=dt.date.fromisoformat(sessions[-1]),
+                                params=params,
+                                source=NATIVE_PRICES,
+                                overrides=overrides,
+                                per_run=args.per_run,
+                                force=True,
+                            ),
+                            echo=lambda _line: None,
+                        )
+                        if report.failed:
+                            raise SystemExit("\n".join(report.lines()))
+                    else:
+                        for key in sessions:
+                            summary = launch_snapshot(
+                                key,
+                                instance=instance,
+                                params=overrides,
+                                max_concurrent=os.cpu_count(),
+                                log_level="WARNING",
+                            )
+                            if not summary.success:
+                                raise SystemExit(str(summary))
+            finally:
+                instance.dispose()
+            rss = max((p.peak_rss_mib for p in peaks.peaks.values()), default=float("nan"))
+            anon = max((p.peak_anon_mib for p in peaks.peaks.values()), default=float("nan"))
+        seconds = time.perf_counter() - start
+        rows.append((route, seconds, rss, anon))
+        print(f"  {route:<12} {seconds:8.1f} s  ({seconds / len(sessions):.2f} s per session)")
+    chain = next((s for r, s, _, _ in rows if r == "chain"), None)
+    print()
+    print(
+        "| route | wall s | s / session | sessions / hour | × chain | peak RSS MiB | peak RssAnon MiB |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for route, seconds, rss, anon in rows:
+        ratio = "-" if chain is None else f"{seconds / chain:.2f}"
+        print(
+            f"| {route} | {seconds:.1f} | {seconds / len(sessions):.2f} | "
+            f"{3600 * len(sessions) / seconds:,.0f} | {ratio} | {rss:,.0f} | {anon:,.0f} |"
+        )
+    return 0
+
+
+def _weekdays_back(end: dt.date, count: int) -> dt.date:
+    """The weekday ``count - 1`` weekdays before ``end`` (the first of ``count`` weekdays)."""
+    day, left = end, count - 1
+    while left:
+        day -= dt.timedelta(days=1)
+        if day.weekday() < 5:
+            left -= 1
+    return day
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,370 @@
+"""Backfill a range of sessions through the Dagster instance (``corr-pipeline backfill``).
+
+:func:`plan_backfill` lists the sessions of ``[first, last]`` and leaves out those already
+*current*: published with the same parameters (every one but ``working_memory_mb``, which does
+not change a result) and with their changes recorded, unless no session before them is
+published (then there is nothing to compare). The others are *pending*; they run as runs of
+consecutive sessions, at most ``per_run`` each
+(:func:`corr_pipeline.snapshot.sizing.sessions_per_run` for the price source's symbols and the
+parameters on this machine), in date order, one run after the other, so that every session's
+changes are against the session before it.
+
+:func:`run_backfill` creates each run from the code location's remote job (as the UI and
+:func:`corr_pipeline.defs.run.launch_snapshot` do: the UI lists it, can re-execute it, and
+shows every session as its own partition), with the range tags of a backfill run
+(:mod:`corr_pipeline.defs.runs`). It is *submitted* to the run queue when the instance's daemon
+is running (the pool's limit applies), otherwise launched directly after the same limits are
+checked. While a run goes, every session it publishes is reported. A run that fails names the
+session that failed (every step reports failures per session, :mod:`corr_pipeline.defs.ranges`):
+that session is recorded as failed with its reason, and the backfill goes on with the sessions
+of the range that are still pending, so one bad session costs its own run's unpublished work,
+never the others'. Running the same backfill again computes only what is still pending: a
+killed run resumes from its first unpublished session.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+import sqlalchemy as sa
+
+from corr_pipeline import settings
+from corr_pipeline.db.price_source import PriceSource
+from corr_pipeline.db.reads import (
+    PublishedSession,
+    prices_extent,
+    published_dates,
+    published_matrix_versions,
+    published_sessions,
+    recorded_change_dates,
+)
+from corr_pipeline.defs.partitions import snapshot_partitions
+from corr_pipeline.defs.run import check_run_limits, snapshot_location, snapshot_run_config
+from corr_pipeline.defs.runs import (
+    PARTITION_TAG,
+    RANGE_END_TAG,
+    RANGE_START_TAG,
+    partitions_in_flight,
+)
+from corr_pipeline.snapshot import retention, sizing
+from corr_pipeline.snapshot.params import SnapshotParameters
+from corr_pipeline.store.matrix_store import MatrixStore
+
+__all__ = ["BackfillPlan", "BackfillReport", "plan_backfill", "run_backfill", "session_is_current"]
+
+#: Parameters that do not change a result (SPEC §9): not compared when deciding "current".
+RESULT_NEUTRAL = frozenset({"working_memory_mb"})
+
+
+def session_is_current(
+    published: PublishedSession | None, params: SnapshotParameters, first_published: bool
+) -> bool:
+    """Whether a session needs no new run: published with ``params`` (but
+    :data:`RESULT_NEUTRAL`) and its changes recorded, unless ``first_published`` (no published
+    session before it)."""
+    if published is None:
+        return False
+    wanted = {k: v for k, v in params.as_dict().items() if k not in RESULT_NEUTRAL}
+    if any(published.params.get(k) != v for k, v in wanted.items()):
+        return False
+    return published.changes_recorded or first_published
+
+
+@dataclass
+class BackfillPlan:
+    """The sessions of ``[first, last]``: ``current`` (left alone) and ``pending``; runs of at
+    most ``per_run`` consecutive sessions (:meth:`runs`); ``n_symbols`` sized them."""
+
+    sessions: list[str]
+    current: list[str]
+    pending: list[str]
+    per_run: int
+    n_symbols: int
+
+    def runs(self, leave_out: Sequence[str] = ()) -> list[list[str]]:
+        """The pending sessions but ``leave_out``, as runs of consecutive sessions: a run never
+        spans a session that is current or left out (a run covers every session of its range)."""
+        runs: list[list[str]] = []
+        todo = set(self.pending) - set(leave_out)
+        current: list[str] = []
+        for key in self.sessions:
+            if key in todo and len(current) < self.per_run:
+                current.append(key)
+                continue
+            if current:
+                runs.append(current)
+            current = [key] if key in todo else []
+        if current:
+            runs.append(current)
+        return runs
+
+
+@dataclass(frozen=True)
+class BackfillRequest:
+    """A backfill of the snapshot partitions in ``[first, last]`` with ``params`` (the
+    parameters of the result; ``overrides`` the fields given on the command line, passed to
+    every run as run config), reading ``source``; ``per_run`` sessions per run (None: sized,
+    module docstring); ``force``: every session is pending, current or not; ``store_dir``: the
+    matrix store (default the code location's); ``log_level``: of the runs' console log (the
+    instance's event log keeps everything)."""
+
+    first: dt.date
+    last: dt.date
+    params: SnapshotParameters
+    source: PriceSource
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    per_run: int | None = None
+    force: bool = False
+    store_dir: str | None = None
+    log_level: str = "WARNING"
+
+
+def plan_backfill(engine: sa.Engine, request: BackfillRequest, *, force: bool) -> BackfillPlan:
+    """The plan of ``request`` (module docstring); ``force``: every session is pending.
+    ValueError when the range holds no partition."""
+    keys = [
+        key
+        for key in snapshot_partitions.get_partition_keys()
+        if request.first.isoformat() <= key <= request.last.isoformat()
+    ]
+    if not keys:
+        raise ValueError(f"no snapshot partition from {request.first} to {request.last}")
+    published = published_sessions(engine, keys[0], keys[-1])
+    earliest = published_dates(engine)
+    first_published = earliest[0].isoformat() if earliest else None
+    current = [
+        key
+        for key in keys
+        if not force
+        and session_is_current(
+            published.get(dt.date.fromisoformat(key)), request.params, key == first_published
+        )
+    ]
+    n_symbols = max(1, prices_extent(engine, request.source).symbols)
+    per_run = request.per_run or sizing.sessions_per_run(
+        n_symbols, request.params.lookback_days, request.params.working_memory_mb
+    )
+    return BackfillPlan(
+        sessions=keys,
+        current=current,
+        pending=[key for key in keys if key not in set(current)],
+        per_run=per_run,
+        n_symbols=n_symbols,
+    )
+
+
+@dataclass
+class RunOutcome:
+    """One run of a backfill: its id, its sessions, its status, the sessions it published."""
+
+    run_id: str
+    sessions: list[str]
+    status: str
+    published: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class BackfillReport:
+    """What :func:`run_backfill` did: its runs, the sessions published, those that failed (with
+    the reason), and its wall time."""
+
+    plan: BackfillPlan
+    runs: list[RunOutcome] = field(default_factory=list)
+    published: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def success(self) -> bool:
+        return not self.failed
+
+    def lines(self) -> list[str]:
+        """The closing summary."""
+        hours = self.seconds / 3600
+        rate = f", {len(self.published) / hours:,.0f} sessions per hour" if self.published else ""
+        out = [
+            f"backfill {self.plan.sessions[0]}..{self.plan.sessions[-1]}: "
+            f"{len(self.published)} session(s) published in {len(self.runs)} run(s) "
+            f"in {self.seconds:,.1f} s{rate}; {len(self.plan.current)} already current; "
+            f"{len(self.failed)} failed"
+        ]
+        for key, reason in sorted(self.failed.items()):
+            out.append(f"  FAILED {key}: {reason}")
+        if self.failed:
+            out.append(
+                "  fix the cause and run the same command again: only the sessions not yet "
+                "published are computed"
+            )
+        return out
+
+
+def _daemon_running(instance: dg.DagsterInstance) -> bool:
+    """Whether the instance queues runs and its daemon's run queue is alive."""
+    from dagster._core.run_coordinator import QueuedRunCoordinator
+
+    if not isinstance(instance.run_coordinator, QueuedRunCoordinator):
+        return False
+    statuses = instance.get_daemon_statuses(["QUEUED_RUN_COORDINATOR"])
+    status = statuses.get("QUEUED_RUN_COORDINATOR")
+    return bool(status is not None and status.healthy)
+
+
+def _run_tags(sessions: Sequence[str]) -> dict[str, str]:
+    if len(sessions) == 1:
+        return {PARTITION_TAG: sessions[0]}
+    return {RANGE_START_TAG: sessions[0], RANGE_END_TAG: sessions[-1]}
+
+
+def _failed_sessions(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
+    """``{session: reason}`` of a failed run, from its step failures (the ``session`` metadata
+    of :mod:`corr_pipeline.defs.ranges`) and its failed blocking check evaluations."""
+    failed: dict[str, str] = {}
+    records = instance.get_records_for_run(
+        run_id,
+        of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.ASSET_CHECK_EVALUATION},
+    ).records
+    for record in records:
+        event = record.event_log_entry.dagster_event
+        if event is None:
+            continue
+        data: Any = event.event_specific_data
+        if event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+            if data is not None and not data.passed and data.blocking and data.partition:
+                failed.setdefault(data.partition, f"blocking check {data.check_name} failed")
+            continue
+        user: Any = getattr(data, "user_failure_data", None)
+        session = user.metadata.get("session") if user is not None else None
+        if session is not None:
+            failed.setdefault(str(session.value), user.description or "failed")
+    return failed
+
+
+def _watch(
+    instance: dg.DagsterInstance,
+    outcome: RunOutcome,
+    echo: Callable[[str], None],
+    done_before: int,
+    total: int,
+    poll_seconds: float,
+) -> dg.DagsterRun:
+    """Follow a run until it finishes, echoing each step that ends and each session whose
+    changes (the last asset) are materialized."""
+    cursor = None
+    kinds = {dg.DagsterEventType.ASSET_MATERIALIZATION, dg.DagsterEventType.STEP_SUCCESS}
+    while True:
+        run = instance.get_run_by_id(outcome.run_id)
+        if run is None:
+            raise ValueError(f"run {outcome.run_id} disappeared from the Dagster instance")
+        connection = instance.get_records_for_run(outcome.run_id, cursor=cursor, of_type=kinds)
+        cursor = connection.cursor
+        for record in connection.records:
+            event = record.event_log_entry.dagster_event
+            if event is not None and event.event_type == dg.DagsterEventType.STEP_SUCCESS:
+                data: Any = event.event_specific_data
+                echo(f"  {event.step_key}: done in {data.duration_ms / 1000:,.1f} s")
+                continue
+            materialization = record.asset_materialization
+            if materialization is None or materialization.asset_key.path != ["snapshot_changes"]:
+                continue
+            outcome.published.append(str(materialization.partition))
+            echo(
+                f"  {materialization.partition} published "
+                f"({done_before + len(outcome.published)}/{total})"
+            )
+        if run.is_finished and not connection.has_more:
+            return run
+        if not connection.has_more:
+            time.sleep(poll_seconds)
+
+
+def run_backfill(
+    instance: dg.DagsterInstance,
+    engine: sa.Engine,
+    request: BackfillRequest,
+    *,
+    echo: Callable[[str], None] = print,
+    poll_seconds: float = 1.0,
+) -> BackfillReport:
+    """Run the pending sessions of ``request`` (module docstring). After each run the database
+    says which of its sessions are now published and current; a session of a failed run that
+    is neither was the failed one (or, when the run's failure names no session, every such
+    session of the run). Ctrl-C terminates the run in progress and stops."""
+    started = time.perf_counter()
+    plan = plan_backfill(engine, request, force=request.force)
+    report = BackfillReport(plan)
+    run_config, _ = snapshot_run_config(
+        params=dict(request.overrides), store_dir=request.store_dir, log_level=request.log_level
+    )
+    total = len(plan.pending)
+    echo(
+        f"backfill {plan.sessions[0]}..{plan.sessions[-1]}: {len(plan.sessions)} sessions, "
+        f"{len(plan.current)} current, {total} to compute, at most {plan.per_run} per run "
+        f"({plan.n_symbols:,} symbols)"
+    )
+    with snapshot_location(instance) as location:
+        while runs := plan.runs(leave_out=[*report.published, *report.failed]):
+            sessions = runs[0]
+            run = location.create_run(run_config, _run_tags(sessions))
+            outcome = RunOutcome(run.run_id, sessions, "STARTING")
+            report.runs.append(outcome)
+            queued = _daemon_running(instance)
+            echo(
+                f"run {run.run_id[:8]}: {sessions[0]}..{sessions[-1]} ({len(sessions)} "
+                f"session(s)), {'queued for the daemon' if queued else 'launched'}"
+            )
+            if queued:
+                instance.submit_run(run.run_id, location.workspace)
+            else:
+                check_run_limits(instance, sessions[0])
+                instance.launch_run(run.run_id, location.workspace)
+            t0 = time.perf_counter()
+            try:
+                finished = _watch(
+                    instance, outcome, echo, len(report.published), total, poll_seconds
+                )
+            except KeyboardInterrupt:
+                instance.run_launcher.terminate(run.run_id)
+                raise
+            outcome.seconds = time.perf_counter() - t0
+            outcome.status = finished.status.value
+            now_current = set(plan_backfill(engine, request, force=False).current)
+            done = [key for key in sessions if key in now_current]
+            report.published.extend(done)
+            left = [key for key in sessions if key not in now_current]
+            if not left:
+                continue
+            named = _failed_sessions(instance, run.run_id)
+            failed = {key: named[key] for key in left if key in named}
+            if not failed:  # no session named, or the run finished without them: all of them
+                reason = f"run {run.run_id} {finished.status.value}"
+                failed = {key: named.get(key, reason) for key in left}
+            for key, reason in failed.items():
+                report.failed[key] = reason
+                echo(f"  {key} FAILED: {reason}")
+    for line in _apply_retention(instance, engine, request.store_dir):
+        echo(line)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _apply_retention(
+    instance: dg.DagsterInstance, engine: sa.Engine, store_dir: str | None
+) -> list[str]:
+    """Retention once the runs are done (:mod:`corr_pipeline.snapshot.retention`): a run's own
+    sessions stay while it goes (its later steps read them), so the last run's would otherwise
+    wait for the next publication."""
+    store = MatrixStore(store_dir or settings.store_dir())
+    report = retention.apply_retention(
+        store,
+        lambda: published_matrix_versions(engine),
+        settings.keep_matrices(),
+        in_flight=partitions_in_flight(instance),
+        read_changed=lambda: recorded_change_dates(engine),
+    )
+    return report.lines()
