@@ -321,7 +321,7 @@ def run_backfill(
             if queued:
                 instance.submit_run(run.run_id, location.workspace)
             else:
-                check_run_limits(instance, sessions[0])
+                check_run_limits(instance, sessions)
                 instance.launch_run(run.run_id, location.workspace)
             t0 = time.perf_counter()
             try:

@@ -45,7 +45,7 @@ from corr_pipeline.defs.partitions import (
     snapshot_partitions,
 )
 from corr_pipeline.defs.resources import SnapshotParams
-from corr_pipeline.defs.runs import PARTITION_TAG
+from corr_pipeline.defs.runs import run_sessions
 
 SNAPSHOT_JOB_NAME = "snapshot_job"
 #: The code location as ``workspace.yaml`` and ``[tool.dg]`` name it (the UI finds the runs of
@@ -325,18 +325,22 @@ def materialize_snapshot(
             instance.dispose()
 
 
-def check_run_limits(instance: dg.DagsterInstance, partition_key: str) -> None:
+def check_run_limits(instance: dg.DagsterInstance, sessions: str | list[str]) -> None:
     """Refuse (ValueError naming the run in the way) what the run queue of ``dagster.yaml``
-    would hold back (:mod:`corr_pipeline.defs.concurrency`): a run of ``partition_key`` already
-    in progress (one run per partition), or as many snapshot runs in progress as the pool's
-    limit. Every snapshot run carries its partition tag, so those are the runs counted."""
+    would hold back (:mod:`corr_pipeline.defs.concurrency`): a run in progress that covers one
+    of ``sessions`` (one partition, or the sessions of a range run: one run per partition), or
+    as many snapshot runs in progress as the pool's limit. A snapshot run is one that covers
+    sessions (its partition tag, or the range tags of a backfill run)."""
+    wanted = [sessions] if isinstance(sessions, str) else list(sessions)
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES)))
-    snapshot_runs = [run for run in runs if PARTITION_TAG in run.tags]
+    snapshot_runs = [(run, run_sessions(run.tags)) for run in runs]
+    snapshot_runs = [(run, covered) for run, covered in snapshot_runs if covered]
     where = f"on the Dagster instance {instance.root_directory}"
-    for run in snapshot_runs:
-        if run.tags[PARTITION_TAG] == partition_key:
+    for run, covered in snapshot_runs:
+        overlap = sorted(set(covered) & set(wanted))
+        if overlap:
             raise ValueError(
-                f"run {run.run_id} of partition {partition_key} is in progress {where} "
+                f"run {run.run_id} of partition {overlap[0]} is in progress {where} "
                 "(one run per partition): wait for it to finish"
             )
     limit = instance_limits(instance).snapshot_runs

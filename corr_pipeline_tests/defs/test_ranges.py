@@ -121,7 +121,9 @@ def test_a_range_in_one_run_publishes_what_each_session_publishes_alone(universe
     as_of = [materialized["snapshot_publication"][d]["as_of_trade_date"].value for d in SESSIONS]
     assert as_of == SESSIONS
     paths = {materialized["correlation_matrix"][d]["path"].value for d in SESSIONS}
-    assert len(paths) == len(SESSIONS) and all(d in p for d, p in zip(SESSIONS, sorted(paths)))
+    assert len(paths) == len(SESSIONS) and all(
+        d in p for d, p in zip(SESSIONS, sorted(paths), strict=True)
+    )
     previous = [materialized["snapshot_changes"][d]["previous_date"].value for d in SESSIONS[1:]]
     assert previous == SESSIONS[:-1]
 
