@@ -46,6 +46,9 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--per-run", type=int, help="sessions per range run (default: sized)")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--home", type=Path, help="scratch directory (default: a temp dir)")
+    parser.add_argument(
+        "--verbose", action="store_true", help="print the backfill's own lines (steps, sessions)"
+    )
     return parser.parse_args()
 
 
@@ -134,7 +137,7 @@ def main() -> int:
                                 per_run=args.per_run,
                                 force=True,
                             ),
-                            echo=lambda _line: None,
+                            echo=print if args.verbose else lambda _line: None,
                         )
                         if report.failed:
                             raise SystemExit("\n".join(report.lines()))

@@ -35,7 +35,7 @@ from corr_pipeline.defs import metadata, pictures, publication, ranges
 from corr_pipeline.defs.checks import check_result
 from corr_pipeline.defs.io_manager import MatrixStoreResource
 from corr_pipeline.defs.partitions import snapshot_date
-from corr_pipeline.defs.progress import dagster_progress
+from corr_pipeline.defs.progress import session_progress
 from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, SnapshotParams
 from corr_pipeline.defs.retries import (
     DATABASE_RETRY_POLICY,
@@ -233,7 +233,7 @@ def correlation_and_overlap(
                     params,
                     out_corr=pending_corr.array,
                     out_overlap=pending_ov.array,
-                    progress=dagster_progress(context, f"correlation {key}"),
+                    progress=session_progress(context, f"correlation {key}"),
                     runner=runner,
                 )
                 stored_corr = pending_corr.commit()
@@ -325,7 +325,7 @@ def top_k_neighbors_asset(
                 corr,
                 overlap,
                 params,
-                progress=dagster_progress(context, f"neighbors {key}"),
+                progress=session_progress(context, f"neighbors {key}"),
                 runner=runner,
             )
             verdict = verify.verify_neighbors(
@@ -486,7 +486,7 @@ def lead_lag_pairs(
                 R,
                 corr,
                 params,
-                progress=dagster_progress(context, f"lead-lag scan {key}"),
+                progress=session_progress(context, f"lead-lag scan {key}"),
                 runner=runner,
             )
             contract = verify.verify_lead_lag_pairs(

@@ -367,4 +367,9 @@ def _apply_retention(
         in_flight=partitions_in_flight(instance),
         read_changed=lambda: recorded_change_dates(engine),
     )
-    return report.lines()
+    line = (
+        f"retention: the newest {report.keep} published sessions keep their matrices; "
+        f"{len(report.removed)} session(s) removed, {retention.format_bytes(report.freed_bytes)} "
+        "freed"
+    )
+    return [line + (f"; left alone (in use): {len(report.busy)}" if report.busy else "")]

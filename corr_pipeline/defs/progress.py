@@ -7,7 +7,7 @@ from typing import Any
 
 from corr_pipeline.snapshot.progress import LogProgress
 
-__all__ = ["dagster_progress"]
+__all__ = ["dagster_progress", "session_progress"]
 
 
 def dagster_progress(context: Any, label: str, **kwargs: Any) -> LogProgress:
@@ -19,3 +19,10 @@ def dagster_progress(context: Any, label: str, **kwargs: Any) -> LogProgress:
     """
     log = getattr(context, "log", None) or logging.getLogger("corr_pipeline")
     return LogProgress(log, label, **kwargs)
+
+
+def session_progress(context: Any, label: str) -> LogProgress | None:
+    """:func:`dagster_progress` in a run of one session; None in a run over a range of sessions
+    (a backfill), where each session's own line after it is the progress: a kernel's lines for
+    every session would double the run's event log."""
+    return dagster_progress(context, label) if context.has_partition_key else None
