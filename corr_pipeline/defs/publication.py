@@ -19,6 +19,7 @@ from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
 from corr_pipeline.db.reads import (
     changes_to_refresh,
+    published_dates,
     published_matrix_versions,
     recorded_change_dates,
 )
@@ -87,7 +88,9 @@ def snapshot_publication(
             metadata.log_stage(context, f"published snapshot {day}", stats)
             verdict = verify.verify_published_counts(results, counts)
         retention_metadata = (
-            apply_retention(context, matrix_store, engine, key, this_run)
+            apply_retention(
+                context, matrix_store, engine, key, this_run | _compared_with(engine, this_run)
+            )
             if key == max(this_run)  # a run's sessions stay held until it ends: once is enough
             else {}
         )
@@ -115,6 +118,14 @@ def snapshot_publication(
         }
 
     yield from ranges.report(context, session)
+
+
+def _compared_with(engine, sessions: set[str]) -> set[str]:
+    """The published session before the first of ``sessions``: ``snapshot_changes`` of that
+    first session reads its matrices after the publication (SPEC §10), so retention keeps them
+    until those changes are recorded, whether or not the newest ``keep`` hold them."""
+    before = published_dates(engine, before=min(sessions))
+    return {before[-1].isoformat()} if before else set()
 
 
 def _symbols(bundle: MatrixBundle) -> list[str]:

@@ -1,11 +1,14 @@
 """A range of sessions in one run publishes exactly what each session publishes alone.
 
-300 symbols x 120 weekdays ending 2026-11-27, lookback 60 (as test_pipeline). The five XNYS
-sessions 2026-11-19 .. 2026-11-27 (Thanksgiving has none) are materialized one run per session,
+300 symbols x 120 weekdays ending 2026-11-27, lookback 60 (as test_pipeline). Two recent sessions
+are published first (as nightly runs would have); then the six XNYS sessions 2026-11-16 ..
+2026-11-23, history older than them, are materialized one run per session,
 their published rows (snapshots, neighbors, clusters, pairs, every change_* table) read back;
-then the tables are emptied and the same five sessions run as ONE run over the range. Every row
+then the tables are emptied and the same six sessions run as ONE run over the range. Every row
 of every session, first and last included, must be identical, and every session must have its
-own materialization of every asset with its own metadata and its own check evaluations.
+own materialization of every asset with its own metadata and its own check evaluations. The
+store keeps the matrices of 2 sessions only, so most sessions are history whose matrices
+retention removes, but only once the next session's changes (its correlation moves) are in.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from corr_pipeline.defs.resources import SnapshotParams
 from corr_pipeline.defs.runs import RANGE_END_TAG, RANGE_START_TAG, run_sessions
 from corr_pipeline.defs.step_options import SESSIONS_PER_RUN, backfill_sessions_per_run
 
-SESSIONS = ["2026-11-19", "2026-11-20", "2026-11-23", "2026-11-24", "2026-11-25", "2026-11-27"]
+SESSIONS = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20", "2026-11-23"]
+#: Published first, as nightly runs would have: the sessions above are history older than them.
+NEWER = ["2026-11-25", "2026-11-27"]
 PARAMS = dict(
     lookback_days=60,
     min_history_days=40,
@@ -79,9 +84,14 @@ def _empty_published(engine: sa.Engine) -> None:
         conn.execute(sa.text(f"TRUNCATE {', '.join((*CHANGE_TABLES, *PUBLISHED_TABLES))}"))
 
 
-def test_a_range_in_one_run_publishes_what_each_session_publishes_alone(universe, tmp_path):
+def test_a_range_in_one_run_publishes_what_each_session_publishes_alone(
+    universe, tmp_path, monkeypatch
+):
+    # retention keeps 2 sessions: most of these are history, whose matrices are pruned after
+    # their successor's changes are recorded (never before: the correlation moves are there)
+    monkeypatch.setenv("CORR_PIPELINE_KEEP_MATRICES", "2")
     alone = {}
-    for day in SESSIONS:
+    for day in [*NEWER, *SESSIONS]:
         result = dg.materialize(
             snapshot_assets, partition_key=day, resources=_resources(tmp_path / "alone")
         )
@@ -89,9 +99,14 @@ def test_a_range_in_one_run_publishes_what_each_session_publishes_alone(universe
     for day in SESSIONS:
         alone[day] = _published(universe, day)
         assert alone[day]["snapshots"], day
-    assert any(alone[SESSIONS[-1]][t] for t in CHANGE_TABLES)
+    for day in SESSIONS[1:]:
+        assert alone[day]["change_pairs"], f"{day}: no correlation moves (matrices pruned?)"
 
     _empty_published(universe)
+    for day in NEWER:
+        assert dg.materialize(
+            snapshot_assets, partition_key=day, resources=_resources(tmp_path / "range")
+        ).success
     result = dg.materialize(
         snapshot_assets,
         resources=_resources(tmp_path / "range"),
