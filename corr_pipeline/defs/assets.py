@@ -31,6 +31,7 @@ import numpy as np
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.price_source import PriceSourceError
 from corr_pipeline.db.synth import read_truth
+from corr_pipeline.db.window import WindowError
 from corr_pipeline.defs import metadata, pictures, publication, ranges
 from corr_pipeline.defs.checks import check_result
 from corr_pipeline.defs.io_manager import MatrixStoreResource
@@ -104,13 +105,28 @@ def returns_matrix(
         f"database {postgres.describe()}, price source {source}"
     )
     engine = postgres.get_engine()
+    keys = ranges.session_keys(context)
+    windows: dict = {}
+    if len(keys) > 1:  # one query for the union of the windows of the range
+        with (
+            retry_only_if_database_unavailable(f"returns_matrix {ranges.sessions_label(keys)}"),
+            one_line_failure(PriceSourceError),
+        ):
+            windows = steps.load_returns_range(
+                engine, [snapshot_date(k) for k in keys], params, source=source
+            )
 
     def session(key: str) -> dict[str, ranges.SessionResult]:
         with retry_only_if_database_unavailable(f"returns_matrix {key}"):
             day = snapshot_date(key)
             with measure_stage() as stats:
-                with one_line_failure(PriceSourceError):
-                    window = steps.load_returns(engine, day, params, source=source)
+                if windows:
+                    window = windows[day]
+                    if isinstance(window, WindowError):
+                        raise window
+                else:
+                    with one_line_failure(PriceSourceError):
+                        window = steps.load_returns(engine, day, params, source=source)
                 for note in window.source_notes:
                     context.log.warning(f"price source: {note}")
                 R = window.returns

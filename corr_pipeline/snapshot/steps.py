@@ -58,7 +58,12 @@ from corr_pipeline.compute.stripes import (
 )
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.publish import SnapshotResults
-from corr_pipeline.db.window import ReturnsWindow, load_returns_window
+from corr_pipeline.db.window import (
+    ReturnsWindow,
+    WindowError,
+    load_returns_window,
+    load_returns_windows,
+)
 from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
 
@@ -94,6 +99,25 @@ def load_returns(
     return load_returns_window(
         engine,
         day,
+        lookback_days=params.lookback_days,
+        min_history_days=params.min_history_days,
+        source=source,
+    )
+
+
+def load_returns_range(
+    engine: sa.Engine,
+    days: Sequence[dt.date],
+    params: SnapshotParameters,
+    *,
+    source: PriceSource = NATIVE_PRICES,
+) -> dict[dt.date, ReturnsWindow | WindowError]:
+    """The returns matrix of every session of a range (a backfill run), each identical to
+    :func:`load_returns` of that session, read with one query for the union of the windows;
+    a session whose window cannot be built gets its :class:`WindowError` instead."""
+    return load_returns_windows(
+        engine,
+        days,
         lookback_days=params.lookback_days,
         min_history_days=params.min_history_days,
         source=source,
