@@ -153,7 +153,12 @@ def bench_through_dagster(
         start = time.perf_counter()
         with ProcessTreePeaks() as peaks:
             summary = materialize_snapshot(
-                key, instance=instance, params=overrides, store_dir=store_dir, log_level="WARNING"
+                key,
+                instance=instance,
+                params=overrides,
+                store_dir=store_dir,
+                in_process=False,  # one process per step: each step's own memory
+                log_level="WARNING",
             )
         report.run_seconds = time.perf_counter() - start
     finally:

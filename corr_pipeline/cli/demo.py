@@ -256,7 +256,7 @@ def demo_step_pipeline(ctx: DemoContext) -> None:
     try:
         ctx.echo(
             f"[4] pipeline: materializing snapshot_job for partition {key} "
-            f"(one process per step; Dagster instance {home})"
+            f"(Dagster instance {home})"
         )
         if params:
             ctx.echo(f"    short price history: using {params}")
