@@ -19,7 +19,9 @@ session that failed (every step reports failures per session, :mod:`corr_pipelin
 that session is recorded as failed with its reason, and the backfill goes on with the sessions
 of the range that are still pending, so one bad session costs its own run's unpublished work,
 never the others'. Running the same backfill again computes only what is still pending: a
-killed run resumes from its first unpublished session.
+killed run resumes from its first unpublished session. Without a daemon, a run whose worker
+was killed would stay "started" for ever and hold its sessions; the backfill marks such runs
+failed first (:func:`fail_dead_runs`), as the daemon's run monitoring does.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
+import psutil
 import sqlalchemy as sa
 
 from corr_pipeline import settings
@@ -50,12 +53,21 @@ from corr_pipeline.defs.runs import (
     RANGE_END_TAG,
     RANGE_START_TAG,
     partitions_in_flight,
+    run_sessions,
 )
 from corr_pipeline.snapshot import retention, sizing
 from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline.store.matrix_store import MatrixStore
 
-__all__ = ["BackfillPlan", "BackfillReport", "plan_backfill", "run_backfill", "session_is_current"]
+__all__ = [
+    "BackfillPlan",
+    "BackfillReport",
+    "BackfillRequest",
+    "fail_dead_runs",
+    "plan_backfill",
+    "run_backfill",
+    "session_is_current",
+]
 
 #: Parameters that do not change a result (SPEC §9): not compared when deciding "current".
 RESULT_NEUTRAL = frozenset({"working_memory_mb"})
@@ -215,6 +227,38 @@ def _daemon_running(instance: dg.DagsterInstance) -> bool:
     return bool(status is not None and status.healthy)
 
 
+def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Mark failed the snapshot runs in progress whose run worker, a process of this machine
+    (the default run launcher), is gone: what the daemon's run monitoring does, for a machine
+    where no daemon runs (a backfill killed with its runs). Returns a line per run; nothing for
+    another run launcher, whose workers are not local processes."""
+    from dagster._core.launcher import DefaultRunLauncher
+
+    if not isinstance(instance.run_launcher, DefaultRunLauncher):
+        return []
+    lines = []
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+    for run in runs:
+        if not run_sessions(run.tags):
+            continue
+        started = instance.get_records_for_run(
+            run.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1
+        ).records
+        event = started[0].event_log_entry.dagster_event if started else None
+        pid = event.pid if event is not None else None
+        if pid is None or psutil.pid_exists(pid):
+            continue
+        message = (
+            f"its run worker (pid {pid}) is gone: marked failed by corr-pipeline backfill, as "
+            "the daemon's run monitoring would"
+        )
+        instance.report_run_failed(run, message)
+        lines.append(
+            f"run {run.run_id[:8]} ({', '.join(run_sessions(run.tags)[:1])}...): {message}"
+        )
+    return lines
+
+
 def _run_tags(sessions: Sequence[str]) -> dict[str, str]:
     if len(sessions) == 1:
         return {PARTITION_TAG: sessions[0]}
@@ -310,19 +354,22 @@ def run_backfill(
     with snapshot_location(instance) as location:
         while runs := plan.runs(leave_out=[*report.published, *report.failed]):
             sessions = runs[0]
+            queued = _daemon_running(instance)
+            if not queued:  # what the queue would hold back, before a run exists
+                for line in fail_dead_runs(instance):
+                    echo(line)
+                check_run_limits(instance, sessions)
             run = location.create_run(run_config, _run_tags(sessions))
             outcome = RunOutcome(run.run_id, sessions, "STARTING")
             report.runs.append(outcome)
-            queued = _daemon_running(instance)
+            if queued:
+                instance.submit_run(run.run_id, location.workspace)
+            else:
+                instance.launch_run(run.run_id, location.workspace)
             echo(
                 f"run {run.run_id[:8]}: {sessions[0]}..{sessions[-1]} ({len(sessions)} "
                 f"session(s)), {'queued for the daemon' if queued else 'launched'}"
             )
-            if queued:
-                instance.submit_run(run.run_id, location.workspace)
-            else:
-                check_run_limits(instance, sessions)
-                instance.launch_run(run.run_id, location.workspace)
             t0 = time.perf_counter()
             try:
                 finished = _watch(
