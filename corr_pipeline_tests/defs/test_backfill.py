@@ -44,7 +44,7 @@ import sqlalchemy as sa
 
 from corr_pipeline import settings
 from corr_pipeline.db.reads import PublishedSession, change_staleness
-from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES, truncate_all
+from corr_pipeline.db.schema import PUBLISHED_TABLES, truncate_all
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.definitions import build_resources
 from corr_pipeline.defs.assets import snapshot_assets
@@ -53,6 +53,7 @@ from corr_pipeline.defs.resources import SnapshotParams
 from corr_pipeline.defs.run import REPO_DAGSTER_YAML
 from corr_pipeline.defs.runs import run_sessions
 from corr_pipeline.snapshot.params import SnapshotParameters
+from corr_pipeline_tests.defs.published import published_rows
 
 N_SYMBOLS, N_DAYS, SEED = 80, 120, 20260810
 FIRST_TRADE_DATE = dt.date(2026, 6, 15)  # 120 weekdays ending 2026-11-27
@@ -71,7 +72,6 @@ PARAMS: dict[str, Any] = dict(
 )
 PARAM_ARGS = [arg for name, value in PARAMS.items() for arg in ("--param", f"{name}={value}")]
 #: Columns that say when or by which run a row was written, not what was computed.
-RUN_COLUMNS = {"created_at", "previous_published_at", "snapshot_published_at", "matrix_versions"}
 CLI_TIMEOUT_S = 400.0  # a bound for a hung command, not a speed target
 IN_PROGRESS = [
     dg.DagsterRunStatus.NOT_STARTED,
@@ -85,34 +85,6 @@ IN_PROGRESS = [
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
-
-
-def _published(engine: sa.Engine, day: str) -> dict[str, list[tuple]]:
-    """Every row of ``day`` in every published and change table, without the columns that
-    record when or by which run it was written (and ``dagster_run_id`` in ``params``), sorted."""
-    out = {}
-    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
-        for table in (*PUBLISHED_TABLES, *CHANGE_TABLES):
-            result = conn.execute(
-                sa.text(f"SELECT * FROM {table} WHERE snapshot_date = :d"), {"d": day}
-            )
-            names = list(result.keys())
-            rows = []
-            for row in result:
-                values = dict(zip(names, row, strict=True))
-                if isinstance(values.get("params"), dict):
-                    values["params"] = {
-                        k: v for k, v in values["params"].items() if k != "dagster_run_id"
-                    }
-                rows.append(
-                    tuple(
-                        (k, repr(v))
-                        for k, v in values.items()
-                        if k not in RUN_COLUMNS and not k.endswith("_at")
-                    )
-                )
-            out[table] = sorted(rows)
-    return out
 
 
 def _snapshot_part(rows: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
@@ -275,7 +247,7 @@ def reference(engine: sa.Engine, tmp_path_factory: pytest.TempPathFactory) -> di
         for day in GOOD:
             result = dg.materialize(snapshot_assets, partition_key=day, resources=resources)
             assert result.success, day
-        rows = {day: _published(engine, day) for day in GOOD}
+        rows = {day: published_rows(engine, day) for day in GOOD}
     finally:
         truncate_all(engine)
     for day in GOOD:
@@ -465,7 +437,7 @@ def test_backfill_publishes_the_good_sessions_and_names_the_failed_ones(project,
     assert _changes_recorded(project.engine) == dict(zip(GOOD[1:], GOOD[:-1], strict=True))
     for day in GOOD:
         _assert_consistent(project.engine, day)
-        assert _published(project.engine, day) == reference[day], day
+        assert published_rows(project.engine, day) == reference[day], day
 
     # the instance: runs of at most 3 consecutive sessions, in date order; the failed runs
     # each start with a session without history; every good session published by exactly one
@@ -492,7 +464,7 @@ def test_backfill_publishes_the_good_sessions_and_names_the_failed_ones(project,
     assert " published (" not in out, out
     assert _created_at(project.engine) == created
     for day in GOOD:
-        assert _published(project.engine, day) == reference[day], day
+        assert published_rows(project.engine, day) == reference[day], day
     new_runs = project.runs()[len(runs) :]
     assert new_runs and int(summary.group(4)) == len(new_runs), (out, new_runs)
     assert {key for _, s, _ in new_runs for key in s} <= set(BAD), new_runs
@@ -555,7 +527,7 @@ def test_a_killed_backfill_resumes_from_its_first_unpublished_session(project, r
     assert published == GOOD[: len(published)], published  # in date order
     for day in published:
         _assert_consistent(project.engine, day)
-        rows = _published(project.engine, day)
+        rows = published_rows(project.engine, day)
         assert _snapshot_part(rows) == _snapshot_part(reference[day]), day
         if rows["change_summaries"]:
             assert rows == reference[day], day
@@ -604,4 +576,4 @@ def test_a_killed_backfill_resumes_from_its_first_unpublished_session(project, r
     assert _changes_recorded(project.engine) == dict(zip(GOOD[1:], GOOD[:-1], strict=True))
     for day in GOOD:
         _assert_consistent(project.engine, day)
-        assert _published(project.engine, day) == reference[day], day
+        assert published_rows(project.engine, day) == reference[day], day

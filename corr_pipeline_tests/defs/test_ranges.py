@@ -26,6 +26,7 @@ from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
 from corr_pipeline.defs.runs import RANGE_END_TAG, RANGE_START_TAG, run_sessions
 from corr_pipeline.defs.step_options import SESSIONS_PER_RUN, backfill_sessions_per_run
+from corr_pipeline_tests.defs.published import published_rows
 
 SESSIONS = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20", "2026-11-23"]
 #: Published first, as nightly runs would have: the sessions above are history older than them.
@@ -42,8 +43,6 @@ PARAMS = dict(
     distance_threshold=1.2,
     working_memory_mb=16,
 )
-#: Columns that say when or by which run a row was written, not what was computed.
-RUN_COLUMNS = {"created_at", "previous_published_at", "snapshot_published_at", "matrix_versions"}
 
 
 @pytest.fixture
@@ -56,27 +55,6 @@ def _resources(store: Path) -> dict:
     resources = build_resources(str(store))
     resources["snapshot_params"] = SnapshotParams(**PARAMS)
     return resources
-
-
-def _published(engine: sa.Engine, day: str) -> dict[str, list[tuple]]:
-    """Every published row of ``day`` in every table, without the run's own columns, sorted."""
-    out = {}
-    with engine.connect() as conn:
-        for table in (*PUBLISHED_TABLES, *CHANGE_TABLES):
-            result = conn.execute(
-                sa.text(f"SELECT * FROM {table} WHERE snapshot_date = :d"), {"d": day}
-            )
-            names = list(result.keys())
-            rows = []
-            for row in result:
-                values = dict(zip(names, row, strict=True))
-                if table == "snapshots":
-                    values["params"] = {
-                        k: v for k, v in values["params"].items() if k != "dagster_run_id"
-                    }
-                rows.append(tuple((k, repr(v)) for k, v in values.items() if k not in RUN_COLUMNS))
-            out[table] = sorted(rows)
-    return out
 
 
 def _empty_published(engine: sa.Engine) -> None:
@@ -97,7 +75,7 @@ def test_a_range_in_one_run_publishes_what_each_session_publishes_alone(
         )
         assert result.success, day
     for day in SESSIONS:
-        alone[day] = _published(universe, day)
+        alone[day] = published_rows(universe, day)
         assert alone[day]["snapshots"], day
     for day in SESSIONS[1:]:
         assert alone[day]["change_pairs"], f"{day}: no correlation moves (matrices pruned?)"
@@ -114,7 +92,7 @@ def test_a_range_in_one_run_publishes_what_each_session_publishes_alone(
     )
     assert result.success
     for day in SESSIONS:
-        assert _published(universe, day) == alone[day], day
+        assert published_rows(universe, day) == alone[day], day
 
     # each session its own materialization of every asset, with its own metadata
     materialized: dict[str, dict[str, dict]] = {}
