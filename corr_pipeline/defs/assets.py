@@ -104,8 +104,9 @@ def returns_matrix(
         f"lookback_days={params.lookback_days}, min_history_days={params.min_history_days}, "
         f"database {postgres.describe()}, price source {source}"
     )
-    engine = postgres.get_engine()
     keys = ranges.session_keys(context)
+    with retry_only_if_database_unavailable(f"returns_matrix {ranges.sessions_label(keys)}"):
+        engine = postgres.get_engine()  # a schema at another revision fails here, not retried
     windows: dict = {}
     if len(keys) > 1:  # one query for the union of the windows of the range
         with (

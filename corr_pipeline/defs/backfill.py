@@ -323,6 +323,13 @@ def _watch(
             )
         if run.is_finished and not connection.has_more:
             return run
+        if run.status == dg.DagsterRunStatus.QUEUED and not _daemon_running(instance):
+            instance.run_coordinator.cancel_run(run.run_id)
+            raise ValueError(
+                f"run {run.run_id} was queued, but the Dagster daemon of {instance.root_directory} "
+                "is gone (the run is canceled): start it again (corr-pipeline ui, dg dev) or stop "
+                "it for good, then run the same backfill again"
+            )
         if not connection.has_more:
             time.sleep(poll_seconds)
 

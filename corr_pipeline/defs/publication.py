@@ -19,7 +19,6 @@ from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
 from corr_pipeline.db.reads import (
     changes_to_refresh,
-    published_dates,
     published_matrix_versions,
     recorded_change_dates,
 )
@@ -68,7 +67,9 @@ def snapshot_publication(
     matrix_store: MatrixStoreResource,
 ):
     params = snapshot_params.to_parameters()
-    engine = postgres.get_engine()
+    label = ranges.sessions_label(ranges.session_keys(context))
+    with retry_only_if_database_unavailable(f"snapshot_publication {label}"):
+        engine = postgres.get_engine()
     # the run's own sessions stay: snapshot_changes reads their matrices after this step
     this_run = set(ranges.session_keys(context))
 
@@ -88,9 +89,7 @@ def snapshot_publication(
             metadata.log_stage(context, f"published snapshot {day}", stats)
             verdict = verify.verify_published_counts(results, counts)
         retention_metadata = (
-            apply_retention(
-                context, matrix_store, engine, key, this_run | _compared_with(engine, this_run)
-            )
+            apply_retention(context, matrix_store, engine, key, this_run)
             if key == max(this_run)  # a run's sessions stay held until it ends: once is enough
             else {}
         )
@@ -118,14 +117,6 @@ def snapshot_publication(
         }
 
     yield from ranges.report(context, session)
-
-
-def _compared_with(engine, sessions: set[str]) -> set[str]:
-    """The published session before the first of ``sessions``: ``snapshot_changes`` of that
-    first session reads its matrices after the publication (SPEC §10), so retention keeps them
-    until those changes are recorded, whether or not the newest ``keep`` hold them."""
-    before = published_dates(engine, before=min(sessions))
-    return {before[-1].isoformat()} if before else set()
 
 
 def _symbols(bundle: MatrixBundle) -> list[str]:
@@ -325,8 +316,9 @@ def snapshot_changes(
     matrix_store: MatrixStoreResource,
 ):
     params = snapshot_params.to_parameters()
-    engine = postgres.get_engine()
     keys = ranges.session_keys(context)
+    with retry_only_if_database_unavailable(f"snapshot_changes {ranges.sessions_label(keys)}"):
+        engine = postgres.get_engine()
 
     def session(key: str) -> dict[str, ranges.SessionResult]:
         later = {k for k in keys if k > key}  # their changes still read this session's matrices

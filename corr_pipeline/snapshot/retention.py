@@ -14,9 +14,10 @@ What PostgreSQL knows (the published dates and the store versions each snapshot 
    publication of a locked partition can commit meanwhile, so the pins are current;
 3. keeps the newest ``K`` published dates: their superseded versions are garbage-collected (a
    version survives while a current manifest or the date's publication names it); and, when
-   ``read_changed`` is given, the previous published date of every kept date whose changes
-   (SPEC §10) are not recorded yet, so that ``snapshot_changes`` can still read its matrices
-   (kept the same way; at most one date more than ``K``);
+   ``read_changed`` is given, the previous published date of every published date whose
+   changes (SPEC §10) are not recorded yet, so that ``snapshot_changes`` can still read its
+   matrices (kept the same way): a session backfilled below the newest ``K`` compares with
+   its predecessor like any other;
 4. removes the partitions of every other published date, and of unpublished dates older than the
    oldest kept one (a failed run's leftovers), recording what was removed in the store's
    ``.retention/`` so that ``query corr`` can say the matrices were pruned; the published rows
@@ -165,7 +166,7 @@ def apply_retention(
             report.kept_for_changes = sorted(
                 {
                     published_keys[position[key] - 1]
-                    for key in kept
+                    for key in published_keys
                     if key not in changed and position[key] > 0
                 }
                 - set(kept)

@@ -123,8 +123,14 @@ COMMANDS: dict[str, list[str] | None] = {
     "dagster sensor stop": ["dagster sensor stop prices_ready_sensor -w workspace.yaml"],
     "dagster schedule stop": ["dagster schedule stop nightly_snapshot_schedule -w workspace.yaml"],
 }
-#: Run after the UIs are gone (their daemon would run the backfill's queued runs) and the rest.
-LAST = ("dagster ", "corr-pipeline db prune", "corr-pipeline store prune", "corr-pipeline db down")
+#: Run after the UIs are gone (their daemon would run the backfills' queued runs) and the rest.
+LAST = (
+    "dagster ",
+    "corr-pipeline backfill",
+    "corr-pipeline db prune",
+    "corr-pipeline store prune",
+    "corr-pipeline db down",
+)
 #: Run first, in this order (the universe, then the demo on it).
 FIRST = (
     "corr-pipeline db init",

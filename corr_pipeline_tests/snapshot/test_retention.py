@@ -252,12 +252,28 @@ def test_store_inventory(clean_db, store):
     assert first.to_json()["bytes"] == first.bytes
 
 
+def test_a_history_session_keeps_its_predecessor_until_its_changes_are_recorded(clean_db, store):
+    # DAYS[2] was backfilled below the newest: published, its changes not yet recorded. Its
+    # predecessor DAYS[1] is far from the newest K = 1, yet its changes read DAYS[1]'s matrices
+    for i, day in enumerate(DAYS):
+        _publish(clean_db, day, _matrices(store, day, value=i + 1), seed=i + 1)
+    changed = {DAYS[0], DAYS[1], DAYS[3], DAYS[4]}
+    read = lambda: published_matrix_versions(clean_db)  # noqa: E731
+    report = apply_retention(store, read, 1, read_changed=lambda: changed)
+    assert report.kept == [DAYS[4].isoformat()]
+    assert report.kept_for_changes == [DAYS[1].isoformat()]
+    assert sorted(report.removed_partitions) == [d.isoformat() for d in (DAYS[0], DAYS[2], DAYS[3])]
+    changed.add(DAYS[2])
+    report = apply_retention(store, read, 1, read_changed=lambda: changed)
+    assert report.kept_for_changes == [] and report.removed_partitions == [DAYS[1].isoformat()]
+
+
 def test_the_previous_session_keeps_its_matrices_until_its_successor_has_changes(clean_db, store):
     # keep = 1: without the rule, publishing DAYS[4] would remove DAYS[3], whose matrices the
     # changes of DAYS[4] (SPEC §10) need
     for i, day in enumerate(DAYS):
         _publish(clean_db, day, _matrices(store, day, value=i + 1), seed=i + 1)
-    changed: set[dt.date] = set(DAYS[:3])  # DAYS[3] and DAYS[4] have no changes recorded yet
+    changed: set[dt.date] = set(DAYS[:4])  # DAYS[4] has no changes recorded yet
     read = lambda: published_matrix_versions(clean_db)  # noqa: E731
     report = apply_retention(store, read, 1, read_changed=lambda: changed)
     assert report.kept == [DAYS[4].isoformat()]
