@@ -64,7 +64,9 @@ snapshot_job = dg.define_asset_job(
     ),
     tags=snapshot_run_tags(),
     description="Materialize the correlation snapshot (window, correlation, neighbors, "
-    "clusters, lead-lag, publication) and its checks for one snapshot date.",
+    "clusters, lead-lag, publication) and its checks for one snapshot date. Launch backfill on "
+    "this page makes one run per session (a job backfill); for a range of history use the asset "
+    "graph's Materialize (runs of consecutive sessions) or `corr-pipeline backfill`.",
 )
 
 
