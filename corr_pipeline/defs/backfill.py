@@ -216,13 +216,28 @@ class BackfillReport:
         return out
 
 
+#: A daemon whose last heartbeat is older than its interval plus this is taken as gone (Dagster's
+#: own tolerance, 30 minutes, would leave a stopped daemon "healthy" for that long).
+DAEMON_TOLERANCE_S = 30.0
+
+
+class DaemonGone(RuntimeError):
+    """The daemon stopped while a run of the backfill was queued for it."""
+
+
 def _daemon_running(instance: dg.DagsterInstance) -> bool:
-    """Whether the instance queues runs and its daemon's run queue is alive."""
+    """Whether the instance queues runs and its daemon's run queue sent a heartbeat lately."""
     from dagster._core.run_coordinator import QueuedRunCoordinator
+    from dagster._daemon.controller import get_daemon_statuses
 
     if not isinstance(instance.run_coordinator, QueuedRunCoordinator):
         return False
-    statuses = instance.get_daemon_statuses(["QUEUED_RUN_COORDINATOR"])
+    statuses = get_daemon_statuses(
+        instance,
+        ["QUEUED_RUN_COORDINATOR"],
+        ignore_errors=True,
+        heartbeat_tolerance_seconds=DAEMON_TOLERANCE_S,
+    )
     status = statuses.get("QUEUED_RUN_COORDINATOR")
     return bool(status is not None and status.healthy)
 
@@ -325,10 +340,9 @@ def _watch(
             return run
         if run.status == dg.DagsterRunStatus.QUEUED and not _daemon_running(instance):
             instance.run_coordinator.cancel_run(run.run_id)
-            raise ValueError(
-                f"run {run.run_id} was queued, but the Dagster daemon of {instance.root_directory} "
-                "is gone (the run is canceled): start it again (corr-pipeline ui, dg dev) or stop "
-                "it for good, then run the same backfill again"
+            raise DaemonGone(
+                f"run {run.run_id[:8]} was queued, but the Dagster daemon of "
+                f"{instance.root_directory} is gone: canceled, its sessions are launched directly"
             )
         if not connection.has_more:
             time.sleep(poll_seconds)
@@ -382,6 +396,10 @@ def run_backfill(
                 finished = _watch(
                     instance, outcome, echo, len(report.published), total, poll_seconds
                 )
+            except DaemonGone as gone:
+                echo(f"  {gone}")
+                report.runs.remove(outcome)
+                continue
             except KeyboardInterrupt:
                 instance.run_launcher.terminate(run.run_id)
                 raise
