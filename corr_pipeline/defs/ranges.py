@@ -39,7 +39,6 @@ __all__ = [
     "Bundles",
     "SessionResult",
     "evaluation",
-    "in_flight_with_run",
     "of_session",
     "report",
     "session_keys",
@@ -152,9 +151,3 @@ def report(
     for asset, by_key in values.items():
         stored = None if all(v is None for v in by_key.values()) else by_key
         yield dg.MaterializeResult(asset_key=asset, value=stored)
-
-
-def in_flight_with_run(context: dg.AssetExecutionContext, other_runs: set[str]) -> set[str]:
-    """Partitions retention must leave alone while this step's run goes on: those of the other
-    runs in flight, and this run's own sessions (their matrices are read by later steps)."""
-    return other_runs | set(session_keys(context))
