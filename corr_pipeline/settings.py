@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import os
 import re
 from collections.abc import Iterator
@@ -54,6 +55,7 @@ ENV_TEST_DATABASE_URL = "CORR_PIPELINE_TEST_DATABASE_URL"
 ENV_PARTITION_START = "CORR_PIPELINE_PARTITION_START"
 ENV_MAX_RUNTIME = "CORR_PIPELINE_MAX_RUNTIME_SECONDS"
 ENV_KEEP_MATRICES = "CORR_PIPELINE_KEEP_MATRICES"
+ENV_MEMORY_DIR = "CORR_PIPELINE_MEMORY_DIR"
 ENV_DASK_SCHEDULER = "CORR_PIPELINE_DASK_SCHEDULER"
 ENV_UNIVERSE_SYMBOLS = "CORR_PIPELINE_UNIVERSE_SYMBOLS"
 ENV_SESSIONS_PER_RUN = "CORR_PIPELINE_SESSIONS_PER_RUN"
@@ -63,6 +65,8 @@ ENV_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 DEFAULT_PARTITION_START = "2020-01-01"
 DEFAULT_MAX_RUNTIME_SECONDS = 4 * 3600
 DEFAULT_KEEP_MATRICES = 5
+#: Where the matrices retention will not keep live by default: the shared-memory file system.
+DEFAULT_MEMORY_DIR = "/dev/shm"
 #: The universe size a deployment is sized for unless it says otherwise: the design size.
 DEFAULT_UNIVERSE_SYMBOLS = 24_000
 
@@ -184,6 +188,32 @@ def sessions_per_run() -> int | None:
     return _env_int(
         ENV_SESSIONS_PER_RUN, 1, 1, None, "be a whole number >= 1 (sessions per backfill run)"
     )
+
+
+def memory_dir() -> Path | None:
+    """The memory file system under which sessions that retention will not keep hold their
+    matrices (SPEC §8): ``$CORR_PIPELINE_MEMORY_DIR`` (``off`` disables it), else
+    :data:`DEFAULT_MEMORY_DIR` when that is a ``tmpfs`` mount; None when there is none."""
+    raw = os.environ.get(ENV_MEMORY_DIR, "").strip()
+    if raw.lower() == "off":
+        return None
+    if raw:
+        return Path(raw).expanduser().resolve()
+    return Path(DEFAULT_MEMORY_DIR) if _is_tmpfs(DEFAULT_MEMORY_DIR) else None
+
+
+@functools.lru_cache(maxsize=8)
+def _is_tmpfs(mount_point: str) -> bool:
+    """Whether ``mount_point`` is a ``tmpfs`` mount (``/proc/self/mounts``)."""
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as mounts:
+            return any(
+                fields[1] == mount_point and fields[2] == "tmpfs"
+                for fields in (line.split() for line in mounts)
+                if len(fields) > 2
+            )
+    except OSError:
+        return False
 
 
 def keep_matrices() -> int:

@@ -30,6 +30,7 @@ import numpy as np
 
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.price_source import PriceSourceError
+from corr_pipeline.db.reads import published_dates
 from corr_pipeline.db.synth import read_truth
 from corr_pipeline.db.window import WindowError
 from corr_pipeline.defs import metadata, pictures, publication, ranges
@@ -49,7 +50,7 @@ from corr_pipeline.defs.step_options import (
     SNAPSHOT_GROUP,
     SNAPSHOT_STEP,
 )
-from corr_pipeline.snapshot import steps, verify
+from corr_pipeline.snapshot import retention, steps, verify
 from corr_pipeline.snapshot.measure import measure_stage
 from corr_pipeline.store import writeback
 from corr_pipeline.store.matrix_store import MatrixBundle, StoredArray, sources
@@ -217,8 +218,10 @@ def correlation_and_overlap(
     returns_matrix: ranges.Bundles,
     snapshot_params: SnapshotParams,
     matrix_store: MatrixStoreResource,
+    postgres: PostgresResource,
 ):
     params = snapshot_params.to_parameters()
+    in_memory = _sessions_in_memory(context, matrix_store, postgres)
 
     def session(key: str) -> dict[str, ranges.SessionResult]:
         window = ranges.of_session(returns_matrix, key)
@@ -238,6 +241,7 @@ def correlation_and_overlap(
                 partition=key,
                 labels=labels,
                 params=store_params,
+                in_memory=key in in_memory,
             )
 
         with measure_stage() as stats:
@@ -266,6 +270,11 @@ def correlation_and_overlap(
             )
             verdicts = verify.verify_correlation(corr_stats)
         metadata.log_stage(context, f"correlation checks {key}", check_stats)
+        placement = {
+            "matrices_in_memory": dg.MetadataValue.bool(
+                not stored_corr.path.is_relative_to(matrix_store.store.base_dir)
+            )
+        }
         corr_bundle = MatrixBundle(
             {"corr": stored_corr}, labels=labels, params=store_params, inputs=sources(window)
         )
@@ -277,6 +286,7 @@ def correlation_and_overlap(
                 corr_bundle,
                 {
                     **metadata.correlation(n, corr_stats, stats, check_stats),
+                    **placement,
                     **dashboard,
                     **metadata.pictures(
                         context,
@@ -300,6 +310,37 @@ def correlation_and_overlap(
     with steps.stripe_runner(params) as runner:
         dashboard = metadata.dask_cluster(context, runner)
         yield from ranges.report(context, session)
+
+
+def _sessions_in_memory(
+    context: dg.AssetExecutionContext, matrix_store: MatrixStoreResource, postgres: PostgresResource
+) -> set[str]:
+    """The step's sessions whose matrices go to the store's memory area: those retention will
+    not keep (:func:`corr_pipeline.snapshot.retention.not_kept`). When there are any, retention
+    runs first, so that the memory of earlier runs' sessions is free before this run's fill it;
+    it leaves the run's sessions and the published session before each (their changes read
+    its matrices) alone."""
+    keys = ranges.session_keys(context)
+    label = ranges.sessions_label(keys)
+    with retry_only_if_database_unavailable(f"correlation_and_overlap {label}"):
+        engine = postgres.get_engine()
+        published = published_dates(engine)
+    days = {snapshot_date(key): key for key in keys}
+    in_memory = {days[day] for day in retention.not_kept(days, published, matrix_store.keep())}
+    if in_memory:
+        context.log.info(
+            f"matrices of {ranges.sessions_label(sorted(in_memory))} in memory: retention will "
+            f"not keep them (the newest {matrix_store.keep()} sessions keep theirs)"
+        )
+        predecessors = {
+            max(earlier).isoformat()
+            for day in days
+            if (earlier := [p for p in published if p < day])
+        }
+        publication.apply_retention(
+            context, matrix_store, engine, min(keys), set(keys) | predecessors
+        )
+    return in_memory
 
 
 # --------------------------------------------------------------------------------------------

@@ -177,14 +177,23 @@ class MatrixStoreResource(dg.ConfigurableResource):
         partition: str | None = None,
         labels: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
+        in_memory: bool = False,
     ) -> PendingArray:
         """``store.allocate`` at :func:`store_location` ``(context, asset_key, partition)``; the
-        partition directory stays held (shared) until the step ends."""
+        partition directory stays held (shared) until the step ends. ``in_memory``: in the
+        store's memory area when it has room (:mod:`corr_pipeline.store.memory`)."""
         asset, partition = store_location(context, asset_key, partition)
         store = self.store
         self._holds.take(store, asset, partition)
         return store.allocate(
-            asset, partition, name, shape, np.dtype(dtype), labels=labels, params=params
+            asset,
+            partition,
+            name,
+            shape,
+            np.dtype(dtype),
+            labels=labels,
+            params=params,
+            in_memory=in_memory,
         )
 
     def scratch_for(

@@ -49,6 +49,7 @@ __all__ = [
     "RetentionReport",
     "apply_retention",
     "format_bytes",
+    "not_kept",
     "store_inventory",
 ]
 
@@ -61,6 +62,18 @@ def _date(key: str) -> dt.date | None:
         return dt.date.fromisoformat(key)
     except ValueError:
         return None
+
+
+def not_kept(
+    sessions: Collection[dt.date], published: Collection[dt.date], keep: int
+) -> set[dt.date]:
+    """The sessions of a run that retention removes once the run has published them: those with
+    at least ``keep`` newer dates among the ``published`` ones and the run's own. Their matrices
+    go to the store's memory area (:mod:`corr_pipeline.store.memory`), never to disk; the run's
+    later steps (the changes of each session against the one before it, and of the published
+    session after the run) read them there."""
+    kept = set(sorted(set(published) | set(sessions), reverse=True)[:keep])
+    return {day for day in sessions if day not in kept}
 
 
 def format_bytes(n: int) -> str:

@@ -127,7 +127,7 @@ from typing import Any
 
 import numpy as np
 
-from corr_pipeline.store import locks
+from corr_pipeline.store import locks, memory
 
 __all__ = [
     "FORMAT_VERSION",
@@ -181,6 +181,8 @@ _MANIFEST_SLEEP_S = 0.025
 _SAMPLE_BLOCKS = 17
 _SAMPLE_BYTES = 1 << 16
 _DIR_MODE = 0o700
+#: Memory the memory area leaves free beyond a version it takes (``allocate(in_memory=True)``).
+_MEMORY_MARGIN = 256 * 2**20
 _FILE_MODE = 0o600
 
 
@@ -647,7 +649,8 @@ class BundleWriteReport:
 
 @dataclass(frozen=True)
 class VersionInfo:
-    """One version on disk: its files' total ``bytes``, whether both files exist."""
+    """One version: its files' total ``bytes``, whether both files exist, the ``directory``
+    holding them (the partition directory, or its memory area: :mod:`corr_pipeline.store.memory`)."""
 
     asset: str
     partition: str
@@ -655,6 +658,7 @@ class VersionInfo:
     version: str
     bytes: int
     complete: bool
+    directory: Path | None = None
 
 
 @dataclass
@@ -876,12 +880,39 @@ class MatrixStore:
             raise InvalidStoreKeyError(f"{asset}/{partition} resolves outside {self.base_dir}")
         return path
 
+    def memory_partition_dir(
+        self, asset: str, partition: str, *, create: bool = False
+    ) -> Path | None:
+        """``<memory area>/<asset>/<partition>`` (:mod:`corr_pipeline.store.memory`), None
+        without a usable memory area; ``create``: make it."""
+        area = memory.store_area(self.base_dir, create=create)
+        if area is None:
+            return None
+        path = area / validate_asset_name(asset) / _validate_partition(partition)
+        if create:
+            _mkdir(path.parent)
+            _mkdir(path)
+        return path
+
+    def _version_dirs(self, asset: str, partition: str) -> list[Path]:
+        """The directories holding versions of ``<asset>/<partition>``: the partition directory,
+        then its memory area when it exists."""
+        directories = [self.partition_dir(asset, partition)]
+        in_memory = self.memory_partition_dir(asset, partition)
+        if in_memory is not None and in_memory.is_dir():
+            directories.append(in_memory)
+        return directories
+
     def array_path(self, asset: str, partition: str, name: str, version: str) -> Path:
-        """``<base>/<asset>/<partition>/<name>.<version>.npy``."""
-        return (
-            self.partition_dir(asset, partition)
-            / f"{_validate_name(name)}.{validate_version(version)}.npy"
-        )
+        """``<base>/<asset>/<partition>/<name>.<version>.npy``, or the same file in the memory
+        area when the version lives there."""
+        file = f"{_validate_name(name)}.{validate_version(version)}.npy"
+        on_disk = self.partition_dir(asset, partition) / file
+        if not on_disk.exists():
+            in_memory = self.memory_partition_dir(asset, partition)
+            if in_memory is not None and (in_memory / file).exists():
+                return in_memory / file
+        return on_disk
 
     def sidecar_path(self, asset: str, partition: str, name: str, version: str) -> Path:
         return self.array_path(asset, partition, name, version).with_suffix(".json")
@@ -964,6 +995,7 @@ class MatrixStore:
         labels: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
         fortran_order: bool = False,
+        in_memory: bool = False,
     ) -> PendingArray:
         """Create a writable, zero-filled array that :meth:`PendingArray.commit` turns into a new
         version of ``<asset>/<partition>/<name>``.
@@ -971,6 +1003,9 @@ class MatrixStore:
         The disk space is reserved up front (``posix_fallocate``); if it is not available,
         raises :class:`MatrixStoreSpaceError` naming the path, with nothing left behind.
         ``labels``/``params`` go to the sidecar at commit (they are validated as JSON now).
+        ``in_memory``: the version lives in the store's memory area
+        (:mod:`corr_pipeline.store.memory`) when there is one with room for it, else on disk;
+        it is found, loaded, collected and removed like any other.
         """
         dt = np.dtype(dtype)
         if dt.hasobject:
@@ -986,9 +1021,15 @@ class MatrixStore:
         directory = self.partition_dir(asset, partition)
         with contextlib.suppress(OSError):  # best effort: free what a crashed attempt left
             self.cleanup_stale_temps(asset=asset, partition=partition)
+        target = directory
+        if in_memory:
+            area = self.memory_partition_dir(asset, partition, create=True)
+            nbytes = math.prod(shp) * dt.itemsize
+            if area is not None and memory.free_bytes(area) >= nbytes + _MEMORY_MARGIN:
+                target = area
         held = self._hold(directory, exclusive=False, blocking=True, create=True)
         assert held is not None
-        final = directory / f"{name}.{version}.npy"
+        final = target / f"{name}.{version}.npy"
         try:
             temp, lock = _create_temp(final)
         except OSError as exc:
@@ -1013,6 +1054,18 @@ class MatrixStore:
         except OSError as exc:
             _unlink_quiet(temp)
             lock.release()
+            if target != directory and exc.errno == errno.ENOSPC:  # memory filled meanwhile
+                held.release()
+                return self.allocate(
+                    asset,
+                    partition,
+                    name,
+                    shp,
+                    dt,
+                    labels=labels,
+                    params=params,
+                    fortran_order=fortran_order,
+                )
             raise _space_or_io_error("allocating", final, exc) from exc
         except BaseException:
             _unlink_quiet(temp)
@@ -1220,10 +1273,12 @@ class MatrixStore:
         """The current manifest of ``<asset>/<partition>`` (None if there is none)."""
         return self._read_manifest(self.partition_dir(asset, partition))
 
-    def _has_version(self, directory: Path, name: str, version: str) -> bool:
-        return (directory / f"{name}.{version}.npy").is_file() and (
-            directory / f"{name}.{version}.json"
-        ).is_file()
+    def _has_version(self, asset: str, partition: str, name: str, version: str) -> bool:
+        return any(
+            (directory / f"{name}.{version}.npy").is_file()
+            and (directory / f"{name}.{version}.json").is_file()
+            for directory in self._version_dirs(asset, partition)
+        )
 
     def _commit_manifest(
         self,
@@ -1245,7 +1300,7 @@ class MatrixStore:
                     previous = None  # unreadable or of an older format: replaced whole
                 manifest = update(previous)
                 for name, entry in manifest["arrays"].items():
-                    if not self._has_version(directory, name, entry["version"]):
+                    if not self._has_version(asset, partition, name, entry["version"]):
                         raise CorruptMatrixError(
                             f"version {entry['version']} of {asset}/{partition}/{name} vanished "
                             "before the manifest naming it was written",
@@ -1356,7 +1411,7 @@ class MatrixStore:
                     )
                 if isinstance(value, StoredArray):
                     if value.location == (asset, partition, name) and self._has_version(
-                        directory, name, value.version
+                        asset, partition, name, value.version
                     ):
                         stored[name] = value
                         reused.append(name)
@@ -1477,9 +1532,7 @@ class MatrixStore:
 
     def has_version(self, asset: str, partition: str, name: str, version: str) -> bool:
         """True when that version's files are on disk."""
-        return self._has_version(
-            self.partition_dir(asset, partition), _validate_name(name), validate_version(version)
-        )
+        return self._has_version(asset, partition, _validate_name(name), validate_version(version))
 
     def names(self, asset: str, partition: str) -> list[str]:
         """Array names of the current manifest (sorted)."""
@@ -1511,24 +1564,27 @@ class MatrixStore:
         return sorted({p for asset in self.assets() for p in self.partitions(asset)})
 
     def versions(self, asset: str, partition: str) -> list[VersionInfo]:
-        """The versions on disk in ``<asset>/<partition>`` (oldest first), current or not."""
-        directory = self.partition_dir(asset, partition)
+        """The versions in ``<asset>/<partition>`` and its memory area (oldest first), current
+        or not."""
         found: dict[tuple[str, str], list[Path]] = {}
-        try:
-            entries = list(directory.iterdir())
-        except FileNotFoundError:
-            return []
-        for p in entries:
-            m = _VERSION_FILE_RE.fullmatch(p.name)
-            if m:
-                found.setdefault((m["name"], m["version"]), []).append(p)
+        for directory in self._version_dirs(asset, partition):
+            try:
+                entries = list(directory.iterdir())
+            except FileNotFoundError:
+                continue
+            for p in entries:
+                m = _VERSION_FILE_RE.fullmatch(p.name)
+                if m:
+                    found.setdefault((m["name"], m["version"]), []).append(p)
         out = []
         for (name, version), paths in sorted(found.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             size = 0
             for p in paths:
                 with contextlib.suppress(FileNotFoundError):
                     size += p.stat().st_size
-            out.append(VersionInfo(asset, partition, name, version, size, len(paths) == 2))
+            out.append(
+                VersionInfo(asset, partition, name, version, size, len(paths) == 2, paths[0].parent)
+            )
         return out
 
     def disk_usage(self, partition: str) -> dict[str, int]:
@@ -1734,10 +1790,9 @@ class MatrixStore:
         for asset_dir in asset_dirs:
             if not asset_dir.is_dir():
                 continue
-            if partition is None:
-                out += [asset_dir / p for p in self.partitions(asset_dir.name)]
-            else:
-                out.append(self.partition_dir(asset_dir.name, partition))
+            keys = self.partitions(asset_dir.name) if partition is None else [partition]
+            for key in keys:
+                out += self._version_dirs(asset_dir.name, key)
         return [p for p in out if p.is_dir()]
 
     def _cleanup_dir(self, part_dir: Path, *, dry_run: bool = False) -> list[Path]:
@@ -1874,14 +1929,16 @@ class MatrixStore:
             directory = self.base_dir / asset / partition
             if not directory.is_dir():
                 continue
-            report.temps_removed += self._cleanup_dir(directory, dry_run=dry_run)
-            live_temps = {
-                m["target"]
-                for p in directory.iterdir()
-                if (m := _TEMP_RE.fullmatch(p.name)) and p.exists()
-            }
+            live_temps: set[str] = set()
+            for version_dir in self._version_dirs(asset, partition):
+                report.temps_removed += self._cleanup_dir(version_dir, dry_run=dry_run)
+                live_temps |= {
+                    m["target"]
+                    for p in version_dir.iterdir()
+                    if (m := _TEMP_RE.fullmatch(p.name)) and p.exists()
+                }
             keep = needed.get(asset, {})
-            deleted_any = False
+            touched: set[Path] = set()
             # files of the format-1 layout: no format-2 manifest or pin can name them
             for p in sorted(directory.iterdir()):
                 if _LEGACY_FILE_RE.fullmatch(p.name) and p.name not in (
@@ -1890,11 +1947,12 @@ class MatrixStore:
                 ):
                     if dry_run or _unlink_quiet(p):
                         report.legacy_removed.append(p)
-                        deleted_any = not dry_run
+                        if not dry_run:
+                            touched.add(directory)
             for info in self.versions(asset, partition):
                 if info.version in keep.get(info.name, ()):
                     continue
-                npy = directory / f"{info.name}.{info.version}.npy"
+                npy = (info.directory or directory) / f"{info.name}.{info.version}.npy"
                 side = npy.with_suffix(".json")
                 if not npy.exists():
                     if npy.name in live_temps:  # its writer is still writing the data
@@ -1902,7 +1960,7 @@ class MatrixStore:
                         continue
                     if not dry_run:
                         _unlink_quiet(side)
-                        deleted_any = True
+                        touched.add(npy.parent)
                     report.deleted.append(info)
                     continue
                 try:
@@ -1916,12 +1974,12 @@ class MatrixStore:
                     if not dry_run:
                         _unlink_quiet(side)
                         _unlink_quiet(npy)
-                        deleted_any = True
+                        touched.add(npy.parent)
                     report.deleted.append(info)
                 finally:
                     os.close(fd)
-            if deleted_any:
-                _fsync_dir(directory)
+            for changed in touched:
+                _fsync_dir(changed)
         return report
 
     def pruned(self, partition: str) -> dict[str, Any] | None:
@@ -1961,6 +2019,21 @@ class MatrixStore:
                 for asset in self.assets()
                 if (self.base_dir / asset / partition).is_dir()
             ]
+            in_memory = [
+                d
+                for directory in directories
+                for d in self._version_dirs(directory.parent.name, partition)[1:]
+            ]
+            for directory in in_memory:
+                for p in directory.iterdir():
+                    if _TEMP_RE.fullmatch(p.name) or p.name.endswith(".npy"):
+                        if locks.is_locked(p):
+                            raise PartitionBusyError(
+                                f"{p} is held by a live writer; partition {partition} not removed",
+                                p,
+                            )
+                    with contextlib.suppress(FileNotFoundError):
+                        report.bytes += p.stat().st_size
             for directory in directories:
                 for p in directory.iterdir():
                     busy = (
@@ -1982,7 +2055,7 @@ class MatrixStore:
             for directory in directories:  # manifests first: nothing current names a gap
                 _unlink_quiet(directory / MANIFEST_FILE)
                 _fsync_dir(directory)
-            for directory in directories:
+            for directory in in_memory + directories:
                 for p in directory.iterdir():
                     _unlink_quiet(p)
                 with contextlib.suppress(OSError):

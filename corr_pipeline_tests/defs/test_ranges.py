@@ -19,6 +19,7 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
+from corr_pipeline import settings
 from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.definitions import build_resources
@@ -117,6 +118,11 @@ def test_a_range_in_one_run_publishes_what_each_session_publishes_alone(
     assert len(paths) == len(SESSIONS) and all(
         d in p for d, p in zip(SESSIONS, sorted(paths), strict=True)
     )
+    # history that retention will not keep: its matrices never reached the store's disk
+    in_memory = [
+        materialized["correlation_matrix"][d]["matrices_in_memory"].value for d in SESSIONS
+    ]
+    assert in_memory == [settings.memory_dir() is not None] * len(SESSIONS)
     previous = [materialized["snapshot_changes"][d]["previous_date"].value for d in SESSIONS[1:]]
     assert previous == SESSIONS[:-1]
 

@@ -1,0 +1,72 @@
+"""The store's memory area: where the versions of sessions that retention will not keep live.
+
+A backfill computes many sessions whose matrices retention removes as soon as they are
+published (SPEC §8: only the newest ``keep_matrices`` sessions keep them). Their ``corr`` and
+``overlap`` versions are written to a memory file system instead of the store's disk, so a
+10-year backfill writes to disk only the matrices it keeps::
+
+    <memory dir>/corr_pipeline-<uid>/            0700, owned by the user (checked, never followed)
+      <store id>/<asset>/<partition>/            store id: the first 16 hex digits of the
+        <name>.<version>.npy / .json             SHA-256 of the store's absolute path
+
+The memory dir is :func:`corr_pipeline.settings.memory_dir` (``/dev/shm`` when it is a
+``tmpfs``). The user's directory sits in a world-writable directory, so it is used only when
+it is a real directory (not a symbolic link) owned by the user with no access for anyone
+else; otherwise there is no memory area and every version goes to disk. Its pages are shared
+memory (``RssShmem``, counted like the page cache of the same matrices on disk by
+:mod:`corr_pipeline.snapshot.sizing`); a reboot empties it, which only loses matrices that
+retention would have removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+from corr_pipeline import settings
+
+__all__ = ["free_bytes", "store_area"]
+
+
+def _private_dir(path: Path, *, create: bool) -> bool:
+    """Whether ``path`` is a directory of this user that nobody else may enter (made 0700 when
+    missing and ``create``); never follows a symbolic link."""
+    if create:
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            return False
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and info.st_uid == os.geteuid()
+        and stat.S_IMODE(info.st_mode) & 0o077 == 0
+    )
+
+
+def store_area(base_dir: Path, *, create: bool = False) -> Path | None:
+    """The memory area of the store at ``base_dir`` (module docstring), or None when there is no
+    usable one (``create``: make the directories that are missing)."""
+    root = settings.memory_dir()
+    if root is None or not root.is_dir():
+        return None
+    user_dir = root / f"corr_pipeline-{os.geteuid()}"
+    if not _private_dir(user_dir, create=create):
+        return None
+    area = user_dir / hashlib.sha256(os.fsencode(base_dir)).hexdigest()[:16]
+    if not _private_dir(area, create=create):
+        return None
+    return area
+
+
+def free_bytes(area: Path) -> int:
+    """Bytes the memory file system of ``area`` can still take."""
+    info = os.statvfs(area)
+    return info.f_bavail * info.f_frsize
