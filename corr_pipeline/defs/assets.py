@@ -453,9 +453,10 @@ def clusters(
         corr_bundle = ranges.of_session(correlation_matrix, key)
         corr = corr_bundle["corr"]
         symbols = _symbols(corr_bundle)
-        context.log.info(
+        ranges.log(
+            context,
             f"clustering {len(symbols)} symbols of {key}: {params.linkage_method} linkage, "
-            f"{params.cut}"
+            f"{params.cut}",
         )
         if steps.distances_in_scratch(len(symbols), params):
             warning = writeback.rewrite_warning(

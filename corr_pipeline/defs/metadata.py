@@ -15,6 +15,7 @@ import numpy as np
 
 from corr_pipeline.db.schema import DRIFT_COLUMNS
 from corr_pipeline.db.window import TOO_FEW_RETURNS, ZERO_VARIANCE, ReturnsWindow
+from corr_pipeline.defs import ranges
 from corr_pipeline.snapshot import display, markdown
 from corr_pipeline.snapshot.measure import StageStats
 from corr_pipeline.snapshot.verify import CorrelationStats, Verdict
@@ -36,9 +37,9 @@ def stage(stats: StageStats) -> dict[str, Any]:
 
 
 def log_stage(context: dg.AssetExecutionContext, label: str, stats: StageStats) -> None:
-    """One log line with the step's time and peak RSS."""
+    """One log line with the step's time and peak RSS (:func:`corr_pipeline.defs.ranges.log`)."""
     peak = f", peak RSS {stats.peak_rss_mib:.0f} MiB" if stats.peak_rss_mib is not None else ""
-    context.log.info(f"{label}: {stats.seconds:.2f}s{peak}")
+    ranges.log(context, f"{label}: {stats.seconds:.2f}s{peak}")
 
 
 def dask_cluster(context: dg.AssetExecutionContext, runner: DaskRunner | None) -> dict[str, Any]:

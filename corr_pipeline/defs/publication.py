@@ -11,6 +11,7 @@ them.
 """
 
 import warnings
+from functools import partial
 
 import dagster as dg
 from pydantic import Field
@@ -257,7 +258,7 @@ def _compute_changes(context, engine, matrix_store, day, config, params):
         day,
         top_m=config.top_m,
         working_memory_mb=params.working_memory_mb,
-        log=context.log.info,
+        log=partial(ranges.log, context),
     )
 
 

@@ -24,6 +24,7 @@ step.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +95,37 @@ def evaluation(result: dg.AssetCheckResult, partition: str, blocking: bool) -> A
     )
 
 
+#: The lines :func:`log` gathers for the session being computed in a run over a range.
+_session_lines: ContextVar[list[str] | None] = ContextVar("session_lines", default=None)
+
+
+def log(context: dg.AssetExecutionContext, line: str) -> None:
+    """Log ``line`` at info level; in a run over a range, the lines of a session are gathered
+    into one (Dagster stores every log line as an event: fewer events, a cheaper session)."""
+    lines = _session_lines.get()
+    if lines is None:
+        context.log.info(line)
+    else:
+        lines.append(line)
+
+
+def _compute_gathered(
+    context: dg.AssetExecutionContext,
+    compute: Callable[[str], Mapping[str, SessionResult]],
+    key: str,
+) -> Mapping[str, SessionResult]:
+    """:func:`_compute_session` with the session's :func:`log` lines logged as one, also when
+    it fails."""
+    lines: list[str] = []
+    token = _session_lines.set(lines)
+    try:
+        return _compute_session(compute, key)
+    finally:
+        _session_lines.reset(token)
+        if lines:
+            context.log.info(f"{key}: " + "; ".join(lines))
+
+
 def _compute_session(
     compute: Callable[[str], Mapping[str, SessionResult]], key: str
 ) -> Mapping[str, SessionResult]:
@@ -138,7 +170,7 @@ def report(
     values: dict[str, dict[str, Any]] = {}
     checked: set[dg.AssetCheckKey] = set()
     for key in keys:
-        for asset, result in _compute_session(compute, key).items():
+        for asset, result in _compute_gathered(context, compute, key).items():
             context.add_asset_metadata(dict(result.metadata), asset_key=asset, partition_key=key)
             values.setdefault(asset, {})[key] = result.value
             for check in result.checks:
