@@ -15,26 +15,31 @@ On a synthetic universe of N symbols × (T + S + 1) weekdays in a scratch embedd
 - ``range``: ``corr-pipeline backfill`` (:func:`corr_pipeline.defs.backfill.run_backfill`):
   runs of consecutive sessions through a Dagster instance, the code location in a code server,
   each run in a run worker, every step for every session, checks, pictures, changes;
+- ``range-on-disk``: the same with the store's memory area off (``CORR_PIPELINE_MEMORY_DIR=off``):
+  the matrices of sessions that retention will not keep go to disk too;
 - ``per-session``: one ``snapshot_job`` run per session through the same instance
   (:func:`corr_pipeline.defs.run.launch_snapshot`), each step in its own process (the
   multiprocess executor with a forkserver): the route before ranges existed.
 
 Printed per route: wall seconds, seconds per session, sessions per hour, the ratio to the chain,
-and the peak RSS and peak RssAnon of the largest process (sampled from /proc every 20 ms:
-:class:`corr_pipeline.bench.ProcessTreePeaks`; the chain's are this process's own).
+the peak RSS and peak RssAnon of the largest process (sampled from /proc every 20 ms:
+:class:`corr_pipeline.bench.ProcessTreePeaks`; the chain's are this process's own), and the
+bytes the route's processes sent to disk (``/proc/<pid>/io``: ``write_bytes`` less
+``cancelled_write_bytes``; PostgreSQL's own writes, in its server processes, are not counted).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROUTES = ("chain", "range", "per-session")
+ROUTES = ("chain", "range", "range-on-disk", "per-session")
 
 
 def _parse() -> argparse.Namespace:
@@ -44,6 +49,20 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--sessions", type=int, default=20, help="sessions (default 20)")
     parser.add_argument("--routes", default=",".join(ROUTES), help=f"of {', '.join(ROUTES)}")
     parser.add_argument("--per-run", type=int, help="sessions per range run (default: sized)")
+    parser.add_argument(
+        "--keep",
+        type=int,
+        default=5,
+        help="CORR_PIPELINE_KEEP_MATRICES: sessions that keep their matrices (default 5)",
+    )
+    parser.add_argument(
+        "--dagster-storage",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="the instance's run and event storage: SQLite files under DAGSTER_HOME (the "
+        "project's dagster.yaml) or a database of the embedded PostgreSQL (deploy/dagster.yaml's "
+        "arrangement)",
+    )
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--home", type=Path, help="scratch directory (default: a temp dir)")
     parser.add_argument(
@@ -70,11 +89,13 @@ def main() -> int:
             "DAGSTER_HOME": str(home / "dagster_home"),
             "CORR_PIPELINE_PARTITION_START": first_day.isoformat(),
             "CORR_PIPELINE_UNIVERSE_SYMBOLS": str(args.n),
+            "CORR_PIPELINE_KEEP_MATRICES": str(args.keep),
         }
     )
     from corr_pipeline import settings
     from corr_pipeline.bench import ProcessTreePeaks, machine_line
     from corr_pipeline.bench.pipeline import bench_parameters, run_pipeline_benchmark
+    from corr_pipeline.bench.processes import written_bytes
     from corr_pipeline.db import engine as db_engine
     from corr_pipeline.db.migrate import upgrade
     from corr_pipeline.db.price_source import NATIVE_PRICES
@@ -88,6 +109,8 @@ def main() -> int:
     engine = db_engine.get_engine(server.url())
     upgrade(engine)
     settings.export_database_url(server.url())
+    if args.dagster_storage == "postgres":
+        _postgres_instance(engine, server, home / "dagster_home")
     params = bench_parameters(args.t, max_lag=5, k=10, working_memory_mb=512)
     overrides = {**params.as_dict(), "clusters_memory_mb": params.clusters_memory_mb}
     written = write_synthetic_universe(
@@ -98,7 +121,8 @@ def main() -> int:
     print(f"# {machine_line()}")
     print(
         f"# N = {args.n:,}, T = {args.t}, {len(sessions)} sessions {sessions[0]}..{sessions[-1]}"
-        f", {written.rows_written:,} price rows; scratch {home}"
+        f", {written.rows_written:,} price rows; keep {args.keep}; Dagster storage "
+        f"{args.dagster_storage}; scratch {home}"
     )
     rows = []
     for route in routes:
@@ -106,6 +130,10 @@ def main() -> int:
             with engine.begin() as conn:  # every route starts from nothing published
                 conn.exec_driver_sql(f"TRUNCATE {table} CASCADE")
         start = time.perf_counter()
+        written_before = written_bytes() or 0
+        os.environ.pop(settings.ENV_MEMORY_DIR, None)
+        if route == "range-on-disk":
+            os.environ[settings.ENV_MEMORY_DIR] = "off"
         if route == "chain":
             with PeakMemory() as peak:
                 for key in sessions:
@@ -120,11 +148,12 @@ def main() -> int:
                         day=dt.date.fromisoformat(key),
                     )
             rss, anon = peak.peak_rss / 1024, peak.peak_anon / 1024  # KiB
+            written = (written_bytes() or 0) - written_before
         else:
             instance = open_instance(home / "dagster_home")
             try:
                 with ProcessTreePeaks() as peaks:
-                    if route == "range":
+                    if route.startswith("range"):
                         report = run_backfill(
                             instance,
                             engine,
@@ -156,22 +185,44 @@ def main() -> int:
                 instance.dispose()
             rss = max((p.peak_rss_mib for p in peaks.peaks.values()), default=float("nan"))
             anon = max((p.peak_anon_mib for p in peaks.peaks.values()), default=float("nan"))
+            written = (written_bytes() or 0) - written_before
+            written += sum(p.written_bytes for p in peaks.peaks.values())
         seconds = time.perf_counter() - start
-        rows.append((route, seconds, rss, anon))
+        rows.append((route, seconds, rss, anon, written))
         print(f"  {route:<12} {seconds:8.1f} s  ({seconds / len(sessions):.2f} s per session)")
-    chain = next((s for r, s, _, _ in rows if r == "chain"), None)
+    chain = next((row[1] for row in rows if row[0] == "chain"), None)
     print()
     print(
-        "| route | wall s | s / session | sessions / hour | × chain | peak RSS MiB | peak RssAnon MiB |"
+        "| route | wall s | s / session | sessions / hour | × chain | peak RSS MiB "
+        "| peak RssAnon MiB | written to disk MB |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for route, seconds, rss, anon in rows:
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for route, seconds, rss, anon, written in rows:
         ratio = "-" if chain is None else f"{seconds / chain:.2f}"
         print(
             f"| {route} | {seconds:.1f} | {seconds / len(sessions):.2f} | "
-            f"{3600 * len(sessions) / seconds:,.0f} | {ratio} | {rss:,.0f} | {anon:,.0f} |"
+            f"{3600 * len(sessions) / seconds:,.0f} | {ratio} | {rss:,.0f} | {anon:,.0f} "
+            f"| {written / 1e6:,.0f} |"
         )
     return 0
+
+
+def _postgres_instance(engine, server, dagster_home: Path) -> None:
+    """Give the instance at ``dagster_home`` the project's dagster.yaml plus run, event-log and
+    schedule storage in the database ``dagster`` of the embedded server."""
+    import sqlalchemy as sa
+
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        if (
+            conn.execute(sa.text("SELECT 1 FROM pg_database WHERE datname = 'dagster'")).first()
+            is None
+        ):
+            conn.execute(sa.text("CREATE DATABASE dagster"))
+    url = server.url("dagster").replace("postgresql+psycopg://", "postgresql+psycopg2://", 1)
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    project = (Path(__file__).resolve().parents[1] / "dagster.yaml").read_text()
+    storage = f"\nstorage:\n  postgres:\n    postgres_url: {json.dumps(url)}\n"
+    (dagster_home / "dagster.yaml").write_text(project + storage)
 
 
 def _weekdays_back(end: dt.date, count: int) -> dt.date:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from corr_pipeline.snapshot.measure import read_proc_status_kib
 
-__all__ = ["ProcessPeak", "ProcessTreePeaks", "descendants"]
+__all__ = ["ProcessPeak", "ProcessTreePeaks", "descendants", "written_bytes"]
 
 _PROC = Path("/proc")
 
@@ -61,13 +61,27 @@ def _status_kib(pid: int) -> dict[str, int]:
     return read_proc_status_kib(("RssAnon", "VmHWM"), _PROC / str(pid) / "status")
 
 
+def written_bytes(pid: int | str = "self") -> int | None:
+    """Bytes a process has sent to storage so far: ``write_bytes − cancelled_write_bytes`` of
+    ``/proc/<pid>/io`` (a dirty page of a file deleted before write-back is cancelled); None
+    when unreadable."""
+    try:
+        text = (_PROC / str(pid) / "io").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(": ") for line in text.splitlines() if ": " in line)
+    return int(fields["write_bytes"]) - int(fields["cancelled_write_bytes"])
+
+
 @dataclass
 class ProcessPeak:
-    """One process: the highest ``RssAnon`` and ``VmHWM`` sampled (KiB)."""
+    """One process: the highest ``RssAnon`` and ``VmHWM`` sampled (KiB), and the bytes it had
+    sent to storage when last sampled (:func:`written_bytes`)."""
 
     pid: int
     peak_anon_kib: int = 0
     peak_rss_kib: int = 0
+    written_bytes: int = 0
 
     @property
     def peak_anon_mib(self) -> float:
@@ -101,6 +115,9 @@ class ProcessTreePeaks:
             peak = self.peaks.setdefault(pid, ProcessPeak(pid))
             peak.peak_anon_kib = max(peak.peak_anon_kib, status.get("RssAnon", 0))
             peak.peak_rss_kib = max(peak.peak_rss_kib, status.get("VmHWM", 0))
+            written = written_bytes(pid)
+            if written is not None:
+                peak.written_bytes = max(peak.written_bytes, written)
 
     def _run(self) -> None:
         pids: set[int] = set()
