@@ -24,6 +24,7 @@ step.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,35 +96,46 @@ def evaluation(result: dg.AssetCheckResult, partition: str, blocking: bool) -> A
     )
 
 
-#: The lines :func:`log` gathers for the session being computed in a run over a range.
-_session_lines: ContextVar[list[str] | None] = ContextVar("session_lines", default=None)
+#: The lines :func:`log` gathers while a step over a range computes its sessions.
+_step_lines: ContextVar[list[str] | None] = ContextVar("step_lines", default=None)
 
 
 def log(context: dg.AssetExecutionContext, line: str) -> None:
-    """Log ``line`` at info level; in a run over a range, the lines of a session are gathered
-    into one (Dagster stores every log line as an event: fewer events, a cheaper session)."""
-    lines = _session_lines.get()
+    """Log ``line`` at info level; in a step over a range, the lines of all its sessions are
+    gathered into one log message, a line per session, logged when the step's sessions are done
+    or one fails (Dagster stores every log message as an event, about 19 ms each on a SQLite
+    instance: seven fewer per session)."""
+    lines = _step_lines.get()
     if lines is None:
         context.log.info(line)
     else:
         lines.append(line)
 
 
-def _compute_gathered(
-    context: dg.AssetExecutionContext,
-    compute: Callable[[str], Mapping[str, SessionResult]],
-    key: str,
-) -> Mapping[str, SessionResult]:
-    """:func:`_compute_session` with the session's :func:`log` lines logged as one, also when
-    it fails."""
+@contextmanager
+def _gathered_log(context: dg.AssetExecutionContext) -> Iterator[None]:
+    """Gather :func:`log`'s lines (above) while the block runs; log them as one message."""
     lines: list[str] = []
-    token = _session_lines.set(lines)
+    token = _step_lines.set(lines)
+    try:
+        yield
+    finally:
+        _step_lines.reset(token)
+        if lines:
+            context.log.info("\n".join(lines))
+
+
+def _compute_gathered(
+    compute: Callable[[str], Mapping[str, SessionResult]], key: str
+) -> Mapping[str, SessionResult]:
+    """:func:`_compute_session`, its :func:`log` lines gathered into one line of the session."""
+    lines = _step_lines.get()
+    mark = len(lines) if lines is not None else 0
     try:
         return _compute_session(compute, key)
     finally:
-        _session_lines.reset(token)
-        if lines:
-            context.log.info(f"{key}: " + "; ".join(lines))
+        if lines is not None and len(lines) > mark:
+            lines[mark:] = [f"{key}: " + "; ".join(lines[mark:])]
 
 
 def _compute_session(
@@ -169,15 +181,18 @@ def report(
     assets_def = context.assets_def
     values: dict[str, dict[str, Any]] = {}
     checked: set[dg.AssetCheckKey] = set()
-    for key in keys:
-        for asset, result in _compute_gathered(context, compute, key).items():
-            context.add_asset_metadata(dict(result.metadata), asset_key=asset, partition_key=key)
-            values.setdefault(asset, {})[key] = result.value
-            for check in result.checks:
-                check_key = dg.AssetCheckKey(dg.AssetKey(asset), str(check.check_name))
-                spec = assets_def.get_spec_for_check_key(check_key)
-                checked.add(check_key)
-                yield evaluation(check, key, blocking=spec.blocking)
+    with _gathered_log(context):
+        for key in keys:
+            for asset, result in _compute_gathered(compute, key).items():
+                context.add_asset_metadata(
+                    dict(result.metadata), asset_key=asset, partition_key=key
+                )
+                values.setdefault(asset, {})[key] = result.value
+                for check in result.checks:
+                    check_key = dg.AssetCheckKey(dg.AssetKey(asset), str(check.check_name))
+                    spec = assets_def.get_spec_for_check_key(check_key)
+                    checked.add(check_key)
+                    yield evaluation(check, key, blocking=spec.blocking)
     for check_key in sorted(checked, key=str):
         yield dg.Output(None, output_name=assets_def.get_output_name_for_asset_check_key(check_key))
     for asset, by_key in values.items():
