@@ -73,10 +73,18 @@ def written_bytes(pid: int | str = "self") -> int | None:
     return int(fields["write_bytes"]) - int(fields["cancelled_write_bytes"])
 
 
+def _own(pid: int) -> bool:
+    """Whether ``pid`` runs as this process's user (the embedded PostgreSQL runs as another)."""
+    try:
+        return (_PROC / str(pid)).stat().st_uid == os.geteuid()
+    except OSError:
+        return False
+
+
 @dataclass
 class ProcessPeak:
     """One process: the highest ``RssAnon`` and ``VmHWM`` sampled (KiB), and the bytes it had
-    sent to storage when last sampled (:func:`written_bytes`)."""
+    sent to storage when last sampled (:func:`written_bytes`; processes of this user only)."""
 
     pid: int
     peak_anon_kib: int = 0
@@ -115,7 +123,7 @@ class ProcessTreePeaks:
             peak = self.peaks.setdefault(pid, ProcessPeak(pid))
             peak.peak_anon_kib = max(peak.peak_anon_kib, status.get("RssAnon", 0))
             peak.peak_rss_kib = max(peak.peak_rss_kib, status.get("VmHWM", 0))
-            written = written_bytes(pid)
+            written = written_bytes(pid) if _own(pid) else None  # not the database server's
             if written is not None:
                 peak.written_bytes = max(peak.written_bytes, written)
 

@@ -181,8 +181,6 @@ _MANIFEST_SLEEP_S = 0.025
 _SAMPLE_BLOCKS = 17
 _SAMPLE_BYTES = 1 << 16
 _DIR_MODE = 0o700
-#: Memory the memory area leaves free beyond a version it takes (``allocate(in_memory=True)``).
-_MEMORY_MARGIN = 256 * 2**20
 _FILE_MODE = 0o600
 
 
@@ -1004,7 +1002,8 @@ class MatrixStore:
         raises :class:`MatrixStoreSpaceError` naming the path, with nothing left behind.
         ``labels``/``params`` go to the sidecar at commit (they are validated as JSON now).
         ``in_memory``: the version lives in the store's memory area
-        (:mod:`corr_pipeline.store.memory`) when there is one with room for it, else on disk;
+        (:mod:`corr_pipeline.store.memory`) when there is one with room for it
+        (:func:`~corr_pipeline.store.memory.has_room`), else on disk;
         it is found, loaded, collected and removed like any other.
         """
         dt = np.dtype(dtype)
@@ -1024,8 +1023,7 @@ class MatrixStore:
         target = directory
         if in_memory:
             area = self.memory_partition_dir(asset, partition, create=True)
-            nbytes = math.prod(shp) * dt.itemsize
-            if area is not None and memory.free_bytes(area) >= nbytes + _MEMORY_MARGIN:
+            if area is not None and memory.has_room(area, math.prod(shp) * dt.itemsize):
                 target = area
         held = self._hold(directory, exclusive=False, blocking=True, create=True)
         assert held is not None

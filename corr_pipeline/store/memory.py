@@ -27,7 +27,11 @@ from pathlib import Path
 
 from corr_pipeline import settings
 
-__all__ = ["free_bytes", "store_area"]
+__all__ = ["free_bytes", "has_room", "store_area"]
+
+#: What the memory file system keeps free beyond a version it takes.
+_MARGIN = 256 * 2**20
+_CGROUP = Path("/sys/fs/cgroup")
 
 
 def _private_dir(path: Path, *, create: bool) -> bool:
@@ -70,3 +74,36 @@ def free_bytes(area: Path) -> int:
     """Bytes the memory file system of ``area`` can still take."""
     info = os.statvfs(area)
     return info.f_bavail * info.f_frsize
+
+
+def _meminfo() -> tuple[int, int]:
+    """``(MemTotal, MemAvailable)`` in bytes, the cgroup's limit and headroom where lower."""
+    values: dict[str, int] = {}
+    with open("/proc/meminfo", encoding="ascii") as meminfo:
+        for line in meminfo:
+            name, _, rest = line.partition(":")
+            values[name] = int(rest.split()[0]) * 1024
+    total, available = values["MemTotal"], values.get("MemAvailable", values["MemFree"])
+    try:
+        limit = _CGROUP.joinpath("memory.max").read_text().strip()
+        used = int(_CGROUP.joinpath("memory.current").read_text().strip())
+    except (OSError, ValueError):
+        return total, available
+    if limit.isdigit() and int(limit) < total:
+        total, available = int(limit), min(available, int(limit) - used)
+    return total, available
+
+
+def has_room(area: Path, nbytes: int) -> bool:
+    """Whether ``nbytes`` more in the memory area leave its file system room and the machine
+    (or its cgroup) at least half of its memory available. Pages in the memory area cannot be
+    evicted, while a run's steps stream the matrices they work on through the page cache: at
+    N = 24,000 on 24 GiB, a range with three sessions' matrices (10.4 GB) in memory ran 2.9×
+    slower than with them on disk (docs/benchmarks.md, Backfills)."""
+    if free_bytes(area) < nbytes + _MARGIN:
+        return False
+    try:
+        total, available = _meminfo()
+    except (OSError, ValueError, KeyError):
+        return False
+    return available - nbytes >= total // 2

@@ -128,3 +128,14 @@ def test_a_full_memory_area_sends_the_version_to_disk(tmp_path, monkeypatch):
         assert float(store.load("correlation_matrix", "2024-03-28", "corr").array[1, 1]) == 0.5
     finally:
         subprocess.run(["umount", str(small)], check=True)
+
+
+@needs_shm
+def test_the_memory_area_leaves_half_of_the_memory_available(tmp_path):
+    """Its pages cannot be evicted: a version that would leave the machine less than half of
+    its memory available goes to disk."""
+    store = MatrixStore(tmp_path / "store")
+    area = store.memory_partition_dir("correlation_matrix", "2024-03-28", create=True)
+    assert area is not None
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert not memory.has_room(area, total // 2 + 1)
