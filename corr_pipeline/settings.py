@@ -57,6 +57,9 @@ ENV_MAX_RUNTIME = "CORR_PIPELINE_MAX_RUNTIME_SECONDS"
 ENV_KEEP_MATRICES = "CORR_PIPELINE_KEEP_MATRICES"
 ENV_MEMORY_DIR = "CORR_PIPELINE_MEMORY_DIR"
 ENV_DASK_SCHEDULER = "CORR_PIPELINE_DASK_SCHEDULER"
+ENV_DASK_TLS_CA_FILE = "CORR_PIPELINE_DASK_TLS_CA_FILE"
+ENV_DASK_TLS_CERT = "CORR_PIPELINE_DASK_TLS_CERT"
+ENV_DASK_TLS_KEY = "CORR_PIPELINE_DASK_TLS_KEY"
 ENV_UNIVERSE_SYMBOLS = "CORR_PIPELINE_UNIVERSE_SYMBOLS"
 ENV_SESSIONS_PER_RUN = "CORR_PIPELINE_SESSIONS_PER_RUN"
 ENV_DAGSTER_HOME = "DAGSTER_HOME"
@@ -253,12 +256,6 @@ def runtime_dir() -> Path | None:
     return Path(value) if value and os.path.isabs(value) else None
 
 
-def is_environment_value(value: str) -> bool:
-    """True when ``value`` is the value of some environment variable of this process (how a
-    Dagster ``EnvVar`` or ``{env: NAME}`` config value arrives once resolved)."""
-    return any(value == candidate for candidate in os.environ.values())
-
-
 def child_environment(pythonpath_first: str) -> dict[str, str]:
     """This process's environment for a child Python process, with ``pythonpath_first`` put
     first on ``PYTHONPATH`` (so the child imports this very copy of the package)."""
@@ -310,6 +307,18 @@ def dask_scheduler() -> str | None:
     """``$CORR_PIPELINE_DASK_SCHEDULER`` (a scheduler address such as ``tcp://host:8786``), or
     None: the products then run on threads in the step's process."""
     return _env_text(ENV_DASK_SCHEDULER)
+
+
+def dask_tls_files() -> dict[str, Path | None]:
+    """The files a ``tls://`` Dask scheduler is reached with: ``ca_file`` (the certificate
+    authority that signed the scheduler's and workers' certificates), ``cert`` and ``key``
+    (this client's), from ``$CORR_PIPELINE_DASK_TLS_CA_FILE`` / ``_CERT`` / ``_KEY``; None where
+    unset."""
+    return {
+        "ca_file": _env_path(ENV_DASK_TLS_CA_FILE),
+        "cert": _env_path(ENV_DASK_TLS_CERT),
+        "key": _env_path(ENV_DASK_TLS_KEY),
+    }
 
 
 def prices_table() -> str:

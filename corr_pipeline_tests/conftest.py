@@ -65,6 +65,29 @@ def isolated_home() -> Iterator[Path]:
             shutil.rmtree(home, ignore_errors=True)
 
 
+#: The deployment settings a test may set for itself (where runs read and write: never run
+#: config), restored after each test.
+DEPLOYMENT_SETTINGS = (
+    settings.ENV_STORE_DIR,
+    settings.ENV_PRICES_TABLE,
+    settings.ENV_PRICES_COLUMNS,
+    settings.ENV_PRICES_TIMEZONE,
+    settings.ENV_DASK_SCHEDULER,
+)
+
+
+@pytest.fixture(autouse=True)
+def deployment_settings_restored() -> Iterator[None]:
+    """Put back the :data:`DEPLOYMENT_SETTINGS` a test changed (autouse)."""
+    saved = {name: os.environ.get(name) for name in DEPLOYMENT_SETTINGS}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def _per_worker_database(url: str, worker: str) -> str:
     """Create (if missing) and return ``<db>_<worker>`` on the server of ``url``."""
     parsed = make_url(db_engine.normalize_url(url))

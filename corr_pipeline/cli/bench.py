@@ -10,6 +10,7 @@ lives here rather than in :mod:`corr_pipeline.bench`.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -142,6 +143,7 @@ def bench_through_dagster(
     settings.export_database_url(engine.url.render_as_string(hide_password=False))
     key = DEFAULT_END_DATE.isoformat()
     store_dir = home / "store"
+    os.environ[settings.ENV_STORE_DIR] = str(store_dir)  # the run's store (deployment setting)
     overrides = {
         **params.as_dict(),
         "working_memory_mb": working_memory_mb,
@@ -156,7 +158,6 @@ def bench_through_dagster(
                 key,
                 instance=instance,
                 params=overrides,
-                store_dir=store_dir,
                 in_process=False,  # one process per step: each step's own memory
                 log_level="WARNING",
             )

@@ -54,7 +54,6 @@ __all__ = [
     "embedded_database_url",
     "embedded_server",
     "get_engine",
-    "has_password",
     "hide_secrets",
     "libpq_connection",
     "normalize_url",
@@ -155,16 +154,6 @@ def hide_secrets(text: str, *urls: str | URL | None) -> str:
         for secret in _secret_texts(parsed):
             text = text.replace(secret, HIDDEN)
     return text
-
-
-def has_password(url: str | URL) -> bool:
-    """True when ``url`` carries a password (user-info or ``?password=`` / ``?sslpassword=``),
-    or cannot be parsed (it may then hold one)."""
-    try:
-        parsed = url if isinstance(url, URL) else make_url(str(url).strip())
-    except Exception:
-        return True
-    return bool(_secret_texts(parsed))
 
 
 def normalize_url(url: str) -> str:

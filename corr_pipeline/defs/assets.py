@@ -52,6 +52,7 @@ from corr_pipeline.defs.step_options import (
 )
 from corr_pipeline.snapshot import retention, steps, verify
 from corr_pipeline.snapshot.measure import measure_stage
+from corr_pipeline.snapshot.scheduler import SchedulerError
 from corr_pipeline.store import writeback
 from corr_pipeline.store.matrix_store import MatrixBundle, StoredArray, sources
 
@@ -88,7 +89,8 @@ def returns_matrix(
     snapshot_params: SnapshotParams,
     price_source: PriceSourceResource,
 ):
-    params = snapshot_params.to_parameters()
+    with one_line_failure(SchedulerError):  # refused before anything connects
+        params = snapshot_params.to_parameters()
     with one_line_failure(PriceSourceError):
         source = price_source.source()
     tags = context.run.tags

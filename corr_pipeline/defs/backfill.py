@@ -121,9 +121,9 @@ class BackfillRequest:
     """A backfill of the snapshot partitions in ``[first, last]`` with ``params`` (the
     parameters of the result; ``overrides`` the fields given on the command line, passed to
     every run as run config), reading ``source``; ``per_run`` sessions per run (None: sized,
-    module docstring); ``force``: every session is pending, current or not; ``store_dir``: the
-    matrix store (default the code location's); ``log_level``: of the runs' console log (the
-    instance's event log keeps everything)."""
+    module docstring); ``force``: every session is pending, current or not; ``log_level``: of
+    the runs' console log (the instance's event log keeps everything). The runs use the
+    deployment's database and matrix store (:mod:`corr_pipeline.settings`)."""
 
     first: dt.date
     last: dt.date
@@ -132,7 +132,6 @@ class BackfillRequest:
     overrides: Mapping[str, Any] = field(default_factory=dict)
     per_run: int | None = None
     force: bool = False
-    store_dir: str | None = None
     log_level: str = "WARNING"
 
 
@@ -363,9 +362,7 @@ def run_backfill(
     started = time.perf_counter()
     plan = plan_backfill(engine, request, force=request.force)
     report = BackfillReport(plan)
-    run_config, _ = snapshot_run_config(
-        params=dict(request.overrides), store_dir=request.store_dir, log_level=request.log_level
-    )
+    run_config, _ = snapshot_run_config(params=dict(request.overrides), log_level=request.log_level)
     total = len(plan.pending)
     echo(
         f"backfill {plan.sessions[0]}..{plan.sessions[-1]}: {len(plan.sessions)} sessions, "
@@ -419,19 +416,17 @@ def run_backfill(
             for key, reason in failed.items():
                 report.failed[key] = reason
                 echo(f"  {key} FAILED: {reason}")
-    for line in _apply_retention(instance, engine, request.store_dir):
+    for line in _apply_retention(instance, engine):
         echo(line)
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _apply_retention(
-    instance: dg.DagsterInstance, engine: sa.Engine, store_dir: str | None
-) -> list[str]:
+def _apply_retention(instance: dg.DagsterInstance, engine: sa.Engine) -> list[str]:
     """Retention once the runs are done (:mod:`corr_pipeline.snapshot.retention`): a run's own
     sessions stay while it goes (its later steps read them), so the last run's would otherwise
     wait for the next publication."""
-    store = MatrixStore(store_dir or settings.store_dir())
+    store = MatrixStore(settings.store_dir())
     report = retention.apply_retention(
         store,
         lambda: published_matrix_versions(engine),

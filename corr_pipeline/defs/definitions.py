@@ -8,13 +8,17 @@ the nightly schedule, and the resources:
 - ``prices_sensor_settings`` (:class:`PricesSensorSettings`): when ``prices_ready_sensor`` (the
   alternative to the schedule, :mod:`corr_pipeline.defs.sensors`) finds a session's prices in;
 - ``price_source`` (:class:`PriceSourceResource`): the table or view the window reads
-  (``$CORR_PIPELINE_PRICES_TABLE`` / ``_COLUMNS`` / ``_TIMEZONE`` when the run starts, or run
-  config; default the project's ``prices``);
+  (``$CORR_PIPELINE_PRICES_TABLE`` / ``_COLUMNS`` / ``_TIMEZONE`` when the run starts; default
+  the project's ``prices``);
 - ``matrix_io_manager`` / ``matrix_store``: the matrix store under
-  ``$CORR_PIPELINE_STORE_DIR`` (default ``$CORR_PIPELINE_HOME/store``), resolved when the
-  definitions are built; override both ``base_dir`` values together in run config if needed.
+  ``$CORR_PIPELINE_STORE_DIR`` (default ``$CORR_PIPELINE_HOME/store``).
   ``matrix_store.keep_matrices`` (default ``$CORR_PIPELINE_KEEP_MATRICES``, else 5) is the
   retention ``snapshot_publication`` applies after each publication.
+
+Where a run connects, reads and writes (the database, the store, the price source, the Dask
+scheduler) is the environment of the code location's processes, read when a run uses it: no
+resource has a config field for it, so run config cannot choose it
+(:mod:`corr_pipeline.defs.resources`).
 
 The code location itself is :mod:`corr_pipeline.definitions` (``defs = build_definitions()``).
 """
@@ -23,7 +27,6 @@ from __future__ import annotations
 
 import dagster as dg
 
-from corr_pipeline import settings
 from corr_pipeline.defs.assets import MATRIX_IO_MANAGER, snapshot_assets
 from corr_pipeline.defs.executor import snapshot_executor
 from corr_pipeline.defs.io_manager import MatrixStoreIOManager, MatrixStoreResource
@@ -39,22 +42,21 @@ from corr_pipeline.defs.sensors import PricesSensorSettings, prices_ready_sensor
 __all__ = ["build_definitions", "build_resources"]
 
 
-def build_resources(store_dir: str | None = None) -> dict[str, object]:
-    """Resources of the code location; ``store_dir`` defaults to :func:`settings.store_dir`."""
-    base_dir = str(store_dir or settings.store_dir())
+def build_resources() -> dict[str, object]:
+    """Resources of the code location (module docstring)."""
     return {
         "snapshot_params": SnapshotParams(),
         "postgres": PostgresResource(),
         "price_source": PriceSourceResource(),
         "prices_sensor_settings": PricesSensorSettings(),
-        MATRIX_IO_MANAGER: MatrixStoreIOManager(base_dir=base_dir),
-        "matrix_store": MatrixStoreResource(base_dir=base_dir),
+        MATRIX_IO_MANAGER: MatrixStoreIOManager(),
+        "matrix_store": MatrixStoreResource(),
     }
 
 
 def build_definitions() -> dg.Definitions:
-    """The assets, ``snapshot_job``, the nightly schedule, :func:`build_resources` (store
-    directory resolved now, from the environment) and the executor of every run
+    """The assets, ``snapshot_job``, the nightly schedule, :func:`build_resources` and the
+    executor of every run
     (:mod:`corr_pipeline.defs.executor`)."""
     return dg.Definitions(
         assets=snapshot_assets,

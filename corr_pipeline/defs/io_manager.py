@@ -8,7 +8,7 @@ An asset that uses :class:`MatrixStoreIOManager` returns a
 ``MatrixBundle`` whose arrays are :class:`StoredArray` objects wrapping **read-only
 memmaps** (``bundle["corr"]`` is the ``np.memmap``; ``bundle.labels`` the shared labels).
 
-Files: ``<base_dir>/<asset name>/<partition key>/``, holding ``<array>.<version>.npy`` +
+Files: ``<store>/<asset name>/<partition key>/``, holding ``<array>.<version>.npy`` +
 ``<array>.<version>.json`` per committed version and one ``bundle.manifest.json`` naming the
 current version of each array (layout: :mod:`corr_pipeline.store.matrix_store`), where *asset
 name* is the **last element** of the asset key (key prefixes are not part of the path, so two
@@ -42,9 +42,11 @@ Small arrays can simply be returned as plain ``np.ndarray`` values (copied once 
 store); a :class:`StoredArray` from *another* location (e.g. an upstream input passed
 through) is hard-linked, also without copying.
 
-Process model: the IO manager and the resource are configured only by ``base_dir`` (and
-``keep_matrices``), so they work identically with the in-process and the multiprocess executor
-(each step subprocess rebuilds them from config). Configure both with the same ``base_dir``.
+Location: the store's directory is deployment configuration, :func:`corr_pipeline.settings.store_dir`
+(``$CORR_PIPELINE_STORE_DIR``, else ``$CORR_PIPELINE_HOME/store``), read when the store is used;
+neither the IO manager nor the resource has a config field for it, so no run config can send a
+run's reads or writes elsewhere. A run's processes (run worker, step processes) inherit the code
+server's environment and working directory, so they all use the same store.
 While a step runs, both hold a shared lock on every partition directory they touched (inputs
 loaded, outputs written, arrays allocated), released when the step's resources are torn down:
 retention and garbage collection leave a partition alone while a step uses it.
@@ -58,7 +60,7 @@ from typing import Any
 
 import dagster as dg
 import numpy as np
-from pydantic import Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr
 
 from corr_pipeline import settings
 from corr_pipeline.snapshot import display
@@ -135,9 +137,10 @@ class _PartitionHolds:
 
 
 class MatrixStoreResource(dg.ConfigurableResource):
-    """Gives assets direct access to the matrix store at ``base_dir``, and its retention.
+    """Gives assets direct access to the matrix store (:func:`corr_pipeline.settings.store_dir`),
+    and its retention.
 
-    Use the same ``base_dir`` as :class:`MatrixStoreIOManager`. ``.store`` is a
+    ``.store`` is a
     :class:`MatrixStore`; :meth:`allocate_for` allocates an output array exactly where the
     IO manager will look for it (the zero-copy hand-off, see module docstring);
     :meth:`scratch_for` gives a step a file-backed working array there, deleted after use.
@@ -145,7 +148,8 @@ class MatrixStoreResource(dg.ConfigurableResource):
     each publication (:meth:`keep`).
     """
 
-    base_dir: str = Field(description="Root directory of the matrix store (created if missing).")
+    model_config = ConfigDict(extra="forbid")  # base_dir is not a field: the environment
+
     keep_matrices: int | None = Field(
         default=None,
         ge=1,
@@ -157,7 +161,8 @@ class MatrixStoreResource(dg.ConfigurableResource):
 
     @property
     def store(self) -> MatrixStore:
-        return MatrixStore(self.base_dir)
+        """The deployment's matrix store (:func:`corr_pipeline.settings.store_dir`)."""
+        return MatrixStore(settings.store_dir())
 
     def keep(self) -> int:
         """``keep_matrices``, or :func:`corr_pipeline.settings.keep_matrices` when unset."""
@@ -215,7 +220,7 @@ class MatrixStoreResource(dg.ConfigurableResource):
 
 
 class MatrixStoreIOManager(dg.ConfigurableIOManager):
-    """Stores each output :class:`MatrixBundle` under ``<base_dir>/<asset>/<partition>/``.
+    """Stores each output :class:`MatrixBundle` under ``<store>/<asset>/<partition>/``.
 
     * ``handle_output``: the value must be a :class:`MatrixBundle`; see
       :meth:`MatrixStore.save_bundle` for how each array is stored (reused / linked /
@@ -226,7 +231,8 @@ class MatrixStoreIOManager(dg.ConfigurableIOManager):
       partition key → bundle.
     """
 
-    base_dir: str = Field(description="Root directory of the matrix store (created if missing).")
+    model_config = ConfigDict(extra="forbid")  # base_dir is not a field: the environment
+
     _holds: _PartitionHolds = PrivateAttr(default_factory=_PartitionHolds)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
@@ -234,7 +240,8 @@ class MatrixStoreIOManager(dg.ConfigurableIOManager):
 
     @property
     def store(self) -> MatrixStore:
-        return MatrixStore(self.base_dir)
+        """The deployment's matrix store (:func:`corr_pipeline.settings.store_dir`)."""
+        return MatrixStore(settings.store_dir())
 
     def _output_bundles(self, context: dg.OutputContext, obj: Any) -> dict[str, MatrixBundle]:
         """``{partition key: bundle}`` of an output: one bundle for one partition (or an

@@ -1,6 +1,13 @@
 """Dagster resources: the snapshot parameters every asset shares, the PostgreSQL connection, and
 the price source (:class:`PriceSourceResource`, at the end).
 
+**Where a run connects, reads and writes is deployment configuration, never run config.** The
+database, the matrix store's directory, the price source relation and the Dask scheduler come
+from the environment of the code location (the environment, ``.env`` in the project root:
+:mod:`corr_pipeline.settings`); no resource has a config field for them, so a launchpad or a run
+config that names one is refused by Dagster's config check before the run is created (SPEC §7,
+docs/operations.md, threat model). The launchpad sets the numerical parameters only.
+
 ``SnapshotParams`` is a resource rather than per-asset ``Config`` so that one set of numbers
 drives the whole graph; it is the launchpad face of
 :class:`corr_pipeline.snapshot.params.SnapshotParameters` (same fields, same defaults, same
@@ -19,11 +26,12 @@ Override in run config, e.g.::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 import sqlalchemy as sa
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from corr_pipeline import settings
 from corr_pipeline.db.price_source import (
@@ -37,10 +45,37 @@ from corr_pipeline.snapshot.params import (
     SnapshotParameters,
     parameter_problems,
 )
+from corr_pipeline.snapshot.scheduler import check_scheduler
+
+#: What a run might name to choose where it connects, reads or writes, and the deployment
+#: setting that decides it instead.
+LOCATION_SETTINGS = {
+    "dask_scheduler": settings.ENV_DASK_SCHEDULER,
+    "database_url": settings.ENV_DATABASE_URL,
+    "base_dir": settings.ENV_STORE_DIR,
+    "store_dir": settings.ENV_STORE_DIR,
+    "table": settings.ENV_PRICES_TABLE,
+    "columns": settings.ENV_PRICES_COLUMNS,
+    "timezone": settings.ENV_PRICES_TIMEZONE,
+}
+
+
+def refuse_locations(params: Mapping[str, Any]) -> None:
+    """ValueError, one line, when ``params`` (run parameters) name where a run connects, reads
+    or writes (:data:`LOCATION_SETTINGS`): that is deployment configuration."""
+    named = [name for name in params if name in LOCATION_SETTINGS]
+    if named:
+        raise ValueError(
+            f"{named[0]} chooses where a run connects, reads or writes: it is deployment "
+            f"configuration (${LOCATION_SETTINGS[named[0]]} in the code location's environment "
+            "or the project's .env), never a run parameter"
+        )
 
 
 class SnapshotParams(dg.ConfigurableResource):
     """Parameters of one correlation snapshot (SPEC §2-§6), validated as a whole."""
+
+    model_config = ConfigDict(extra="forbid")  # a field it does not have is an error
 
     lookback_days: int = Field(
         default=DEFAULTS.lookback_days,
@@ -98,14 +133,6 @@ class SnapshotParams(dg.ConfigurableResource):
         "lead-lag); results are memory-mapped and not counted.",
     )
 
-    dask_scheduler: str | None = Field(
-        default=None,
-        description="Address of a Dask distributed scheduler (tcp://host:8786) on which the "
-        "correlation, neighbors and lead-lag stripes run, bit-identical to threads; default "
-        "$CORR_PIPELINE_DASK_SCHEDULER; both unset: threads in the step's process. The cluster "
-        "stays on one machine (docs/user_guide.md).",
-    )
-
     clusters_memory_mb: int = Field(
         default=DEFAULTS.clusters_memory_mb,
         description="MiB of anonymous memory the clusters step may hold for its float64 "
@@ -122,14 +149,17 @@ class SnapshotParams(dg.ConfigurableResource):
         return self
 
     def _values(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in FIELD_NAMES}
+        return {name: getattr(self, name) for name in FIELD_NAMES if name != "dask_scheduler"}
 
     def to_parameters(self) -> SnapshotParameters:
-        """The Dagster-free value every step takes (``dask_scheduler`` unset: the environment's
-        ``$CORR_PIPELINE_DASK_SCHEDULER``, read when the step runs)."""
-        values = self._values()
-        values["dask_scheduler"] = self.dask_scheduler or settings.dask_scheduler()
-        return SnapshotParameters(**values)
+        """The Dagster-free value every step takes, with the deployment's Dask scheduler
+        (``$CORR_PIPELINE_DASK_SCHEDULER``, read when the step runs; unset: threads), checked
+        by :func:`corr_pipeline.snapshot.scheduler.check_scheduler`: a refused address fails
+        the run's first step, before it connects to anything."""
+        scheduler = settings.dask_scheduler()
+        if scheduler is not None:
+            check_scheduler(scheduler)
+        return SnapshotParameters(**self._values(), dask_scheduler=scheduler)
 
     def as_dict(self) -> dict[str, Any]:
         """The parameters as plain JSON values (recorded in ``snapshots.params``, SPEC §7)."""
@@ -137,41 +167,12 @@ class SnapshotParams(dg.ConfigurableResource):
 
 
 class PostgresResource(dg.ConfigurableResource):
-    """The project PostgreSQL (prices in, snapshots out).
-
-    ``database_url`` unset (the default) means the project's own resolution:
-    ``$CORR_PIPELINE_DATABASE_URL`` if set, else the embedded server under
-    ``$CORR_PIPELINE_HOME/pgdata``. If you do set it, pass ``dg.EnvVar("...")`` (or
-    ``{env: NAME}`` in run config): a URL with a password given as a literal is refused, because
-    Dagster would store it in its run storage (the job snapshot or the run config) and show it in
-    the UI. Only :meth:`describe` (no credentials) is ever logged.
+    """The project PostgreSQL (prices in, snapshots out): ``$CORR_PIPELINE_DATABASE_URL`` if set,
+    else the embedded server under ``$CORR_PIPELINE_HOME/pgdata`` (deployment configuration:
+    nothing in run config chooses it). Only :meth:`describe` (no credentials) is ever logged.
     """
 
-    # validation errors must not echo the URL (pydantic shows the input value by default)
-    model_config = ConfigDict(hide_input_in_errors=True)
-
-    database_url: str | None = Field(
-        default=None,
-        description="SQLAlchemy/libpq URL; default: $CORR_PIPELINE_DATABASE_URL or the embedded "
-        "PostgreSQL. A URL with a password must come from the environment (EnvVar); a literal "
-        "one is refused.",
-    )
-
-    @field_validator("database_url", mode="before")
-    @classmethod
-    def _password_only_from_the_environment(cls, value: Any) -> Any:
-        from corr_pipeline.db.engine import has_password
-
-        if value is None or isinstance(value, dg.EnvVar) or not isinstance(value, str):
-            return value
-        if has_password(value) and not settings.is_environment_value(value):
-            raise ValueError(
-                "PostgresResource.database_url holds a password in clear: Dagster would store it "
-                "in its run storage and show it in the UI. Pass it from the environment, "
-                'PostgresResource(database_url=dg.EnvVar("NAME")) (in run config: database_url: '
-                "{env: NAME}), or leave database_url unset to use CORR_PIPELINE_DATABASE_URL"
-            )
-        return value
+    model_config = ConfigDict(extra="forbid")  # a field it does not have is an error
 
     def get_engine(self) -> sa.Engine:
         """A pooled engine (cached per URL by :func:`corr_pipeline.db.engine.get_engine`) on a
@@ -186,7 +187,7 @@ class PostgresResource(dg.ConfigurableResource):
         from corr_pipeline.db.engine import get_engine
         from corr_pipeline.db.migrate import require_current
 
-        engine = get_engine(self.database_url)
+        engine = get_engine()
         require_current(engine)
         return engine
 
@@ -194,60 +195,40 @@ class PostgresResource(dg.ConfigurableResource):
         """``host[:port]/database`` of the configured server, without credentials."""
         from corr_pipeline.db.engine import database_url, describe_url
 
-        return describe_url(self.database_url or database_url())
+        return describe_url(database_url())
 
 
 class PriceSourceResource(dg.ConfigurableResource):
     """Where the window reads daily prices: a table or view and its symbol, trade-date and
     price columns (:mod:`corr_pipeline.db.price_source`). Read-only; never written.
 
-    A resource of its own rather than fields of :class:`PostgresResource`: the connection (where
+    A resource of its own rather than part of :class:`PostgresResource`: the connection (where
     the pipeline reads *and* publishes) and the price source (what it reads, never writes) vary
-    independently — a team points the source at its view and keeps publishing into the same
-    database — and the assets and sensors that only need to know which prices exist take this
-    one. The source lives in the database of ``postgres``; a table on another server is reached
-    through a foreign table (``postgres_fdw``) there.
+    independently, and the assets and sensors that only need to know which prices exist take
+    this one. The source lives in the database of ``postgres``; a table on another server is
+    reached through a foreign table (``postgres_fdw``) there.
 
-    Each field left unset (the default) takes its environment variable, read when the run
-    starts: ``table`` ← ``$CORR_PIPELINE_PRICES_TABLE`` (default ``prices``), ``columns`` ←
-    ``$CORR_PIPELINE_PRICES_COLUMNS`` (default ``symbol,trade_date,close``), ``timezone`` ←
-    ``$CORR_PIPELINE_PRICES_TIMEZONE`` (default ``UTC``). A malformed value, a missing relation
-    or column, or an unusable type fails the run's first step with one line naming the problem,
-    not retried (``returns_matrix``, before any price is read).
+    Deployment configuration, read when the run starts: ``$CORR_PIPELINE_PRICES_TABLE``
+    (default ``prices``), ``$CORR_PIPELINE_PRICES_COLUMNS`` (default
+    ``symbol,trade_date,close``), ``$CORR_PIPELINE_PRICES_TIMEZONE`` (default ``UTC``). A
+    malformed value, a missing relation or column, or an unusable type fails the run's first
+    step with one line naming the problem, not retried (``returns_matrix``, before any price is
+    read).
     """
 
-    table: str | None = Field(
-        default=None,
-        description="Table or view holding the prices: name or schema.name (SQL identifier "
-        "syntax, quoted safely). Default: $CORR_PIPELINE_PRICES_TABLE or `prices`.",
-    )
-    columns: str | None = Field(
-        default=None,
-        description="Its symbol, trade date and price columns, comma-separated, in that order "
-        "(e.g. `ticker,dt,adj_close`). Default: $CORR_PIPELINE_PRICES_COLUMNS or "
-        "`symbol,trade_date,close`.",
-    )
-    timezone: str | None = Field(
-        default=None,
-        description="Time zone turning a `timestamp with time zone` trade-date column into "
-        "dates. Default: $CORR_PIPELINE_PRICES_TIMEZONE or UTC.",
-    )
+    model_config = ConfigDict(extra="forbid")  # a field it does not have is an error
 
     def source(self) -> PriceSource:
-        """The parsed source (fields, else the environment); raises
-        :class:`~corr_pipeline.db.price_source.PriceSourceError` naming the field or variable."""
-        from corr_pipeline import settings
-
+        """The parsed source; raises :class:`~corr_pipeline.db.price_source.PriceSourceError`
+        naming the variable."""
         return PriceSource.parse(
-            self.table if self.table is not None else settings.prices_table(),
-            self.columns if self.columns is not None else settings.prices_columns(),
-            self.timezone if self.timezone is not None else settings.prices_timezone(),
+            settings.prices_table(),
+            settings.prices_columns(),
+            settings.prices_timezone(),
             names=(
-                "price_source.table" if self.table is not None else settings.ENV_PRICES_TABLE,
-                "price_source.columns" if self.columns is not None else settings.ENV_PRICES_COLUMNS,
-                "price_source.timezone"
-                if self.timezone is not None
-                else settings.ENV_PRICES_TIMEZONE,
+                settings.ENV_PRICES_TABLE,
+                settings.ENV_PRICES_COLUMNS,
+                settings.ENV_PRICES_TIMEZONE,
             ),
         )
 

@@ -21,7 +21,6 @@ when it has none).
 from __future__ import annotations
 
 import datetime as dt
-import os
 import shutil
 import time
 from collections.abc import Iterable, Iterator
@@ -44,7 +43,7 @@ from corr_pipeline.defs.partitions import (
     snapshot_calendar,
     snapshot_partitions,
 )
-from corr_pipeline.defs.resources import SnapshotParams
+from corr_pipeline.defs.resources import SnapshotParams, refuse_locations
 from corr_pipeline.defs.runs import run_sessions
 
 SNAPSHOT_JOB_NAME = "snapshot_job"
@@ -228,7 +227,6 @@ def summarize(
 def snapshot_run_config(
     *,
     params: dict[str, Any] | None = None,
-    store_dir: str | os.PathLike[str] | None = None,
     in_process: bool | None = None,
     max_concurrent: int | None = None,
     forkserver: bool = True,
@@ -241,12 +239,10 @@ def snapshot_run_config(
     check, which names them."""
     resources: dict[str, Any] = {}
     if params:
+        refuse_locations(params)
         SnapshotParams(**params)
         resources["snapshot_params"] = {"config": dict(params)}
-    store = Path(store_dir).expanduser().resolve() if store_dir else settings.store_dir()
-    if store_dir:
-        resources["matrix_io_manager"] = {"config": {"base_dir": str(store)}}
-        resources["matrix_store"] = {"config": {"base_dir": str(store)}}
+    store = settings.store_dir()
     run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": log_level}}}}
     if resources:
         run_config["resources"] = resources
@@ -270,7 +266,6 @@ def materialize_snapshot(
     *,
     instance: dg.DagsterInstance | None = None,
     params: dict[str, Any] | None = None,
-    store_dir: str | os.PathLike[str] | None = None,
     in_process: bool | None = None,
     max_concurrent: int | None = None,
     forkserver: bool = True,
@@ -283,8 +278,8 @@ def materialize_snapshot(
     Overview timeline; :func:`launch_snapshot` launches a run like the UI's.
 
     ``params`` overrides fields of :class:`~corr_pipeline.defs.resources.SnapshotParams`
-    (validated at run start); ``store_dir`` overrides the matrix store directory (default
-    :func:`settings.store_dir`); ``in_process`` True uses the in-process executor, False one
+    (validated at run start); the matrix store is the deployment's
+    (:func:`settings.store_dir`); ``in_process`` True uses the in-process executor, False one
     process per step, None (default) what :mod:`corr_pipeline.defs.executor` chooses; ``max_concurrent`` caps parallel step processes (default: CPU count);
     ``forkserver`` starts step processes from a forkserver that has preloaded
     ``corr_pipeline.definitions`` (dagster, numpy, numba kernels), saving the few seconds each
@@ -294,7 +289,6 @@ def materialize_snapshot(
     check_partition_key(partition_key)
     run_config, store = snapshot_run_config(
         params=params,
-        store_dir=store_dir,
         in_process=in_process,
         max_concurrent=max_concurrent,
         forkserver=forkserver,
@@ -356,7 +350,6 @@ def launch_snapshot(
     *,
     instance: dg.DagsterInstance,
     params: dict[str, Any] | None = None,
-    store_dir: str | os.PathLike[str] | None = None,
     max_concurrent: int | None = None,
     forkserver: bool = True,
     log_level: str = "INFO",
@@ -387,7 +380,6 @@ def launch_snapshot(
         raise ValueError("launch_snapshot needs a persistent Dagster instance (DAGSTER_HOME)")
     run_config, store = snapshot_run_config(
         params=params,
-        store_dir=store_dir,
         max_concurrent=max_concurrent,
         forkserver=forkserver,
         log_level=log_level,

@@ -65,6 +65,7 @@ from corr_pipeline.db.window import (
     load_returns_windows,
 )
 from corr_pipeline.snapshot.params import SnapshotParameters
+from corr_pipeline.snapshot.scheduler import scheduler_security
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
 
 Progress = Callable[[int, int], None]
@@ -127,13 +128,16 @@ def load_returns_range(
 @contextmanager
 def stripe_runner(params: SnapshotParameters) -> Iterator[DaskRunner | None]:
     """A runner on the Dask scheduler ``params.dask_scheduler`` (disconnected on exit), or None
-    when it is unset (the steps then run on threads). Needs the ``dask`` extra."""
+    when it is unset (the steps then run on threads); only a loopback ``tcp://`` or a
+    ``tls://`` address, with the settings' certificates (:mod:`corr_pipeline.snapshot.scheduler`).
+    Needs the ``dask`` extra."""
     if params.dask_scheduler is None:
         yield None
         return
+    security = scheduler_security(params.dask_scheduler)  # refused: before connecting
     from corr_pipeline.compute.dask_runner import connect
 
-    with connect(params.dask_scheduler) as runner:
+    with connect(params.dask_scheduler, security) as runner:
         yield runner
 
 

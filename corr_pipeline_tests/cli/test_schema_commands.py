@@ -201,10 +201,10 @@ def test_demo_and_pipeline_refuse_an_older_schema(
         demo_step_database(DemoContext(echo=lambda line: None))
     assert str(info.value) == message
     with pytest.raises(SchemaVersionError, match=message):
-        PostgresResource(database_url=url).get_engine()
+        PostgresResource().get_engine()
 
     resources = h.resources(tmp_path / "store")
-    resources["postgres"] = PostgresResource(database_url=url)
+    resources["postgres"] = PostgresResource()
     result = dg.materialize(
         snapshot_assets,
         partition_key=day.isoformat(),

@@ -80,12 +80,13 @@ ASSETS = [returns_matrix, correlation_matrix, neighbors_and_clusters]
 
 
 def multiprocess_job() -> dg.JobDefinition:
-    """returns_matrix -> correlation_matrix on the multiprocess executor (base_dir from run config)."""
+    """returns_matrix -> correlation_matrix on the multiprocess executor (the store from the
+    environment, which every step process inherits)."""
     defs = dg.Definitions(
         assets=ASSETS,
         resources={
-            "io_manager": MatrixStoreIOManager.configure_at_launch(),
-            "matrix_store": MatrixStoreResource.configure_at_launch(),
+            "io_manager": MatrixStoreIOManager(),
+            "matrix_store": MatrixStoreResource(),
         },
         jobs=[
             dg.define_asset_job(

@@ -46,7 +46,6 @@ from corr_pipeline import settings
 from corr_pipeline.db.reads import PublishedSession, change_staleness
 from corr_pipeline.db.schema import PUBLISHED_TABLES, truncate_all
 from corr_pipeline.db.synth import write_synthetic_universe
-from corr_pipeline.definitions import build_resources
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.backfill import BackfillPlan, session_is_current
 from corr_pipeline.defs.resources import SnapshotParams
@@ -54,6 +53,7 @@ from corr_pipeline.defs.run import REPO_DAGSTER_YAML
 from corr_pipeline.defs.runs import run_sessions
 from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline_tests.defs.published import published_rows
+from corr_pipeline_tests.deployment import resources_at
 
 N_SYMBOLS, N_DAYS, SEED = 80, 120, 20260810
 FIRST_TRADE_DATE = dt.date(2026, 6, 15)  # 120 weekdays ending 2026-11-27
@@ -241,7 +241,7 @@ def reference(engine: sa.Engine, tmp_path_factory: pytest.TempPathFactory) -> di
     truncate_all(engine)
     _write_universe(engine)
     store = tmp_path_factory.mktemp("reference_store")
-    resources = build_resources(str(store))
+    resources = resources_at(store)
     resources["snapshot_params"] = SnapshotParams(**PARAMS)
     try:
         for day in GOOD:

@@ -24,7 +24,7 @@ FIRST = "2026-11-25"
 
 def _run(store_dir, day: str, **config) -> dg.ExecuteInProcessResult:
     resources = _resources(store_dir)
-    resources["matrix_store"] = MatrixStoreResource(base_dir=str(store_dir), keep_matrices=1)
+    resources["matrix_store"] = MatrixStoreResource(keep_matrices=1)
     run_config = {"ops": {"snapshot_changes": {"config": config}}} if config else None
     result = dg.materialize(
         snapshot_assets, partition_key=day, resources=resources, run_config=run_config

@@ -14,6 +14,7 @@ distributed = pytest.importorskip("distributed")
 from corr_pipeline import settings  # noqa: E402
 from corr_pipeline.db.schema import SNAPSHOT_CHILD_TABLES  # noqa: E402
 from corr_pipeline.defs.resources import SnapshotParams  # noqa: E402
+from corr_pipeline_tests.dask_tls import make_certificates  # noqa: E402
 from corr_pipeline_tests.defs.test_pipeline import (  # noqa: E402, F401  (universe: a fixture)
     LAST,
     PARAMS,
@@ -74,13 +75,60 @@ def test_stripes_on_a_cluster_publish_what_threads_publish(
     assert page.status == 200 and b"Dask needs" not in served and b"bokeh" in served.lower()
 
 
-def test_the_resource_field_wins_over_the_environment(monkeypatch):
-    monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, "tcp://from-env:8786")
-    assert SnapshotParams(**PARAMS).to_parameters().dask_scheduler == "tcp://from-env:8786"
-    field = SnapshotParams(**PARAMS, dask_scheduler="tcp://field:8786").to_parameters()
-    assert field.dask_scheduler == "tcp://field:8786"
-    assert "dask_scheduler" not in field.as_dict()  # where it ran is not a result parameter
+def test_the_scheduler_is_the_environments_never_a_resource_field(monkeypatch):
+    monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, "tcp://127.0.0.1:8786")
+    params = SnapshotParams(**PARAMS).to_parameters()
+    assert params.dask_scheduler == "tcp://127.0.0.1:8786"
+    assert "dask_scheduler" not in params.as_dict()  # where it ran is not a result parameter
+    assert "dask_scheduler" not in SnapshotParams.model_fields
     monkeypatch.delenv(settings.ENV_DASK_SCHEDULER)
     assert SnapshotParams(**PARAMS).to_parameters().dask_scheduler is None
-    with pytest.raises(ValueError, match="dask_scheduler must be a scheduler address"):
-        SnapshotParams(**PARAMS, dask_scheduler="localhost")
+    monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, "tcp://10.1.2.3:8786")
+    with pytest.raises(ValueError, match="loopback interface only"):
+        SnapshotParams(**PARAMS).to_parameters()
+
+
+@pytest.mark.usefixtures("universe")
+def test_stripes_on_a_tls_cluster_publish_what_threads_publish(engine, tmp_path, monkeypatch):
+    """A cluster whose scheduler, workers and client hold certificates of one authority,
+    encryption required: reached over tls:// with the settings' files, the snapshot is the
+    same as on threads."""
+    from distributed.security import Security
+
+    monkeypatch.delenv(settings.ENV_DASK_SCHEDULER, raising=False)
+    assert _materialize(tmp_path / "threads", LAST).success
+    on_threads = _published(engine)
+    files = make_certificates(tmp_path / "tls")
+    cluster_security = Security(
+        tls_ca_file=str(files["ca"]),
+        tls_scheduler_cert=str(files["scheduler_cert"]),
+        tls_scheduler_key=str(files["scheduler_key"]),
+        tls_worker_cert=str(files["worker_cert"]),
+        tls_worker_key=str(files["worker_key"]),
+        tls_client_cert=str(files["client_cert"]),
+        tls_client_key=str(files["client_key"]),
+        require_encryption=True,
+    )
+    with distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        protocol="tls://",
+        host="127.0.0.1",
+        security=cluster_security,
+        dashboard_address=":0",
+    ) as cluster:
+        assert cluster.scheduler_address.startswith("tls://")
+        monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, cluster.scheduler_address)
+        monkeypatch.setenv(settings.ENV_DASK_TLS_CA_FILE, str(files["ca"]))
+        monkeypatch.setenv(settings.ENV_DASK_TLS_CERT, str(files["client_cert"]))
+        monkeypatch.setenv(settings.ENV_DASK_TLS_KEY, str(files["client_key"]))
+        on_tls = _materialize(tmp_path / "tls_store", LAST)
+        assert on_tls.success
+        assert _published(engine) == on_threads
+        workers = [
+            e.materialization.metadata.get("dask_workers")
+            for e in on_tls.get_asset_materialization_events()
+            if e.materialization.asset_key.to_user_string() == "correlation_matrix"
+        ]
+        assert workers and workers[0].value == 2

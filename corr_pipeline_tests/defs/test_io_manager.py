@@ -15,15 +15,14 @@ from corr_pipeline.defs.io_manager import (
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
 from corr_pipeline_tests.defs import io_assets
 from corr_pipeline_tests.defs.io_assets import ASSETS, SYMBOLS, multiprocess_job
+from corr_pipeline_tests.deployment import use_store
 
 PK = "2024-01-03"
 
 
 def resources(base_dir) -> dict:
-    return {
-        "io_manager": MatrixStoreIOManager(base_dir=str(base_dir)),
-        "matrix_store": MatrixStoreResource(base_dir=str(base_dir)),
-    }
+    use_store(base_dir)
+    return {"io_manager": MatrixStoreIOManager(), "matrix_store": MatrixStoreResource()}
 
 
 def expected_returns(partition_key: str) -> np.ndarray:
@@ -137,20 +136,14 @@ def test_unpartitioned_asset(tmp_path):
 
 
 def test_multiprocess_executor(tmp_path):
-    """Each step runs in its own subprocess: the IO manager is rebuilt from config only."""
-    base = tmp_path / "store"
-    run_config = {
-        "resources": {
-            "io_manager": {"config": {"base_dir": str(base)}},
-            "matrix_store": {"config": {"base_dir": str(base)}},
-        }
-    }
+    """Each step runs in its own subprocess: the IO manager finds the store in the environment
+    the step process inherits."""
+    base = use_store(tmp_path / "store")
     (tmp_path / "dagster_home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster_home")) as instance:
         result = dg.execute_job(
             dg.reconstructable(multiprocess_job),
             instance=instance,
-            run_config=run_config,
             tags={"dagster/partition": PK},
         )
         assert result.success, [

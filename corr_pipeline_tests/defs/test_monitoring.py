@@ -9,7 +9,6 @@ import dagster as dg
 
 from corr_pipeline.definitions import defs
 from corr_pipeline.defs.assets import snapshot_assets
-from corr_pipeline.defs.definitions import build_resources
 from corr_pipeline.defs.monitoring import (
     FRESHNESS_CHECK_NAME,
     PUBLICATION,
@@ -19,6 +18,7 @@ from corr_pipeline.defs.monitoring import (
 )
 from corr_pipeline.defs.partitions import snapshot_partitions
 from corr_pipeline.sessions import get_calendar
+from corr_pipeline_tests.deployment import resources_at
 
 XNYS = get_calendar("XNYS", dt.date(2024, 1, 1), dt.date(2026, 12, 31))
 NY = zoneinfo.ZoneInfo("America/New_York")
@@ -100,7 +100,7 @@ def test_the_failure_sensor_writes_one_line_from_a_real_failed_run(clean_db, tmp
     result = dg.materialize(
         snapshot_assets,
         partition_key="2025-06-10",
-        resources=build_resources(str(tmp_path / "store")),
+        resources=resources_at(tmp_path / "store"),
         instance=instance,
         raise_on_error=False,
         selection=dg.AssetSelection.assets("returns_matrix"),

@@ -48,6 +48,7 @@ from corr_pipeline.defs.concurrency import set_snapshot_runs_limit
 from corr_pipeline.defs.partitions import snapshot_partitions
 from corr_pipeline.defs.run import REPO_DAGSTER_YAML, materialize_snapshot
 from corr_pipeline.defs.step_options import SNAPSHOT_GROUP
+from corr_pipeline_tests.deployment import use_store
 from corr_pipeline_tests.reliability import helpers as h
 
 REPO = REPO_DAGSTER_YAML.parent
@@ -261,10 +262,9 @@ def test_backfill_runs_two_at_a_time_and_publishes_what_serial_runs_publish(
         )
     assert all(n == 0 for day in sessions for n in h.snapshot_counts(clean_db, day).values())
     serial_instance = dg.DagsterInstance.ephemeral()
+    use_store(tmp_path / "serial_store")
     for day in sessions:
-        summary = materialize_snapshot(
-            day, instance=serial_instance, store_dir=tmp_path / "serial_store", in_process=True
-        )
+        summary = materialize_snapshot(day, instance=serial_instance, in_process=True)
         assert summary.success, summary
     serial_instance.dispose()
     serial = _published(clean_db, sessions)

@@ -9,6 +9,7 @@ import pytest
 
 from corr_pipeline import viz
 from corr_pipeline.defs import pictures
+from corr_pipeline_tests.deployment import resources_at
 from corr_pipeline_tests.viz.helpers import (
     PNG_MAGIC,
     corr_with_clusters,
@@ -48,12 +49,11 @@ def test_assets_attach_valid_png_pictures(clean_db, tmp_path):
     import dagster as dg
 
     from corr_pipeline.db.synth import write_synthetic_universe
-    from corr_pipeline.definitions import build_resources
     from corr_pipeline.defs.assets import snapshot_assets
     from corr_pipeline.defs.resources import SnapshotParams
 
     report = write_synthetic_universe(clean_db, n_symbols=80, n_days=100, seed=11)
-    resources = build_resources(str(tmp_path / "store"))
+    resources = resources_at(tmp_path / "store")
     resources["snapshot_params"] = SnapshotParams(
         lookback_days=60,
         min_history_days=40,

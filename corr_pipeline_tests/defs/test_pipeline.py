@@ -29,7 +29,6 @@ from corr_pipeline.compute import (
 from corr_pipeline.db.schema import PUBLISHED_TABLES, SNAPSHOT_CHILD_TABLES
 from corr_pipeline.db.synth import read_truth, write_synthetic_universe
 from corr_pipeline.db.window import load_returns_window
-from corr_pipeline.definitions import build_resources
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
 from corr_pipeline.defs.retries import DATABASE_RETRY_POLICY, retry_only_if_database_unavailable
@@ -42,6 +41,7 @@ from corr_pipeline.defs.run import (
 from corr_pipeline.snapshot import display
 from corr_pipeline.store import writeback
 from corr_pipeline.store.matrix_store import MatrixStore
+from corr_pipeline_tests.deployment import resources_at, use_store
 
 N_SYMBOLS, N_DAYS, SEED = 300, 120, 20261127
 LAST = "2026-11-27"  # Friday: the synthetic universe's last trade date
@@ -71,7 +71,7 @@ def universe(clean_db: sa.Engine):
 
 
 def _resources(store_dir: Path, **overrides) -> dict:
-    resources = build_resources(str(store_dir))
+    resources = resources_at(store_dir)
     resources["snapshot_params"] = SnapshotParams(**{**PARAMS, **overrides})
     return resources
 
@@ -338,6 +338,7 @@ def test_backfill_three_dates_with_multiprocess_executor(universe, engine, tmp_p
     """Three partitions, one run each, through execute_job (multiprocess executor) on a
     persistent temporary instance, as the daemon would launch a backfill."""
     days = ["2026-11-23", "2026-11-24", "2026-11-25"]
+    use_store(tmp_path / "store")
     instance = open_instance(tmp_path / "dagster_home")
     try:
         for day in days:
@@ -345,7 +346,6 @@ def test_backfill_three_dates_with_multiprocess_executor(universe, engine, tmp_p
                 day,
                 instance=instance,
                 params=PARAMS,
-                store_dir=tmp_path / "store",
                 max_concurrent=2,
             )
             assert summary.success, summary
@@ -401,7 +401,7 @@ def test_inconsistent_config_fails_before_reading_or_publishing(universe, engine
     result = dg.materialize(
         snapshot_assets,
         partition_key="2026-11-20",
-        resources={**build_resources(str(tmp_path)), "snapshot_params": SnapshotParams()},
+        resources={**resources_at(tmp_path), "snapshot_params": SnapshotParams()},
         run_config={"resources": {"snapshot_params": {"config": {"k_neighbors": 0}}}},
         raise_on_error=False,
     )

@@ -12,6 +12,7 @@ with ``adj_close::float8`` of the same rows.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from pathlib import Path
 
 import dagster as dg
@@ -23,9 +24,8 @@ from corr_pipeline import settings
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.publish import publish_snapshot
-from corr_pipeline.definitions import build_resources
 from corr_pipeline.defs.assets import snapshot_assets
-from corr_pipeline.defs.resources import PriceSourceResource, SnapshotParams
+from corr_pipeline.defs.resources import SnapshotParams
 from corr_pipeline.query import peers
 from corr_pipeline.query.errors import UnknownSymbolError
 from corr_pipeline.snapshot import steps
@@ -33,6 +33,7 @@ from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.cli.test_cli import run_cli
 from corr_pipeline_tests.db.test_price_source import EOD, LAST, VIEW, market  # noqa: F401
+from corr_pipeline_tests.deployment import resources_at
 
 PARAMS = dict(
     lookback_days=60,
@@ -117,10 +118,13 @@ def test_snapshot_from_their_table_and_a_view_equals_the_native_table_bit_for_bi
     assert len(view["symbols"]) < len(native["symbols"])
 
 
-def _materialize(store: Path, price_source: PriceSourceResource) -> dg.ExecuteInProcessResult:
-    resources = build_resources(str(store))
+def _materialize(store: Path, **source: str) -> dg.ExecuteInProcessResult:
+    """A run on the store ``store`` with the price source settings ``source`` (names of
+    :mod:`corr_pipeline.settings`' variables → values): deployment configuration."""
+    for name, value in source.items():
+        os.environ[name] = value
+    resources = resources_at(store)
     resources["snapshot_params"] = SnapshotParams(**PARAMS)
-    resources["price_source"] = price_source
     return dg.materialize(
         snapshot_assets,
         partition_key=LAST.isoformat(),
@@ -132,11 +136,12 @@ def _materialize(store: Path, price_source: PriceSourceResource) -> dg.ExecuteIn
 def test_dagster_runs_on_the_view_equal_the_native_run(market, tmp_path):  # noqa: F811
     with market.begin() as conn:
         conn.execute(sa.text("DELETE FROM prices WHERE right(symbol, 1) IN ('3', '7')"))
-    native = _materialize(tmp_path / "native", PriceSourceResource())
+    native = _materialize(tmp_path / "native")
     assert native.success
     native_rows = published_rows(market, LAST)
     view = _materialize(
-        tmp_path / "view", PriceSourceResource(table="market.xnys_closes", columns="sym,session,px")
+        tmp_path / "view",
+        **{settings.ENV_PRICES_TABLE: "market.xnys_closes", settings.ENV_PRICES_COLUMNS: "sym,session,px"},
     )
     assert view.success
     assert published_rows(market, LAST) == native_rows
@@ -173,7 +178,7 @@ def test_dagster_runs_on_the_view_equal_the_native_run(market, tmp_path):  # noq
 @pytest.mark.parametrize(
     ("env", "fields", "line"),
     [
-        ({}, {"table": "market.nope"},
+        ({}, {settings.ENV_PRICES_TABLE: "market.nope"},
          "price source market.nope (symbol, trade_date, close): table or view market.nope does not exist"),
         ({settings.ENV_PRICES_TABLE: "market.eod_prices", settings.ENV_PRICES_COLUMNS: "ticker,dt"}, {},
          "CORR_PIPELINE_PRICES_COLUMNS='ticker,dt': expected 3 columns (symbol, trade date, price, in that order), got 2"),
@@ -186,7 +191,7 @@ def test_a_bad_source_fails_the_run_in_one_line_not_retried(market, tmp_path, mo
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     before = published_rows(market, LAST)
-    result = _materialize(tmp_path / "store", PriceSourceResource(**fields))
+    result = _materialize(tmp_path / "store", **fields)
     assert not result.success
     kinds = [e.event_type_value for e in result.all_events]
     assert "STEP_UP_FOR_RETRY" not in kinds

@@ -22,12 +22,12 @@ import sqlalchemy as sa
 from corr_pipeline import settings
 from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES
 from corr_pipeline.db.synth import write_synthetic_universe
-from corr_pipeline.definitions import build_resources
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
 from corr_pipeline.defs.runs import RANGE_END_TAG, RANGE_START_TAG, run_sessions
 from corr_pipeline.defs.step_options import SESSIONS_PER_RUN, backfill_sessions_per_run
 from corr_pipeline_tests.defs.published import published_rows
+from corr_pipeline_tests.deployment import resources_at
 
 SESSIONS = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20", "2026-11-23"]
 #: Published first, as nightly runs would have: the sessions above are history older than them.
@@ -53,7 +53,7 @@ def universe(clean_db: sa.Engine) -> sa.Engine:
 
 
 def _resources(store: Path) -> dict:
-    resources = build_resources(str(store))
+    resources = resources_at(store)
     resources["snapshot_params"] = SnapshotParams(**PARAMS)
     return resources
 

@@ -66,7 +66,7 @@ def _resources(store_dir: Path, keep: int | None = None) -> dict:
     # clusters_memory_mb=0: the clustering step's distances go to the store's scratch file, as
     # they do at N = 24,000 (here they would fit in the default 1 GiB of anonymous memory)
     resources = h.resources(store_dir, clusters_memory_mb=0)
-    resources["matrix_store"] = MatrixStoreResource(base_dir=str(store_dir), keep_matrices=keep)
+    resources["matrix_store"] = MatrixStoreResource(keep_matrices=keep)
     return resources
 
 
@@ -153,12 +153,13 @@ def test_publication_records_the_versions_it_was_computed_from(universe, tmp_pat
 
 
 RERUN = """
-import json, sys
+import json, os, sys
 import dagster as dg
 from corr_pipeline.defs.run import materialize_snapshot
+os.environ["CORR_PIPELINE_STORE_DIR"] = sys.argv[2]
 summary = materialize_snapshot(sys.argv[1], instance=dg.DagsterInstance.ephemeral(),
-                               params=json.loads(sys.argv[3]), store_dir=sys.argv[2],
-                               in_process=True, log_level="ERROR")
+                               params=json.loads(sys.argv[3]), in_process=True,
+                               log_level="ERROR")
 print("SUCCESS" if summary.success else "FAILED", flush=True)
 """
 

@@ -17,9 +17,9 @@ import numpy as np
 import sqlalchemy as sa
 
 from corr_pipeline.db.schema import PUBLISHED_TABLES, prices
-from corr_pipeline.definitions import build_resources
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
+from corr_pipeline_tests.deployment import resources_at
 from corr_pipeline_tests.reliability._payloads import (  # noqa: F401 (re-exported)
     expected_counts,
     publish_arguments,
@@ -103,7 +103,7 @@ def write_prices_csv(path: Path, rows: Iterable[tuple[str, dt.date, float]]) -> 
 
 
 def resources(store_dir: Path, **overrides: Any) -> dict[str, Any]:
-    res = build_resources(str(store_dir))
+    res = resources_at(store_dir)
     res["snapshot_params"] = SnapshotParams(**{**PARAMS, **overrides})
     return res
 

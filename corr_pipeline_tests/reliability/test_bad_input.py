@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-import dagster as dg
 import numpy as np
 import pytest
 import sqlalchemy as sa
@@ -27,6 +26,7 @@ from corr_pipeline.db.prices_import import PricesImportError, import_prices_csv
 from corr_pipeline.db.publish import SnapshotResults, publish_snapshot
 from corr_pipeline.defs.run import materialize_snapshot
 from corr_pipeline.store.matrix_store import MatrixStore
+from corr_pipeline_tests.deployment import use_store
 from corr_pipeline_tests.reliability import helpers as h
 
 D = dt.date(2026, 10, 30)  # a Friday
@@ -157,9 +157,9 @@ def test_invalid_configuration_names_every_field_and_runs_nothing(clean_db, tmp_
     inconsistent parameters are refused before any step runs, each field named."""
     h.insert_prices(clean_db, h.factor_prices(["AAA", "BBB"], h.weekdays(D, 45), seed=5))
     previous = publish_previous(clean_db)
-    store = tmp_path / "store"
+    store = use_store(tmp_path / "store")
     cases = [
-        ({"lookbak_days": 40}, dg.DagsterInvalidConfigError, ["lookbak_days"]),
+        ({"lookbak_days": 40}, ValueError, ["lookbak_days"]),  # the resource has no such field
         ({"lookback_days": "forty"}, ValueError, ["lookback_days"]),
         (
             {"k_neighbors": 0, "min_overlap": 500, "linkage_method": "ward", "max_lag": 0},
@@ -169,13 +169,13 @@ def test_invalid_configuration_names_every_field_and_runs_nothing(clean_db, tmp_
     ]
     for params, error_type, fields in cases:
         with pytest.raises(error_type) as info:  # the top-level message names the fields
-            materialize_snapshot(KEY, params=params, store_dir=store, in_process=True)
+            materialize_snapshot(KEY, params=params, in_process=True)
         for field in fields:
             assert field in str(info.value), (field, str(info.value))
     assert h.snapshot_rows(clean_db, D) == previous
     assert not store.exists() or not any(store.rglob("*.npy"))
     with pytest.raises(ValueError, match="is not a snapshot partition"):
-        materialize_snapshot("2026-10-31", params=h.PARAMS, store_dir=store)  # a Saturday
+        materialize_snapshot("2026-10-31", params=h.PARAMS)  # a Saturday
 
 
 ODD_SYMBOLS = [

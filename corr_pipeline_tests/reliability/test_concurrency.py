@@ -60,12 +60,11 @@ def _run_snapshot(go, results, store: str, database_url: str) -> None:
     guarantees under test are those of the database and the matrix store.)"""
     try:
         os.environ[settings.ENV_DATABASE_URL] = database_url
+        os.environ[settings.ENV_STORE_DIR] = str(store)
         instance = dg.DagsterInstance.ephemeral()
         go.wait(120)
         started = time.time()
-        summary = materialize_snapshot(
-            KEY, instance=instance, params=h.PARAMS, store_dir=store, in_process=True
-        )
+        summary = materialize_snapshot(KEY, instance=instance, params=h.PARAMS, in_process=True)
         results.put(
             {
                 "pid": os.getpid(),

@@ -41,6 +41,7 @@ from corr_pipeline.defs.resources import PostgresResource
 from corr_pipeline.defs.retries import DATABASE_RETRY_POLICY
 from corr_pipeline.defs.run import materialize_snapshot, open_instance
 from corr_pipeline.store.matrix_store import InvalidStoreKeyError, MatrixBundle, MatrixStore
+from corr_pipeline_tests.deployment import use_store
 from corr_pipeline_tests.reliability import helpers as h
 
 # --------------------------------------------------------------------------------------------
@@ -270,70 +271,27 @@ def fast_database_retries(monkeypatch):
     return fast
 
 
-class _UncheckedPostgres(dg.ConfigurableResource):
-    """PostgresResource's field without its check: what Dagster does with a literal."""
-
-    database_url: str | None = None
-
-
-@dg.asset
-def _uses_unchecked_postgres(postgres: _UncheckedPostgres) -> None:
-    return None
+def test_the_database_is_deployment_configuration_never_a_resource_field():
+    """No literal URL, with or without a password, can reach a job snapshot, the launchpad or a
+    run config: ``PostgresResource`` has no field for it (``$CORR_PIPELINE_DATABASE_URL``)."""
+    with pytest.raises(Exception, match="database_url"):
+        PostgresResource(database_url="postgresql://someone@127.0.0.1/db")
 
 
-def test_postgres_resource_refuses_a_password_given_as_a_literal(monkeypatch):
-    """A literal ``database_url`` becomes the default of the resource's config in the job
-    snapshot Dagster stores with every run (and shows in the launchpad), so one holding a
-    password is refused when the resource is built, without showing it; from the environment
-    (``dg.EnvVar``) the same URL is accepted, and a literal without a password too."""
-    user, password, secrets = _credentials(ALL_SPECIALS)
-    url = _url(user, password, h.free_tcp_port())
-    with pytest.raises(Exception) as refused:
-        PostgresResource(database_url=url)
-    shown = "".join(traceback.format_exception(refused.value))
-    assert "holds a password in clear" in shown and 'dg.EnvVar("NAME")' in shown
-    _assert_hidden(secrets, shown, repr(refused.value))
-    monkeypatch.setenv("CORR_PIPELINE_TEST_SECRET_URL", url)
-    assert PostgresResource(database_url=dg.EnvVar("CORR_PIPELINE_TEST_SECRET_URL"))
-    assert PostgresResource(database_url=f"postgresql://{quote(user, safe='')}@127.0.0.1/db")
-
-    # why: without the check, Dagster keeps the literal in the job snapshot of every run
-    instance = dg.DagsterInstance.ephemeral()
-    result = dg.materialize(
-        [_uses_unchecked_postgres],
-        resources={"postgres": _UncheckedPostgres(database_url=url)},
-        instance=instance,
-    )
-    run = instance.get_run_by_id(result.run_id)
-    assert run is not None
-    assert quote(password, safe="") in dg.serialize_value(
-        instance.get_job_snapshot(run.job_snapshot_id)
-    )
-
-
-@pytest.mark.parametrize("configured", ["resource_env_var", "corr_pipeline_database_url"])
-def test_dagster_run_storage_never_holds_the_password(
-    configured, tmp_path, monkeypatch, fast_database_retries
-):
+def test_dagster_run_storage_never_holds_the_password(tmp_path, monkeypatch, fast_database_retries):
     """``returns_matrix`` materialized with a PostgresResource pointing at an unreachable URL
     whose user name and password hold every special character, into a real DagsterInstance in a
     temporary directory: the failure is recorded (4 attempts), and neither the password nor any
     piece of it, decoded or encoded, is in any event log entry, run record, job or execution
     plan snapshot (stored compressed, so read through the instance), or any file of the instance
-    (SQLite storage, compute logs). The URL reaches the resource the two supported ways: a
-    ``dg.EnvVar`` in the resource, or ``$CORR_PIPELINE_DATABASE_URL`` with the resource unset."""
+    (SQLite storage, compute logs). The URL reaches the resource through
+    ``$CORR_PIPELINE_DATABASE_URL``, the only way a URL reaches the pipeline."""
     user, password, secrets = _credentials(ALL_SPECIALS)
     port = h.free_tcp_port()
     url = _url(user, password, port)
     resources = h.resources(tmp_path / "store")
-    if configured == "resource_env_var":
-        monkeypatch.setenv("CORR_PIPELINE_TEST_SECRET_URL", url)
-        resources["postgres"] = PostgresResource(
-            database_url=dg.EnvVar("CORR_PIPELINE_TEST_SECRET_URL")
-        )
-    else:
-        monkeypatch.setenv(settings.ENV_DATABASE_URL, url)
-        resources["postgres"] = PostgresResource()
+    monkeypatch.setenv(settings.ENV_DATABASE_URL, url)
+    resources["postgres"] = PostgresResource()
     (returns_matrix,) = [a for a in snapshot_assets if dg.AssetKey("returns_matrix") in a.keys]
     dagster_home = tmp_path / "dagster_home"
     instance = open_instance(dagster_home)
@@ -432,7 +390,8 @@ def test_partition_keys_and_asset_names_from_dagster_cannot_leave_the_store(tmp_
         return MatrixBundle({"x": np.arange(3.0)})
 
     instance = dg.DagsterInstance.ephemeral()
-    resources = {"matrices": MatrixStoreIOManager(base_dir=str(store_dir))}
+    use_store(store_dir)
+    resources = {"matrices": MatrixStoreIOManager()}
     for key in ("../../escape", "/abs/path", "a\x00b", "..", "ok/../../x", " 2026-10-30"):
         instance.add_dynamic_partitions("keys", [key])
         result = dg.materialize(
@@ -455,9 +414,10 @@ def test_partition_keys_and_asset_names_from_dagster_cannot_leave_the_store(tmp_
 
 
 def test_project_entry_points_refuse_path_like_partition_keys(tmp_path):
+    use_store(tmp_path / "store")
     for key in ("../../etc", "/etc/passwd", "2026-10-30/../x", "2026-10-30\x00"):
         with pytest.raises(ValueError):
-            materialize_snapshot(key, store_dir=tmp_path / "store")
+            materialize_snapshot(key)
         with pytest.raises(ValueError):
             snapshot_date(key)
         with pytest.raises((ValueError, q.QueryError)):

@@ -53,12 +53,13 @@ SYM = "T000"
 KILLED = {SESSIONS[3]: "correlation_matrix", SESSIONS[8]: "lead_lag_pairs"}
 
 RUN = """
-import json, sys
+import json, os, sys
 from pathlib import Path
 from corr_pipeline.defs.run import materialize_snapshot, open_instance
+os.environ["CORR_PIPELINE_STORE_DIR"] = sys.argv[2]
 instance = open_instance(Path(sys.argv[3]))
 summary = materialize_snapshot(sys.argv[1], instance=instance, params=json.loads(sys.argv[4]),
-                               store_dir=sys.argv[2], in_process=True, log_level="ERROR")
+                               in_process=True, log_level="ERROR")
 print("SUCCESS" if summary.success else "FAILED", flush=True)
 """
 
@@ -129,8 +130,7 @@ def test_twelve_nights_with_retention_and_two_killed_runs(
                 _kill_when_committed(proc, store, KILLED[day], key, None)
                 assert day not in published_matrix_versions(clean_db)
             summary = materialize_snapshot(
-                key, instance=instance, params=h.PARAMS, store_dir=store_dir, in_process=True,
-                log_level="ERROR",
+                key, instance=instance, params=h.PARAMS, in_process=True, log_level="ERROR",
             )  # fmt: skip
             assert summary.success, summary
             assert all(summary.checks.values()), summary.checks
@@ -210,13 +210,14 @@ KILL_MOMENTS = (0.1, 0.6, 1.2, 1.8, 2.5, 3.5, 5.0)
 
 
 def test_a_rerun_killed_at_many_moments_leaves_one_consistent_snapshot(
-    clean_db: sa.Engine, tmp_path: Path
+    clean_db: sa.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A published date re-run on changed prices (old and new answers differ), its whole
     process group SIGKILLed at each of :data:`KILL_MOMENTS`: after every kill both commands
     answer the same snapshot and agree (the old one, or the new one once a publication
     committed); a last re-run completes and both answer the new one; no temp file is left."""
     store_dir, dagster_home = tmp_path / "store", tmp_path / "dagster_home"
+    monkeypatch.setenv(settings.ENV_STORE_DIR, str(store_dir))
     store = MatrixStore(store_dir)
     day = SESSIONS[-1]
     key = day.isoformat()
@@ -224,8 +225,7 @@ def test_a_rerun_killed_at_many_moments_leaves_one_consistent_snapshot(
     instance = open_instance(dagster_home)
     try:
         assert materialize_snapshot(
-            key, instance=instance, params=h.PARAMS, store_dir=store_dir, in_process=True,
-            log_level="ERROR",
+            key, instance=instance, params=h.PARAMS, in_process=True, log_level="ERROR",
         ).success  # fmt: skip
     finally:
         instance.dispose()
