@@ -86,6 +86,7 @@ from corr_pipeline.db.price_source import (
     ResolvedPriceSource,
     resolve_price_source,
 )
+from corr_pipeline.db.prices_import import MAX_SYMBOL_CHARS, symbol_problem
 
 __all__ = [
     "ReturnsWindow",
@@ -355,8 +356,20 @@ def _rows_of_offsets(day_offset: np.ndarray, dates: list[dt.date], where: str) -
     return row_index
 
 
-def _sorted_columns(fetched_symbols: list[str]) -> tuple[list[str], np.ndarray]:
-    """The symbols in code-point order and the column of each fetched symbol."""
+def _sorted_columns(fetched_symbols: list[str], where: str) -> tuple[list[str], np.ndarray]:
+    """The symbols in code-point order and the column of each fetched symbol; WindowError when
+    one breaks the import's symbol rules (SPEC §1, :func:`corr_pipeline.db.prices_import.
+    symbol_problem`: at most 64 characters, no control or invisible characters, no surrounding
+    whitespace), checked before any matrix is built (a symbol of megabytes would make the
+    publication's tables gigabytes)."""
+    for symbol in fetched_symbols:
+        problem = (
+            f"a symbol of {len(symbol):,} characters (at most {MAX_SYMBOL_CHARS})"
+            if len(symbol) > MAX_SYMBOL_CHARS
+            else symbol_problem(symbol)
+        )
+        if problem is not None:
+            raise WindowError(f"{where}: {problem}; fix it in the price source")
     order = sorted(range(len(fetched_symbols)), key=fetched_symbols.__getitem__)
     column_of_fetched = np.empty(len(order), dtype=np.int64)
     column_of_fetched[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
@@ -502,7 +515,7 @@ def load_returns_window(
     day_offset, counts = _decode_elements([row[1] for row in grouped], _DAY_ELEM, where)
     close_values, close_counts = _decode_elements([row[2] for row in grouped], _CLOSE_ELEM, where)
     null_prices = sum(int(row[3]) for row in grouped)
-    all_symbols, column_of_fetched = _sorted_columns([row[0] for row in grouped])
+    all_symbols, column_of_fetched = _sorted_columns([row[0] for row in grouped], where)
     del grouped
     if not np.array_equal(counts, close_counts):
         raise RuntimeError(f"{where}: day and close arrays differ in length")
@@ -560,7 +573,7 @@ def _pivot_union(
     day_offset, counts = _decode_elements([row[1] for row in grouped], _DAY_ELEM, where)
     close_values, close_counts = _decode_elements([row[2] for row in grouped], _CLOSE_ELEM, where)
     null_offset, null_counts = _decode_elements([row[3] for row in grouped], _DAY_ELEM, where)
-    symbols, column_of_fetched = _sorted_columns([row[0] for row in grouped])
+    symbols, column_of_fetched = _sorted_columns([row[0] for row in grouped], where)
     if not np.array_equal(counts, close_counts):
         raise RuntimeError(f"{where}: day and close arrays differ in length")
     col_index = np.repeat(column_of_fetched, counts)
