@@ -55,13 +55,17 @@ def _private_dir(path: Path, *, create: bool) -> bool:
     )
 
 
+def _user_dir_name() -> str:
+    return f"corr_pipeline-{os.geteuid()}"
+
+
 def store_area(base_dir: Path, *, create: bool = False) -> Path | None:
     """The memory area of the store at ``base_dir`` (module docstring), or None when there is no
     usable one (``create``: make the directories that are missing)."""
     root = settings.memory_dir()
     if root is None or not root.is_dir():
         return None
-    user_dir = root / f"corr_pipeline-{os.geteuid()}"
+    user_dir = root / _user_dir_name()
     if not _private_dir(user_dir, create=create):
         return None
     area = user_dir / hashlib.sha256(os.fsencode(base_dir)).hexdigest()[:16]
@@ -94,16 +98,32 @@ def _meminfo() -> tuple[int, int]:
     return total, available
 
 
+def _used_bytes(user_dir: Path) -> int:
+    """Bytes of every file under the user's memory directory (all its stores)."""
+    used = 0
+    for directory, _, files in os.walk(user_dir):
+        for name in files:
+            try:
+                used += os.lstat(os.path.join(directory, name)).st_size
+            except OSError:
+                continue
+    return used
+
+
 def has_room(area: Path, nbytes: int) -> bool:
-    """Whether ``nbytes`` more in the memory area leave its file system room and the machine
-    (or its cgroup) at least half of its memory available. Pages in the memory area cannot be
-    evicted, while a run's steps stream the matrices they work on through the page cache: at
-    N = 24,000 on 24 GiB, a range with three sessions' matrices (10.4 GB) in memory ran 2.9×
-    slower than with them on disk (docs/benchmarks.md, Backfills)."""
+    """Whether ``nbytes`` more in ``area`` (a directory of the memory area) fit the memory area's budget: the user's memory directory stays
+    within an eighth of the machine's (or its cgroup's) memory, and the machine keeps at least
+    half of its memory available. Pages in the memory area cannot be evicted, while a run's
+    steps stream the matrices they work on through the page cache: at N = 24,000 on 24 GiB, a
+    range with 8.6–10.4 GB of its sessions' matrices in memory ran about 3× slower than with
+    them on disk (docs/benchmarks.md, Backfills)."""
     if free_bytes(area) < nbytes + _MARGIN:
         return False
     try:
         total, available = _meminfo()
     except (OSError, ValueError, KeyError):
         return False
-    return available - nbytes >= total // 2
+    if available - nbytes < total // 2:
+        return False
+    user_dir = next((p for p in area.parents if p.name == _user_dir_name()), area)
+    return _used_bytes(user_dir) + nbytes <= total // 8

@@ -139,3 +139,13 @@ def test_the_memory_area_leaves_half_of_the_memory_available(tmp_path):
     assert area is not None
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     assert not memory.has_room(area, total // 2 + 1)
+
+
+@needs_shm
+def test_the_memory_area_holds_at_most_an_eighth_of_the_memory(tmp_path):
+    store = MatrixStore(tmp_path / "store")
+    area = store.memory_partition_dir("correlation_matrix", "2024-03-28", create=True)
+    assert area is not None
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert memory.has_room(area, 1 << 20)
+    assert not memory.has_room(area, total // 8 + 1)
