@@ -53,7 +53,13 @@ def isolated_home() -> Iterator[Path]:
     pytest's tmp tree (see the module docstring); deleted at the end."""
     home = Path(tempfile.mkdtemp(prefix="corr_pipeline_test_home_"))
     dagster_home = settings.ensure_dir(home / "dagster_home")
+    # the store's memory area (store/memory.py) of this session's runs: a directory of its own
+    # on the same memory file system, removed at the end
+    shm = settings.memory_dir()
+    memory = Path(tempfile.mkdtemp(prefix="corr_pipeline_test_", dir=shm)) if shm else None
     with pytest.MonkeyPatch.context() as mp:
+        if memory is not None:
+            mp.setenv(settings.ENV_MEMORY_DIR, str(memory))
         mp.setenv(settings.ENV_HOME, str(home))
         mp.setenv("DAGSTER_HOME", str(dagster_home))
         mp.delenv(settings.ENV_DATABASE_URL, raising=False)
@@ -63,6 +69,8 @@ def isolated_home() -> Iterator[Path]:
         finally:
             db_engine.release_embedded_server(home / "pgdata")  # if a test started one there
             shutil.rmtree(home, ignore_errors=True)
+            if memory is not None:
+                shutil.rmtree(memory, ignore_errors=True)
 
 
 #: The deployment settings a test may set for itself (where runs read and write: never run
@@ -73,6 +81,7 @@ DEPLOYMENT_SETTINGS = (
     settings.ENV_PRICES_COLUMNS,
     settings.ENV_PRICES_TIMEZONE,
     settings.ENV_DASK_SCHEDULER,
+    settings.ENV_MEMORY_DIR,
 )
 
 

@@ -80,7 +80,7 @@ def test_garbage_collection_and_removal_reach_the_memory_area(tmp_path):
 
 
 @needs_shm
-def test_a_user_directory_that_is_not_private_is_never_used(tmp_path):
+def test_a_user_directory_that_is_not_private_is_never_used(tmp_path, monkeypatch):
     """The user's directory sits in world-writable /dev/shm: a symbolic link planted there, or
     a directory others may enter, sends every version to disk and is left as it was."""
     elsewhere = tmp_path / "elsewhere"
@@ -88,22 +88,19 @@ def test_a_user_directory_that_is_not_private_is_never_used(tmp_path):
     base = tmp_path / "shm"
     base.mkdir()
     user_dir = base / f"corr_pipeline-{os.geteuid()}"
-    os.environ[settings.ENV_MEMORY_DIR] = str(base)
-    try:
-        user_dir.symlink_to(elsewhere)
-        store = MatrixStore(tmp_path / "store")
-        assert memory.store_area(store.base_dir, create=True) is None
-        stored = _commit(store, "2024-03-28", 0.5, in_memory=True)
-        assert stored.path.parent == store.partition_dir("correlation_matrix", "2024-03-28")
-        assert list(elsewhere.iterdir()) == []
-        user_dir.unlink()
-        user_dir.mkdir(mode=0o755)
-        user_dir.chmod(0o755)
-        assert memory.store_area(store.base_dir, create=True) is None
-        user_dir.chmod(0o700)
-        assert memory.store_area(store.base_dir, create=True) is not None
-    finally:
-        del os.environ[settings.ENV_MEMORY_DIR]
+    monkeypatch.setenv(settings.ENV_MEMORY_DIR, str(base))
+    user_dir.symlink_to(elsewhere)
+    store = MatrixStore(tmp_path / "store")
+    assert memory.store_area(store.base_dir, create=True) is None
+    stored = _commit(store, "2024-03-28", 0.5, in_memory=True)
+    assert stored.path.parent == store.partition_dir("correlation_matrix", "2024-03-28")
+    assert list(elsewhere.iterdir()) == []
+    user_dir.unlink()
+    user_dir.mkdir(mode=0o755)
+    user_dir.chmod(0o755)
+    assert memory.store_area(store.base_dir, create=True) is None
+    user_dir.chmod(0o700)
+    assert memory.store_area(store.base_dir, create=True) is not None
 
 
 def test_off_disables_the_memory_area(tmp_path, monkeypatch):
