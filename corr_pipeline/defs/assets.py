@@ -23,6 +23,7 @@ listed in
 process. Retries: see :mod:`corr_pipeline.defs.retries`.
 """
 
+import bisect
 from functools import partial
 
 import dagster as dg
@@ -334,10 +335,9 @@ def _sessions_in_memory(
             f"matrices of {ranges.sessions_label(sorted(in_memory))} in memory: retention will "
             f"not keep them (the newest {matrix_store.keep()} sessions keep theirs)"
         )
+        ordered = sorted(published)
         predecessors = {
-            max(earlier).isoformat()
-            for day in days
-            if (earlier := [p for p in published if p < day])
+            ordered[i - 1].isoformat() for day in days if (i := bisect.bisect_left(ordered, day))
         }
         publication.apply_retention(
             context, matrix_store, engine, min(keys), set(keys) | predecessors
