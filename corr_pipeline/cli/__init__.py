@@ -34,6 +34,9 @@ The project's ``.env`` (``./.env``, the file ``dg dev`` and ``dagster dev`` read
 the repository root) applies to every command, with Dagster's precedence (its values replace the
 environment's), so the command line and the UI agree (:func:`corr_pipeline.settings.env_file_applied`).
 
+Every file the command and the processes it starts create is its user's alone (``umask`` 077,
+:func:`corr_pipeline.privacy.private_umask`).
+
 User errors (bad input file, unreachable database, invalid arguments) print one line
 ``corr-pipeline: error: ...`` on stderr and exit with status 2, without a traceback
 (``--debug`` shows it). An interrupt prints ``corr-pipeline: interrupted`` and exits with 130.
@@ -46,7 +49,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from corr_pipeline import settings
+from corr_pipeline import privacy, settings
 from corr_pipeline.cli.backfill import add_backfill_command
 from corr_pipeline.cli.bench import add_bench_command
 from corr_pipeline.cli.calendar import add_calendar_command
@@ -134,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.extra = extra
     _configure_logging(args.verbose)
     try:
-        with settings.env_file_applied():
+        with privacy.private_umask(), settings.env_file_applied():
             return int(args.func(args) or 0)
     except USER_ERRORS as exc:
         if args.debug:
