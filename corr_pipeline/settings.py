@@ -32,7 +32,10 @@ Environment variables (all optional):
 The project's ``.env`` (:func:`env_file`: ``./.env``, the file Dagster's own commands read when
 started from the project root) is applied to the environment by the ``corr-pipeline`` command
 (:func:`env_file_applied`) with Dagster's precedence, so the command line and the UI see the same
-values; ``corr-pipeline demo`` writes its first partition there (:func:`write_env_value`).
+values; ``corr-pipeline demo`` writes its first partition there (:func:`write_env_value`). It
+applies only in the project root (a directory with the project's ``dagster.yaml`` and
+``pyproject.toml``), only when the file is the user's own and nobody else may write it, and only
+its ``CORR_PIPELINE_*`` and ``DAGSTER_*`` keys.
 
 The functions read the environment on every call (no caching), so a process that changes the
 environment (tests, the CLI) sees the change immediately.
@@ -45,6 +48,7 @@ import datetime as dt
 import functools
 import os
 import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -447,25 +451,77 @@ def is_project_root(directory: Path) -> bool:
     return all((directory / name).is_file() for name in PROJECT_MARKERS)
 
 
+#: The keys a ``.env`` may set for ``corr-pipeline``: the project's settings and Dagster's own.
+#: Others (``PSQLRC``, ``PYTHONPATH``, ``LD_PRELOAD``, ...) are left out, with a warning.
+ENV_FILE_KEY_PREFIXES = ("CORR_PIPELINE_", "DAGSTER_")
+
+
+class EnvFileError(ValueError):
+    """A ``.env`` that must not be applied: another user's, or one others may write."""
+
+
 def env_file_values(path: Path | None = None) -> dict[str, str]:
     """The assignments of ``path`` (default :func:`env_file`) as Dagster reads them
-    (``python-dotenv``; keys without a value left out); empty when there is no such file."""
+    (``python-dotenv``; keys without a value left out); empty when there is no such file.
+    The file is read through one descriptor whose owner and mode are checked first:
+    :class:`EnvFileError` when it belongs to another user or group or others may write it."""
+    import io
+
     from dotenv import dotenv_values
 
     path = path or env_file()
-    if not path.is_file():
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except (FileNotFoundError, IsADirectoryError):
         return {}
-    return {k: v for k, v in dotenv_values(path).items() if v is not None}
+    with os.fdopen(fd, "r", encoding="utf-8") as handle:
+        st = os.fstat(handle.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return {}
+        if st.st_uid != os.geteuid():
+            raise EnvFileError(
+                f"{path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): not "
+                "applied; remove it, or run from a project directory of your own"
+            )
+        if st.st_mode & 0o022:
+            raise EnvFileError(
+                f"{path} may be written by group or others (mode {stat.S_IMODE(st.st_mode):04o}"
+                f"): not applied; chmod go-w {path}"
+            )
+        text = handle.read()
+    return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
+
+
+def env_file_settings(values: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """``(applied, ignored)``: the keys of ``values`` with a prefix of
+    :data:`ENV_FILE_KEY_PREFIXES`, and the names of the others (sorted)."""
+    applied = {k: v for k, v in values.items() if k.startswith(ENV_FILE_KEY_PREFIXES)}
+    return applied, sorted(set(values) - set(applied))
 
 
 @contextlib.contextmanager
 def env_file_applied(path: Path | None = None) -> Iterator[dict[str, str]]:
-    """Apply ``path`` (default :func:`env_file`) to ``os.environ`` with Dagster's precedence
-    (the file's values replace the environment's), yield them, and restore the whole
+    """Apply ``path`` (default: :func:`env_file` when the current directory is the project root,
+    :func:`is_project_root`; nothing elsewhere) to ``os.environ`` with Dagster's precedence (the
+    file's values replace the environment's), yield what was applied, and restore the whole
     environment afterwards: a command run in-process (e.g. by the tests) leaves nothing behind,
     neither the file's values nor what the command itself exported (the demo's first
-    partition, the embedded database's URL)."""
-    values = env_file_values(path)
+    partition, the embedded database's URL). Only the project's and Dagster's keys apply
+    (:func:`env_file_settings`; a warning names the others); :class:`EnvFileError` for a file
+    that is not the user's own (:func:`env_file_values`)."""
+    if path is None and not is_project_root(Path.cwd()):
+        values: dict[str, str] = {}
+    else:
+        values, ignored = env_file_settings(env_file_values(path))
+        if ignored:
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "%s: not applied: %s (only %s* settings are)",
+                path or env_file(),
+                ", ".join(ignored),
+                "* and ".join(ENV_FILE_KEY_PREFIXES),
+            )
     with environment_restored():
         os.environ.update(values)
         yield values
@@ -505,7 +561,7 @@ def write_env_value(path: Path, name: str, value: str, comment: list[str]) -> No
     block = [f"{marker} {line}" for line in comment] + [f"{name}={value}"]
     text = "\n".join([*kept, *([""] if kept else []), *block]) + "\n"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    mode = path.stat().st_mode & 0o755 if path.exists() else 0o600
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "w") as handle:
         handle.write(text)

@@ -1,17 +1,39 @@
 """The project's ``.env``: read as Dagster reads it, applied with Dagster's precedence and
-restored, one key rewritten without touching the others."""
+restored, one key rewritten without touching the others; applied only in the project root, only
+the user's own file that nobody else may write, only the project's and Dagster's keys (real
+``corr-pipeline`` processes, and the user ``nobody`` as the owner of a foreign file)."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from dagster._core.secrets.env_file import get_env_var_dict
 
 from corr_pipeline import settings
 
 NAME = "CORR_PIPELINE_TEST_ENV_FILE_KEY"
+INTRUDER_URL = "postgresql+psycopg://intruder@203.0.113.9:5432/theirs"
+
+
+def _make_project_root(directory: Path) -> None:
+    for marker in settings.PROJECT_MARKERS:
+        (directory / marker).write_text("")
+
+
+def _cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "corr_pipeline.cli", *args],
+        cwd=cwd,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_write_env_value_replaces_only_its_key(tmp_path: Path) -> None:
@@ -58,6 +80,7 @@ def test_env_file_applied_wins_and_restores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Like Dagster's commands, the file's values replace the environment's while applied."""
+    _make_project_root(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(NAME, "from the shell")
     monkeypatch.delenv(NAME + "_2", raising=False)
@@ -69,3 +92,56 @@ def test_env_file_applied_wins_and_restores(
     (tmp_path / ".env").unlink()
     with settings.env_file_applied() as values:
         assert values == {}
+
+
+def test_an_env_file_outside_the_project_root_is_not_applied(
+    clean_db: sa.Engine, tmp_path: Path
+) -> None:
+    (tmp_path / ".env").write_text(f"{settings.ENV_DATABASE_URL}={INTRUDER_URL}\n")
+    (tmp_path / ".env").chmod(0o600)
+    shown = _cli(tmp_path, "db", "url")
+    assert shown.returncode == 0, shown.stderr
+    assert "intruder" not in shown.stdout and "203.0.113.9" not in shown.stdout
+    _make_project_root(tmp_path)  # the same file in a project root applies
+    shown = _cli(tmp_path, "db", "url")
+    assert "intruder@203.0.113.9" in shown.stdout, shown.stdout + shown.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives the file to the user nobody")
+def test_another_users_env_file_is_refused_in_one_line(tmp_path: Path) -> None:
+    _make_project_root(tmp_path)
+    path = tmp_path / ".env"
+    path.write_text(f"{settings.ENV_DATABASE_URL}={INTRUDER_URL}\n")
+    path.chmod(0o644)
+    os.chown(path, 65534, 65534)
+    refused = _cli(tmp_path, "db", "url")
+    assert refused.returncode == 2 and "intruder" not in refused.stdout, refused
+    assert refused.stderr.count("\n") == 1 and "belongs to uid 65534" in refused.stderr
+
+
+def test_an_env_file_others_may_write_is_refused(tmp_path: Path) -> None:
+    _make_project_root(tmp_path)
+    path = tmp_path / ".env"
+    path.write_text(f"{settings.ENV_DATABASE_URL}={INTRUDER_URL}\n")
+    path.chmod(0o666)
+    refused = _cli(tmp_path, "db", "url")
+    assert refused.returncode == 2, refused
+    assert "chmod go-w" in refused.stderr and refused.stderr.count("\n") == 1
+
+
+def test_only_the_projects_keys_apply_and_psql_reads_no_psqlrc(
+    clean_db: sa.Engine, tmp_path: Path
+) -> None:
+    """A ``PSQLRC`` in ``.env`` is not applied, and one in the environment is not read by
+    ``db psql`` (``-X``): its shell command never runs."""
+    _make_project_root(tmp_path)
+    marker, rc = tmp_path / "psqlrc_ran", tmp_path / "psqlrc"
+    rc.write_text(f"\\! touch {marker}\n")
+    (tmp_path / ".env").write_text(f"PSQLRC={rc}\nLD_PRELOAD=/nonexistent.so\n{NAME}=kept\n")
+    (tmp_path / ".env").chmod(0o600)
+    ran = _cli(tmp_path, "db", "psql", "-At", "-c", "SELECT 41 + 1")
+    assert ran.returncode == 0 and ran.stdout.strip() == "42", ran
+    assert "not applied: LD_PRELOAD, PSQLRC" in ran.stderr
+    assert not marker.exists()
+    ran = _cli(tmp_path, "db", "psql", "-At", "-c", "SELECT 1", PSQLRC=str(rc))
+    assert ran.returncode == 0 and not marker.exists(), ran

@@ -123,7 +123,8 @@ def cmd_db_url(args: argparse.Namespace) -> int:
 def cmd_db_psql(args: argparse.Namespace) -> int:
     """Run the wheel's ``psql`` on the project database with ``args.extra`` (every argument
     after ``psql``: ``-c SQL``, ``-f FILE``, a script on stdin, or none for a prompt) and
-    ``ON_ERROR_STOP`` on, so a failing statement of a script stops it with exit status 3;
+    ``ON_ERROR_STOP`` on, so a failing statement of a script stops it with exit status 3, and
+    ``-X``: no ``psqlrc`` (``$PSQLRC``, ``~/.psqlrc``) runs its commands on the project database;
     return psql's exit status. The embedded server, if that is the database, stays up while
     psql runs. Ctrl-C goes to psql (which cancels the running statement), not to this
     process."""
@@ -135,7 +136,8 @@ def cmd_db_psql(args: argparse.Namespace) -> int:
     if extra[:1] == ["--"]:
         extra = extra[1:]
     proc = subprocess.Popen(
-        [str(program), "-v", "ON_ERROR_STOP=1", "-d", uri, *extra], env={**os.environ, **secrets}
+        [str(program), "-X", "-v", "ON_ERROR_STOP=1", "-d", uri, *extra],
+        env={**os.environ, **secrets},
     )
     while True:
         try:
