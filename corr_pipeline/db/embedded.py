@@ -17,9 +17,12 @@ in such a directory (one started by an older version) is restarted, or refused w
 saying what to do while processes still use it.
 
 Run as root, PostgreSQL (which refuses to run as root) runs as the system account ``pgserver``
-(created if missing): the data and socket directories belong to it, and the directories above the
-data directory get the search bit for others (``o+x``, never ``o+r``) where that account could not
-traverse them.
+(created if missing): the data and socket directories belong to it. The directories above the
+data directory and the wheel's binaries that it could not traverse get an ACL entry granting that
+account alone the search right (:mod:`corr_pipeline.db.acl`; never ``o+x``). Every file root
+reads or writes in a directory ``pgserver`` owns is opened without following links and must be a
+plain file with one name (:mod:`corr_pipeline.db.owned_files`): a link planted there never makes
+root write, chown or read its target.
 
 **Sharing and stopping.** Start-up and stop are serialised by an exclusive ``flock`` on
 ``<parent>/.<pgdata name>.lock``. Every process using the server holds a *shared* ``flock`` on
@@ -65,6 +68,7 @@ from typing import Any
 import psutil
 
 from corr_pipeline import settings
+from corr_pipeline.db import acl, owned_files
 from corr_pipeline.db.errors import DatabaseUnavailableError
 
 logger = logging.getLogger(__name__)
@@ -306,7 +310,7 @@ def _legacy_users(pgdata: Path) -> list[int]:
     import json
 
     try:
-        pids = json.loads((pgdata / ".handle_pids.json").read_text() or "[]")
+        pids = json.loads(owned_files.read_text(pgdata / ".handle_pids.json") or "[]")
     except (OSError, ValueError):
         return []
     return [pid for pid in pids if isinstance(pid, int) and pid != os.getpid() and _alive(pid)]
@@ -348,14 +352,24 @@ def _private_dir_problem(path: Path, uid: int) -> str | None:
     return None
 
 
+def _own_directory(path: Path, account: _Account) -> None:
+    """Make the directory ``path`` mode 0700 and (root mode) ``account``'s, through a
+    descriptor opened with ``O_NOFOLLOW``: a link put in its place is never followed."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if account.name is not None:
+            os.fchown(fd, account.uid, account.gid)
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
+
+
 def _make_private_dir(path: Path, account: _Account) -> None:
     """Create ``path`` mode 0700 owned by ``account`` (or accept it if it already is one);
     OSError if it exists and is not private to ``account``."""
     try:
         os.mkdir(path, 0o700)
-        if account.name is not None:
-            os.chown(path, account.uid, account.gid)
-        os.chmod(path, 0o700)
+        _own_directory(path, account)
     except FileExistsError:
         pass
     problem = _private_dir_problem(path, account.uid)
@@ -410,8 +424,10 @@ def socket_dir_for(pgdata: Path, account: _Account | None = None) -> Path:
 
 
 def _grant_traversal(path: Path, account: _Account) -> None:
-    """Root mode: let ``account`` traverse every directory above ``path`` by adding the search
-    bit for others (``o+x``, never ``o+r``) where it has no search permission yet."""
+    """Root mode: let ``account`` alone traverse every directory above ``path`` that its mode
+    bits close to it, by an ACL entry ``user:<account>:--x`` (:func:`acl.grant_search`; never
+    ``o+x``, which would open the directory to every account). Where the file system keeps no
+    ACLs, :class:`DatabaseUnavailableError` names the directory and the remedies."""
     if account.name is None:
         return
     groups = set(os.getgrouplist(account.name, account.gid))
@@ -423,8 +439,18 @@ def _grant_traversal(path: Path, account: _Account) -> None:
             allowed = st.st_mode & stat.S_IXGRP
         else:
             allowed = st.st_mode & stat.S_IXOTH
-        if not allowed:
-            os.chmod(parent, stat.S_IMODE(st.st_mode) | stat.S_IXOTH)
+        if allowed:
+            continue
+        try:
+            acl.grant_search(parent, account.uid)
+        except acl.AclUnsupportedError:
+            raise DatabaseUnavailableError(
+                f"run as root, the embedded PostgreSQL runs as {account.name}, which cannot "
+                f"traverse {parent} (mode {stat.S_IMODE(st.st_mode):04o}) and its file system "
+                f"keeps no ACLs to allow it alone: run corr_pipeline as an ordinary user, set "
+                f"{settings.ENV_HOME} to a directory {account.name} can reach, or open it "
+                f"yourself (chmod o+x {parent})"
+            ) from None
 
 
 def _prepare_binaries(bin_path: Path, account: _Account) -> None:
@@ -446,7 +472,7 @@ def _bin_path(pgdata: Path) -> Path:
     utils = _pgserver_utils()
     version_file = pgdata / "PG_VERSION"
     version = (
-        int(version_file.read_text().strip())
+        int(owned_files.read_text(version_file).strip())
         if version_file.exists()
         else utils.TARGET_POSTGRES_VERSION
     )
@@ -474,14 +500,12 @@ def client_program(name: str, pgdata: Path | None = None) -> Path:
 
 
 def _write_owned(path: Path, text: str, account: _Account) -> None:
-    """Replace ``path`` atomically with ``text`` (mode 0600, owned by ``account``)."""
-    tmp = path.with_name(f".{path.name}.corr_pipeline.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o600)
-    if account.name is not None:
-        os.chown(tmp, account.uid, account.gid)
-    os.replace(tmp, path)
+    """Replace ``path`` atomically with ``text`` (mode 0600, owned by ``account``), never
+    through a link (:func:`owned_files.replace_text`)."""
+    if account.name is None:
+        owned_files.replace_text(path, text)
+    else:
+        owned_files.replace_text(path, text, account.uid, account.gid)
 
 
 def _init_data_dir(pgdata: Path, bin_path: Path, account: _Account) -> None:
@@ -496,9 +520,7 @@ def _init_data_dir(pgdata: Path, bin_path: Path, account: _Account) -> None:
                 f"{pgdata} is neither empty nor a PostgreSQL data directory (it has no "
                 f"PG_VERSION): move it away, or set {settings.ENV_HOME} to another directory"
             ) from None
-    if account.name is not None:
-        os.chown(pgdata, account.uid, account.gid)
-    os.chmod(pgdata, 0o700)
+    _own_directory(pgdata, account)
     code, output = _run(
         bin_path / "initdb",
         (
@@ -557,12 +579,16 @@ def _managed_config(text: str) -> str:
 
 def _write_managed_config(pgdata: Path, account: _Account) -> None:
     conf = pgdata / "postgresql.conf"
-    text = conf.read_text(encoding="utf-8")
+    text = owned_files.read_text(conf)
     managed = _managed_config(text)
     if managed != text:
         _write_owned(conf, managed, account)
     hba = pgdata / "pg_hba.conf"
-    if not hba.exists() or hba.read_text(encoding="utf-8") != PG_HBA:
+    try:
+        current = owned_files.read_text(hba)
+    except (FileNotFoundError, owned_files.NotAPlainFileError):
+        current = None
+    if current != PG_HBA:
         _write_owned(hba, PG_HBA, account)
 
 
@@ -586,7 +612,7 @@ class PidFile:
     @classmethod
     def read(cls, pgdata: Path) -> PidFile | None:
         try:
-            lines = (pgdata / "postmaster.pid").read_text(errors="replace").splitlines()
+            lines = owned_files.read_text(pgdata / "postmaster.pid", "replace").splitlines()
         except FileNotFoundError:
             return None
         lines += [""] * (8 - len(lines))
@@ -723,7 +749,7 @@ def _clear_stale_pid_file(pgdata: Path, pid_file: PidFile, account: _Account) ->
         return
     lock = socket_dir / f".s.PGSQL.{port}.lock"
     try:
-        owner = lock.read_text(errors="replace").split("\n", 1)[0].strip()
+        owner = owned_files.read_text(lock, "replace").split("\n", 1)[0].strip()
     except OSError:
         return
     if not (owner.isdigit() and _is_live_postgres(int(owner))):
@@ -828,9 +854,7 @@ def _start_postmaster(pgdata: Path, bin_path: Path, account: _Account) -> PidFil
 def _last_server_error(log: Path) -> str | None:
     """The last FATAL/PANIC/ERROR line of the server log (with its HINT), if any."""
     try:
-        with open(log, "rb") as handle:
-            handle.seek(max(0, os.fstat(handle.fileno()).st_size - 16384))
-            lines = handle.read().decode("utf-8", errors="replace").splitlines()
+        lines = owned_files.read_bytes(log, last=16384).decode("utf-8", "replace").splitlines()
     except OSError:
         return None
     for index in range(len(lines) - 1, -1, -1):
@@ -858,7 +882,7 @@ def _ensure_watchdog(pgdata: Path) -> None:
     finally:
         os.close(fd)
     env = settings.child_environment(str(Path(__file__).resolve().parents[2]))
-    with open(pgdata / WATCHDOG_LOG, "ab") as log:
+    with os.fdopen(owned_files.open_append(pgdata / WATCHDOG_LOG), "ab") as log:
         # The first process takes the lock, forks the watchdog and exits: when it has exited,
         # the watchdog holds the lock.
         subprocess.run(
@@ -952,6 +976,18 @@ def ensure_database(server: EmbeddedServer, database: str) -> None:
         ) from None
 
 
+@contextlib.contextmanager
+def _no_links(pgdata: Path) -> Iterator[None]:
+    """A link where the data directory should hold a plain file stops start-up in one line."""
+    try:
+        yield
+    except owned_files.NotAPlainFileError as exc:
+        raise DatabaseUnavailableError(
+            f"the embedded PostgreSQL data directory {pgdata} holds a link where a plain file "
+            f"belongs ({exc.strerror}): not used; remove the link, or the data directory"
+        ) from None
+
+
 def start_embedded_server(pgdata: Path | None = None) -> EmbeddedServer:
     """Start (or attach to) the embedded PostgreSQL in ``pgdata`` (default ``home/pgdata``).
 
@@ -966,7 +1002,7 @@ def start_embedded_server(pgdata: Path | None = None) -> EmbeddedServer:
             return existing.server
         settings.ensure_dir(pgdata.parent)
         account = _account()
-        with _start_lock(pgdata):
+        with _start_lock(pgdata), _no_links(pgdata):
             bin_path = _bin_path(pgdata)
             _grant_traversal(pgdata, account)
             _prepare_binaries(bin_path, account)
