@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
-import psutil
 import sqlalchemy as sa
 
 from corr_pipeline import settings
@@ -54,6 +53,7 @@ from corr_pipeline.defs.runs import (
     RANGE_START_TAG,
     partitions_in_flight,
     run_sessions,
+    run_worker_gone,
 )
 from corr_pipeline.snapshot import retention, sizing
 from corr_pipeline.snapshot.params import SnapshotParameters
@@ -246,25 +246,14 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     (the default run launcher), is gone: what the daemon's run monitoring does, for a machine
     where no daemon runs (a backfill killed with its runs). Returns a line per run; nothing for
     another run launcher, whose workers are not local processes."""
-    from dagster._core.launcher import DefaultRunLauncher
-
-    if not isinstance(instance.run_launcher, DefaultRunLauncher):
-        return []
     lines = []
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
     for run in runs:
-        if not run_sessions(run.tags):
-            continue
-        started = instance.get_records_for_run(
-            run.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1
-        ).records
-        event = started[0].event_log_entry.dagster_event if started else None
-        pid = event.pid if event is not None else None
-        if pid is None or psutil.pid_exists(pid):
+        if not run_sessions(run.tags) or not run_worker_gone(instance, run):
             continue
         message = (
-            f"its run worker (pid {pid}) is gone: marked failed by corr-pipeline backfill, as "
-            "the daemon's run monitoring would"
+            "its run worker is gone: marked failed by corr-pipeline backfill, as the daemon's "
+            "run monitoring would"
         )
         instance.report_run_failed(run, message)
         lines.append(

@@ -2,12 +2,12 @@
 
 Retention (:mod:`corr_pipeline.snapshot.retention`) leaves alone a partition that another process
 holds (every step holds the partitions it uses, :mod:`corr_pipeline.defs.io_manager`); between two
-steps of a multiprocess run nobody holds them, so the instance is asked too: a partition is in
-flight when its newest run is starting, started or being canceled, and younger than its
-``dagster/max_runtime`` (run monitoring fails it after that); a run over a range of sessions (a
-backfill run) holds every session of its range. A run killed without the daemon
-noticing stays "started" in the instance: the first newer run of its partition, or its maximum
-runtime, ends that.
+steps of a multiprocess run nobody holds them, so the instance is asked too: every run that is
+starting, started or being canceled, younger than its ``dagster/max_runtime`` (run monitoring
+fails it after that), holds every session it covers (its partition, or its range for a backfill
+run), whatever newer runs of the same partition are queued or done. A run whose worker is known
+to be gone (:func:`run_worker_gone`: the default run launcher's worker process of this machine
+has exited, as after a SIGKILL with no daemon to notice) holds nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import datetime as dt
 from collections.abc import Mapping
 
 import dagster as dg
+import psutil
 
 from corr_pipeline import settings
 from corr_pipeline.defs.partitions import snapshot_partitions
@@ -24,8 +25,9 @@ __all__ = [
     "PARTITION_TAG",
     "RANGE_END_TAG",
     "RANGE_START_TAG",
-    "run_sessions",
     "partitions_in_flight",
+    "run_sessions",
+    "run_worker_gone",
 ]
 
 PARTITION_TAG = "dagster/partition"
@@ -51,6 +53,22 @@ def run_sessions(tags: Mapping[str, str]) -> list[str]:
     return [key for key in keys if start <= key <= end]
 
 
+def run_worker_gone(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
+    """True when ``run``'s worker is known to have exited: the instance launches workers as
+    processes of this machine (the default run launcher) and the pid of its ``RUN_START`` event
+    no longer exists. False when that cannot be told (another launcher, no start event yet)."""
+    from dagster._core.launcher import DefaultRunLauncher
+
+    if not isinstance(instance.run_launcher, DefaultRunLauncher):
+        return False
+    started = instance.get_records_for_run(
+        run.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1
+    ).records
+    event = started[0].event_log_entry.dagster_event if started else None
+    pid = event.pid if event is not None else None
+    return pid is not None and not psutil.pid_exists(pid)
+
+
 def partitions_in_flight(
     instance: dg.DagsterInstance, *, exclude_run_id: str | None = None, limit: int = 100
 ) -> set[str]:
@@ -69,12 +87,7 @@ def partitions_in_flight(
             max_runtime = float(run.tags.get("dagster/max_runtime", ""))
         except ValueError:
             max_runtime = float(settings.max_runtime_seconds())
-        if now - started > max_runtime:
+        if now - started > max_runtime or run_worker_gone(instance, run):
             continue
-        if PARTITION_TAG not in run.tags:  # a range run in flight holds all of its sessions
-            out.update(keys)
-            continue
-        newest = instance.get_runs(filters=dg.RunsFilter(tags={PARTITION_TAG: keys[0]}), limit=1)
-        if newest and newest[0].run_id == run.run_id:
-            out.add(keys[0])
+        out.update(keys)
     return out

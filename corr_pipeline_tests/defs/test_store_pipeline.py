@@ -355,25 +355,49 @@ def test_retention_after_each_publication(universe, tmp_path, monkeypatch, capsy
 
 def test_a_run_in_flight_in_the_dagster_instance_is_left_alone(universe, tmp_path):
     """Between two steps of a multiprocess run nobody holds its partition; the instance says
-    it is in flight (its newest run is started and younger than its maximum runtime)."""
-    instance = dg.DagsterInstance.ephemeral()
+    it is in flight: every started run younger than its maximum runtime holds its partition,
+    whatever newer runs of that partition are queued or done, unless its worker process is
+    known to be gone."""
+    (tmp_path / "dagster_home").mkdir()
+    instance = dg.DagsterInstance.local_temp(str(tmp_path / "dagster_home"))  # default launcher
 
-    def add_run(partition: str, status: dg.DagsterRunStatus, **tags: str) -> None:
-        instance.add_run(
-            dg.DagsterRun(
-                job_name="snapshot_job",
-                run_id=str(uuid.uuid4()),
-                status=status,
-                tags={"dagster/partition": partition, **tags},
+    def add_run(partition: str, status: dg.DagsterRunStatus, **tags: str) -> dg.DagsterRun:
+        run = dg.DagsterRun(
+            job_name="snapshot_job",
+            run_id=str(uuid.uuid4()),
+            status=status,
+            tags={"dagster/partition": partition, **tags},
+        )
+        instance.add_run(run)
+        return run
+
+    def report_start(run: dg.DagsterRun, pid: int) -> None:
+        event = dg.DagsterEvent(
+            event_type_value=dg.DagsterEventType.RUN_START.value, job_name=run.job_name, pid=pid
+        )
+        instance.handle_new_event(
+            dg.EventLogEntry(
+                error_info=None,
+                level="INFO",
+                user_message="",
+                run_id=run.run_id,
+                timestamp=time.time(),
+                dagster_event=event,
             )
         )
 
+    exited = subprocess.Popen(["true"])
+    exited.wait()
     keys = [d.isoformat() for d in DAYS]
-    add_run(keys[0], dg.DagsterRunStatus.STARTED)  # in flight
-    add_run(keys[1], dg.DagsterRunStatus.STARTED)  # killed, then re-run successfully:
-    add_run(keys[1], dg.DagsterRunStatus.SUCCESS)  # its newest run ended
+    report_start(add_run(keys[0], dg.DagsterRunStatus.STARTED), os.getpid())  # in flight
+    running = add_run(keys[1], dg.DagsterRunStatus.STARTED)  # still running, while a newer run of
+    add_run(keys[1], dg.DagsterRunStatus.NOT_STARTED)  # the same partition waits to start
     add_run(keys[2], dg.DagsterRunStatus.STARTED, **{"dagster/max_runtime": "0.001"})  # stale
     add_run(keys[3], dg.DagsterRunStatus.SUCCESS)
+    report_start(add_run(keys[4], dg.DagsterRunStatus.STARTED), exited.pid)  # killed: its
+    add_run(keys[4], dg.DagsterRunStatus.SUCCESS)  # worker is gone, and it was re-run
+    assert partitions_in_flight(instance) == {keys[0], keys[1]}
+    instance.report_run_failed(running)  # it ends; only keys[0] remains in flight
     assert partitions_in_flight(instance) == {keys[0]}
 
     store_dir = tmp_path / "store"
