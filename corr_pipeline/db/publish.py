@@ -64,7 +64,7 @@ import sqlalchemy as sa
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.db.bulk import driver_connection
 from corr_pipeline.db.dates import as_iso_date
-from corr_pipeline.db.schema import PUBLISHED_TABLES, SNAPSHOT_CHILD_TABLES
+from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES, SNAPSHOT_CHILD_TABLES
 
 __all__ = [
     "LEAD_LAG_FIELDS",
@@ -530,12 +530,15 @@ def publish_snapshot(engine: sa.Engine, results: SnapshotResults) -> PublishRepo
 
 
 def delete_snapshot(engine: sa.Engine, snapshot_date: dt.date | str) -> bool:
-    """Withdraw the snapshot of ``snapshot_date``: its rows in every published table, in one
-    transaction under the same per-date lock as :func:`publish_snapshot` (readers see all of
-    it or none of it). Returns whether there was a snapshot."""
+    """Withdraw the snapshot of ``snapshot_date``: its rows in every published table and its
+    recorded changes (the ``change_*`` rows of that date, SPEC §10), in one transaction under
+    the same per-date lock as :func:`publish_snapshot` and the changes' publication (readers see
+    all of it or none of it). Returns whether there was a snapshot."""
     d = as_iso_date(snapshot_date, "snapshot_date", PublishError)
     with engine.begin() as conn, driver_connection(conn).cursor() as cur:
         _lock_date(cur, d)
+        for table in reversed(CHANGE_TABLES):  # children first, then change_summaries
+            cur.execute(f"DELETE FROM {table} WHERE snapshot_date = %s", (d,))
         return _delete_snapshot_rows(cur, d)
 
 

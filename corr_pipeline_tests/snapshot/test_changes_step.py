@@ -201,3 +201,20 @@ def test_changes_computed_again_when_stale_at_publication(clean_db, store, monke
     with pytest.raises(StaleChangesError, match="re-published"):
         compute_and_publish(clean_db, store, D2, attempts=2)
     assert tuple(_summary(clean_db, D2)) == (D1, len(s1) - 3)  # the last current set stays
+
+
+def test_withdrawing_a_snapshot_withdraws_its_recorded_changes(clean_db, store):
+    """``db prune`` (:func:`delete_snapshot`) of a date takes its ``change_*`` rows with it:
+    no change set is left describing a snapshot that is no longer published."""
+    s0, _, _, _ = _days(clean_db, store)
+    publish_changes(clean_db, publication(compute_changes(clean_db, store, D2, top_m=7)))
+    count = "SELECT count(*) FROM {} WHERE snapshot_date = :d"
+    tables = ("change_summaries", "change_pairs", "change_symbols", "change_clusters")
+    with clean_db.connect() as conn:
+        before = {t: conn.execute(sa.text(count.format(t)), {"d": D2}).scalar_one() for t in tables}
+    assert all(before.values()), before
+    assert delete_snapshot(clean_db, D2) is True
+    with clean_db.connect() as conn:
+        for table in (*tables, "change_lead_lag", "snapshots"):
+            assert conn.execute(sa.text(count.format(table)), {"d": D2}).scalar_one() == 0, table
+        assert conn.execute(sa.text(count.format("snapshots")), {"d": D0}).scalar_one() == 1
