@@ -54,6 +54,7 @@ __all__ = [
     "PriceSource",
     "PriceSourceError",
     "ResolvedPriceSource",
+    "SYSTEM_SCHEMAS",
     "configured_price_source",
     "parse_identifiers",
     "resolve_price_source",
@@ -381,6 +382,12 @@ def _base_type(conn: sa.Connection, type_oid: int) -> tuple[str, str]:
     raise PriceSourceError(f"type {type_oid}: domain chain too deep")  # pragma: no cover
 
 
+#: Schemas whose relations are never a price source (``pg_authid`` and the like): the catalog
+#: found on every search_path, and the SQL-standard views of it (``pg_toast*`` and ``pg_temp*``
+#: are refused by prefix).
+SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
+
+
 def resolve_price_source(conn: sa.Connection, source: PriceSource) -> ResolvedPriceSource:
     """Check ``source`` against the catalog on ``conn`` (read-only catalog queries; see the
     module docstring) and return the resolved source, or raise :class:`PriceSourceError`."""
@@ -413,6 +420,11 @@ def resolve_price_source(conn: sa.Connection, source: PriceSource) -> ResolvedPr
             )
         raise PriceSourceError(f"{where}: table or view {source.relation_name} does not exist")
     oid, schema, relkind = int(found[0]), str(found[1]), str(found[2])
+    if schema in SYSTEM_SCHEMAS or schema.startswith(("pg_toast", "pg_temp")):
+        raise PriceSourceError(
+            f"{where}: {source.relation_name} is in the system schema {_display(schema)}, "
+            "never a price source: name your own table or view"
+        )
     kind = RELATION_KINDS.get(relkind)
     if kind is None:
         raise PriceSourceError(

@@ -187,6 +187,12 @@ def _resolve(engine: sa.Engine, source: PriceSource):
         ("market.listings", "ticker,exchange,ticker",
          "the 3 columns must be different"),
         ("market.listings", "exchange,ticker,ticker2", "the trade date column ticker is text"),
+        ("pg_catalog.pg_authid", "rolname,rolvaliduntil,oid",
+         "pg_catalog.pg_authid is in the system schema pg_catalog, never a price source"),
+        ("pg_authid", "rolname,rolvaliduntil,oid",  # found on every search_path
+         "pg_authid is in the system schema pg_catalog"),
+        ("information_schema.tables", "table_name,table_schema,table_catalog",
+         "is in the system schema information_schema"),
     ],
 )  # fmt: skip
 def test_unusable_sources_fail_in_one_line(market, table, columns, message):
