@@ -495,3 +495,35 @@ def test_revision_0006_records_publications_and_keeps_the_change_sets(
         with db.connect() as conn:
             assert not present(conn) & set(columns)
             assert conn.execute(sa.text("SELECT count(*) FROM change_summaries")).scalar_one() == 1
+
+
+@pytest.mark.parametrize(
+    "name", ['fk "quoted"; DROP TABLE prices; --', "fk :colon %s %(x)s", "FK_Mixed_Case"]
+)
+def test_revision_0002_drops_foreign_keys_whatever_their_names(
+    new_database: Callable[[], str], name: str
+) -> None:
+    """0002 replaces the first release's foreign keys by triggers; a key renamed by hand (quotes,
+    a colon, percent signs, capitals) is dropped as well, its name never pasted into SQL."""
+    with opened(new_database()) as db:
+        migrate.upgrade(db, "0001")
+        quoted = '"' + name.replace('"', '""') + '"'
+        with db.begin() as conn:
+            old = conn.execute(
+                sa.text(
+                    "SELECT conname FROM pg_constraint WHERE contype = 'f' "
+                    "AND conrelid = 'peer_neighbors'::regclass"
+                )
+            ).scalar_one()
+            rename = f'ALTER TABLE peer_neighbors RENAME CONSTRAINT "{old}" TO {quoted}'
+            conn.exec_driver_sql(rename.replace("%", "%%"))  # psycopg's placeholders
+        migrate.upgrade(db, "0002")
+        with db.connect() as conn:
+            left = conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_constraint WHERE contype = 'f' "
+                    "AND confrelid = 'snapshots'::regclass"
+                )
+            ).scalar_one()
+            assert left == 0
+            assert conn.execute(sa.text("SELECT to_regclass('prices')")).scalar_one() is not None

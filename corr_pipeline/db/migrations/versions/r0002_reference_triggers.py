@@ -112,15 +112,16 @@ def upgrade() -> None:
     conn = op.get_bind()
     foreign_keys = conn.execute(
         sa.text(
-            "SELECT c.conrelid::regclass::text, c.conname FROM pg_constraint c "
+            "SELECT r.relname, c.conname FROM pg_constraint c "
+            "JOIN pg_class r ON r.oid = c.conrelid "
             "WHERE c.contype = 'f' AND c.confrelid = to_regclass('snapshots') "
             "AND c.conrelid = ANY (ARRAY(SELECT to_regclass(t) "
             "FROM unnest(CAST(:tables AS text[])) t)) ORDER BY 1, 2"
         ),
         {"tables": list(CHILD_TABLES)},
     ).all()
-    for table, name in foreign_keys:
-        op.execute(sa.text(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"'))
+    for table, name in foreign_keys:  # whatever the names: quoted by Alembic, never pasted
+        op.drop_constraint(name, table, type_="foreignkey")
     for function, body in ((CHECK_FUNCTION, CHECK_BODY), (CHILDREN_FUNCTION, CHILDREN_BODY)):
         op.execute(
             sa.text(
