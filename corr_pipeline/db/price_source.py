@@ -251,6 +251,16 @@ class SourceColumn:
     deterministic: bool = True
 
 
+def _identifier(*names: str) -> sql.Composable:
+    """``"a"."b"`` as a fragment of a statement executed with parameters: each name quoted as
+    PostgreSQL quotes an identifier (``"`` doubled, as ``sql.Identifier`` does) and every ``%``
+    doubled, so that psycopg's placeholder parser gives it back as one ``%`` instead of reading
+    a placeholder (``sql.Identifier`` leaves ``%`` alone: a name with ``%`` broke the query).
+    Every statement built from these fragments is executed with :meth:`params`."""
+    quoted = ".".join('"' + name.replace('"', '""') + '"' for name in names)
+    return sql.SQL(quoted.replace("%", "%%"))
+
+
 @dataclass(frozen=True)
 class ResolvedPriceSource:
     """A :class:`PriceSource` checked against the catalog (see :func:`resolve_price_source`)."""
@@ -267,10 +277,10 @@ class ResolvedPriceSource:
     # ---- psycopg.sql fragments (the window query) -----------------------------------------
 
     def relation_sql(self) -> sql.Composable:
-        return sql.Identifier(self.schema, self.source.table)
+        return _identifier(self.schema, self.source.table)
 
     def column_sql(self, name: str, alias: str | None = None) -> sql.Composable:
-        return sql.Identifier(alias, name) if alias else sql.Identifier(name)
+        return _identifier(alias, name) if alias else _identifier(name)
 
     def day_sql(self, expr: sql.Composable) -> sql.Composable:
         """The trade date (``date``) of a trade-date value ``expr``; uses ``%(tz)s``."""

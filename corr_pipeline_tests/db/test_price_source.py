@@ -269,6 +269,21 @@ def test_odd_identifiers_are_quoted_never_pasted(market):
         assert conn.execute(sa.text("SELECT to_regclass('prices')")).scalar() is not None
 
 
+def test_percent_signs_in_names_are_not_placeholders(market):
+    """psycopg reads ``%s`` and ``%(name)s`` in a statement with parameters as placeholders;
+    a ``%`` inside a quoted table or column name is a character of the name."""
+    with market.begin() as conn:
+        ddl = (
+            'CREATE TABLE "EOD %(d)s 100% Prices" '
+            '("Ticker %s" varchar(16), "Trade % Date" date, "px %(tz)s" double precision);'
+            'INSERT INTO "EOD %(d)s 100% Prices" SELECT symbol, trade_date, close FROM prices;'
+        )
+        conn.exec_driver_sql(ddl.replace("%", "%%"))  # the names as written: one % each
+    source = PriceSource.parse('"EOD %(d)s 100% Prices"', '"Ticker %s","Trade % Date","px %(tz)s"')
+    assert_same_window(_window(market, NATIVE_PRICES), _window(market, source))
+    assert prices_extent(market, source) == prices_extent(market)
+
+
 @pytest.mark.parametrize("kind", ["timestamp", "timestamptz"])
 def test_timestamp_trade_dates_become_their_date_deterministically(market, kind):
     """A close stamped 16:00 New York: a ``timestamp`` keeps its written date; a
