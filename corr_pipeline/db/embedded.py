@@ -10,8 +10,10 @@ rejects every TCP connection, should someone turn TCP on). Its Unix socket lives
 that only the OS account running the server can enter (mode 0700) and the socket file itself is
 mode 0700; whoever reaches the socket is the database superuser (trust authentication), so only
 that account (and root) can. The socket directory is the data directory itself (mode 0700) when
-its path fits in a socket name (about 100 bytes), otherwise ``<dir>/corr_pipeline-<uid>/<tag>``
-with ``<dir>`` = ``$XDG_RUNTIME_DIR`` or the temporary directory, both levels created mode 0700
+its path fits in a socket name (about 100 bytes), otherwise
+``<dir>/corr_pipeline-<uid>-<secret>/<tag>`` with ``<dir>`` = ``$XDG_RUNTIME_DIR`` or the
+temporary directory and ``<secret>`` derived from a random value kept in the data directory (no
+other account can guess the name and create it first), both levels created mode 0700
 and checked (owner, mode, not a symbolic link) before use. A running server whose socket is not
 in such a directory (one started by an older version) is restarted, or refused with one line
 saying what to do while processes still use it.
@@ -51,6 +53,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import secrets
 import shlex
 import signal
 import stat
@@ -93,6 +96,8 @@ USERS_LOCK = "corr_pipeline.users.lock"
 WATCHDOG_LOCK = "corr_pipeline.watchdog.lock"
 WATCHDOG_LOG = "corr_pipeline.watchdog.log"
 SOCKET_ROOT_PREFIX = "corr_pipeline-"
+#: The file in the data directory holding the random part of the fallback socket directory's name.
+SOCKET_SECRET_FILE = "corr_pipeline.socket_secret"
 #: Longest socket path the kernel accepts (``sun_path`` less its terminating NUL).
 SUN_PATH_MAX = 107 if sys.platform.startswith("linux") else 103
 
@@ -392,19 +397,37 @@ def _short_bases(account: _Account) -> list[Path]:
     return bases
 
 
+def _socket_secret(pgdata: Path, account: _Account) -> str:
+    """The data directory's random socket name part (:data:`SOCKET_SECRET_FILE`, created once,
+    0600, the server account's): what makes the fallback socket directory's name unguessable."""
+    path = pgdata / SOCKET_SECRET_FILE
+    try:
+        secret = owned_files.read_text(path).strip()
+    except FileNotFoundError:
+        secret = ""
+    if len(secret) != 32 or any(c not in "0123456789abcdef" for c in secret):
+        secret = secrets.token_hex(16)
+        uid, gid = (account.uid, account.gid) if account.name is not None else (None, None)
+        owned_files.replace_text(path, secret + "\n", uid, gid)
+    return secret
+
+
 def socket_dir_for(pgdata: Path, account: _Account | None = None) -> Path:
     """The private directory the server of ``pgdata`` puts its socket in (created if needed):
-    ``pgdata`` itself when the socket path fits, else ``<base>/corr_pipeline-<uid>/<tag>``
-    (see the module docstring). The tag hashes the data directory's path and inode, so the
-    directory, and hence the URL, stays the same across restarts."""
+    ``pgdata`` itself when the socket path fits, else ``<base>/corr_pipeline-<uid>-<secret>/<tag>``
+    (see the module docstring). ``<secret>`` derives from a random value kept in the data
+    directory (:func:`_socket_secret`), so no other account can guess the name and occupy it
+    first; the tag hashes the data directory's path and inode. Both stay the same across
+    restarts, and so does the URL."""
     account = account or _account()
     if _socket_fits(pgdata):
         return pgdata
     st = os.stat(pgdata)
     tag = hashlib.sha256(f"{pgdata}\0{st.st_dev}\0{st.st_ino}".encode()).hexdigest()[:12]
+    secret = hashlib.sha256(_socket_secret(pgdata, account).encode()).hexdigest()[:16]
     refused: list[str] = []
     for base in _short_bases(account):
-        root = base / f"{SOCKET_ROOT_PREFIX}{account.uid}"
+        root = base / f"{SOCKET_ROOT_PREFIX}{account.uid}-{secret}"
         directory = root / tag
         if not _socket_fits(directory):
             refused.append(f"{base} (path too long)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pwd
+import shutil
 import stat
 import struct
 import subprocess
@@ -169,3 +170,42 @@ def test_grant_search_keeps_every_other_entry(tmp_path: Path) -> None:
     link.symlink_to(directory)
     with pytest.raises(OSError):
         acl.grant_search(link, 1)
+
+
+@needs_root
+def test_names_another_user_plants_do_not_block_start_up(pg_parent_dir: Path) -> None:
+    """A data directory whose socket path is too long gets its socket directory under the
+    temporary directory; ``nobody`` occupies the names it could guess there first (the old
+    ``corr_pipeline-<uid>``), and the server still starts, privately, elsewhere."""
+    home = pg_parent_dir / ("h" * 60) / ("o" * 50)
+    home.mkdir(parents=True)
+    pgdata = home / "pgdata"
+    uid = pwd.getpwnam(embedded.SERVER_ACCOUNT_WHEN_ROOT).pw_uid
+    planted = [Path(base) / f"{embedded.SOCKET_ROOT_PREFIX}{uid}" for base in ("/tmp",)]
+    for path in planted:
+        if path.exists() and os.lstat(path).st_uid != 65534:  # left by an older version
+            shutil.rmtree(path)
+        if not path.exists():
+            made = _as("nobody", "mkdir", "-m", "0777", str(path))
+            assert made.returncode == 0, made
+    try:
+        server = db_engine.start_embedded_server(pgdata)
+        try:
+            assert server.socket_dir.parent not in planted
+            root = os.lstat(server.socket_dir.parent)
+            assert root.st_uid == uid and stat.S_IMODE(root.st_mode) == 0o700
+            with db_engine.get_engine(server.url()).connect() as conn:
+                assert conn.exec_driver_sql("SELECT 1").scalar_one() == 1
+            secret = os.lstat(pgdata / embedded.SOCKET_SECRET_FILE)
+            assert secret.st_uid == uid and stat.S_IMODE(secret.st_mode) == 0o600
+        finally:
+            db_engine.release_embedded_server(pgdata)
+        again = db_engine.start_embedded_server(pgdata)  # the same directory, the same URL
+        try:
+            assert again.socket_dir == server.socket_dir
+        finally:
+            db_engine.release_embedded_server(pgdata)
+    finally:
+        for path in planted:
+            if os.lstat(path).st_uid == 65534:
+                os.rmdir(path)

@@ -140,7 +140,8 @@ def test_other_users_cannot_connect_or_read_the_data(server_home: Path, path_len
         assert account != 0 and server.os_user == embedded.SERVER_ACCOUNT_WHEN_ROOT
         if path_length == "long":
             assert server.socket_dir != pgdata
-            assert server.socket_dir.parent.name == f"corr_pipeline-{account}"
+            prefix, secret = server.socket_dir.parent.name.rsplit("-", 1)
+            assert prefix == f"corr_pipeline-{account}" and len(secret) == 16
             private_dirs = [server.socket_dir, server.socket_dir.parent, pgdata]
         else:
             assert server.socket_dir == pgdata
