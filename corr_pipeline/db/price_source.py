@@ -398,6 +398,34 @@ def _base_type(conn: sa.Connection, type_oid: int) -> tuple[str, str]:
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
 
 
+def _lock_relation(
+    conn: sa.Connection, oid: int, relkind: str, schema: str, source: PriceSource, where: str
+) -> None:
+    """Take the relation's ``ACCESS SHARE`` lock for the rest of the transaction, so that no
+    ``CREATE OR REPLACE VIEW``, ``ALTER`` or ``DROP`` can change what the catalog checks found
+    before the window is read; PriceSourceError if the name no longer means the relation checked
+    (replaced in between). Skipped where ``LOCK`` does not apply (a foreign table) or is not
+    allowed (a role with column privileges only): those read without the lock."""
+    if (
+        relkind == "f"
+        or not conn.execute(
+            sa.text("SELECT has_table_privilege(:oid, 'SELECT')"), {"oid": oid}
+        ).scalar_one()
+    ):
+        return
+    relation = sql.Identifier(schema, source.table)
+    with conn.connection.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+        cur.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(relation))
+    now = conn.execute(
+        sa.text("SELECT to_regclass(:name)::oid"),
+        {"name": f"{_quote(schema)}.{_quote(source.table)}"},
+    ).scalar()
+    if now is None or int(now) != oid:
+        raise PriceSourceError(
+            f"{where}: {source.relation_name} was replaced while it was checked: run again"
+        )
+
+
 def resolve_price_source(conn: sa.Connection, source: PriceSource) -> ResolvedPriceSource:
     """Check ``source`` against the catalog on ``conn`` (read-only catalog queries; see the
     module docstring) and return the resolved source, or raise :class:`PriceSourceError`."""
@@ -446,6 +474,7 @@ def resolve_price_source(conn: sa.Connection, source: PriceSource) -> ResolvedPr
         {"oid": oid},
     ).scalar_one():  # fmt: skip
         raise PriceSourceError(f"{where}: no SELECT privilege on {kind} {source.relation_name}")
+    _lock_relation(conn, oid, relkind, schema, source, where)
     rows = {str(r[0]): r for r in conn.execute(_columns_statement(), {"oid": oid})}
 
     def column(name: str, role: str, accepted: str, ok) -> SourceColumn:

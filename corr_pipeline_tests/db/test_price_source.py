@@ -410,3 +410,25 @@ def test_a_case_insensitive_collation_does_not_merge_symbols(market):
     window = _window(market, source)
     assert "S00001" in window.symbols and "s00001" in window.symbols
     assert_same_window(_window(market, NATIVE_PRICES), window)
+
+
+def test_the_checked_relation_stays_locked_until_the_read_ends(market):
+    """The catalog checks and the read happen in one transaction that holds the relation's
+    ACCESS SHARE lock from the checks on: a view recreated by another session in between
+    waits (here: times out) instead of changing what is read after it was checked."""
+    replace = (
+        "CREATE OR REPLACE VIEW market.checked AS "
+        "SELECT ticker, dt, (adj_close * 2)::numeric(18,6) AS adj_close FROM market.eod_prices"
+    )
+    with market.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE VIEW market.checked AS SELECT ticker, dt, adj_close FROM market.eod_prices"
+        )
+    source = PriceSource.parse("market.checked", "ticker,dt,adj_close")
+    with market.connect() as reader, reader.begin():
+        resolve_price_source(reader, source)
+        with market.connect() as other, pytest.raises(sa.exc.OperationalError, match="lock timeout"):
+            other.exec_driver_sql("SET lock_timeout = '300ms'")
+            other.exec_driver_sql(replace)
+    with market.begin() as conn:  # once the reader's transaction ends, it goes through
+        conn.exec_driver_sql(replace)
