@@ -711,13 +711,15 @@ def _stop_postmaster(proc: psutil.Process, pgdata: Path, why: str) -> None:
 
 
 def _remove_socket_dir(socket_dir: Path | None, pgdata: Path) -> None:
-    """Remove a socket directory of ours once its server is gone (only if empty)."""
+    """Remove a socket directory of ours once its server is gone, and its parent (the data
+    directory's own ``corr_pipeline-<uid>-<secret>``), each only if empty."""
     if socket_dir is None or socket_dir == pgdata:
         return
     if not socket_dir.parent.name.startswith(SOCKET_ROOT_PREFIX):
         return
     with contextlib.suppress(OSError):
         socket_dir.rmdir()
+        socket_dir.parent.rmdir()
 
 
 def _shm_attached(shm_id: int) -> int:

@@ -196,7 +196,7 @@ def test_other_users_cannot_connect_or_read_the_data(server_home: Path, path_len
         db_engine.release_embedded_server(pgdata)
     assert not _running(pgdata)
     if path_length == "long":
-        assert not server.socket_dir.exists()  # removed with its server
+        assert not server.socket_dir.parent.exists()  # removed with its server
 
 
 def test_managed_configuration_replaces_an_older_block() -> None:
