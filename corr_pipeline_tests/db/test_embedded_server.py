@@ -171,10 +171,11 @@ def test_other_users_cannot_connect_or_read_the_data(server_home: Path, path_len
         assert {tuple(r) for r in rules} == {("local", "trust"), ("host", "reject")}
 
         # the same server with the modes of the old layout: nobody is the superuser (the
-        # directories above, which only the server's account may traverse, opened as well)
+        # directories above it and above psql, which only the server's account may traverse,
+        # opened as well)
         closed_above = [
             parent
-            for directory in private_dirs
+            for directory in [*private_dirs, server.bin_path]
             for parent in directory.parents
             if not _mode(parent) & stat.S_IXOTH
         ]
