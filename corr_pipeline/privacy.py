@@ -24,6 +24,7 @@ link in place of one, is left alone (:func:`private_instance_storage` says which
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -64,15 +65,24 @@ def private_instance_storage(home: str | os.PathLike[str] | None) -> list[str]:
     ``home`` a 0700 directory: an existing one owned by this user is narrowed with ``fchmod``
     on a descriptor opened with ``O_NOFOLLOW`` (a symbolic link is never followed), a missing
     one is created 0700. Returns the problems, one line each (a directory of another account,
-    a link or a file in its place), for the caller to log; nothing when ``home`` is unset or not
-    an existing directory (an ephemeral instance)."""
+    a link or a file in its place, a directory that cannot be created), for the caller to log;
+    nothing when ``home`` is unset or not an existing directory (an ephemeral instance), and
+    nothing for a missing directory on a read-only file system (a pod with a read-only root,
+    where no process can write one)."""
     if not home or not os.path.isdir(home):
         return []
     problems = []
     for name in INSTANCE_STORAGE_DIRS:
         path = Path(home) / name
-        with contextlib.suppress(FileExistsError):
+        try:
             os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            if exc.errno == errno.EROFS:  # a read-only root (a hardened pod): nothing to guard
+                continue
+            problems.append(f"{path}: cannot be created ({exc.strerror})")
+            continue
         try:
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:

@@ -131,3 +131,23 @@ def test_private_umask_is_restored() -> None:
         assert os.umask(0o022) == 0o022
     finally:
         os.umask(previous)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a read-only file system needs root")
+def test_the_code_location_loads_on_a_read_only_root(tmp_path: Path) -> None:
+    """A pod with a read-only root file system (deploy/): ``$DAGSTER_HOME`` exists but nothing
+    can be created in it; the code location still loads, and says nothing of it."""
+    home = tmp_path / "home"
+    home.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(home)], check=True)
+    try:
+        code = "import corr_pipeline.definitions"
+        env = {**os.environ, "DAGSTER_HOME": str(home)}
+        proc = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "Dagster storage" not in proc.stderr
+        assert os.listdir(home) == []
+    finally:
+        subprocess.run(["umount", str(home)], check=True)
