@@ -29,6 +29,7 @@ from sqlalchemy.engine import make_url
 from corr_pipeline.defs.concurrency import instance_limits
 from corr_pipeline.defs.run import snapshot_job_def
 from corr_pipeline.snapshot.sizing import run_memory
+from corr_pipeline_tests.deploy.k8s_rules import Pod, allowed, restricted_problems
 from corr_pipeline_tests.reliability import helpers as h
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -101,13 +102,16 @@ def test_the_store_is_shared_and_every_reference_is_defined():
         if not spec:
             continue
         claims = {
-            v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec.get("volumes", [])
+            v["name"]: v["persistentVolumeClaim"]["claimName"]
+            for v in spec.get("volumes", [])
+            if "persistentVolumeClaim" in v
         }
         assert set(claims.values()) <= {"corr-pipeline-store"}
         for container in spec["containers"]:
             assert container["image"] == IMAGE
             for mount in container.get("volumeMounts", []):
-                assert mount["mountPath"] == config["CORR_PIPELINE_STORE_DIR"], doc["metadata"]
+                if mount["name"] in claims:
+                    assert mount["mountPath"] == config["CORR_PIPELINE_STORE_DIR"], doc["metadata"]
             for source in container.get("envFrom", []):
                 ref = source.get("configMapRef") or source.get("secretRef")
                 kind = "ConfigMap" if "configMapRef" in source else "Secret"
@@ -333,3 +337,16 @@ def _check_instance(instance: dg.DagsterInstance) -> None:
     assert {"corr-pipeline-config", "corr-pipeline-secrets"} <= sources
     assert doc["spec"]["backoffLimit"] == 0
     assert "dagster" in container["args"] and run.run_id in " ".join(container["args"])
+    # the pod the namespace admits: restricted, read-only root, no token, reached by nobody
+    # and reaching the Dask scheduler (test_k8s_security.py checks the same from the files)
+    assert restricted_problems(pod) == []
+    assert pod["automountServiceAccountToken"] is False
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    labels = doc["spec"]["template"]["metadata"]["labels"]
+    assert labels["corr-pipeline/role"] == "run"
+    policies = [d for d in _manifests().values() if d["kind"] == "NetworkPolicy"]
+    run_pod = Pod(labels, namespace)
+    scheduler = _manifests()[("Deployment", "corr-pipeline-dask-scheduler")]
+    assert allowed(policies, run_pod, Pod(scheduler["spec"]["template"]["metadata"]["labels"],
+                                          namespace), 8786)  # fmt: skip
+    assert not allowed(policies, Pod({"app": "debug"}, namespace), run_pod, 8786)
