@@ -11,7 +11,8 @@ Layout
         <name>.<version>.npy                         one immutable version of an array (standard
                                                      .npy); files are 0600
         <name>.<version>.json                        its sidecar: labels, shape, dtype, params,
-                                                     version, size and content fingerprint
+                                                     version, size, sampled fingerprint and
+                                                     full checksum
         .<file>.tmp-<hex32>                          a temp file being written (locked by its writer)
         .partition.lock                              shared by users of the directory, exclusive
                                                      for retention and garbage collection
@@ -58,7 +59,8 @@ blocks** with ``posix_fallocate`` (a full disk is reported now, as a clean
 :class:`MatrixStoreSpaceError`, instead of a ``SIGBUS`` when a page of the map is first touched)
 and maps it writable (fresh contents are zero). :meth:`PendingArray.commit`:
 
-1. ``flush()`` (``msync``) the map, ``fsync`` the file, fingerprint it;
+1. ``flush()`` (``msync``) the map, ``fsync`` the file, fingerprint it (sampled, and the full
+   SHA-256);
 2. write the sidecar ``<name>.<version>.json`` (temp file, ``fsync``, rename);
 3. rename the array to ``<name>.<version>.npy``, ``fsync`` the directory.
 
@@ -83,8 +85,11 @@ Reading (consumer side)
 -----------------------
 :meth:`MatrixStore.load` checks the sidecar against the data: the sidecar's version and name
 against the file name, the ``.npy`` header's shape and dtype against the sidecar's, the file size
-against the header and the sidecar, and a content fingerprint (SHA-256 of the size, the header
-and 17 blocks of 64 KiB spread over the file) against the sidecar's. Nothing in the sidecar
+against the header and the sidecar, and a *sampled* content fingerprint (SHA-256 of the size
+and 17 blocks of 64 KiB spread over the file: :mod:`corr_pipeline.store.checksum`) against the
+sidecar's. The sidecar also records the SHA-256 of the whole file, computed at commit; a load
+does not read every byte, ``corr-pipeline store verify`` does
+(:mod:`corr_pipeline.store.verify`). Nothing in the sidecar
 depends on the inode, the mtime or the path, so a faithful copy of the store (``cp -a``,
 ``rsync -a``, a restored ``tar``) loads, while a sidecar that does not match its data is reported
 as :class:`CorruptMatrixError`. The array comes back as a read-only ``np.memmap`` (``mmap=True``)
@@ -109,7 +114,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
-import hashlib
 import json
 import math
 import mmap
@@ -128,6 +132,7 @@ from typing import Any
 import numpy as np
 
 from corr_pipeline.store import locks, memory
+from corr_pipeline.store.checksum import full_checksum, sampled_fingerprint
 
 __all__ = [
     "FORMAT_VERSION",
@@ -178,8 +183,6 @@ _LEGACY_FILE_RE = re.compile(
 _SPACE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 _MANIFEST_ATTEMPTS = 40
 _MANIFEST_SLEEP_S = 0.025
-_SAMPLE_BLOCKS = 17
-_SAMPLE_BYTES = 1 << 16
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
 
@@ -455,22 +458,6 @@ def _read_json_file(path: Path, what: str) -> dict[str, Any] | None:
             f"{what} {path} is not a matrix-store v{FORMAT_VERSION} file (format={fmt!r})", path
         )
     return obj
-
-
-def _fingerprint(fd: int, size: int) -> str:
-    """SHA-256 of the size and of 17 blocks of 64 KiB spread evenly over the file (the whole
-    file when it is smaller): cheap to check on every load, and two versions of a matrix differ
-    in it unless their sampled bytes are all equal."""
-    h = hashlib.sha256(size.to_bytes(8, "little"))
-    offsets: Sequence[int]
-    if size <= _SAMPLE_BLOCKS * _SAMPLE_BYTES:
-        offsets = range(0, size, _SAMPLE_BYTES)
-    else:
-        last = size - _SAMPLE_BYTES
-        offsets = [round(i * last / (_SAMPLE_BLOCKS - 1)) for i in range(_SAMPLE_BLOCKS)]
-    for offset in offsets:
-        h.update(os.pread(fd, _SAMPLE_BYTES, offset))
-    return "sha256:" + h.hexdigest()
 
 
 def _dtype_descr(dtype: np.dtype) -> Any:
@@ -798,7 +785,8 @@ class PendingArray:
                 self.labels,
                 self.params,
                 size,
-                _fingerprint(fd, size),
+                sampled_fingerprint(fd, size),
+                full_checksum(fd, size),
             )
             _write_json_atomic(sidecar, meta, sync_dir=False)
             wrote_sidecar = True
@@ -1198,12 +1186,15 @@ class MatrixStore:
             raise _space_or_io_error("linking", final, exc) from exc
         try:
             size = os.fstat(fd).st_size
-            fingerprint = _fingerprint(fd, size)
-            if source.meta.get("array_file", {}).get("fingerprint") != fingerprint:
+            fingerprint = sampled_fingerprint(fd, size)
+            recorded = source.meta.get("array_file", {})
+            if recorded.get("fingerprint") != fingerprint:
                 raise OSError(errno.ENOENT, "the source file changed", str(source.path))
+            # the same inode: its full checksum is the source's (computed when that has none)
+            checksum = recorded.get("checksum") or full_checksum(fd, size)
             meta = self._make_meta(
                 asset, partition, name, version, source.shape, source.dtype, labels_j, params_j,
-                size, fingerprint,
+                size, fingerprint, checksum,
             )  # fmt: skip
             _write_json_atomic(sidecar, meta, sync_dir=False)
             os.replace(temp, final)
@@ -1240,6 +1231,7 @@ class MatrixStore:
         params: dict[str, Any],
         size: int,
         fingerprint: str,
+        checksum: str,
     ) -> dict[str, Any]:
         return {
             "format": FORMAT_VERSION,
@@ -1253,7 +1245,7 @@ class MatrixStore:
             "params": params,
             "created_at": _now_iso(),
             "writer": {"host": socket.gethostname(), "pid": os.getpid()},
-            "array_file": {"size": int(size), "fingerprint": fingerprint},
+            "array_file": {"size": int(size), "fingerprint": fingerprint, "checksum": checksum},
         }
 
     # ---- manifests (the current pointer) ------------------------------------------------
@@ -1729,11 +1721,11 @@ class MatrixStore:
         if (
             not isinstance(recorded, dict)
             or recorded.get("size") != size
-            or recorded.get("fingerprint") != _fingerprint(f.fileno(), size)
+            or recorded.get("fingerprint") != sampled_fingerprint(f.fileno(), size)
         ):
             raise CorruptMatrixError(
                 f"array {npy} does not match its sidecar {npy.with_suffix('.json')} (size or "
-                "content fingerprint differs: the data of another version, or damaged)",
+                "sampled content fingerprint differs: the data of another version, or damaged)",
                 npy,
             )
         order = "F" if fortran else "C"

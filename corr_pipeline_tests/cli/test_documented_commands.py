@@ -96,6 +96,10 @@ COMMANDS: dict[str, list[str] | None] = {
     ],
     "corr-pipeline store list": ["corr-pipeline store list", "corr-pipeline store list --json"],
     "corr-pipeline store prune": ["corr-pipeline store prune --keep 5 --dry-run"],
+    "corr-pipeline store verify": [
+        "corr-pipeline store verify",
+        "corr-pipeline store verify --partition 2026-11-27 --json",
+    ],
     "corr-pipeline bench": ["corr-pipeline bench --n 40 --t 60"],
     "corr-pipeline backfill": ["corr-pipeline backfill --from 2026-11-24 --to 2026-11-27"],
     "corr-pipeline concurrency show": ["corr-pipeline concurrency show --n 24000 --t 252"],
