@@ -62,7 +62,8 @@ def _pack(entries: dict[tuple[int, int], int]) -> bytes:
 def grant_search(directory: Path, uid: int) -> None:
     """Add search permission for the account ``uid`` alone to ``directory`` (an ACL entry
     ``user:uid:--x`` merged into its access ACL; nothing else changes but the mask, which
-    becomes the union of the group class as with ``setfacl -m``). :class:`AclUnsupportedError`
+    becomes the union of the group class as with ``setfacl -m``); nothing is written when the
+    account has the right by its entry already. :class:`AclUnsupportedError`
     when its file system keeps no ACLs; OSError when ``directory`` is a symbolic link or not a
     directory."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -76,6 +77,8 @@ def grant_search(directory: Path, uid: int) -> None:
                 raise AclUnsupportedError(exc.errno, f"{directory}: no POSIX ACLs here") from None
             else:
                 raise
+        if entries.get((USER, uid), 0) & entries.get((MASK, UNDEFINED_ID), 0) & SEARCH:
+            return  # granted already (by an earlier start): nothing is rewritten
         entries[(USER, uid)] = entries.get((USER, uid), 0) | SEARCH
         group_class = [
             perm for (tag, _), perm in entries.items() if tag in (USER, GROUP_OBJ, GROUP)

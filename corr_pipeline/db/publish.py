@@ -70,7 +70,9 @@ __all__ = [
     "LEAD_LAG_FIELDS",
     "PublishError",
     "PublishReport",
+    "delete_change_rows",
     "delete_snapshot",
+    "lock_date",
     "publish_snapshot",
     "read_snapshot_counts",
 ]
@@ -357,8 +359,9 @@ def _delete_snapshot_rows(cursor: Any, d: dt.date) -> bool:
     return bool(cursor.rowcount > 0)
 
 
-def _lock_date(cursor: Any, d: dt.date) -> float:
-    """Take the transaction-scoped advisory lock of ``d``; seconds waited."""
+def lock_date(cursor: Any, d: dt.date) -> float:
+    """Take the transaction-scoped advisory lock of ``d`` that every writer of a date's rows
+    (a snapshot's publication or withdrawal, its changes' publication) holds; seconds waited."""
     t = time.perf_counter()
     cursor.execute(
         "SELECT pg_advisory_xact_lock(hashtext(%s), %s)", (_LOCK_NAMESPACE, (d - _EPOCH).days)
@@ -493,7 +496,7 @@ def publish_snapshot(engine: sa.Engine, results: SnapshotResults) -> PublishRepo
     with engine.begin() as conn:
         pg = driver_connection(conn)
         with pg.cursor() as cur:
-            lock_wait = _lock_date(cur, d)
+            lock_wait = lock_date(cur, d)
             t = time.perf_counter()
             replaced = _delete_snapshot_rows(cur, d)
             cur.execute(
@@ -536,10 +539,18 @@ def delete_snapshot(engine: sa.Engine, snapshot_date: dt.date | str) -> bool:
     all of it or none of it). Returns whether there was a snapshot."""
     d = as_iso_date(snapshot_date, "snapshot_date", PublishError)
     with engine.begin() as conn, driver_connection(conn).cursor() as cur:
-        _lock_date(cur, d)
-        for table in reversed(CHANGE_TABLES):  # children first, then change_summaries
-            cur.execute(f"DELETE FROM {table} WHERE snapshot_date = %s", (d,))
+        lock_date(cur, d)
+        delete_change_rows(cur, d)
         return _delete_snapshot_rows(cur, d)
+
+
+def delete_change_rows(cursor: Any, d: dt.date) -> bool:
+    """Delete the recorded changes of ``d`` (SPEC §10): the child rows of every change table,
+    then its ``change_summaries`` row; True if there was one. The caller holds
+    :func:`lock_date`."""
+    for table in reversed(CHANGE_TABLES):  # children first, then change_summaries
+        cursor.execute(f"DELETE FROM {table} WHERE snapshot_date = %s", (d,))
+    return bool(cursor.rowcount > 0)
 
 
 def read_snapshot_counts(

@@ -33,7 +33,12 @@ import sqlalchemy as sa
 
 from corr_pipeline.db.bulk import driver_connection
 from corr_pipeline.db.dates import as_iso_date
-from corr_pipeline.db.publish import PublishError, _lock_date, read_snapshot_counts
+from corr_pipeline.db.publish import (
+    PublishError,
+    delete_change_rows,
+    lock_date,
+    read_snapshot_counts,
+)
 from corr_pipeline.db.reads import change_staleness
 from corr_pipeline.db.schema import CHANGE_TABLES, DRIFT_COLUMNS
 
@@ -196,14 +201,14 @@ def publish_changes(engine: sa.Engine, changes: ChangesPublication) -> ChangesRe
     timings = {"prepare_s": time.perf_counter() - t_start}
     rows: dict[str, int] = {}
     with engine.begin() as conn, driver_connection(conn).cursor() as cur:
-        lock_wait = _lock_date(cur, d)
+        lock_wait = lock_date(cur, d)
         t = time.perf_counter()
         stale = change_staleness(conn, {"snapshot_date": d, **changes.summary})
         if stale:
             raise StaleChangesError(f"the changes of {d} are stale: {'; '.join(stale)}")
         timings["check_current_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        replaced = _delete_changes_rows(cur, d)
+        replaced = delete_change_rows(cur, d)
         columns = ", ".join(("snapshot_date", *SUMMARY_COLUMNS, "created_at"))
         placeholders = ", ".join(
             "%s::jsonb" if c in _JSON_COLUMNS else "%s" for c in ("snapshot_date", *SUMMARY_COLUMNS)
@@ -238,14 +243,6 @@ def publish_changes(engine: sa.Engine, changes: ChangesPublication) -> ChangesRe
         replaced_previous=replaced,
         timings=timings,
     )
-
-
-def _delete_changes_rows(cursor: Any, d: dt.date) -> bool:
-    """Delete ``d``'s child rows, then its ``change_summaries`` row; True if there was one."""
-    for child in CHANGE_COLUMNS:
-        cursor.execute(f"DELETE FROM {child} WHERE snapshot_date = %s", (d,))
-    cursor.execute("DELETE FROM change_summaries WHERE snapshot_date = %s", (d,))
-    return bool(cursor.rowcount > 0)
 
 
 def read_change_counts(engine: sa.Engine, snapshot_date: dt.date | str) -> dict[str, int]:

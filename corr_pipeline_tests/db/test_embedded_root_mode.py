@@ -162,7 +162,10 @@ def test_grant_search_keeps_every_other_entry(tmp_path: Path) -> None:
         (acl.OTHER, undefined): 0,
     }
     acl.grant_search(directory, 4242)
-    acl.grant_search(directory, 65534)  # again: unchanged
+    before = os.stat(directory).st_ctime_ns
+    time.sleep(0.02)
+    acl.grant_search(directory, 65534)  # again: not even rewritten (its ctime stays)
+    assert os.stat(directory).st_ctime_ns == before
     entries = _acl_entries(directory)
     assert entries[(acl.USER, 4242)] == 1 and entries[(acl.USER, 65534)] == 1
     assert len(entries) == 6 and _mode_bits(directory) == 0o750

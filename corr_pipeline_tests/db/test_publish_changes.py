@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from corr_pipeline.db.bulk import driver_connection
-from corr_pipeline.db.publish import PublishError, _lock_date
+from corr_pipeline.db.publish import PublishError, lock_date
 from corr_pipeline.db.publish_changes import (
     CHANGE_COLUMNS,
     ChangesPublication,
@@ -139,7 +139,7 @@ def test_publication_waits_for_the_snapshot_lock_of_its_date(clean_db, tmp_path)
     changes = _changes(clean_db, MatrixStore(tmp_path / "store"), 1)
     done = threading.Event()
     with clean_db.begin() as conn, driver_connection(conn).cursor() as cur:
-        _lock_date(cur, D1)  # what publish_snapshot of D1 holds
+        lock_date(cur, D1)  # what publish_snapshot of D1 holds
         worker = threading.Thread(target=lambda: (publish_changes(clean_db, changes), done.set()))
         worker.start()
         time.sleep(1.0)
