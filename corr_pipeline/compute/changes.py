@@ -384,7 +384,10 @@ def _runs(ti: np.ndarray, pi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     """The runs of common symbols over which both index maps advance by one: ``(start, off_t,
     off_p)``, run ``r`` is ``q`` in ``[start[r], start[r + 1])`` with ``ti[q] = q + off_t[r]``
     and ``pi[q] = q + off_p[r]`` (one run when neither day has a symbol the other lacks; a few
-    more per symbol that entered or left)."""
+    more per symbol that entered or left; none when no symbol is common)."""
+    if ti.size == 0:
+        empty = np.zeros(0, np.int64)
+        return np.zeros(1, np.int64), empty, empty.copy()
     q = np.arange(ti.size, dtype=np.int64)
     off_t, off_p = ti - q, pi - q
     bounds = np.flatnonzero((np.diff(off_t) != 0) | (np.diff(off_p) != 0)) + 1

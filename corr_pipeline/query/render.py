@@ -276,6 +276,11 @@ def _render_changes(result: ChangesResult) -> str:
         lines.append(
             "market drift: skipped (" + "; ".join(sorted(set(s["skipped"].values()))) + ")"
         )
+    elif s["n_pairs"] == 0:
+        lines.append(
+            "market drift: nothing to compare (no pair of symbols of both sessions with enough "
+            "common returns on both days)"
+        )
     else:
         q = s["quantiles"] or {}
         median = q.get("levels", []).index(0.5) if 0.5 in q.get("levels", []) else None

@@ -521,3 +521,53 @@ def test_quantiles_of_adversarial_values_are_numpys():
     assert got.n_pairs == len(f) > 2000
     for name, column in _distribution_columns(f).items():
         np.testing.assert_array_equal(got.quantiles[name], np.quantile(column, levels))
+
+
+@pytest.mark.parametrize(
+    "today, previous",
+    [
+        (["A", "B", "C", "D"], ["E", "F", "G"]),  # a re-keyed universe: nothing in common
+        (["A", "B", "C", "D"], ["D", "E", "F"]),  # one symbol in common
+        (["B", "D"], ["A", "B", "C", "D", "E", "F"]),  # shrunk to a handful
+        ([], ["A", "B"]),  # nothing left at all
+    ],
+    ids=["disjoint", "one-common", "shrunk", "empty"],
+)
+def test_universes_with_few_or_no_common_symbols(today, previous):
+    """What can be compared is: entered and left by name, the pairs of common symbols (the
+    pandas reference of ``_check``), turnover and migrations of the common symbols; nothing
+    raises where nothing is common."""
+    rng = np.random.default_rng(3)
+    corr_t, ov_t = _day(rng, today) if len(today) > 1 else _eye(len(today))
+    corr_p, ov_p = _day(rng, previous)
+    _check(today, corr_t, ov_t, previous, corr_p, ov_p, min_overlap=20, top_m=5, budget=1)
+    common = sorted(set(today) & set(previous))
+    match = match_symbols(today, previous)
+    assert match.common == common
+    assert [today[i] for i in match.entered] == sorted(set(today) - set(previous))
+    assert [previous[i] for i in match.left] == sorted(set(previous) - set(today))
+
+    # every symbol's neighbors: the next two symbols of its own day (by position, cyclic)
+    def ring(n: int) -> np.ndarray:
+        return (np.arange(n)[:, None] + np.array([1, 2])[None, :]) % max(n, 1)
+
+    kept, new = neighbor_turnover(match, ring(len(today)), ring(len(previous)))
+    for x, name in enumerate(common):
+        mine = [today[j] for j in ring(len(today))[today.index(name)]]
+        before = {previous[j] for j in ring(len(previous))[previous.index(name)]}
+        assert (kept[x], new[x]) == (len(mine), sum(m not in before for m in mine))
+    assert kept.shape == new.shape == (len(common),)
+
+    migrations = cluster_migrations(
+        np.zeros(len(today), np.int64), np.zeros(len(previous), np.int64), match
+    )
+    assert int(np.sum(migrations.moved)) == 0  # one cluster each day: nobody moves
+
+    pairs_t = np.zeros(0, LEAD_LAG_DTYPE)
+    pairs_p = np.zeros(1, LEAD_LAG_DTYPE)
+    pairs_p["leader"], pairs_p["lagger"] = 0, 1
+    lead_lag_changes(pairs_t, pairs_p, match, len(today))
+
+
+def _eye(n: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.eye(n, dtype=np.float32), np.full((n, n), 60, np.int16)

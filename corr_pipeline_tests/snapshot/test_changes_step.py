@@ -12,6 +12,9 @@ import sqlalchemy as sa
 
 from corr_pipeline.db.publish import delete_snapshot
 from corr_pipeline.db.publish_changes import StaleChangesError, publish_changes
+from corr_pipeline.defs import metadata, pictures
+from corr_pipeline.query import changes as published_changes
+from corr_pipeline.query.render import to_text
 from corr_pipeline.snapshot import changes as changes_step
 from corr_pipeline.snapshot.changes import (
     CORRELATION_PARTS,
@@ -20,6 +23,7 @@ from corr_pipeline.snapshot.changes import (
     previous_session,
     publication,
 )
+from corr_pipeline.snapshot.measure import StageStats
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.snapshot.changes_fixtures import MIN_OVERLAP, publish_day, symbols_of
 
@@ -218,3 +222,49 @@ def test_withdrawing_a_snapshot_withdraws_its_recorded_changes(clean_db, store):
         for table in (*tables, "change_lead_lag", "snapshots"):
             assert conn.execute(sa.text(count.format(table)), {"d": D2}).scalar_one() == 0, table
         assert conn.execute(sa.text(count.format("snapshots")), {"d": D0}).scalar_one() == 1
+
+
+@pytest.mark.parametrize(
+    "today",
+    [
+        [f"X{i:02d}" for i in range(12)],  # re-keyed: nothing in common with D0
+        ["S000", *[f"X{i:02d}" for i in range(11)]],  # one symbol in common
+        ["S001", "S002", "S003"],  # shrunk to a handful
+    ],
+    ids=["disjoint", "one-common", "handful"],
+)
+def test_changes_of_a_universe_that_changed_are_published(clean_db, store, today):
+    """The session before shares few or no symbols: the changes record entered and left, and
+    what the common symbols allow, and they are published (the step does not fail); so is the
+    refresh of the following session's changes when the changed session is published between."""
+    s0 = [f"S{i:03d}" for i in range(20)]
+    publish_day(clean_db, store, D0, s0, 1)
+    publish_day(clean_db, store, D2, s0[:15], 2)
+    publish_day(clean_db, store, D1, today, 3)  # between: D2's changes are refreshed against D1
+    results, rows, report = compute_and_publish(clean_db, store, D1)
+    shown = metadata.changes(results, dict(rows.summary), dict(rows.rows), StageStats())
+    assert shown["n_common"].value == len(set(today) & set(s0))  # the UI's metadata builds too
+    corr = results.correlation
+    if corr is not None:  # and its histogram is drawn, even of no pair
+        pictures.change_histogram_metadata(
+            corr.change_counts,
+            corr.change_edges,
+            mean_abs_change=corr.means["abs_change"],
+            title="changes",
+        )
+    common = sorted(set(today) & set(s0))
+    assert results.previous_date == D0 and results.match.common == common
+    assert [today[i] for i in results.match.entered] == sorted(set(today) - set(s0))
+    assert [s0[i] for i in results.match.left] == sorted(set(s0) - set(today))
+    assert report.rows["change_summaries"] == 1
+    refreshed, _, report2 = compute_and_publish(clean_db, store, D2)
+    assert refreshed.previous_date == D1
+    assert refreshed.match.common == sorted(set(today) & set(s0[:15]))
+    assert report2.rows["change_summaries"] == 1
+    assert tuple(_summary(clean_db, D1))[0] == D0
+    assert tuple(_summary(clean_db, D2))[0] == D1
+    for day in (D1, D2):  # and `query changes` shows them
+        text = to_text(published_changes(clean_db, day))
+        assert f"{len(set(today) & set(s0 if day == D1 else s0[:15]))} in both" in text, text
+        if not set(today) & set(s0):
+            assert "market drift: nothing to compare" in text and "NaN" not in text, text
