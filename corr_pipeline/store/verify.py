@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from corr_pipeline.store.checksum import full_checksum
-from corr_pipeline.store.matrix_store import CorruptMatrixError, MatrixStore, VersionNotFoundError
+from corr_pipeline.store.matrix_store import (
+    CorruptMatrixError,
+    MatrixStore,
+    VersionInfo,
+    VersionNotFoundError,
+)
 
 __all__ = ["VersionCheck", "verify_store"]
 
@@ -59,31 +64,42 @@ def verify_store(store: MatrixStore, partitions: Iterable[str] | None = None) ->
                 if not info.complete:
                     continue
                 path = store.array_path(asset, partition, info.name, info.version)
-                where = (asset, partition, info.name, info.version, str(path), info.bytes)
                 try:  # held open: garbage collection may unlink it, the bytes stay readable
                     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
                 except FileNotFoundError:
                     continue
                 try:
-                    checks.append(_check(store, info.name, fd, where))
+                    status, detail = _check(store, info, fd)
                 finally:
                     os.close(fd)
+                checks.append(
+                    VersionCheck(
+                        asset,
+                        partition,
+                        info.name,
+                        info.version,
+                        str(path),
+                        info.bytes,
+                        status,
+                        detail,
+                    )  # fmt: skip
+                )
     return checks
 
 
-def _check(store: MatrixStore, name: str, fd: int, where: tuple[Any, ...]) -> VersionCheck:
-    asset, partition, _, version = where[:4]
+def _check(store: MatrixStore, info: VersionInfo, fd: int) -> tuple[str, str]:
+    """``(status, detail)`` of the version ``info``, whose file is open as ``fd``."""
     try:
-        stored = store.load(asset, partition, name, version=version)
+        stored = store.load(info.asset, info.partition, info.name, version=info.version)
     except VersionNotFoundError:
-        return VersionCheck(*where, "corrupt", "its sidecar is gone")
+        return "corrupt", "its sidecar is gone"
     except CorruptMatrixError as exc:
-        return VersionCheck(*where, "corrupt", str(exc))
+        return "corrupt", str(exc)
     recorded = (stored.meta.get("array_file") or {}).get("checksum")
     del stored
     if recorded is None:
-        return VersionCheck(*where, "sampled", "no full checksum recorded; sampled fingerprint ok")
+        return "sampled", "no full checksum recorded; sampled fingerprint ok"
     actual = full_checksum(fd, os.fstat(fd).st_size)
     if actual != recorded:
-        return VersionCheck(*where, "damaged", f"sha256 {actual}, recorded {recorded}")
-    return VersionCheck(*where, "ok")
+        return "damaged", f"sha256 {actual}, recorded {recorded}"
+    return "ok", ""
