@@ -90,6 +90,7 @@ from corr_pipeline.db.prices_import import MAX_SYMBOL_CHARS, symbol_problem
 
 __all__ = [
     "ReturnsWindow",
+    "StaleSessionError",
     "WindowError",
     "load_returns_window",
     "load_returns_windows",
@@ -112,6 +113,30 @@ ZERO_VARIANCE = "zero_variance"
 
 class WindowError(ValueError):
     """The window cannot be built (no data, too short, everything dropped, bad arguments)."""
+
+
+class StaleSessionError(WindowError):
+    """A session's window was asked for before any price dated that session exists: its
+    snapshot would be an earlier session's under a later date (SPEC §2). ``session`` and
+    ``latest`` (the latest trade date on or before it) say which."""
+
+    def __init__(self, session: dt.date, latest: dt.date, what: str) -> None:
+        super().__init__(
+            f"no price dated {session} in {what} yet (the latest trade date on or before it is "
+            f"{latest}): session {session} cannot be snapshotted before its prices are in; "
+            "nothing is published"
+        )
+        self.session = session
+        self.latest = latest
+
+
+def _stale_error(
+    d: dt.date, dates: Sequence[dt.date], session: bool, source: PriceSource
+) -> StaleSessionError | None:
+    """The error of a session ``d`` (``session``) whose window ``dates`` does not end on it."""
+    if session and dates and dates[-1] != d:
+        return StaleSessionError(d, dates[-1], _what(source))
+    return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -467,9 +492,13 @@ def load_returns_window(
     lookback_days: int,
     min_history_days: int,
     source: PriceSource = NATIVE_PRICES,
+    session: bool = False,
 ) -> ReturnsWindow:
     """Build the SPEC §2 window and returns matrix for snapshot date ``D = snapshot_date``,
-    reading ``source`` (default: the project's ``prices`` table).
+    reading ``source`` (default: the project's ``prices`` table). ``session``: ``D`` is a
+    session of the configured calendar, so its window must end on ``D``; without a price dated
+    ``D``, :class:`StaleSessionError` (naming the latest trade date) before any price is read.
+    Otherwise (a weekend or holiday ``D``) the window ends on the last trade date before it.
 
     The source is checked against the catalog first, in the same read-only transaction
     (:func:`~corr_pipeline.db.price_source.resolve_price_source`): a missing relation or column,
@@ -499,6 +528,9 @@ def load_returns_window(
             if not dates:
                 cur.execute(_earliest_sql(src), src.params())
                 raise _no_dates_error(d, cur.fetchone()[0], source)
+            stale = _stale_error(d, dates, session, source)
+            if stale is not None:
+                raise stale
             too_few = _too_few_dates_error(d, dates, min_history_days)
             if too_few is not None:
                 raise too_few
@@ -613,10 +645,12 @@ def load_returns_windows(
     lookback_days: int,
     min_history_days: int,
     source: PriceSource = NATIVE_PRICES,
+    session: bool = False,
 ) -> dict[dt.date, ReturnsWindow | WindowError]:
     """The windows of several snapshot dates (a backfill's sessions) in one read: for each of
     ``days`` (any order, duplicates allowed; dates or ISO strings), what
-    :func:`load_returns_window` gives for it with the same arguments — its
+    :func:`load_returns_window` gives for it with the same arguments (``session``: every day
+    is a session of the calendar) — its
     :class:`ReturnsWindow`, identical in every field but ``timings`` (returns bit for bit), or
     the :class:`WindowError` it would raise (no trade date ``<= D``, too few dates, every symbol
     dropped), as a value. Keys: the distinct days as dates, ascending.
@@ -685,6 +719,8 @@ def load_returns_windows(
                 start = max(0, stop - n_dates)
                 if stop == 0:
                     results[d] = _no_dates_error(d, earliest, source)
+                elif stale := _stale_error(d, scanned[start:stop], session, source):
+                    results[d] = stale
                 elif error := _too_few_dates_error(d, scanned[start:stop], min_history_days):
                     results[d] = error
                 else:

@@ -25,6 +25,7 @@ process. Retries: see :mod:`corr_pipeline.defs.retries`.
 
 import bisect
 from functools import partial
+from typing import NoReturn
 
 import dagster as dg
 import numpy as np
@@ -33,11 +34,11 @@ from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.price_source import PriceSourceError
 from corr_pipeline.db.reads import published_dates
 from corr_pipeline.db.synth import read_truth
-from corr_pipeline.db.window import WindowError
+from corr_pipeline.db.window import StaleSessionError, WindowError
 from corr_pipeline.defs import metadata, pictures, publication, ranges
 from corr_pipeline.defs.checks import check_result
 from corr_pipeline.defs.io_manager import MatrixStoreResource
-from corr_pipeline.defs.partitions import snapshot_date
+from corr_pipeline.defs.partitions import snapshot_calendar, snapshot_date
 from corr_pipeline.defs.progress import session_progress
 from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, SnapshotParams
 from corr_pipeline.defs.retries import (
@@ -56,6 +57,9 @@ from corr_pipeline.snapshot.measure import measure_stage
 from corr_pipeline.snapshot.scheduler import SchedulerError
 from corr_pipeline.store import writeback
 from corr_pipeline.store.matrix_store import MatrixBundle, StoredArray, sources
+
+#: The run tag naming the sessions a run was asked for before their prices were in (SPEC §2).
+NO_PRICES_TAG = "corr_pipeline/no_prices_for"
 
 
 def _symbols(bundle: MatrixBundle) -> list[str]:
@@ -113,25 +117,47 @@ def returns_matrix(
         engine = postgres.get_engine()  # a schema at another revision fails here, not retried
     windows: dict = {}
     if len(keys) > 1:  # one query for the union of the windows of the range
+        days = [snapshot_date(k) for k in keys]
         with (
             retry_only_if_database_unavailable(f"returns_matrix {ranges.sessions_label(keys)}"),
             one_line_failure(PriceSourceError),
         ):
             windows = steps.load_returns_range(
-                engine, [snapshot_date(k) for k in keys], params, source=source
+                engine,
+                days,
+                params,
+                source=source,
+                session=all(snapshot_calendar.is_session(d) for d in days),
             )
+    stale: list[str] = []
+
+    def refuse_stale(exc: StaleSessionError) -> NoReturn:
+        """A session without its prices: said in the run's tags and log, then one line."""
+        stale.append(f"{exc.session} (latest trade date {exc.latest})")
+        context.instance.add_run_tags(context.run_id, {NO_PRICES_TAG: ", ".join(stale)})
+        context.log.error(str(exc))
+        raise dg.Failure(description=str(exc), allow_retries=False) from exc
 
     def session(key: str) -> dict[str, ranges.SessionResult]:
         with retry_only_if_database_unavailable(f"returns_matrix {key}"):
             day = snapshot_date(key)
             with measure_stage() as stats:
-                if windows:
-                    window = windows[day]
-                    if isinstance(window, WindowError):
-                        raise window
-                else:
-                    with one_line_failure(PriceSourceError):
-                        window = steps.load_returns(engine, day, params, source=source)
+                try:
+                    if windows:
+                        window = windows[day]
+                        if isinstance(window, WindowError):
+                            raise window
+                    else:
+                        with one_line_failure(PriceSourceError):
+                            window = steps.load_returns(
+                                engine,
+                                day,
+                                params,
+                                source=source,
+                                session=snapshot_calendar.is_session(day),
+                            )
+                except StaleSessionError as exc:
+                    refuse_stale(exc)
                 for note in window.source_notes:
                     context.log.warning(f"price source: {note}")
                 R = window.returns

@@ -94,15 +94,19 @@ def load_returns(
     params: SnapshotParameters,
     *,
     source: PriceSource = NATIVE_PRICES,
+    session: bool = False,
 ) -> ReturnsWindow:
     """The returns matrix of the window ending at ``day`` (SPEC §2), read from ``source``
-    (default the project's ``prices`` table; checked against the catalog first)."""
+    (default the project's ``prices`` table; checked against the catalog first); ``session``:
+    ``day`` is a session of the calendar, which must have prices dated ``day``
+    (:class:`~corr_pipeline.db.window.StaleSessionError` otherwise)."""
     return load_returns_window(
         engine,
         day,
         lookback_days=params.lookback_days,
         min_history_days=params.min_history_days,
         source=source,
+        session=session,
     )
 
 
@@ -112,6 +116,7 @@ def load_returns_range(
     params: SnapshotParameters,
     *,
     source: PriceSource = NATIVE_PRICES,
+    session: bool = False,
 ) -> dict[dt.date, ReturnsWindow | WindowError]:
     """The returns matrix of every session of a range (a backfill run), each identical to
     :func:`load_returns` of that session, read with one query for the union of the windows;
@@ -122,6 +127,7 @@ def load_returns_range(
         lookback_days=params.lookback_days,
         min_history_days=params.min_history_days,
         source=source,
+        session=session,
     )
 
 

@@ -210,3 +210,30 @@ def test_every_symbol_dropped_is_an_error(clean_db):
         WindowError, match=r"every one of the 2 symbols.*1 with fewer than.*1 with zero variance"
     ):
         load_returns_window(clean_db, days[-1], lookback_days=5, min_history_days=3)
+
+
+def test_a_session_without_its_prices_is_refused_naming_the_latest_trade_date(clean_db):
+    """SPEC §2: a session D with no price dated D fails in one line naming D and the latest
+    trade date, in the single and the range read alike; a non-session D (a weekend) still
+    snapshots the previous session, and a session with its prices is unchanged."""
+    from corr_pipeline.db.window import StaleSessionError, load_returns_windows
+
+    rows, days = hand_made_rows()
+    insert(clean_db, rows)
+    last = days[-1]
+    later = last + dt.timedelta(days=3 if last.weekday() == 4 else 1)  # the next weekday
+    with pytest.raises(StaleSessionError) as caught:
+        load_returns_window(clean_db, later, lookback_days=5, min_history_days=2, session=True)
+    message = str(caught.value)
+    assert f"no price dated {later}" in message and "latest trade date" in message
+    assert str(last) in message and "\n" not in message
+    assert (caught.value.session, caught.value.latest) == (later, last)
+    as_before = load_returns_window(clean_db, later, lookback_days=5, min_history_days=2)
+    assert as_before.as_of_trade_date == last  # not a session: the previous one's window
+    on_time = load_returns_window(clean_db, last, lookback_days=5, min_history_days=2, session=True)
+    assert on_time.as_of_trade_date == last
+    got = load_returns_windows(
+        clean_db, [last, later], lookback_days=5, min_history_days=2, session=True
+    )
+    assert isinstance(got[later], StaleSessionError) and str(got[later]) == message
+    assert np.array_equal(got[last].returns, on_time.returns, equal_nan=True)

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
+from corr_pipeline import settings
 from corr_pipeline.compute import (
     find_lead_lag_pairs,
     hierarchical_clusters,
@@ -490,3 +491,35 @@ def test_definitions_contents():
     assert job.partitions_def is not None
     assert defs.resolve_schedule_def("nightly_snapshot_schedule").job_name == "snapshot_job"
     assert snapshot_job_def().name == "snapshot_job"
+
+
+def test_a_session_launched_before_its_prices_fails_and_touches_nothing(
+    universe, clean_db, tmp_path, monkeypatch
+):
+    """SPEC §2: 2026-11-30 (a Monday, an XNYS session) launched while the latest prices are of
+    2026-11-27: the run fails in one line naming both dates and says so in a run tag; nothing is
+    published under 11-30 and retention (here keeping one partition) prunes nothing."""
+    from corr_pipeline.defs.assets import NO_PRICES_TAG
+
+    monkeypatch.setenv(settings.ENV_KEEP_MATRICES, "1")
+    store = tmp_path / "store"
+    assert _materialize(store, LAST).success
+    before = sorted(MatrixStore(store).partition_keys())
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize(
+        snapshot_assets,
+        partition_key="2026-11-30",
+        resources=_resources(store),
+        instance=instance,
+        raise_on_error=False,
+    )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    text = failure.event_specific_data.error.message
+    assert "no price dated 2026-11-30" in text and "latest trade date" in text and LAST in text
+    tags = instance.get_run_by_id(result.run_id).tags
+    assert tags[NO_PRICES_TAG] == f"2026-11-30 (latest trade date {LAST})"
+    assert sum(_counts(clean_db, "2026-11-30").values()) == 0
+    assert sum(_counts(clean_db, LAST).values()) > 0
+    assert sorted(MatrixStore(store).partition_keys()) == before == [LAST]
+    assert not [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
