@@ -16,8 +16,8 @@ it. Nothing here knows Dagster or the database.
 
 The returns of a symbol are computed from the dates present in the price source (SPEC §2), not
 from this calendar: a symbol listed on another exchange that was closed on one of our sessions
-has no price that day, and its return is taken over the gap (from its previous price to its next
-one), exactly as for any missing day.
+has no price that day, so its returns into and out of that day are both NaN (SPEC §2), exactly
+as for any missing day: no return spans the gap.
 """
 
 from __future__ import annotations

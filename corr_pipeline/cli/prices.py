@@ -127,7 +127,7 @@ def cmd_prices_check(args: argparse.Namespace) -> int:
         echo(
             f"  trade dates that are not {calendar.name} sessions: {_dates(extra)} (no "
             "partition of their own, but window dates of the snapshots after them: a symbol "
-            "without a price that day gets its return over the gap)"
+            "without a price that day has no return into or out of it)"
         )
     return 0
 
