@@ -270,12 +270,30 @@ def _refresh_following(context, engine, matrix_store, day, config, params, later
     following = changes_to_refresh(engine, day)
     if following is None or following.isoformat() in later:  # this step computes it next
         return {"refreshed_following": dg.MetadataValue.text("none")}
-    refreshed = _compute_changes(context, engine, matrix_store, following, config, params)
+    with measure_stage() as stats:
+        refreshed = _compute_changes(context, engine, matrix_store, following, config, params)
     if refreshed is None:  # cannot happen: day is published before following
         return {"refreshed_following": dg.MetadataValue.text("none")}
+    results, rows, report = refreshed
     context.log.info(
         f"the changes of {following} were stale or missing: recomputed against "
-        f"{refreshed[0].previous_date}"
+        f"{results.previous_date}"
+    )
+    # the following session's partition shows what its rows now say (the UI and the database
+    # agree): a materialization of that partition, logged by this run
+    context.log_event(
+        dg.AssetMaterialization(
+            asset_key="snapshot_changes",
+            partition=following.isoformat(),
+            description=f"changes of {following} recomputed by the run of {day}",
+            metadata={
+                "recorded": dg.MetadataValue.bool(True),
+                **metadata.changes(results, dict(rows.summary), dict(rows.rows), stats),
+                **{f"{t}_rows": dg.MetadataValue.int(n) for t, n in report.rows.items()},
+                "replaced_previous": dg.MetadataValue.bool(report.replaced_previous),
+                "refreshed_by": dg.MetadataValue.text(day.isoformat()),
+            },
+        )
     )
     return {"refreshed_following": dg.MetadataValue.text(following.isoformat())}
 

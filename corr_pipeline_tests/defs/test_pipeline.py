@@ -523,3 +523,41 @@ def test_a_session_launched_before_its_prices_fails_and_touches_nothing(
     assert sum(_counts(clean_db, LAST).values()) > 0
     assert sorted(MatrixStore(store).partition_keys()) == before == [LAST]
     assert not [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
+
+
+def test_a_backfilled_earlier_session_rematerializes_the_later_changes(universe, tmp_path):
+    """2026-11-25 first (nothing to compare), then 2026-11-24: the run of 11-24 recomputes the
+    changes of 11-25 against it, and the partition 11-25 of snapshot_changes gets a new
+    materialization saying so, in the instance the UI reads: the UI and the database agree."""
+    store = tmp_path / "store"
+    instance = dg.DagsterInstance.ephemeral()
+
+    def run(day: str) -> None:
+        result = dg.materialize(
+            snapshot_assets,
+            partition_key=day,
+            resources=_resources(store),
+            instance=instance,
+            raise_on_error=False,
+        )
+        assert result.success, day
+
+    def latest(day: str) -> dict:
+        records = instance.fetch_materializations(
+            dg.AssetRecordsFilter(
+                asset_key=dg.AssetKey("snapshot_changes"), asset_partitions=[day]
+            ),
+            limit=1,
+        ).records
+        (record,) = records
+        materialization = record.event_log_entry.asset_materialization
+        assert materialization is not None
+        return {k: v.value for k, v in materialization.metadata.items()}
+
+    run("2026-11-25")
+    assert latest("2026-11-25")["previous_date"] == "none"
+    run("2026-11-24")
+    shown = latest("2026-11-25")
+    assert shown["previous_date"] == "2026-11-24" and shown["refreshed_by"] == "2026-11-24"
+    assert shown["recorded"] is True and shown["n_common"] > 0
+    assert latest("2026-11-24")["refreshed_following"] == "2026-11-25"
