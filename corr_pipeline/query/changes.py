@@ -40,9 +40,9 @@ from corr_pipeline.query.matrix import (
     CORR_ASSET,
     OVERLAP_ARRAY,
     OVERLAP_ASSET,
-    _default_store,
+    default_store,
 )
-from corr_pipeline.query.published import _require_symbol, consistent_read, resolve_snapshot
+from corr_pipeline.query.published import consistent_read, require_symbol, resolve_snapshot
 from corr_pipeline.store.matrix_store import MatrixStore, MatrixStoreError
 
 __all__ = ["ChangesNotRecordedError", "changes", "symbol_changes"]
@@ -247,7 +247,7 @@ def symbol_changes(
         snap = resolve_snapshot(conn, date)
         summary = _summary(conn, snap)
         if summary is None:  # the first published snapshot: the symbol must be in it
-            _require_symbol(conn, snap, symbol)
+            require_symbol(conn, snap, symbol)
             return SymbolChangesResult(
                 snap, None, symbol, "first", None, None, None, None, [], [], None, [], [], ""
             )
@@ -259,7 +259,7 @@ def symbol_changes(
             )
         ).first()
         if row is None:
-            _require_symbol(conn, snap, symbol)  # raises UnknownSymbolError, with suggestions
+            require_symbol(conn, snap, symbol)  # raises UnknownSymbolError, with suggestions
             raise QueryError(f"no change row for {symbol!r} on {day}: re-materialize the changes")
         info = dict(row._mapping)
         now = None
@@ -308,7 +308,7 @@ def symbol_changes(
     if info["status"] == "kept":
         try:
             moves = _moves_from_matrices(
-                store or _default_store(),
+                store or default_store(),
                 symbol,
                 (day, pins_today),
                 (previous, pins_before),

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import sqlalchemy as sa
 
@@ -34,6 +35,7 @@ from corr_pipeline.query.published import (
     LATEST_SHOWN,
     consistent_read,
     parse_date,
+    require_symbol,
     resolve_snapshot,
 )
 from corr_pipeline.query.symbols import suggest_symbols
@@ -52,6 +54,7 @@ __all__ = [
     "OVERLAP_ASSET",
     "corr",
     "corr_from_store",
+    "default_store",
 ]
 
 #: Where a snapshot's matrices live in the matrix store (the assets of ``corr_pipeline.defs``):
@@ -65,7 +68,7 @@ OVERLAP_ASSET, OVERLAP_ARRAY = "overlap_matrix", "overlap"
 _PIN_ATTEMPTS = 3
 
 
-def _default_store() -> MatrixStore:
+def default_store() -> MatrixStore:
     """The project's store (``settings.store_dir()``), which must exist."""
     base = settings.store_dir()
     if not base.is_dir():
@@ -163,7 +166,7 @@ def corr(
     (with close matches) for a symbol not in the matrix.
     """
     if store is None:
-        store = _default_store()
+        store = default_store()
     requested = parse_date(date)
     missing: VersionNotFoundError | None = None
     for _attempt in range(_PIN_ATTEMPTS):
@@ -184,7 +187,9 @@ def corr(
             return _current(store, day, a, b, None)
         pins = _pins(snap)
         if pins is None:  # recorded no versions: the store's current ones
-            return _current(store, snap.snapshot_date, a, b, snap)
+            return _told_apart(
+                engine, snap, partial(_current, store, snap.snapshot_date, a, b, snap)
+            )
         partition = snap.snapshot_date.isoformat()
         try:
             stored = store.load(CORR_ASSET, partition, CORR_ARRAY, version=pins[0])
@@ -198,9 +203,23 @@ def corr(
             continue
         except MatrixStoreError as exc:
             raise MatrixUnavailableError(f"cannot read the correlation matrix: {exc}") from None
-        return _element(stored, stored_overlap, snap.snapshot_date, a, b, snap)
+        return _told_apart(
+            engine, snap, partial(_element, stored, stored_overlap, snap.snapshot_date, a, b, snap)
+        )
     assert missing is not None and snap is not None
     raise _unavailable(engine, store, snap.snapshot_date, missing)
+
+
+def _told_apart(engine: sa.Engine, snap: Snapshot, answer: Callable[[], CorrResult]) -> CorrResult:
+    """``answer()``; a symbol it does not find is looked up in the published snapshot, so that
+    one dropped from the window (it has prices) is told apart from an unknown one, as ``peers``
+    and ``cluster`` do."""
+    try:
+        return answer()
+    except UnknownSymbolError as exc:
+        with consistent_read(engine) as conn:
+            require_symbol(conn, snap, exc.symbol)  # raises the dropped-or-unknown error
+        raise
 
 
 def _current(store: MatrixStore, day: dt.date, a: str, b: str, snap: Snapshot | None) -> CorrResult:

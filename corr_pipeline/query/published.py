@@ -55,6 +55,7 @@ __all__ = [
     "lead_lag",
     "parse_date",
     "peers",
+    "require_symbol",
     "resolve_snapshot",
     "snapshots",
 ]
@@ -171,7 +172,7 @@ def _snapshot_symbols(conn: sa.Connection, day: dt.date) -> list[str]:
     return symbols
 
 
-def _require_symbol(
+def require_symbol(
     conn: sa.Connection, snap: Snapshot, symbol: str, price_source: PriceSource | None = None
 ) -> None:
     """Raise :class:`UnknownSymbolError` unless ``symbol`` is in the snapshot (PK lookups).
@@ -225,7 +226,7 @@ def peers(
     """
     with consistent_read(engine) as conn:
         snap = resolve_snapshot(conn, date)
-        _require_symbol(conn, snap, symbol, price_source)
+        require_symbol(conn, snap, symbol, price_source)
         day = snap.snapshot_date
         neighbor_cluster = t_clusters.alias("neighbor_cluster")
         query = (
@@ -272,7 +273,7 @@ def cluster(
     share the cluster."""
     with consistent_read(engine) as conn:
         snap = resolve_snapshot(conn, date)
-        _require_symbol(conn, snap, symbol, price_source)
+        require_symbol(conn, snap, symbol, price_source)
         day = snap.snapshot_date
         cluster_id = conn.execute(
             sa.select(t_clusters.c.cluster_id).where(
@@ -335,7 +336,7 @@ def lead_lag(
     by improvement descending (then leader, lagger), at most ``limit`` (None = all)."""
     with consistent_read(engine) as conn:
         snap = resolve_snapshot(conn, date)
-        _require_symbol(conn, snap, symbol, price_source)
+        require_symbol(conn, snap, symbol, price_source)
         query = (
             sa.select(
                 t_lead_lag.c.leader,

@@ -147,9 +147,9 @@ def _render_peers(result: PeersResult) -> str:
             p["neighbor"],
             _fmt(p["corr"]),
             p["overlap"],
-            "yes"
-            if result.cluster_id is not None and p["neighbor_cluster_id"] == result.cluster_id
-            else "",
+            "-"
+            if result.cluster_id is None
+            else ("yes" if p["neighbor_cluster_id"] == result.cluster_id else "no"),
         ]
         for p in result.peers
     ]
@@ -296,7 +296,8 @@ def _render_changes(result: ChangesResult) -> str:
             f"market drift over {s['n_pairs']:,} pairs on both days: mean |change| "
             f"{_fmt(s['mean_abs_change'], '.4f')}, mean change {_fmt(s['mean_change'])}"
         )
-        lines.append(format_table(["", str(result.previous_date), "today"], rows, "lrr"))
+        day = str(result.snapshot.snapshot_date)
+        lines.append(format_table(["", str(result.previous_date), day], rows, "lrr"))
     lines.append(
         f"clusters: {c['moved_symbols']:,} symbol(s) moved, {c['clusters_split']} split, "
         f"{c['clusters_merged']} merged, {c['clusters_appeared']} appeared, "
@@ -312,7 +313,14 @@ def _render_changes(result: ChangesResult) -> str:
         lines.append("largest correlation moves:")
         lines.append(
             format_table(
-                ["rank", "symbol a", "symbol b", "previous", "today", "change"],
+                [
+                    "rank",
+                    "symbol a",
+                    "symbol b",
+                    str(result.previous_date),
+                    str(result.snapshot.snapshot_date),
+                    "change",
+                ],
                 [
                     [
                         m["rank"],
@@ -394,7 +402,12 @@ def _render_symbol_changes(result: SymbolChangesResult) -> str:
         lines.append(f"largest correlation moves{source}:")
         lines.append(
             format_table(
-                ["with", "previous", "today", "change"],
+                [
+                    "with",
+                    str(result.previous_date),
+                    str(result.snapshot.snapshot_date),
+                    "change",
+                ],
                 [
                     [m["other"], _fmt(m["previous_corr"]), _fmt(m["corr"]), _fmt(m["change"])]
                     for m in result.moves

@@ -63,6 +63,12 @@ def test_market_changes(published):
     assert len(data["largest_moves"]) == 5 and data["drift"]["skipped"] == {}
     text = q.to_text(got)
     assert f"since {D0}" in text and "largest correlation moves:" in text
+    # the columns are labelled by their dates, never "today"
+    assert "today" not in text
+    headers = [line.split() for line in text.splitlines() if line.lstrip().startswith("rank")]
+    assert headers == [["rank", "symbol", "a", "symbol", "b", str(D0), str(D1), "change"]]
+    symbol_text = q.to_text(q.symbol_changes(engine, s1[0], D1, store=published["store"]))
+    assert "today" not in symbol_text and f"{D0}" in symbol_text
     assert len(q.changes(engine, D1, limit=None).moves) == 12
 
 

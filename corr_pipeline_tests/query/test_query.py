@@ -250,6 +250,15 @@ def test_unknown_symbol_suggests_close_matches(published):
     assert info.value.suggestions == []
 
 
+def test_peers_say_whether_each_neighbor_shares_the_cluster(published):
+    result = q.peers(published["engine"], "AAPL")
+    lines = q.to_text(result).splitlines()[2:]  # past the title and the header
+    same = [p["neighbor_cluster_id"] == result.cluster_id for p in result.peers]
+    assert [line.split()[-1] for line in lines[-len(same) :]] == [
+        "yes" if s else "no" for s in same
+    ]
+
+
 def test_dropped_symbol_is_told_apart(published):
     with pytest.raises(q.UnknownSymbolError) as info:
         q.peers(published["engine"], "DROPPED")
@@ -350,6 +359,15 @@ def test_corr_nan_is_explained(published):
     assert result.reason == f"only 12 common returns, fewer than min_overlap={MIN_OVERLAP}"
     data = result.to_json()
     assert data["corr"] is None and data["undefined_reason"].startswith("only 12")
+
+
+def test_corr_of_a_dropped_symbol_says_it_was_dropped(published):
+    """Like peers and cluster: a symbol with prices that the window dropped is told apart from
+    an unknown one, not offered look-alikes as if it were a typo."""
+    with pytest.raises(q.UnknownSymbolError) as info:
+        q.corr(published["engine"], "AAPL", "DROPPED")
+    assert info.value.has_prices and "has prices but was dropped" in str(info.value)
+    assert "min_history_days=40" in str(info.value)
 
 
 def test_corr_errors(published, tmp_path):
