@@ -33,8 +33,15 @@ def _run(store_dir, day: str, **config) -> dg.ExecuteInProcessResult:
     return result
 
 
-def _metadata(result: dg.ExecuteInProcessResult) -> dict:
-    [event] = result.asset_materializations_for_node("snapshot_changes")
+def _metadata(result: dg.ExecuteInProcessResult, partition: str | None = None) -> dict:
+    """The metadata of the run's snapshot_changes materialization of ``partition`` (default
+    the run's own; a run that refreshes the next session's changes materializes that one too)."""
+    partition = partition or result.dagster_run.tags["dagster/partition"]
+    [event] = [
+        e
+        for e in result.asset_materializations_for_node("snapshot_changes")
+        if e.partition == partition
+    ]
     return {key: value.value for key, value in event.metadata.items()}
 
 
@@ -169,8 +176,10 @@ def test_changes_of_the_next_session_are_refreshed_when_a_session_is_published_l
     computes LAST's changes against FIRST (and says so in its metadata)."""
     store_dir = tmp_path / "store"
     assert _metadata(_run(store_dir, LAST))["recorded"] is False
-    first = _metadata(_run(store_dir, FIRST))
+    result = _run(store_dir, FIRST)
+    first = _metadata(result)
     assert first["recorded"] is False and first["refreshed_following"] == LAST
+    assert _metadata(result, LAST)["previous_date"] == FIRST  # LAST's partition says it too
     with engine.connect() as conn:
         previous = conn.execute(
             sa.text("SELECT previous_date FROM change_summaries WHERE snapshot_date = :d"),

@@ -110,6 +110,11 @@ def test_a_range_in_one_run_publishes_what_each_session_publishes_alone(
         "snapshot_publication",
         "snapshot_changes",
     }
+    # the last session's run recomputed the changes of the next published one (NEWER[0]),
+    # whose partition shows it too
+    refreshed = materialized["snapshot_changes"].pop(NEWER[0])
+    assert refreshed["refreshed_by"].value == SESSIONS[-1]
+    assert refreshed["previous_date"].value == SESSIONS[-1]
     for asset, by_partition in materialized.items():
         assert sorted(by_partition) == SESSIONS, asset
     as_of = [materialized["snapshot_publication"][d]["as_of_trade_date"].value for d in SESSIONS]
