@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -33,7 +34,6 @@ from corr_pipeline.compute.dask_runner import connect
 from corr_pipeline.snapshot.scheduler import scheduler_security
 from corr_pipeline_tests.dask_tls import make_certificates
 from corr_pipeline_tests.deploy.k8s_rules import Pod, allowed, restricted_problems
-from corr_pipeline_tests.reliability import helpers as h
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NAMESPACE = "corr-pipeline"
@@ -279,6 +279,19 @@ def _local(command: list[str], replace: dict[str, str]) -> list[str]:
     return out
 
 
+def _distinct_free_ports(count: int) -> list[int]:
+    """``count`` different free loopback ports (held open together while they are picked, so
+    that no two are the same)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def _wait_for_workers(address: str, security: Any, count: int, timeout: float = 60) -> None:
     from distributed import Client
 
@@ -297,7 +310,7 @@ def test_the_manifests_dask_cluster_speaks_tls_only(tmp_path, monkeypatch):
     (tls / "tls.crt").write_bytes(files["worker_cert"].read_bytes())
     (tls / "tls.key").write_bytes(files["worker_key"].read_bytes())
     (tls / "tls.key").chmod(0o600)
-    port, worker_port, nanny_port, dashboard = (h.free_tcp_port() for _ in range(4))
+    port, worker_port, nanny_port, dashboard = _distinct_free_ports(4)
     replace = {
         TLS_DIR: str(tls),
         "corr-pipeline-dask-scheduler.corr-pipeline.svc:8786": f"127.0.0.1:{port}",
