@@ -60,9 +60,7 @@ def main() -> None:
         checksum_s = time.perf_counter() - start_sum
     print(f"N = {args.n:,}, T = {args.t}: {size / 1e9:.2f} GB in corr + overlap")
     print(f"floor R0.T @ R0 (best of 7): {floor:.2f} s")
-    print(
-        f"commit of both (with full checksum): {commit_s:.2f} s = {commit_s / floor:.2f} floors"
-    )
+    print(f"commit of both (with full checksum): {commit_s:.2f} s = {commit_s / floor:.2f} floors")
     print(
         f"full checksum alone: {checksum_s:.2f} s = {checksum_s / floor:.2f} floors, "
         f"{size / checksum_s / 1e9:.2f} GB/s"
