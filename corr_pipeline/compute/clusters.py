@@ -66,6 +66,7 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster
 
 from corr_pipeline.compute.intrinsics import prefetch
+from corr_pipeline.compute.market_modes import MarketModes, market_modes
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, block_rows_for, row_blocks
 from corr_pipeline.compute.validation import (
     check_array,
@@ -126,12 +127,16 @@ def distance_buffer_length(n: int) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _fill_rows(block, row0, n, G, F, run_shift, out):  # pragma: no cover - compiled
+def _fill_rows(block, row0, n, G, F, run_shift, out, W, V, scale):  # pragma: no cover - compiled
     """Write the distances of rows ``row0 .. row0+len(block)-1`` (pairs ``j > i``) into ``out``.
 
     Runs of ``2**run_shift`` consecutive ``j`` are contiguous in ``out`` (the whole row when
-    ``run_shift`` is 0). Returns the number of ±inf correlations met.
+    ``run_shift`` is 0). With ``m = W.shape[1] > 0`` modes removed, the correlation is first
+    replaced by ``C_m[i, j] = (c − Σ_k W[i, k] V[j, k]) · scale[i] · scale[j]`` (``W = V·λ``,
+    ``scale = 1 / sqrt(C_res[i, i])``, NaN → 0 again). Returns the number of ±inf
+    correlations met.
     """
+    m = W.shape[1]
     n_inf = 0
     for r in range(block.shape[0]):
         i = row0 + r
@@ -147,6 +152,11 @@ def _fill_rows(block, row0, n, G, F, run_shift, out):  # pragma: no cover - comp
                 c = np.float64(block[r, j])
                 n_inf += abs(c) == np.inf
                 c = 0.0 if c != c else c  # NaN correlation counts as 0
+                if m > 0:
+                    for k in range(m):
+                        c -= W[i, k] * V[j, k]
+                    c *= scale[i] * scale[j]
+                    c = 0.0 if c != c else c
                 arg = 2.0 * (1.0 - c)
                 arg = arg if arg > 0.0 else 0.0
                 out[dst + j] = math.sqrt(arg)
@@ -154,8 +164,17 @@ def _fill_rows(block, row0, n, G, F, run_shift, out):  # pragma: no cover - comp
     return n_inf
 
 
-def _fill(corr, G, F, run_shift: int, out: np.ndarray, working_memory_mb: float) -> None:
-    """All distances into ``out``, blocks of rows in parallel threads (``_fill_rows`` is nogil).
+def _fill(
+    corr,
+    G,
+    F,
+    run_shift: int,
+    out: np.ndarray,
+    working_memory_mb: float,
+    modes: MarketModes | None = None,
+) -> None:
+    """All distances into ``out``, blocks of rows in parallel threads (``_fill_rows`` is nogil),
+    with the rank-``m`` correction of ``modes`` applied to each block (none when None).
 
     Rows ``0 .. N−2`` (the last row has no pair ``j > i``), in :func:`row_blocks` of at most
     1/64 of the rows so the shrinking triangle rows balance out; each thread holds one block of
@@ -165,11 +184,18 @@ def _fill(corr, G, F, run_shift: int, out: np.ndarray, working_memory_mb: float)
     row_bytes = n * corr.dtype.itemsize * available_cores()
     rows = block_rows_for(row_bytes, working_memory_mb, n)
     rows = max(1, min(rows, -(-n // 64)))
+    if modes is None or modes.eigenvalues.shape[0] == 0:
+        V = W = np.empty((n, 0))
+        scale = np.empty(n)
+    else:
+        V = np.ascontiguousarray(modes.vectors)
+        W = np.ascontiguousarray(V * modes.eigenvalues)
+        scale = modes.residual_scale()
 
     def fill_block(rows_range: tuple[int, int]) -> int:
         row0, row1 = rows_range
         block = np.asarray(corr[row0:row1])  # a view for ndarray / memmap
-        return int(_fill_rows(block, row0, n, G, F, run_shift, out))
+        return int(_fill_rows(block, row0, n, G, F, run_shift, out, W, V, scale))
 
     with worker_pool() as pool:
         n_inf = sum(pool.map(fill_block, row_blocks(n - 1, row_bytes, block_rows=rows)))
@@ -463,12 +489,36 @@ def _canonical_labels(labels: np.ndarray) -> np.ndarray:
     return rank[inverse.reshape(-1)]
 
 
+def _modes_to_remove(corr: np.ndarray, m: int, modes: MarketModes | None) -> MarketModes | None:
+    """The ``m`` modes to remove (None for ``m = 0``): the first ``m`` of ``modes`` or, when
+    None, :func:`market_modes` of ``corr``."""
+    if isinstance(m, bool) or not isinstance(m, (int, np.integer)):
+        raise TypeError(f"market_modes_removed must be an integer, got {m!r}")
+    n = corr.shape[0]
+    if not 0 <= m < max(n, 1):
+        raise ValueError(
+            f"market_modes_removed must be in 0 .. N−1 = {max(n - 1, 0)} for {n} symbols, got {m}"
+        )
+    if m == 0:
+        return None
+    if modes is None:
+        return market_modes(corr, m)
+    if modes.vectors.shape[0] != n or modes.eigenvalues.shape[0] < m:
+        raise ValueError(
+            f"modes hold {modes.eigenvalues.shape[0]} mode(s) of {modes.vectors.shape[0]} "
+            f"symbols; {m} of {n} are needed"
+        )
+    return modes.leading(m)
+
+
 def hierarchical_clusters(
     corr: np.ndarray,
     *,
     method: str = "average",
     distance_threshold: float | None = None,
     n_clusters: int | None = None,
+    market_modes_removed: int = 0,
+    modes: MarketModes | None = None,
     working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
     work: np.ndarray | None = None,
 ) -> np.ndarray:
@@ -481,6 +531,12 @@ def hierarchical_clusters(
     ``<= distance_threshold`` are kept) or ``fcluster(Z, n_clusters, criterion="maxclust")``
     (the lowest cut giving at most ``n_clusters`` clusters: fewer when merge heights tie).
 
+    With ``market_modes_removed = m > 0`` the distances are those of ``C_m``, the correlation
+    without its ``m`` strongest eigenmodes (:mod:`corr_pipeline.compute.market_modes`), the
+    rank-``m`` correction applied to each block of rows as the distances are formed; the
+    partition equals scipy's on ``C_m`` from ``numpy.linalg.eigh`` except where a merge height
+    lies within 1e-9 of another.
+
     Parameters
     ----------
     corr : float32 (N, N) array (SPEC §3), possibly a read-only ``np.memmap``. Only the upper
@@ -490,6 +546,10 @@ def hierarchical_clusters(
     distance_threshold, n_clusters : exactly one must be given (``ValueError`` otherwise);
         ``distance_threshold`` a finite number, ``n_clusters`` a whole number ``>= 1`` (an
         integer, or a float with an integral value).
+    market_modes_removed : ``m``, an integer ``0 <= m < N``.
+    modes : the modes :func:`~corr_pipeline.compute.market_modes.market_modes` already found
+        for this ``corr`` (at least ``m`` of them; the first ``m`` are removed), to save its
+        passes; when None and ``m > 0`` they are computed here.
     working_memory_mb : budget in MiB for the per-block temporaries; the result does not
         depend on it.
     work : optional writeable, C-contiguous float64 buffer of :func:`distance_buffer_length`
@@ -523,11 +583,12 @@ def hierarchical_clusters(
     check_working_memory(working_memory_mb)
 
     n = corr.shape[0]
+    removed = _modes_to_remove(corr, market_modes_removed, modes)
     if n <= 1:
         return np.zeros(n, dtype=np.int32)
     G, F, length = _layout(n, TILE_SHIFT)
     work = check_output(work, "work", (length,), np.dtype(np.float64), contiguous=True)
-    _fill(corr, G, F, TILE_SHIFT, work, working_memory_mb)
+    _fill(corr, G, F, TILE_SHIFT, work, working_memory_mb, removed)
     Z = _linkage(work, n, method, G, F)
     del work
     return _canonical_labels(fcluster(Z, t, criterion=criterion))

@@ -232,6 +232,26 @@ def reference_top_k(
 # --------------------------------------------------------------------------------------------
 
 
+def market_modes_removed_reference(
+    corr: np.ndarray, m: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """SPEC §5 ``C_m`` by ``numpy.linalg.eigh`` of the dense float64 ``C`` (NaN → 0, unit
+    diagonal), with the ``m`` largest eigenvalues (descending) and their vectors. A symbol whose
+    residual variance is not positive gets NaN off the diagonal."""
+    C = np.nan_to_num(np.asarray(corr, dtype=np.float64), nan=0.0)
+    np.fill_diagonal(C, 1.0)
+    w, V = np.linalg.eigh(C)
+    top = np.argsort(w)[::-1][:m]
+    w, V = w[top], V[:, top]
+    residual = C - (V * w) @ V.T
+    d = np.diag(residual).copy()
+    scale = np.full(d.shape, np.nan)
+    scale[d > 0] = 1.0 / np.sqrt(d[d > 0])
+    C_m = residual * scale[:, None] * scale[None, :]
+    np.fill_diagonal(C_m, 1.0)
+    return C_m, w, V
+
+
 def mantegna_condensed(corr: np.ndarray) -> np.ndarray:
     """Condensed float64 ``d = sqrt(2 (1 - corr))`` with NaN corr taken as 0, diagonal 0."""
     c = np.asarray(corr, dtype=np.float64).copy()
