@@ -131,11 +131,13 @@ def bench_parameters(
     k: int,
     working_memory_mb: float,
     clusters_memory_mb: int | None = None,
+    market_modes_removed: int = 0,
 ) -> SnapshotParameters:
     """The snapshot parameters of the benchmark: ``lookback_days = t``,
     ``min_overlap = max(2, min(60, t // 4))``, ``min_history_days = 2 · min_overlap``,
     ``k`` = k_neighbors = k_leaders = k_laggers, average linkage cut at
-    :data:`BENCH_DISTANCE_THRESHOLD`; ``clusters_memory_mb`` None: the parameters' default."""
+    :data:`BENCH_DISTANCE_THRESHOLD` with ``market_modes_removed`` modes removed;
+    ``clusters_memory_mb`` None: the parameters' default."""
     min_overlap = max(2, min(60, t // 4))
     return SnapshotParameters(
         lookback_days=t,
@@ -147,6 +149,7 @@ def bench_parameters(
         k_laggers=k,
         linkage_method="average",
         distance_threshold=BENCH_DISTANCE_THRESHOLD,
+        market_modes_removed=market_modes_removed,
         working_memory_mb=working_memory_mb,
         clusters_memory_mb=(
             DEFAULTS.clusters_memory_mb if clusters_memory_mb is None else clusters_memory_mb
@@ -167,6 +170,7 @@ def start_benchmark(
     echo: Callable[[str], None],
     how: str = "",
     clusters_memory_mb: int | None = None,
+    market_modes_removed: int = 0,
 ) -> tuple[SnapshotParameters, PipelineBenchReport]:
     """The start of a whole-chain benchmark: its parameters (:func:`bench_parameters`), an
     empty report, the machine and parameter lines (``how`` appended to the latter), and with
@@ -178,6 +182,7 @@ def start_benchmark(
         k=k,
         working_memory_mb=working_memory_mb,
         clusters_memory_mb=clusters_memory_mb,
+        market_modes_removed=market_modes_removed,
     )
     shown: dict[str, Any] = {
         "n": n,
@@ -186,6 +191,7 @@ def start_benchmark(
         "k": k,
         "working_memory_mb": working_memory_mb,
         "clusters_memory_mb": params.clusters_memory_mb,
+        "market_modes_removed": params.market_modes_removed,
         "min_overlap": params.min_overlap,
         "seed": seed,
     }
@@ -213,6 +219,7 @@ def run_pipeline_benchmark(
     k: int = 10,
     working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
     clusters_memory_mb: int | None = None,
+    market_modes_removed: int = 0,
     seed: int = 11,
     synth: bool = True,
     keep_matrices: bool = False,
@@ -242,6 +249,7 @@ def run_pipeline_benchmark(
         k=k,
         working_memory_mb=working_memory_mb,
         clusters_memory_mb=clusters_memory_mb,
+        market_modes_removed=market_modes_removed,
         seed=seed,
         synth=synth,
         echo=echo,
@@ -287,9 +295,11 @@ def run_pipeline_benchmark(
 
     def clusters() -> tuple[int | None, str]:
         scratch = partial(store.scratch, "clusters", partition)
-        labels = steps.clusters(state["corr"], params, scratch=scratch)
+        modes = steps.market_modes(state["corr"], params)
+        labels = steps.clusters(state["corr"], params, modes=modes, scratch=scratch)
         state["labels"] = labels
-        return int(labels.size), f"{int(labels.max()) + 1:,} clusters"
+        removed = f", {params.market_modes_removed} mode(s) removed"
+        return int(labels.size), f"{int(labels.max()) + 1:,} clusters" + removed
 
     def lead_lag() -> tuple[int | None, str]:
         pairs = steps.lead_lag(state["window"].returns, state["corr"], params)

@@ -87,6 +87,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         k=args.k,
         working_memory_mb=args.working_memory_mb or DEFAULT_WORKING_MEMORY_MB,
         clusters_memory_mb=args.clusters_memory_mb,
+        market_modes_removed=args.market_modes_removed,
         seed=args.seed,
         synth=not args.skip_synth,
         keep_matrices=args.keep_matrices,
@@ -133,6 +134,7 @@ def bench_through_dagster(
         k=args.k,
         working_memory_mb=working_memory_mb,
         clusters_memory_mb=args.clusters_memory_mb,
+        market_modes_removed=args.market_modes_removed,
         seed=args.seed,
         synth=not args.skip_synth,
         echo=echo,
@@ -252,6 +254,13 @@ def add_bench_command(commands: Any) -> None:
         metavar="MB",
         help="the clusters step's distances stay in anonymous memory up to this size, else "
         "in a store scratch file (default: the snapshot_params default, 1024)",
+    )
+    bench.add_argument(
+        "--market-modes-removed",
+        type=non_negative_int,
+        default=0,
+        metavar="M",
+        help="cluster without the M strongest eigenmodes of corr (default 0)",
     )
     bench.add_argument("--seed", type=int, default=11, metavar="S")
     bench.add_argument(

@@ -495,8 +495,12 @@ def clusters(
             if warning is not None:
                 context.log.warning(warning)
         with measure_stage() as stats:
+            modes = steps.market_modes(corr, params)
             labels = steps.clusters(
-                corr, params, scratch=partial(matrix_store.scratch_for, context, partition=key)
+                corr,
+                params,
+                modes=modes,
+                scratch=partial(matrix_store.scratch_for, context, partition=key),
             )
             verdict = verify.verify_clusters(labels, len(symbols))
         metadata.log_stage(context, f"clusters {key}", stats)
@@ -507,6 +511,7 @@ def clusters(
                 "linkage_method": params.linkage_method,
                 "distance_threshold": params.distance_threshold,
                 "n_clusters": params.n_clusters,
+                "market_modes_removed": params.market_modes_removed,
             },
             inputs=sources(corr_bundle),
         )
@@ -514,7 +519,7 @@ def clusters(
             "clusters": ranges.SessionResult(
                 bundle,
                 {
-                    **metadata.clusters(labels, symbols, verdict, stats),
+                    **metadata.clusters(labels, symbols, verdict, stats, modes, params),
                     **metadata.pictures(
                         context,
                         "clustered heatmap",

@@ -72,6 +72,10 @@ __all__ = [
 #: Parameters that do not change a result (SPEC §9): not compared when deciding "current".
 RESULT_NEUTRAL = frozenset({"working_memory_mb"})
 
+#: Parameters added after sessions were first published, with the value a published session
+#: that does not record them was computed with.
+WHEN_NOT_RECORDED = {"market_modes_removed": 0}
+
 
 def session_is_current(
     published: PublishedSession | None, params: SnapshotParameters, first_published: bool
@@ -82,7 +86,8 @@ def session_is_current(
     if published is None:
         return False
     wanted = {k: v for k, v in params.as_dict().items() if k not in RESULT_NEUTRAL}
-    if any(published.params.get(k) != v for k, v in wanted.items()):
+    recorded = {**WHEN_NOT_RECORDED, **published.params}
+    if any(recorded.get(k) != v for k, v in wanted.items()):
         return False
     return published.changes_recorded or first_published
 

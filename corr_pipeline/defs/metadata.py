@@ -22,6 +22,8 @@ from corr_pipeline.snapshot.verify import CorrelationStats, Verdict
 
 if TYPE_CHECKING:
     from corr_pipeline.compute.dask_runner import DaskRunner
+    from corr_pipeline.compute.market_modes import MarketModes
+    from corr_pipeline.snapshot.params import SnapshotParameters
 
 
 def number(value: float, rule: Callable[[Any], float]) -> dg.FloatMetadataValue:
@@ -139,18 +141,33 @@ def neighbors(n: int, k: int, verdict: Verdict, stats: StageStats) -> dict[str, 
 
 
 def clusters(
-    labels: np.ndarray, symbols: list[str], verdict: Verdict, stats: StageStats
+    labels: np.ndarray,
+    symbols: list[str],
+    verdict: Verdict,
+    stats: StageStats,
+    modes: MarketModes,
+    params: SnapshotParameters,
 ) -> dict[str, Any]:
-    """Number of clusters, the largest, singletons, and the largest clusters' first members."""
+    """Number of clusters, the largest, singletons, the largest clusters' first members, and the
+    market modes (SPEC §5): ``market_mode_share`` ``λ_1 / N`` (plotted across partitions: it
+    rises when everything moves together), ``market_modes_removed`` ``m`` and, for ``m > 0``,
+    ``removed_modes_share`` ``Σ_{k<=m} λ_k / N``."""
     facts = verdict.metadata
-    return {
+    out: dict[str, Any] = {
         "n_symbols": dg.MetadataValue.int(len(symbols)),
         "n_clusters": dg.MetadataValue.int(int(facts.get("n_clusters", 0))),
         "largest_cluster_size": dg.MetadataValue.int(int(facts.get("largest_cluster_size", 0))),
         "n_singletons": dg.MetadataValue.int(int(facts.get("n_singletons", 0))),
         "largest_clusters": dg.MetadataValue.md(markdown.largest_clusters(labels, symbols)),
-        **stage(stats),
+        "market_modes_removed": dg.MetadataValue.int(int(params.market_modes_removed)),
     }
+    share = modes.share
+    if share.size:
+        out["market_mode_share"] = number(share[0], display.share)
+    if params.market_modes_removed and share.size:
+        removed = share[: params.market_modes_removed].sum()
+        out["removed_modes_share"] = number(removed, display.share)
+    return {**out, **stage(stats)}
 
 
 def lead_lag(pairs: np.ndarray, symbols: list[str], stats: StageStats) -> dict[str, Any]:

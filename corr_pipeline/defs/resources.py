@@ -127,6 +127,12 @@ class SnapshotParams(dg.ConfigurableResource):
         description="Cut the dendrogram into this many clusters instead of at a distance "
         "(then set distance_threshold to null).",
     )
+    market_modes_removed: int = Field(
+        default=DEFAULTS.market_modes_removed,
+        description="Cluster the correlation without its m strongest eigenmodes (SPEC §5): 0 "
+        "clusters corr itself; 1 removes the market mode, so that in a sell-off the sectors "
+        "stay apart instead of one cluster (docs/user_guide.md).",
+    )
     working_memory_mb: int = Field(
         default=int(DEFAULTS.working_memory_mb),
         description="Budget in MiB for the temporaries of one tile (correlation, neighbors, "

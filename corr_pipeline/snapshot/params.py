@@ -29,8 +29,9 @@ class SnapshotParameters:
     symbol needs to be kept; ``min_overlap``: common finite returns for a defined correlation
     (SPEC §3, §6); ``k_neighbors``: neighbors per symbol (SPEC §4); ``max_lag``, ``k_leaders``,
     ``k_laggers``, ``min_improvement``: the lead-lag scan and selection (SPEC §6);
-    ``linkage_method`` and exactly one of ``distance_threshold`` / ``n_clusters``: the clusters
-    (SPEC §5); ``working_memory_mb``: the budget for each step's temporaries.
+    ``linkage_method``, exactly one of ``distance_threshold`` / ``n_clusters`` and
+    ``market_modes_removed`` (the strongest eigenmodes taken out of the correlation first): the
+    clusters (SPEC §5); ``working_memory_mb``: the budget for each step's temporaries.
 
     ``dask_scheduler``: where the products run, not what they compute — the address of a Dask
     scheduler (``tcp://host:8786``) for the correlation, neighbors and lead-lag stripes, or None
@@ -59,6 +60,7 @@ class SnapshotParameters:
     linkage_method: str = "average"
     distance_threshold: float | None = 1.2
     n_clusters: int | None = None
+    market_modes_removed: int = 0
     working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB
     dask_scheduler: str | None = None
     clusters_memory_mb: int = 1024
@@ -91,6 +93,7 @@ class SnapshotParameters:
                 None if self.distance_threshold is None else float(self.distance_threshold)
             ),
             "n_clusters": None if self.n_clusters is None else int(self.n_clusters),
+            "market_modes_removed": int(self.market_modes_removed),
             "working_memory_mb": int(self.working_memory_mb),
         }
 
@@ -111,7 +114,8 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
     min_history_days returns, and the lag scan needs ``max_lag < T``) and
     ``min_overlap <= lookback_days - max_lag`` (otherwise the largest lag can never reach
     min_overlap common returns, SPEC §6); a known linkage method; exactly one of
-    ``distance_threshold`` (finite, > 0) and ``n_clusters`` (>= 1); a finite min_improvement;
+    ``distance_threshold`` (finite, > 0) and ``n_clusters`` (>= 1); ``market_modes_removed``
+    >= 0 (and below the kept symbols, checked by the clusters step); a finite min_improvement;
     ``dask_scheduler``, when given, an address ``scheme://host:port``;
     ``clusters_memory_mb`` >= 0.
     """
@@ -174,6 +178,11 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
         problems.append(f"distance_threshold must be a finite number > 0 (got {threshold})")
     if n_clusters is not None and n_clusters < 1:
         problems.append(f"n_clusters must be >= 1 (got {n_clusters})")
+    if p["market_modes_removed"] < 0:
+        problems.append(
+            f"market_modes_removed must be >= 0 (got {p['market_modes_removed']}); "
+            "0 clusters the correlation itself"
+        )
     if not math.isfinite(p["min_improvement"]):
         problems.append(f"min_improvement must be finite (got {p['min_improvement']})")
     if p.get("clusters_memory_mb", 0) < 0:

@@ -49,6 +49,8 @@ from corr_pipeline.compute import (
     top_k_neighbors,
 )
 from corr_pipeline.compute.clusters import distance_buffer_length
+from corr_pipeline.compute.market_modes import MarketModes
+from corr_pipeline.compute.market_modes import market_modes as strongest_modes
 from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.compute.stripes import (
     StripeRunner,
@@ -215,8 +217,34 @@ def distances_in_scratch(n: int, params: SnapshotParameters) -> bool:
     return distance_bytes(n) > params.clusters_memory_mb * 2**20
 
 
+#: Relative residual to which the market mode is found when it is only reported (``m = 0``):
+#: ``λ_1`` is then exact to about its square, ~1e-12 relative.
+REPORTED_MODE_TOLERANCE = 1e-6
+
+
+def market_modes(corr: np.ndarray, params: SnapshotParameters) -> MarketModes:
+    """The ``max(1, m)`` strongest eigenmodes of ``corr`` (SPEC §5, ``m`` =
+    ``params.market_modes_removed``): the ``m`` the clusters remove, and at least the market
+    mode, whose share ``λ_1 / N`` every snapshot reports (no modes for fewer than 2 symbols)."""
+    m = params.market_modes_removed
+    n = corr.shape[0]
+    if n < 2:
+        return MarketModes(np.empty(0), np.empty((n, 0)))
+    if m >= n:
+        raise ValueError(
+            f"market_modes_removed = {m} needs more than {m} symbols; this session keeps {n}"
+        )
+    if m == 0:
+        return strongest_modes(corr, 1, tol=REPORTED_MODE_TOLERANCE)
+    return strongest_modes(corr, m)
+
+
 def clusters(
-    corr: np.ndarray, params: SnapshotParameters, *, scratch: Scratch | None = None
+    corr: np.ndarray,
+    params: SnapshotParameters,
+    *,
+    modes: MarketModes | None = None,
+    scratch: Scratch | None = None,
 ) -> np.ndarray:
     """Cluster labels, int32 ``0..K-1`` by first appearance (SPEC §5).
 
@@ -226,7 +254,8 @@ def clusters(
     array for the computation, such as ``functools.partial(store.scratch, "clusters",
     partition)`` (a file in the matrix store, out of anonymous memory, deleted afterwards, see
     :meth:`~corr_pipeline.store.matrix_store.MatrixStore.scratch`). The labels do not depend
-    on where they are.
+    on where they are. ``modes``: :func:`market_modes` of ``corr`` when already found (else the
+    clusters find the ``params.market_modes_removed`` they remove).
     """
     cluster = partial(
         hierarchical_clusters,
@@ -234,6 +263,8 @@ def clusters(
         method=params.linkage_method,
         distance_threshold=params.distance_threshold,
         n_clusters=params.n_clusters,
+        market_modes_removed=params.market_modes_removed,
+        modes=modes if params.market_modes_removed else None,
         working_memory_mb=params.working_memory_mb,
     )
     n = corr.shape[0]

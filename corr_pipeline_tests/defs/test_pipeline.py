@@ -19,6 +19,7 @@ import dagster as dg
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from scipy.cluster import hierarchy
 
 from corr_pipeline import settings
 from corr_pipeline.compute import (
@@ -42,6 +43,7 @@ from corr_pipeline.defs.run import (
 from corr_pipeline.snapshot import display
 from corr_pipeline.store import writeback
 from corr_pipeline.store.matrix_store import MatrixStore
+from corr_pipeline_tests.compute import reference as ref
 from corr_pipeline_tests.deployment import resources_at, use_store
 
 N_SYMBOLS, N_DAYS, SEED = 300, 120, 20261127
@@ -561,3 +563,38 @@ def test_a_backfilled_earlier_session_rematerializes_the_later_changes(universe,
     assert shown["previous_date"] == "2026-11-24" and shown["refreshed_by"] == "2026-11-24"
     assert shown["recorded"] is True and shown["n_common"] > 0
     assert latest("2026-11-24")["refreshed_following"] == "2026-11-25"
+
+
+def test_clusters_without_the_market_mode_are_published_and_reported(universe, tmp_path, engine):
+    """``market_modes_removed = 1`` through the assets: the published clusters are scipy's on
+    ``C_1`` from numpy ``eigh`` of the published session's own ``corr``, ``snapshots.params``
+    records ``m``, and the clusters asset reports ``λ_1 / N`` as a float (plotted across
+    partitions) and the share removed."""
+    result = _materialize(tmp_path / "store", LAST, market_modes_removed=1)
+    assert result.success
+    corr = np.asarray(
+        MatrixStore(tmp_path / "store").load_bundle("correlation_matrix", LAST)["corr"]
+    )
+    C_1, w, _ = ref.market_modes_removed_reference(corr, 1)
+    expected = ref.canonical_labels(
+        hierarchy.fcluster(
+            hierarchy.linkage(ref.mantegna_condensed(np.minimum(C_1, 1.0)), "average"),
+            t=PARAMS["distance_threshold"],
+            criterion="distance",
+        )
+    )
+    symbols = MatrixStore(tmp_path / "store").load_bundle("returns_matrix", LAST).labels["symbols"]
+    published = dict((s, c) for _, s, c in _rows(engine, "symbol_clusters", LAST, "symbol"))
+    assert [published[s] for s in symbols] == expected.tolist()
+    plain = hierarchical_clusters(corr, distance_threshold=PARAMS["distance_threshold"])
+    assert not np.array_equal(plain, expected)  # the parameter reached the step
+    with engine.connect() as conn:
+        params = conn.execute(
+            sa.text("SELECT params FROM snapshots WHERE snapshot_date = :d"), {"d": LAST}
+        ).scalar_one()
+    assert params["market_modes_removed"] == 1
+    meta = result.asset_materializations_for_node("clusters")[0].metadata
+    assert isinstance(meta["market_mode_share"], dg.FloatMetadataValue)
+    assert meta["market_mode_share"].value == display.share(w[0] / len(symbols))
+    assert meta["removed_modes_share"].value == display.share(w[0] / len(symbols))
+    assert meta["market_modes_removed"].value == 1
