@@ -147,20 +147,43 @@ class SessionCalendar:
             return _date(self.sessions_array[i])
         return None
 
+    def fire_times(self, delay: dt.timedelta, start: dt.date) -> dict[tuple[int, int], int]:
+        """``{(hour, minute): sessions}``: the local (:attr:`timezone`) times close + ``delay``
+        of the sessions from ``start`` on, with how many sessions fire at each."""
+        zone = zoneinfo.ZoneInfo(self.timezone)
+        counts: dict[tuple[int, int], int] = {}
+        for close in self.closes_array[self._index(start) :]:
+            fire = (_utc(close) + delay).astimezone(zone)
+            counts[(fire.hour, fire.minute)] = counts.get((fire.hour, fire.minute), 0) + 1
+        return counts
+
     def fire_crons(self, delay: dt.timedelta, start: dt.date) -> list[str]:
         """Cron strings (in :attr:`timezone`) that tick at close + ``delay`` of every session
-        from ``start`` on: one per distinct local fire time, on the weekdays it occurs (a half
-        day adds its early time)."""
-        zone = zoneinfo.ZoneInfo(self.timezone)
-        lo = self._index(start)
-        by_time: dict[tuple[int, int], set[int]] = {}
-        for close in self.closes_array[lo:]:
-            fire = (_utc(close) + delay).astimezone(zone)
-            by_time.setdefault((fire.hour, fire.minute), set()).add((fire.weekday() + 1) % 7)
+        from ``start`` on: one per distinct local fire time (:meth:`fire_times`), each on the
+        weekdays that have sessions (``1-5`` for an exchange closed at weekends), so that the
+        UI reads them as "at 05:30 PM, Monday through Friday"."""
+        days = sorted(
+            {(_date(s).weekday() + 1) % 7 for s in self.sessions_array[self._index(start) :]}
+        )
+        spelled = "1-5" if days == [1, 2, 3, 4, 5] else ",".join(str(d) for d in days)
         return [
-            f"{minute} {hour} * * {','.join(str(d) for d in sorted(days))}"
-            for (hour, minute), days in sorted(by_time.items())
+            f"{minute} {hour} * * {spelled}"
+            for hour, minute in sorted(self.fire_times(delay, start))
         ]
+
+    def fire_description(self, delay_minutes: int, start: dt.date) -> str:
+        """What the nightly schedule does, in words: ``"90 min after each XNYS close (17:30
+        America/New_York; 14:30 on half days): that session's snapshot"``."""
+        counts = self.fire_times(dt.timedelta(minutes=delay_minutes), start)
+        regular = max(counts, key=lambda time: (counts[time], time))
+        early = sorted(time for time in counts if time != regular)
+        times = f"{regular[0]:02d}:{regular[1]:02d} {self.timezone}"
+        if early:
+            times += "; " + ", ".join(f"{h:02d}:{m:02d}" for h, m in early) + " on half days"
+        return (
+            f"{delay_minutes} min after each {self.name} close ({times}): that session's "
+            "snapshot. Ticks on days without a session, or at the other close time, skip."
+        )
 
 
 def _date(value: np.datetime64) -> dt.date:

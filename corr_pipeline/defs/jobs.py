@@ -19,8 +19,10 @@ with ``run_key`` = partition key so a session is never launched twice by the sch
 - under an exchange calendar (``XNYS``, the default): at the session's close plus
   ``$CORR_PIPELINE_SCHEDULE_DELAY_MINUTES`` (default 90), in the exchange's time zone. A cron
   schedule cannot say "close + delay" when closes differ (half days close early), so the
-  schedule carries one cron string per distinct local fire time (``30 17 * * 1-5`` and, for
-  the half days, ``30 14 * * ...`` on XNYS) and each tick requests the session whose close +
+  schedule carries one cron string per distinct local fire time, each on every weekday
+  (``30 17 * * 1-5`` and, for the half days, ``30 14 * * 1-5`` on XNYS, which the UI reads
+  as "At 05:30 PM ..., Monday through Friday"; the description says "90 min after each XNYS
+  close (17:30 America/New_York; 14:30 on half days)") and each tick requests the session whose close +
   delay is exactly the tick; the other ticks skip, saying why (on a regular day, the
   early-close tick; on a half day, the regular one). Holidays have no session, so no run.
 - under ``weekdays``: today's behaviour, unchanged: 06:30 UTC Monday to Friday, requesting the
@@ -151,10 +153,7 @@ def build_nightly_schedule(
         since = max(today - dt.timedelta(days=7), calendar.first)
         cron = calendar.fire_crons(dt.timedelta(minutes=delay), since)
         timezone = calendar.timezone
-        description = (
-            f"{delay} min after the close of each {calendar.name} session ({timezone}; half "
-            "days close early): that session's snapshot."
-        )
+        description = calendar.fire_description(delay, since)
 
     @dg.schedule(
         name="nightly_snapshot_schedule",

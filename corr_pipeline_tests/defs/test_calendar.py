@@ -102,7 +102,11 @@ def test_the_current_session_partition_exists_from_its_morning():
 
 
 def test_the_schedule_fires_after_each_close_early_on_half_days():
-    assert sorted(xnys_schedule.cron_schedule) == ["30 14 * * 3,4,5", "30 17 * * 1,2,3,4,5"]
+    assert sorted(xnys_schedule.cron_schedule) == ["30 14 * * 1-5", "30 17 * * 1-5"]
+    assert xnys_schedule.description.startswith(
+        "90 min after each XNYS close (17:30 America/New_York; 14:30 on half days): "
+        "that session's snapshot."
+    )
     assert xnys_schedule.execution_timezone == "America/New_York"
     assert xnys_schedule.default_status == dg.DefaultScheduleStatus.STOPPED
 
@@ -150,7 +154,8 @@ def test_every_tick_of_two_months_requests_each_session_once_after_its_close():
 def test_the_delay_is_configurable(monkeypatch):
     monkeypatch.setenv(settings.ENV_SCHEDULE_DELAY, "30")
     schedule = build_nightly_schedule(XNYS, today=dt.date(2025, 11, 24))
-    assert sorted(schedule.cron_schedule) == ["30 13 * * 3,4,5", "30 16 * * 1,2,3,4,5"]
+    assert sorted(schedule.cron_schedule) == ["30 13 * * 1-5", "30 16 * * 1-5"]
+    assert schedule.description.startswith("30 min after each XNYS close (16:30 America/")
     request = schedule(dg.build_schedule_context(scheduled_execution_time=ny(2025, 11, 28, 13, 30)))
     assert isinstance(request, dg.RunRequest) and request.partition_key == "2025-11-28"
     monkeypatch.setenv(settings.ENV_SCHEDULE_DELAY, "-5")
