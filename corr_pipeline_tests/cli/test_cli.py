@@ -85,6 +85,27 @@ def test_usage_errors_exit_2() -> None:
     assert run_cli().returncode == 2  # no command
 
 
+def test_help_answers_without_dagster_numba_or_scipy() -> None:
+    """``corr-pipeline --help`` (and a command's ``--help``) imports none of the heavy
+    libraries: only what argparse needs to describe the commands."""
+    probe = (
+        "import sys\n"
+        "from corr_pipeline.cli import main\n"
+        "for argv in (['--help'], ['query', '--help'], ['backfill', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = ('dagster', 'numba', 'scipy', 'pandas', 'matplotlib')\n"
+        "print('LOADED', sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert "COMMAND" in result.stdout and "LOADED []" in result.stdout, result.stdout[-400:]
+
+
 def test_prices_synth_small(clean_db: sa.Engine) -> None:
     result = run_cli("prices", "synth", "--symbols", "12", "--days", "40", "--seed", "3")
     assert result.returncode == 0, result.stderr
