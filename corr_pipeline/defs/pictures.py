@@ -1,7 +1,9 @@
 """Pictures as Dagster metadata: the PNGs of :mod:`corr_pipeline.viz` in ``MetadataValue.md``.
 
 Each picture is a markdown image ``![alt](data:image/png;base64,...)`` (see
-:func:`corr_pipeline.viz.png_markdown`), which the Dagster UI renders inline; the ``*_metadata``
+:func:`corr_pipeline.viz.png_markdown`), keyed ``picture: <what it shows>``
+(:mod:`corr_pipeline.defs.metadata_order`): the Dagster UI opens it in a dialog behind a
+"[Show Markdown]" button, so the key is what says it is a picture. The ``*_metadata``
 builders return ready-made metadata dicts for the assets. Memory is that of the reductions in
 :mod:`corr_pipeline.viz.reductions` (row blocks within ``working_memory_mb``).
 """
@@ -17,6 +19,7 @@ import numpy as np
 
 from corr_pipeline import viz
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
+from corr_pipeline.defs.metadata_order import picture_key
 from corr_pipeline.snapshot import display
 
 __all__ = [
@@ -41,11 +44,11 @@ def heatmap_metadata(
     max_pixels: int = 512,
     working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
 ) -> dict[str, Any]:
-    """``{"heatmap": <clustered heatmap>}`` (:func:`corr_pipeline.viz.clustered_heatmap_png`)."""
+    """``{"picture: clustered heatmap": <clustered heatmap>}`` (:func:`corr_pipeline.viz.clustered_heatmap_png`)."""
     png = viz.clustered_heatmap_png(
         corr, labels, order=order, max_pixels=max_pixels, working_memory_mb=working_memory_mb
     )
-    return {"heatmap": png_metadata(png, "clustered correlation heatmap")}
+    return {picture_key("clustered heatmap"): png_metadata(png, "clustered correlation heatmap")}
 
 
 def histogram_metadata(
@@ -55,12 +58,14 @@ def histogram_metadata(
     working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
 ) -> dict[str, Any]:
     """Histogram picture plus numeric facts (plotted by the UI across partitions):
-    ``correlation_histogram`` (md), ``corr_mean``, ``corr_median`` (linear inside its bin),
+    ``picture: correlation histogram`` (md), ``corr_mean``, ``corr_median`` (linear inside its bin),
     ``corr_nan_share`` (rounded by :mod:`corr_pipeline.snapshot.display`: correlations to 4
     decimals, the share to 4 significant digits), each left out when not finite."""
     h = viz.correlation_histogram(corr, max_values=max_values, working_memory_mb=working_memory_mb)
     png = viz.correlation_histogram_png(histogram=h)
-    out: dict[str, Any] = {"correlation_histogram": png_metadata(png, "correlation histogram")}
+    out: dict[str, Any] = {
+        picture_key("correlation histogram"): png_metadata(png, "correlation histogram")
+    }
     for key, value, rule in (
         ("corr_mean", h.mean, display.corr),
         ("corr_median", h.quantile(0.5), display.corr),
@@ -74,19 +79,21 @@ def histogram_metadata(
 def lead_lag_network_metadata(
     pairs: np.ndarray, symbols: Sequence[str], *, top: int = 30
 ) -> dict[str, Any]:
-    """``{"lead_lag_network": <picture of the top pairs>}``
+    """``{"picture: lead-lag network": <picture of the top pairs>}``
     (:func:`corr_pipeline.viz.lead_lag_network_png`); ``pairs`` is the structured array of
     :func:`corr_pipeline.compute.find_lead_lag_pairs`."""
     png = viz.lead_lag_network_png(pairs, symbols, top=top)
-    return {"lead_lag_network": png_metadata(png, "lead-lag network")}
+    return {picture_key("lead-lag network"): png_metadata(png, "lead-lag network")}
 
 
 def change_histogram_metadata(
     counts: np.ndarray, edges: np.ndarray, *, mean_abs_change: float, title: str
 ) -> dict[str, Any]:
-    """``{"change_histogram": <distribution of correlation changes>}``
+    """``{"picture: correlation changes": <distribution of correlation changes>}``
     (:func:`corr_pipeline.viz.changes.change_histogram_png`, SPEC §10.1)."""
     from corr_pipeline.viz.changes import change_histogram_png
 
     png = change_histogram_png(counts, edges, mean_abs_change=mean_abs_change, title=title)
-    return {"change_histogram": png_metadata(png, "distribution of correlation changes")}
+    return {
+        picture_key("correlation changes"): png_metadata(png, "distribution of correlation changes")
+    }

@@ -26,6 +26,7 @@ from corr_pipeline.db.reads import (
 from corr_pipeline.defs import metadata, pictures, ranges
 from corr_pipeline.defs.checks import check_result
 from corr_pipeline.defs.io_manager import MatrixStoreResource
+from corr_pipeline.defs.metadata_order import in_reading_order
 from corr_pipeline.defs.partitions import snapshot_date
 from corr_pipeline.defs.resources import PostgresResource, SnapshotParams
 from corr_pipeline.defs.retries import DATABASE_RETRY_POLICY, retry_only_if_database_unavailable
@@ -286,13 +287,15 @@ def _refresh_following(context, engine, matrix_store, day, config, params, later
             asset_key="snapshot_changes",
             partition=following.isoformat(),
             description=f"changes of {following} recomputed by the run of {day}",
-            metadata={
-                "recorded": dg.MetadataValue.bool(True),
-                **metadata.changes(results, dict(rows.summary), dict(rows.rows), stats),
-                **{f"{t}_rows": dg.MetadataValue.int(n) for t, n in report.rows.items()},
-                "replaced_previous": dg.MetadataValue.bool(report.replaced_previous),
-                "refreshed_by": dg.MetadataValue.text(day.isoformat()),
-            },
+            metadata=in_reading_order(
+                {
+                    "recorded": dg.MetadataValue.bool(True),
+                    **metadata.changes(results, dict(rows.summary), dict(rows.rows), stats),
+                    **{f"{t}_rows": dg.MetadataValue.int(n) for t, n in report.rows.items()},
+                    "replaced_previous": dg.MetadataValue.bool(report.replaced_previous),
+                    "refreshed_by": dg.MetadataValue.text(day.isoformat()),
+                }
+            ),
         )
     )
     return {"refreshed_following": dg.MetadataValue.text(following.isoformat())}

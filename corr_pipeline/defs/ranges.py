@@ -31,6 +31,7 @@ from typing import Any
 
 import dagster as dg
 
+from corr_pipeline.defs.metadata_order import in_reading_order
 from corr_pipeline.defs.retries import is_database_unavailable
 
 #: An input of a snapshot asset: a ``MatrixBundle``, or ``{partition key: MatrixBundle}`` when
@@ -174,7 +175,7 @@ def report(
             yield dg.MaterializeResult(
                 asset_key=asset,
                 value=result.value,
-                metadata=dict(result.metadata),
+                metadata=in_reading_order(result.metadata),
                 check_results=list(result.checks),
             )
         return
@@ -185,7 +186,7 @@ def report(
         for key in keys:
             for asset, result in _compute_gathered(compute, key).items():
                 context.add_asset_metadata(
-                    dict(result.metadata), asset_key=asset, partition_key=key
+                    in_reading_order(result.metadata), asset_key=asset, partition_key=key
                 )
                 values.setdefault(asset, {})[key] = result.value
                 for check in result.checks:

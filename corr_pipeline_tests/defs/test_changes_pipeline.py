@@ -75,7 +75,8 @@ def test_changes_in_the_pipeline(universe, engine, tmp_path):  # noqa: F811
     assert meta["skipped"] == {}
     assert meta["retention_removed"] == [FIRST]
     assert store.partition_keys() == [LAST]
-    assert "change_histogram" in meta and meta["change_histogram"].startswith("![")
+    picture = meta["picture: correlation changes"]
+    assert picture.startswith("![")
     assert "| rank | symbol a |" in meta["largest_moves"]
 
     # the drift and the top moves against pandas on the stored matrices

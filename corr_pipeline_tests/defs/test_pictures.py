@@ -17,6 +17,16 @@ from corr_pipeline_tests.viz.helpers import (
     lead_lag_pairs,
 )
 
+#: The step's own figures and the matrix store's entries (the IO manager's), listed last
+HOUSEKEEPING = {
+    "stage_seconds",
+    "check_seconds",
+    "peak_rss_mib",
+    "rss_anon_mib",
+    "matrices_in_memory",
+}
+STORE_KEYS = {"path", "arrays", "versions", "bytes", "copied_bytes", "zero_copy_arrays"}
+
 
 def test_markdown_embedding_round_trips_and_is_dagster_metadata():
     import dagster as dg
@@ -33,12 +43,17 @@ def test_markdown_embedding_round_trips_and_is_dagster_metadata():
         viz.png_data_uri(b"GIF89a....")
 
     meta = pictures.heatmap_metadata(corr, groups)
-    assert set(meta) == {"heatmap"}
+    assert set(meta) == {"picture: clustered heatmap"}
     meta = pictures.histogram_metadata(corr)
-    assert set(meta) == {"correlation_histogram", "corr_mean", "corr_median", "corr_nan_share"}
+    assert set(meta) == {
+        "picture: correlation histogram",
+        "corr_mean",
+        "corr_median",
+        "corr_nan_share",
+    }
     meta = pictures.lead_lag_network_metadata(lead_lag_pairs(5, 50), [f"S{i}" for i in range(50)])
-    assert set(meta) == {"lead_lag_network"}
-    for key in ("lead_lag_network",):
+    assert set(meta) == {"picture: lead-lag network"}
+    for key in ("picture: lead-lag network",):
         text = meta[key].value
         assert base64.b64decode(text.split("base64,")[1][:-1])[:8] == PNG_MAGIC
 
@@ -75,9 +90,9 @@ def test_assets_attach_valid_png_pictures(clean_db, tmp_path):
         + result.asset_materializations_for_node("lead_lag_pairs")
     }
     picture_keys = {
-        "correlation_matrix": "correlation_histogram",
-        "clusters": "heatmap",
-        "lead_lag_pairs": "lead_lag_network",
+        "correlation_matrix": "picture: correlation histogram",
+        "clusters": "picture: clustered heatmap",
+        "lead_lag_pairs": "picture: lead-lag network",
     }
     for asset, key in picture_keys.items():
         value = metadata[asset][key]
@@ -89,3 +104,20 @@ def test_assets_attach_valid_png_pictures(clean_db, tmp_path):
         pixels = decode(png)
         assert pixels.shape[0] >= 200 and pixels.shape[1] >= 200
     assert -1.0 <= metadata["correlation_matrix"]["corr_mean"].value <= 1.0
+    # as the UI lists them: results, then pictures, then the step's figures, then the store's
+    for asset, meta in metadata.items():
+        keys = list(meta)
+        groups = [
+            3
+            if key in STORE_KEYS
+            else 2
+            if key in HOUSEKEEPING
+            else 1
+            if key.startswith("picture: ")
+            else 0
+            for key in keys
+        ]
+        assert groups == sorted(groups), (asset, keys)
+        assert groups[0] == 0 and 3 in groups, (asset, keys)
+        assert (1 in groups) == (asset in picture_keys), (asset, keys)
+    assert "stage_seconds" in metadata["clusters"]
