@@ -3,19 +3,23 @@
 
 ``clustered_heatmap_png(corr, labels=..., order=...)``
     The correlation matrix (SPEC §3) with rows and columns reordered so that the clusters
-    (SPEC §5) sit in diagonal blocks, largest first, drawn from :func:`heatmap_grid` on a
-    diverging colormap over ``[-1, 1]`` (blank where no correlation is finite), the largest
-    clusters outlined. Memory: that of :func:`heatmap_grid` plus O(P²) RGBA pixels.
+    (SPEC §5) sit in diagonal blocks, largest first, drawn from :func:`heatmap_grid` in colours
+    that span the data (:func:`heatmap_colour_scale`; blank where no correlation is finite), the
+    largest clusters outlined and their ids on top (:func:`cluster_ticks`). Memory: that of
+    :func:`heatmap_grid` plus O(P²) RGBA pixels.
 ``correlation_histogram_png(corr)``
     The distribution of the off-diagonal correlations from :func:`correlation_histogram` as
-    filled stairs, the mean marked, with the number of pairs, NaN share, median, 5 %/95 %
-    quantiles and standard deviation, and whether a row sample was used.
+    filled stairs over the range the data fill (:func:`histogram_range`), the mean marked, with
+    the number of pairs, NaN share, median, 5 %/95 % quantiles and standard deviation, and
+    whether a row sample was used.
 ``lead_lag_network_png(pairs, symbols)``
     The ``top`` lead-lag pairs (SPEC §6) by improvement as a directed bipartite graph: leaders
     on the left, laggers on the right, an arrow leader → lagger labelled with the lag in days and
     the lagged correlation, red for a positive lagged correlation, blue for a negative one,
     thicker for a larger improvement; labels placed along their arrows, measured so that none
-    overlaps another (a pair with no room on its arrow is listed on the right). O(top²).
+    overlaps another or is crossed by another arrow (a pair with no room on its arrow is listed
+    on the right). At most 7 inches high, so that the UI's picture dialog shows it whole.
+    O(top²).
 
 Figures are drawn on matplotlib's Agg canvas (no pyplot, no display, thread-safe per figure),
 reduced to a 256-colour palette with Pillow and kept under ``max_bytes`` (default
@@ -36,6 +40,7 @@ import io
 import math
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,6 +59,10 @@ from corr_pipeline.viz.reductions import (
 
 __all__ = [
     "DEFAULT_MAX_PNG_BYTES",
+    "ColourScale",
+    "cluster_ticks",
+    "heatmap_colour_scale",
+    "histogram_range",
     "clustered_heatmap_png",
     "correlation_histogram_png",
     "EDGE_LABEL_GID",
@@ -117,18 +126,20 @@ def clustered_heatmap_png(
     ax.set_ylim(grid.pixels, 0)
     ax.set_aspect("equal")
     ax.set_facecolor("none")
-    cmap = _colormap("RdBu_r")
+    scale = heatmap_colour_scale(grid.values)
+    cmap = _colormap(scale.colormap)
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
     fig.colorbar(
-        ScalarMappable(norm=Normalize(-1.0, 1.0), cmap=cmap),
+        ScalarMappable(norm=Normalize(scale.vmin, scale.vmax), cmap=cmap),
         ax=ax,
         fraction=0.046,
         pad=0.03,
         label="correlation",
+        extend=scale.extend,
     )
-    pixels_rgba = _colour_pixels(grid.values, cmap)
+    pixels_rgba = _colour_pixels(grid.values, cmap, scale.vmin, scale.vmax)
     if symbols is not None and 0 < n <= 40:
         ticks = np.arange(n) + 0.5
         names = [str(symbols[i]) for i in grid.order]
@@ -139,13 +150,19 @@ def clustered_heatmap_png(
     else:
         ax.set_xticks([])
         ax.set_yticks([])
+        if starts is not None and labels is not None:
+            marks = cluster_ticks(np.asarray(labels)[grid.order], starts, grid.pixels)
+            ax.xaxis.tick_top()
+            ax.set_xticks([m[0] for m in marks])
+            _safe_tick_labels(ax.set_xticklabels([m[1] for m in marks], fontsize=6))
+            ax.tick_params(axis="x", length=2, pad=1)
     per_pixel = n / grid.pixels if grid.pixels else 0
     head = title or (
         f"Correlation, {n:,} symbols"
         + (f", {n_clusters:,} clusters" if n_clusters is not None else "")
     )
     sub = (
-        f"ordered by cluster (largest first); one pixel = mean of ~{per_pixel:.0f} x "
+        f"clusters largest first, ids on top; a pixel = mean of ~{per_pixel:.0f} x "
         f"{per_pixel:.0f} correlations"
         if per_pixel > 1.0001
         else ("ordered by cluster (largest first)" if starts is not None else "")
@@ -154,12 +171,62 @@ def clustered_heatmap_png(
     return _figure_png(fig, max_bytes=max_bytes, paint=_heatmap_painter(ax, pixels_rgba, n, starts))
 
 
-def _colour_pixels(values: np.ndarray, cmap: Any) -> np.ndarray:
-    """RGBA uint8 pixels of ``values`` in [-1, 1] through the colormap's 256-entry table
-    (NaN -> white); O(P²) bytes, no float64 RGBA intermediate."""
+@dataclass(frozen=True)
+class ColourScale:
+    """The heatmap's colours: ``colormap`` over ``[vmin, vmax]`` (values beyond are drawn in
+    the end colours; ``extend`` marks that on the colour bar)."""
+
+    colormap: str
+    vmin: float
+    vmax: float
+    extend: str = "neither"
+
+
+def heatmap_colour_scale(values: np.ndarray) -> ColourScale:
+    """A colour range that fits the heatmap's off-diagonal pixels (the diagonal ones average the
+    ones of ``corr[i, i]``): ``lo``/``hi`` their minimum and maximum, widened to multiples of
+    0.05. Where nearly all of them are positive (``lo >= -0.1·hi``) a sequential white-to-red
+    ``Reds`` over ``[lo, hi]``; otherwise the diverging ``RdBu_r`` over ``±max(|lo|, |hi|)``,
+    white at 0. With no finite off-diagonal pixel, ``RdBu_r`` over [-1, 1]."""
+    off = values[~np.eye(values.shape[0], dtype=bool)] if values.ndim == 2 else values.ravel()
+    off = off[np.isfinite(off)]
+    if off.size == 0:
+        return ColourScale("RdBu_r", -1.0, 1.0)
+    lo = max(-1.0, math.floor(float(off.min()) * 20.0 - 1e-9) / 20.0)
+    hi = min(1.0, math.ceil(float(off.max()) * 20.0 + 1e-9) / 20.0)
+    diagonal_max = float(np.nanmax(values)) if np.isfinite(values).any() else hi
+    extend = "max" if diagonal_max > hi else "neither"
+    if hi > 0 and lo >= -0.1 * hi:
+        return ColourScale("Reds", lo, hi, extend)
+    bound = max(abs(lo), abs(hi), 0.05)
+    return ColourScale("RdBu_r", -bound, bound, extend)
+
+
+def cluster_ticks(
+    placed_labels: np.ndarray, starts: np.ndarray, pixels: int, *, limit: int = 20
+) -> list[tuple[float, str]]:
+    """``(position, cluster id)`` marks over the heatmap's columns (in its ``pixels`` units) for
+    up to ``limit`` of the largest clusters at least 1/40 of the width wide, so that the ids
+    (``symbol_clusters.cluster_id``) do not crowd; ``placed_labels``: the label of every
+    position in the heatmap's order, ``starts``: where each placed cluster begins, ending with
+    N."""
+    n = int(starts[-1]) if starts.size else 0
+    if n == 0:
+        return []
+    sizes = np.diff(starts)
+    wide = [c for c in np.argsort(-sizes, kind="stable")[:limit] if sizes[c] * 40 >= n]
+    return [
+        ((starts[c] + sizes[c] / 2.0) * pixels / n, str(int(placed_labels[starts[c]])))
+        for c in sorted(wide)
+    ]
+
+
+def _colour_pixels(values: np.ndarray, cmap: Any, vmin: float, vmax: float) -> np.ndarray:
+    """RGBA uint8 pixels of ``values`` over ``[vmin, vmax]`` (clipped) through the colormap's
+    256-entry table (NaN -> white); O(P²) bytes, no float64 RGBA intermediate."""
     lut = cmap(np.linspace(0.0, 1.0, 256), bytes=True)  # (256, 4) uint8
     finite = np.isfinite(values)
-    scaled = np.where(finite, (values + 1.0) * 128.0, 0.0)
+    scaled = np.where(finite, (values - vmin) * (256.0 / (vmax - vmin)), 0.0)
     index = np.clip(scaled, 0, 255).astype(np.uint8)
     pixels = lut[index]
     pixels[~finite] = (255, 255, 255, 255)
@@ -245,7 +312,7 @@ def correlation_histogram_png(
     h = histogram
     fig, ax = _new_figure(6.4, 4.0)
     ax.stairs(h.counts, h.edges, fill=True, color="#4c72b0", alpha=0.85)
-    ax.set_xlim(-1.0, 1.0)
+    ax.set_xlim(*histogram_range(h))
     ax.set_xlabel("correlation")
     ax.set_ylabel("pairs" + (" (row sample)" if h.sampled else ""))
     ax.axvline(0.0, color="grey", linewidth=0.6)
@@ -279,6 +346,18 @@ def correlation_histogram_png(
     return _figure_png(fig, max_bytes=max_bytes)
 
 
+def histogram_range(h: CorrelationHistogram) -> tuple[float, float]:
+    """The x-range of the histogram picture: from the first to the last non-empty bin, widened
+    to multiples of 0.05 and to 0 (the zero line is always shown), within [-1, 1]; [-1, 1] when
+    every bin is empty."""
+    used = np.flatnonzero(h.counts)
+    if used.size == 0:
+        return -1.0, 1.0
+    lo = math.floor(float(h.edges[used[0]]) * 20.0 + 1e-9) / 20.0
+    hi = math.ceil(float(h.edges[used[-1] + 1]) * 20.0 - 1e-9) / 20.0
+    return max(-1.0, min(lo, 0.0)), min(1.0, max(hi, 0.0))
+
+
 def _n_from_pairs(h: CorrelationHistogram) -> int | None:
     if h.sampled:
         return h.n_pairs // h.rows_used + 1 if h.rows_used else None
@@ -300,6 +379,8 @@ NODE_LABEL_GID = "lead-lag-node-label"
 _NETWORK_WIDTH_IN = 6.4
 _LIST_WIDTH_IN = 3.0
 _TITLE_IN = 0.8
+_NETWORK_MAX_HEIGHT_IN = 7.0
+"""The network's height at most (700 pixels at 100 dpi): it fits the UI's picture dialog."""
 _LABEL_PAD_PX = 2.0
 _X_LEADER, _X_LAGGER = 0.22, 0.78
 
@@ -354,19 +435,21 @@ def lead_lag_network_figure(
     """The matplotlib figure of :func:`lead_lag_network_png` (Agg canvas, fixed layout: render
     it with ``tight_layout`` off, as that function does).
 
-    Edge labels never overlap one another nor a symbol name. Each label is placed along its
-    arrow, strongest pair first: at the first of the positions ``0.12, 0.16, ..., 0.88`` of the
-    arrow (nearest its preferred one first: near the leader when the leader has one arrow, near
-    the lagger when the lagger has one, else the middle) where its text, measured by the
-    renderer, stays :data:`_LABEL_PAD_PX` pixels clear of every label already placed and of every
-    symbol name. A pair whose label fits nowhere on its arrow is listed instead in a column to
+    Edge labels never overlap one another nor a symbol name, and no other arrow crosses them.
+    Each label is placed along its arrow, strongest pair first: at the first of the positions
+    ``0.12, 0.16, ..., 0.88`` of the arrow (nearest its preferred one first: near the leader
+    when the leader has one arrow, near the lagger when the lagger has one, else the middle)
+    where its text, measured by the renderer, stays :data:`_LABEL_PAD_PX` pixels clear of every
+    label already placed and of every symbol name and no other arrow passes within that distance
+    of it. A pair
+    whose label fits nowhere on its arrow is listed instead in a column to
     the right (``leader → lagger  <lag>d <lagged corr>``), one line each, spaced by more than the
     text's height, and the whole layout is drawn again with that column reserved (the arrows'
     room changes, so every label is placed anew). Sizes scale with the resolution together, so
     the PNG's lower-resolution retries keep the labels apart.
     """
     rows = normalize_pairs(pairs, symbols, top=top)
-    height = min(2.0 + 0.24 * max(len(rows), 4), 9.5)
+    height = min(2.0 + 0.17 * max(len(rows), 4), _NETWORK_MAX_HEIGHT_IN)
     if not rows:
         fig, ax = _new_figure(_NETWORK_WIDTH_IN, height)
         ax.axis("off")
@@ -476,18 +559,17 @@ def _draw_network(
             gid=EDGE_LABEL_GID,
             bbox={"boxstyle": "square,pad=0.05", "facecolor": "white", "edgecolor": "none"},
         )
-        # first choice: a position where no other arrow crosses the label (it reads as its
-        # arrow's); else any position clear of the other labels
+        # a position clear of the other labels where no other arrow crosses the label (so it
+        # reads as its own arrow's); none: the pair goes to the list
         spot = None
         for t in _label_candidates(preferred):
             label.set_position((_X_LEADER + t * (_X_LAGGER - _X_LEADER), y0 + t * (y1 - y0)))
             box = label.get_window_extent(renderer)
-            if _apart(box, taken, _LABEL_PAD_PX):
-                crossed = _crosses_other_arrow(ax.transData.inverted().transform(box), k, lines)
-                if not crossed:
-                    spot = (t, box)
-                    break
-                spot = spot or (t, box)
+            if _apart(box, taken, _LABEL_PAD_PX) and not _crosses_other_arrow(
+                ax.transData.inverted().transform(box.padded(_LABEL_PAD_PX)), k, lines
+            ):
+                spot = (t, box)
+                break
         if spot is None:
             label.remove()
             unplaced.append(k)
@@ -511,7 +593,8 @@ def _list_pairs(
 ) -> None:
     """The pairs ``which`` as lines ``leader → lagger  <lag>d <corr>`` in the right-hand column,
     spaced 1.4 times the font size (more than a line of text is high), the font shrunk until
-    they all fit."""
+    they all fit, in two sub-columns (names shortened to 10 characters) when one would need a font below 4.5
+    points."""
     axes = fig.add_axes(
         (
             _NETWORK_WIDTH_IN / width,
@@ -524,17 +607,19 @@ def _list_pairs(
     axes.set_xlim(0, 1)
     axes.set_ylim(0, 1)
     height_pt = (top_frac - bottom_frac) * fig.get_figheight() * 72.0
-    lines = len(which) + 1
-    size = min(7.0, height_pt / (1.4 * lines))
+    columns = 1 if height_pt / (1.4 * (len(which) + 1)) >= 4.5 else 2
+    limit = 12 if columns == 1 else 10
+    per_column = -(-len(which) // columns)
+    size = min(7.0, height_pt / (1.4 * (per_column + 1)))
     step = 1.4 * size / height_pt
     head = axes.text(0, 1, "pairs labelled here", fontsize=size, weight="bold", va="top")
     head.set_gid(NODE_LABEL_GID)
-    for i, k in enumerate(which, start=1):
+    for i, k in enumerate(which):
         r = rows[k]
         axes.text(
-            0,
-            1 - i * step,
-            f"{_shorten(r['leader'], 12)} → {_shorten(r['lagger'], 12)}  {_edge_label(r)}",
+            (i // per_column) / columns,
+            1 - (i % per_column + 1) * step,
+            f"{_shorten(r['leader'], limit)} → {_shorten(r['lagger'], limit)}  {_edge_label(r)}",
             fontsize=size,
             va="top",
             color=colors[k],

@@ -88,7 +88,7 @@ def _intersect(a, b) -> bool:
     ("name", "pairs", "n_symbols", "top", "listed"),
     [
         ("sparse", lead_lag_pairs(5, 50), 50, 30, False),
-        ("default", lead_lag_pairs(40, 10), 10, 30, False),
+        ("default", lead_lag_pairs(40, 10), 10, 30, None),
         ("one leader", lead_lag_pairs(60, 30, seed=3), 30, 30, None),
         ("dense", lead_lag_pairs(400, 40, seed=2), 40, 120, None),
         ("complete", _complete_pairs(12), 12, 132, True),
@@ -126,4 +126,104 @@ def test_lead_lag_network_edge_labels_never_overlap(name, pairs, n_symbols, top,
             assert not _intersect(a, b), (name, dpi, labels[i].get_text(), labels[j].get_text())
         for a, label in zip(boxes, labels, strict=True):
             assert not any(_intersect(a, b) for b in name_boxes), (name, dpi, label.get_text())
+        # a label on an arrow is crossed by no other arrow: it reads as its own arrow's
+        arrows = _arrow_segments(fig, renderer)
+        for label, box in zip(labels, boxes, strict=True):
+            if "→" in label.get_text():
+                continue
+            crossing = [a for a in arrows if _segment_hits(a, box) and not _segment_hits(a, box, 0)]
+            own = [a for a in arrows if _segment_hits(a, box, 0)]
+            assert own, (name, dpi, label.get_text())
+            assert not crossing, (name, dpi, label.get_text())
+    assert fig.get_figheight() <= 7.0  # 700 pixels at 100 dpi: the UI's dialog shows it whole
     fig.clear()
+
+
+def _arrow_segments(fig, renderer) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Every arrow of the network as its (start, end) in display pixels."""
+    out = []
+    for ax in fig.axes:
+        for text in ax.texts:
+            if getattr(text, "arrow_patch", None) is None:
+                continue
+            start = ax.transData.transform(text.xyann)
+            end = ax.transData.transform(text.xy)
+            out.append((start, end))
+    return out
+
+
+def _segment_hits(segment, box, shrink: float = 0.5) -> bool:
+    """Does ``segment`` pass through ``box`` (its inner part: ``shrink`` pixels in from each
+    side, so a line touching the edge does not count), sampled every fifth of a pixel? With
+    ``shrink=0``: does it pass through the box's centre line, which only the label's own
+    arrow does."""
+    (x0, y0), (x1, y1) = segment
+    n = int(max(abs(x1 - x0), abs(y1 - y0)) * 5) + 2
+    xs, ys = np.linspace(x0, x1, n), np.linspace(y0, y1, n)
+    if shrink == 0:
+        cx, cy = (box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2
+        near = np.abs(xs - cx) <= 1.0
+        return bool(np.any(np.abs(ys[near] - cy) <= 1.0))
+    inside = (xs > box.x0 + shrink) & (xs < box.x1 - shrink) & (ys > box.y0 + shrink)
+    return bool(np.any(inside & (ys < box.y1 - shrink)))
+
+
+def test_heatmap_colours_span_the_data():
+    """Mostly positive correlations get a white-to-red scale over their own range (not half of
+    [-1, 1]); correlations of both signs a diverging scale, symmetric, white at 0."""
+    from corr_pipeline.viz.render import heatmap_colour_scale
+
+    rng = np.random.default_rng(3)
+    groups = rng.integers(0, 4, 300)
+    noise = rng.normal(0.0, 0.03, (300, 300))
+    corr = 0.15 + 0.4 * (groups[:, None] == groups[None, :]) + (noise + noise.T) / 2
+    np.fill_diagonal(corr, 1.0)
+    corr = corr.astype(np.float32)
+    grid = viz.heatmap_grid(corr, viz.cluster_order(groups)[0])
+    off = grid.values[~np.eye(grid.pixels, dtype=bool)]
+    off = off[np.isfinite(off)]
+    scale = heatmap_colour_scale(grid.values)
+    assert off.min() > 0.0
+    assert scale.colormap == "Reds"
+    assert (
+        scale.vmin <= off.min() < scale.vmin + 0.05 and scale.vmax - 0.05 < off.max() <= scale.vmax
+    )
+    assert scale.vmax - scale.vmin < 1.5  # the old scale spanned 2
+
+    mixed = np.array([[1.0, -0.42, 0.13], [-0.42, 1.0, 0.3], [0.13, 0.3, 1.0]], dtype=np.float32)
+    scale = heatmap_colour_scale(mixed)
+    assert (scale.colormap, scale.vmin, scale.vmax) == ("RdBu_r", -0.45, 0.45)
+    empty = heatmap_colour_scale(np.full((3, 3), np.nan, dtype=np.float32))
+    assert (empty.colormap, empty.vmin, empty.vmax) == ("RdBu_r", -1.0, 1.0)
+
+
+def test_heatmap_labels_the_largest_clusters_with_their_ids():
+    """Marks at the centre of each wide cluster's block, carrying its published id, largest
+    clusters first (brute force over the labels)."""
+    from corr_pipeline.viz.render import cluster_ticks
+
+    labels = np.array([7] * 50 + [3] * 30 + [9] * 17 + [1] * 1 + [4] * 2)
+    rng = np.random.default_rng(0)
+    labels = labels[rng.permutation(labels.size)]
+    order, starts = viz.cluster_order(labels)
+    marks = cluster_ticks(labels[order], starts, pixels=100)
+    # blocks: 7 at [0, 50), 3 at [50, 80), 9 at [80, 97); 1 and 4 are narrower than 1/40 of N
+    assert marks == [(25.0, "7"), (65.0, "3"), (88.5, "9")]
+    assert cluster_ticks(labels[order], starts, pixels=100, limit=2) == marks[:2]
+
+
+def test_histogram_x_range_fits_the_data():
+    """From the first to the last non-empty bin, to multiples of 0.05, always showing 0."""
+    from corr_pipeline.viz.reductions import correlation_histogram
+    from corr_pipeline.viz.render import histogram_range
+
+    corr, _ = corr_with_clusters(200, 3, seed=5)
+    h = correlation_histogram(corr)
+    lo, hi = histogram_range(h)
+    off = corr[~np.eye(corr.shape[0], dtype=bool)]
+    off = off[np.isfinite(off)]
+    assert lo <= min(off.min(), 0.0) < lo + 0.05 + 0.01  # a bin is 0.01 wide
+    assert hi - 0.05 - 0.01 < off.max() <= hi
+    assert (lo, hi) != (-1.0, 1.0)
+    empty = correlation_histogram(np.full((3, 3), np.nan, dtype=np.float32))
+    assert histogram_range(empty) == (-1.0, 1.0)
