@@ -1,11 +1,15 @@
 """A missed night is visible: the freshness check on ``snapshot_publication``, the sensor that
 evaluates it, and the run-failure sensor.
 
-**Freshness.** ``publication_freshness`` (an asset check on ``snapshot_publication``, severity
-ERROR, so red in the UI) passes when the latest session whose deadline has passed has a
-materialization of ``snapshot_publication``; the deadline of a session is its close +
+**Freshness.** ``publication_freshness`` (an asset check on ``snapshot_publication``) passes
+when the latest session whose deadline has passed has a materialization of
+``snapshot_publication``; the deadline of a session is its close +
 ``$CORR_PIPELINE_SCHEDULE_DELAY_MINUTES`` + ``$CORR_PIPELINE_FRESHNESS_HOURS`` (default 90 min +
-6 h: 23:30 New York on a regular XNYS day, 20:30 on a half day).
+6 h: 23:30 New York on a regular XNYS day, 20:30 on a half day). A failure says why: with
+severity ERROR (red in the UI) when the session's prices are there and its run is what is
+missing; with severity WARN when the price source ends before the session, so that no run
+could have published it (a price feed that stopped, or a fresh demo: its synthetic prices end
+on a fixed date).
 
 Why not ``dg.build_time_partition_freshness_checks``: it finds the expected partition as "the
 last partition window as of the latest tick of ``deadline_cron``". With this project's partitions
@@ -42,6 +46,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from corr_pipeline import settings
+from corr_pipeline.db.reads import latest_trade_date
 from corr_pipeline.defs.partitions import PARTITION_FMT, snapshot_calendar
 from corr_pipeline.sessions import SessionCalendar
 from corr_pipeline.snapshot import display
@@ -49,6 +54,7 @@ from corr_pipeline.snapshot import display
 __all__ = [
     "FRESHNESS_CHECK_NAME",
     "build_publication_freshness_check",
+    "evaluate_publication_freshness",
     "failure_line",
     "notify_run_failure",
     "publication_freshness_check",
@@ -83,11 +89,14 @@ def build_publication_freshness_check(
                 FRESHNESS_CHECK_NAME,
                 asset=PUBLICATION,
                 description="Red when the latest session has no publication by its close + "
-                "CORR_PIPELINE_SCHEDULE_DELAY_MINUTES + CORR_PIPELINE_FRESHNESS_HOURS.",
+                "CORR_PIPELINE_SCHEDULE_DELAY_MINUTES + CORR_PIPELINE_FRESHNESS_HOURS; a "
+                "warning instead when the prices end before that session (no run could have "
+                "published it).",
             )
         ],
         can_subset=True,
         name="publication_freshness_check",
+        required_resource_keys={"postgres", "price_source"},
     )
     def publication_freshness_check(context):  # AssetCheckExecutionContext
         now = now_fn()
@@ -125,12 +134,16 @@ def build_publication_freshness_check(
             return
         overdue = (now - deadline).total_seconds()
         meta["dagster/overdue_seconds"] = dg.MetadataValue.float(display.seconds(overdue))
+        last_prices = _last_trade_date(context)
+        if last_prices is not None:
+            meta["last_trade_date"] = dg.MetadataValue.text(last_prices.isoformat())
+        no_prices = last_prices is not None and last_prices < session
         yield dg.AssetCheckResult(
             passed=False,
-            severity=dg.AssetCheckSeverity.ERROR,
+            severity=dg.AssetCheckSeverity.WARN if no_prices else dg.AssetCheckSeverity.ERROR,
             description=f"session {key} has no publication {overdue / 3600:.1f} h after its "
-            f"deadline ({deadline:%Y-%m-%d %H:%M} UTC = close + {late}): did the night's run "
-            "start? (schedule or sensor on, the daemon running, the run not failed)",
+            f"deadline ({deadline:%Y-%m-%d %H:%M} UTC = close + {late}): "
+            + _why_unpublished(session, last_prices),
             metadata=meta,
         )
 
@@ -138,6 +151,53 @@ def build_publication_freshness_check(
 
 
 publication_freshness_check = build_publication_freshness_check()
+
+
+def evaluate_publication_freshness(
+    instance: dg.DagsterInstance, resources: dict[str, object]
+) -> dg.AssetCheckEvaluation:
+    """Evaluate ``publication_freshness`` now, in this process, and record its result in
+    ``instance`` (what the sensor's check-only run does; the UI then shows a verdict instead of
+    "not evaluated"). ``resources``: the code location's ``postgres`` and ``price_source``.
+    Logs at INFO (no DEBUG lines on the console)."""
+    from corr_pipeline.defs.partitions import snapshot_partitions
+
+    result = dg.materialize(
+        [
+            dg.AssetSpec(PUBLICATION, partitions_def=snapshot_partitions),
+            publication_freshness_check,
+        ],
+        instance=instance,
+        selection=dg.AssetSelection.checks(publication_freshness_check),
+        resources={key: resources[key] for key in ("postgres", "price_source")},
+        run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
+    )
+    (evaluation,) = result.get_asset_check_evaluations()
+    return evaluation
+
+
+def _last_trade_date(context: dg.AssetCheckExecutionContext) -> dt.date | None:
+    """The price source's last trade date, or None when the database cannot tell (then the
+    check says what it knows without it: the check never fails for the database's sake)."""
+    try:
+        engine = context.resources.postgres.get_engine()
+        return latest_trade_date(engine, context.resources.price_source.source())
+    except Exception as exc:  # the verdict stands; only its reason is missing
+        context.log.warning(f"publication_freshness: the prices' last date is unknown: {exc}")
+        return None
+
+
+def _why_unpublished(session: dt.date, last_prices: dt.date | None) -> str:
+    """Why ``session`` may have no publication: its prices are not loaded (the price source
+    ends before it, as a fresh demo's synthetic prices do), or the night's run did not run."""
+    if last_prices is not None and last_prices < session:
+        return (
+            f"the prices end on {last_prices}: no snapshot of {session} can be built before "
+            "its prices are loaded (a fresh demo's synthetic prices end on their last weekday)"
+        )
+    return (
+        "did the night's run start? (schedule or sensor on, the daemon running, the run not failed)"
+    )
 
 
 @dg.sensor(

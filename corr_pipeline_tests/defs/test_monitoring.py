@@ -7,6 +7,7 @@ import zoneinfo
 
 import dagster as dg
 
+from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.definitions import defs
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.monitoring import (
@@ -17,6 +18,7 @@ from corr_pipeline.defs.monitoring import (
     snapshot_failure_sensor,
 )
 from corr_pipeline.defs.partitions import snapshot_partitions
+from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource
 from corr_pipeline.sessions import get_calendar
 from corr_pipeline_tests.deployment import resources_at
 
@@ -31,6 +33,7 @@ def _evaluate(instance: dg.DagsterInstance, now: dt.datetime) -> dg.AssetCheckEv
         [dg.AssetSpec(PUBLICATION, partitions_def=snapshot_partitions), check],
         instance=instance,
         selection=dg.AssetSelection.checks(check),
+        resources={"postgres": PostgresResource(), "price_source": PriceSourceResource()},
     )
     (evaluation,) = result.get_asset_check_evaluations()
     return evaluation
@@ -57,6 +60,32 @@ def test_the_freshness_check_fails_past_the_deadline_and_passes_after_a_publicat
     # fresh until the next session's deadline (Wednesday 23:30 New York)
     until = fresh.metadata["dagster/fresh_until_timestamp"].value
     assert dt.datetime.fromtimestamp(until, NY) == dt.datetime(2025, 6, 11, 23, 30, tzinfo=NY)
+
+
+def test_the_freshness_check_says_when_the_prices_end_before_the_session(clean_db):
+    """A fresh demo: its synthetic prices end on Friday 2026-11-27 and the check runs days
+    later. It fails as a warning (not red) and says why: no snapshot of the expected session
+    can be built yet."""
+    write_synthetic_universe(clean_db, n_symbols=20, n_days=30, seed=3, end_date="2026-11-27")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(PUBLICATION, partition="2026-11-27")
+    )
+    evaluation = _evaluate(instance, dt.datetime(2026, 12, 3, 9, 0, tzinfo=NY))
+    assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
+    assert evaluation.metadata["expected_partition"].value == "2026-12-02"
+    assert evaluation.metadata["last_trade_date"].value == "2026-11-27"
+    assert "the prices end on 2026-11-27: no snapshot of 2026-12-02 can be built" in (
+        evaluation.description
+    )
+    assert "did the night's run start" not in evaluation.description
+
+    # prices of the session loaded, no publication: then the run is what is missing
+    write_synthetic_universe(clean_db, n_symbols=20, n_days=30, seed=3, end_date="2026-12-02")
+    evaluation = _evaluate(instance, dt.datetime(2026, 12, 3, 9, 0, tzinfo=NY))
+    assert not evaluation.passed and "did the night's run start" in evaluation.description
+    assert evaluation.severity == dg.AssetCheckSeverity.ERROR
+    assert evaluation.metadata["last_trade_date"].value == "2026-12-02"
 
 
 def test_a_holiday_expects_the_session_before_it():
