@@ -1,4 +1,4 @@
-"""``corr-pipeline demo``: the embedded database, the schema, a demo universe, one snapshot.
+"""``corr-pipeline demo``: the embedded database, the schema, a demo universe, two snapshots.
 
 The demo is a list of steps (:data:`DEMO_STEPS`) sharing a :class:`DemoContext`:
 
@@ -11,8 +11,9 @@ The demo is a list of steps (:data:`DEMO_STEPS`) sharing a :class:`DemoContext`:
    (:func:`first_full_window_session`), written as ``CORR_PIPELINE_PARTITION_START`` to the
    project's ``.env`` when run from the repository root (the file ``dg dev``/``dagster dev`` and
    ``corr-pipeline`` read), so the UI shows only partitions that can succeed;
-4. launch the snapshot run of that partition through the Dagster instance, like any other run
-   (:func:`corr_pipeline.defs.run.launch_snapshot`), and print its summary;
+4. launch the snapshot runs of the session before that partition and of the partition through
+   the Dagster instance, like any other run (:func:`corr_pipeline.defs.run.launch_snapshot`), so
+   that the partition's ``snapshot_changes`` compares the two, and print their summaries;
 5. print how to explore the results (Dagster UI, tables, matrices).
 
 Every line goes through ``DemoContext.echo`` (stdout by default).
@@ -35,7 +36,7 @@ from corr_pipeline.cli.common import echo, open_engine, positive_int, write_synt
 from corr_pipeline.cli.db import where_is_the_database
 from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource, configured_price_source
-from corr_pipeline.db.reads import count_trade_dates, nth_trade_date, prices_extent
+from corr_pipeline.db.reads import count_trade_dates, nth_trade_date, prices_extent, trade_dates
 from corr_pipeline.sessions import get_calendar
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "add_demo_command",
     "cmd_demo",
     "demo_params",
+    "demo_sessions",
     "first_full_window_session",
     "demo_step_database",
     "demo_step_partitions",
@@ -239,37 +241,62 @@ def demo_step_partitions(ctx: DemoContext) -> None:
     )
 
 
+def demo_sessions(engine: sa.Engine, key: str, source: PriceSource = NATIVE_PRICES) -> list[str]:
+    """The sessions the demo builds, in date order: the latest session before ``key`` that has
+    prices and a full window (from ``$CORR_PIPELINE_PARTITION_START`` on), so that
+    ``snapshot_changes`` of ``key`` has something to compare, and ``key``; only ``key`` when
+    there is none."""
+    last = dt.date.fromisoformat(key)
+    first = max(settings.partition_start(), last - dt.timedelta(days=31))
+    if first >= last:
+        return [key]
+    sessions = set(get_calendar(settings.calendar_name(), first, last).sessions(first, last))
+    priced = trade_dates(engine, first, last - dt.timedelta(days=1), source)
+    earlier = [d for d in priced if d in sessions]
+    return [earlier[-1].isoformat(), key] if earlier else [key]
+
+
 def demo_step_pipeline(ctx: DemoContext) -> None:
-    """Launch the snapshot run of the demo's partition through the Dagster instance (the code
-    location loaded as the UI loads it, so the run has its origin: Overview timeline,
-    re-execution) and print its summary and how to open the UI. Raises
-    :class:`SnapshotRunError` when the run fails."""
-    from corr_pipeline.defs.run import launch_snapshot, open_instance  # heavy: Dagster
+    """Launch the snapshot runs of the demo's sessions (:func:`demo_sessions`: the session
+    before the demo's partition, then the partition) through the Dagster instance (the code
+    location loaded as the UI loads it, so each run has its origin: Overview timeline,
+    re-execution), evaluate ``publication_freshness`` (so the UI shows its verdict and why,
+    not "not evaluated") and print the summaries and how to open the UI. Raises
+    :class:`SnapshotRunError` when a run fails."""
+    from corr_pipeline.defs.definitions import build_resources  # heavy: Dagster
+    from corr_pipeline.defs.monitoring import evaluate_publication_freshness
+    from corr_pipeline.defs.run import launch_snapshot, open_instance
 
     if ctx.partition_key is None:
         demo_step_partitions(ctx)
     key = ctx.partition_key
     assert key is not None
     params = ctx.params
+    keys = demo_sessions(ctx.require_engine(), key, ctx.source)
     instance = open_instance()
     home = Path(instance.root_directory)
     try:
         ctx.echo(
-            f"[4] pipeline: materializing snapshot_job for partition {key} "
-            f"(Dagster instance {home})"
+            f"[4] pipeline: materializing snapshot_job for partition{'s' * (len(keys) > 1)} "
+            f"{' and '.join(keys)} (Dagster instance {home})"
         )
         if params:
             ctx.echo(f"    short price history: using {params}")
-        summary = launch_snapshot(key, instance=instance, params=params or None)
+        for session in keys:
+            summary = launch_snapshot(session, instance=instance, params=params or None)
+            for line in str(summary).splitlines():
+                ctx.echo(f"    {line}")
+            if not summary.success:
+                raise SnapshotRunError(
+                    f"the snapshot run for {session} failed (steps: "
+                    f"{', '.join(summary.failed_steps) or '?'}); "
+                    f"open the UI (below) or see run {summary.run_id} in {home}"
+                )
+        freshness = evaluate_publication_freshness(instance, build_resources())
+        verdict = "passed" if freshness.passed else "FAILED"
+        ctx.echo(f"    publication_freshness {verdict}: {freshness.description}")
     finally:
         instance.dispose()
-    for line in str(summary).splitlines():
-        ctx.echo(f"    {line}")
-    if not summary.success:
-        raise SnapshotRunError(
-            f"the snapshot run for {key} failed (steps: {', '.join(summary.failed_steps) or '?'}); "
-            f"open the UI (below) or see run {summary.run_id} in {home}"
-        )
     env = " ".join(
         f"{name}={shlex.quote(value)}"
         for name, value in {

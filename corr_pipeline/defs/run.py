@@ -160,6 +160,7 @@ class SnapshotRunSummary:
             f"neighbor rows, {self.value('snapshot_publication', 'symbol_clusters_rows', '?')} "
             f"cluster rows, {self.value('snapshot_publication', 'lead_lag_pairs_rows', '?')} "
             "pair rows",
+            self._changes_line(),
             f"  checks: {sum(self.checks.values())}/{len(self.checks)} passed"
             + (f" (failed: {', '.join(self.failed_checks)})" if self.failed_checks else ""),
             f"  matrix store: {self.store_dir}",
@@ -167,6 +168,22 @@ class SnapshotRunSummary:
         if self.failed_steps:
             lines.append(f"  failed steps: {', '.join(self.failed_steps)}")
         return "\n".join(lines)
+
+    def _changes_line(self) -> str:
+        """What ``snapshot_changes`` compared: against which session, or why nothing."""
+        previous = self.value("snapshot_changes", "previous_date")
+        if previous is None:
+            return "  changes: not computed"
+        if previous == "none":
+            return f"  changes: {self.value('snapshot_changes', 'note', 'nothing to compare')}"
+        return (
+            f"  changes against {previous}: {self.value('snapshot_changes', 'n_common', '?')} "
+            f"symbols in common, mean |Δcorr| "
+            f"{_fmt(self.value('snapshot_changes', 'mean_abs_change'))}, "
+            f"{self.value('snapshot_changes', 'n_moved_symbols', '?')} symbols changed cluster, "
+            f"{self.value('snapshot_changes', 'n_lead_lag_appeared', '?')} lead-lag pairs "
+            f"appeared and {self.value('snapshot_changes', 'n_lead_lag_vanished', '?')} vanished"
+        )
 
 
 def _fmt(value: Any) -> str:

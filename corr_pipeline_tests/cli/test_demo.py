@@ -21,6 +21,7 @@ from corr_pipeline.db.synth import write_synthetic_universe
 
 REPO = Path(__file__).resolve().parents[2]
 KEY = "2026-11-27"
+PREVIOUS = "2026-11-25"
 DAYS = 262  # weekdays: a full default window (252 returns) from the 253rd trade date on
 
 #: Loads the code location in a new process the way ``dagster dev`` / ``dg dev`` do: Dagster's
@@ -68,10 +69,21 @@ def test_demo_seeds_launches_and_explains_the_ui(
     run_demo(ctx)
     text = "\n".join(lines)
     assert "seeding a synthetic universe of 200 symbols" in text
-    assert f"pipeline: materializing snapshot_job for partition {KEY}" in text
+    # two sessions: the one before KEY (Thanksgiving, 2026-11-26, is no session) and KEY, so
+    # that KEY's changes compare something on first sight
+    assert f"pipeline: materializing snapshot_job for partitions {PREVIOUS} and {KEY}" in text
     assert "short price history" not in text
-    assert f"snapshot {KEY} succeeded" in text
-    assert "checks: 9/9 passed" in text
+    assert f"snapshot {PREVIOUS} succeeded" in text and f"snapshot {KEY} succeeded" in text
+    assert text.index(f"snapshot {PREVIOUS} succeeded") < text.index(f"snapshot {KEY} succeeded")
+    assert "changes: no snapshot before" in text  # the first session has nothing to compare
+    assert re.search(
+        rf"changes against {PREVIOUS}: \d+ symbols in common, mean \|Δcorr\| 0\.\d+", text
+    )
+    assert text.count("checks: 9/9 passed") == 2
+    # the freshness check was evaluated once (the UI shows a verdict, not "not evaluated"); the
+    # synthetic prices end on KEY, so a later session cannot be published, and it says so
+    (freshness,) = [line for line in lines if "publication_freshness" in line]
+    assert f"the prices end on {KEY}: no snapshot of " in freshness, freshness
     assert "DAGSTER_HOME=" in text and " dg dev" in text and " corr-pipeline ui" in text
 
     # the first partition: the first XNYS session on or after the 253rd trade date (brute force)
