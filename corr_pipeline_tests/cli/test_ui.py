@@ -60,9 +60,7 @@ def _gone(pid: int) -> bool:
 
 def test_stop_process_group_interrupts_the_whole_group(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
-    leader = subprocess.Popen(
-        [sys.executable, "-c", TREE, str(state)], start_new_session=True
-    )
+    leader = subprocess.Popen([sys.executable, "-c", TREE, str(state)], start_new_session=True)
     pids = _wait_for(state)
     took, killed = stop_process_group(leader, timeout=20)
     assert killed == [] and took < 20

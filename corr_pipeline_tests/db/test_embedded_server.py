@@ -245,7 +245,11 @@ def test_stale_pid_file_naming_a_live_process_is_recovered(server_home: Path, ow
     first = db_engine.start_embedded_server(pgdata)
     pid_text = _crash(pgdata)
     db_engine.release_embedded_server(pgdata)
-    as_server = ["runuser", "-u", embedded.SERVER_ACCOUNT_WHEN_ROOT, "--"] if owner.startswith("server") else []
+    as_server = (
+        ["runuser", "-u", embedded.SERVER_ACCOUNT_WHEN_ROOT, "--"]
+        if owner.startswith("server")
+        else []
+    )
     sleeper = subprocess.Popen([*as_server, "sleep", "600"])
     try:
         sleeper_pid = sleeper.pid if not as_server else _wait_for_child(sleeper.pid, "sleep")
@@ -335,7 +339,10 @@ def test_stale_pid_file_with_a_process_still_in_the_old_shared_memory_says_what_
             db_engine.start_embedded_server(pgdata)
         message = str(refused.value)
         assert "\n" not in message
-        assert f"1 process(es) are still attached to its shared memory (System V segment {shm_id}" in message
+        assert (
+            f"1 process(es) are still attached to its shared memory (System V segment {shm_id}"
+            in message
+        )
         assert "`ipcs -m -p` lists them): end them, then run again" in message
         assert (pgdata / "postmaster.pid").exists() and not _running(pgdata)
     finally:

@@ -64,7 +64,7 @@ VIEW = PriceSource.parse("market.xnys_closes", "sym, session, px")
 
 def _drop_market(engine: sa.Engine) -> None:
     with engine.begin() as conn:
-        conn.execute(sa.text('DROP SCHEMA IF EXISTS market CASCADE'))
+        conn.execute(sa.text("DROP SCHEMA IF EXISTS market CASCADE"))
         conn.execute(sa.text('DROP SCHEMA IF EXISTS "Odd ""Schema""" CASCADE'))
 
 
@@ -121,7 +121,10 @@ def test_identifiers_follow_postgresql(engine, text, separator, expected):
     assert parse_identifiers(text, separator, "X") == expected
     if separator == ".":  # the server's own parser agrees
         with engine.connect() as conn:
-            assert conn.execute(sa.text("SELECT parse_ident(:t)"), {"t": text.strip()}).scalar_one() == expected
+            assert (
+                conn.execute(sa.text("SELECT parse_ident(:t)"), {"t": text.strip()}).scalar_one()
+                == expected
+            )
 
 
 @pytest.mark.parametrize(
@@ -225,7 +228,11 @@ def test_accepted_types_and_notes(market):
             "CREATE TABLE market.odd (t market.ticker_t, ts timestamptz, p real, q char(8));"
         )
     odd = _resolve(market, PriceSource.parse("market.odd", "t,ts,p"))
-    assert (odd.symbol.base, odd.trade_date.base, odd.price.base) == ("varchar", "timestamptz", "float4")
+    assert (odd.symbol.base, odd.trade_date.base, odd.price.base) == (
+        "varchar",
+        "timestamptz",
+        "float4",
+    )
     assert len(odd.notes) == 1 and "no index leading with ts" in odd.notes[0]
     assert _resolve(market, PriceSource.parse("market.odd", "q,ts,p")).symbol.base == "bpchar"
 
@@ -310,9 +317,15 @@ def test_timestamp_trade_dates_become_their_date_deterministically(market, kind)
     finally:
         tokyo_session.dispose()
     if kind == "timestamptz":  # in UTC, 16:00 New York is still the same date ...
-        assert_same_window(native, _window(market, PriceSource.parse("market.stamped", "ticker,at,px")))
+        assert_same_window(
+            native, _window(market, PriceSource.parse("market.stamped", "ticker,at,px"))
+        )
         # ... but in Tokyo it is the next day: the zone setting decides, nothing else
-        tokyo = _window(market, PriceSource.parse("market.stamped", "ticker,at,px", "Asia/Tokyo"), LAST + dt.timedelta(days=1))
+        tokyo = _window(
+            market,
+            PriceSource.parse("market.stamped", "ticker,at,px", "Asia/Tokyo"),
+            LAST + dt.timedelta(days=1),
+        )
         assert tokyo.dates == [d + dt.timedelta(days=1) for d in native.dates]
 
 
@@ -324,7 +337,9 @@ def test_duplicates_nulls_and_an_empty_source(market):
             "INSERT INTO market.loose VALUES (NULL, DATE '2026-11-27', 5);"
         )
     loose = PriceSource.parse("market.loose", "ticker,dt,px")
-    assert_same_window(_window(market, NATIVE_PRICES), _window(market, loose))  # NULL symbol ignored
+    assert_same_window(
+        _window(market, NATIVE_PRICES), _window(market, loose)
+    )  # NULL symbol ignored
     with market.begin() as conn:  # a NULL price is a bad price, like NaN
         conn.exec_driver_sql(
             "UPDATE market.loose SET px = NULL WHERE ticker = 'S00002' AND dt = DATE '2026-11-26';"
@@ -349,7 +364,9 @@ def test_duplicates_nulls_and_an_empty_source(market):
     assert "symbol 'S00005' on 2026-11-20" in str(err.value)
     with market.begin() as conn:
         conn.exec_driver_sql("TRUNCATE market.loose")
-    with pytest.raises(ValueError, match="no prices at all: the price source market.loose is empty"):
+    with pytest.raises(
+        ValueError, match="no prices at all: the price source market.loose is empty"
+    ):
         _window(market, loose)
 
 
@@ -384,7 +401,9 @@ def test_reads_follow_the_source(market):
     extent = prices_extent(market, EOD)
     assert extent == prices_extent(market)
     assert latest_trade_date(market, VIEW) == LAST
-    assert count_trade_dates(market, "2026-11-25", 5, VIEW) == count_trade_dates(market, "2026-11-25", 5)
+    assert count_trade_dates(market, "2026-11-25", 5, VIEW) == count_trade_dates(
+        market, "2026-11-25", 5
+    )
     assert not math.isnan(float(extent.rows))
 
 
@@ -427,7 +446,10 @@ def test_the_checked_relation_stays_locked_until_the_read_ends(market):
     source = PriceSource.parse("market.checked", "ticker,dt,adj_close")
     with market.connect() as reader, reader.begin():
         resolve_price_source(reader, source)
-        with market.connect() as other, pytest.raises(sa.exc.OperationalError, match="lock timeout"):
+        with (
+            market.connect() as other,
+            pytest.raises(sa.exc.OperationalError, match="lock timeout"),
+        ):
             other.exec_driver_sql("SET lock_timeout = '300ms'")
             other.exec_driver_sql(replace)
     with market.begin() as conn:  # once the reader's transaction ends, it goes through

@@ -77,7 +77,9 @@ def test_a_backfill_range_covers_exactly_its_sessions():
     assert len(expected) == 30  # 33 weekdays minus three holidays
     # a whole year: exactly the 250 sessions of 2025
     year = keys(xnys_partitions, "2025-01-02", "2025-12-31")
-    assert year == [d.isoformat() for d in XNYS.sessions(dt.date(2025, 1, 1), dt.date(2025, 12, 31))]
+    assert year == [
+        d.isoformat() for d in XNYS.sessions(dt.date(2025, 1, 1), dt.date(2025, 12, 31))
+    ]
     assert len(year) == 250
     # the job's partitions are these, so `dagster job backfill --from --to` launches these runs
     assert snapshot_job.partitions_def.get_partition_keys_in_range(
@@ -180,9 +182,17 @@ def test_other_calendars_and_unknown_names(monkeypatch):
     assert xlon.is_session(dt.date(2025, 11, 27))  # Thanksgiving is a London session
     part = partitions.build_partitions_def(dt.date(2025, 1, 1), calendar=xlon)
     assert part.timezone == "Europe/London"
-    assert keys(part, "2025-12-23", "2025-12-30") == ["2025-12-23", "2025-12-24", "2025-12-29", "2025-12-30"]
+    assert keys(part, "2025-12-23", "2025-12-30") == [
+        "2025-12-23",
+        "2025-12-24",
+        "2025-12-29",
+        "2025-12-30",
+    ]
     monkeypatch.setenv(settings.ENV_CALENDAR, "XNSY")
-    with pytest.raises(ValueError, match=r"CORR_PIPELINE_CALENDAR='XNSY' is not a known calendar \(did you mean XNYS"):
+    with pytest.raises(
+        ValueError,
+        match=r"CORR_PIPELINE_CALENDAR='XNSY' is not a known calendar \(did you mean XNYS",
+    ):
         configured_calendar()
 
 

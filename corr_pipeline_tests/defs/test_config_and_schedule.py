@@ -131,7 +131,9 @@ def test_nightly_schedule_requests_the_previous_session(tick, expected):
     assert expected in weekday_partitions.get_partition_keys(current_time=tick)
 
 
-@pytest.mark.parametrize("schedule", [nightly_snapshot_schedule, weekday_schedule], ids=["XNYS", "weekdays"])
+@pytest.mark.parametrize(
+    "schedule", [nightly_snapshot_schedule, weekday_schedule], ids=["XNYS", "weekdays"]
+)
 def test_nightly_schedule_skips_before_the_first_partition(schedule):
     tick = dt.datetime(2019, 6, 4, 6, 30, tzinfo=dt.UTC)
     result = schedule(dg.build_schedule_context(scheduled_execution_time=tick))

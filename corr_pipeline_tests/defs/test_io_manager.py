@@ -103,9 +103,9 @@ def test_materialize_partitioned_assets(tmp_path):
     np.testing.assert_array_equal(held["returns"], expected_returns(PK))  # old map still valid
     assert store.has_version("returns_matrix", PK, "returns", before["returns"])
     report = store.collect_garbage()
-    assert {(v.partition, v.name, v.version) for v in report.deleted if v.asset == "returns_matrix"} == {
-        (PK, name, version) for name, version in before.items()
-    }
+    assert {
+        (v.partition, v.name, v.version) for v in report.deleted if v.asset == "returns_matrix"
+    } == {(PK, name, version) for name, version in before.items()}
     assert not store.has_version("returns_matrix", PK, "returns", before["returns"])
     check_store(base, PK)
     assert MatrixStore(base).partitions("returns_matrix") == ["2024-01-03", "2024-01-04"]

@@ -97,7 +97,11 @@ def snapshot_through_steps(engine: sa.Engine, source: PriceSource) -> dict:
         "R": R.tobytes(),
         "corr": corr.tobytes(),
         "overlap": overlap.tobytes(),
-        "neighbors": (found.index.tobytes(), found.corr.tobytes(), np.asarray(found.overlap).tobytes()),
+        "neighbors": (
+            found.index.tobytes(),
+            found.corr.tobytes(),
+            np.asarray(found.overlap).tobytes(),
+        ),
         "clusters": labels.tobytes(),
         "lead_lag": pairs.tobytes(),
         "published": published_rows(engine, LAST),
@@ -141,7 +145,10 @@ def test_dagster_runs_on_the_view_equal_the_native_run(market, tmp_path):  # noq
     native_rows = published_rows(market, LAST)
     view = _materialize(
         tmp_path / "view",
-        **{settings.ENV_PRICES_TABLE: "market.xnys_closes", settings.ENV_PRICES_COLUMNS: "sym,session,px"},
+        **{
+            settings.ENV_PRICES_TABLE: "market.xnys_closes",
+            settings.ENV_PRICES_COLUMNS: "sym,session,px",
+        },
     )
     assert view.success
     assert published_rows(market, LAST) == native_rows
@@ -187,7 +194,14 @@ def test_dagster_runs_on_the_view_equal_the_native_run(market, tmp_path):  # noq
          "expected date, timestamp or timestamp with time zone"),
     ],
 )  # fmt: skip
-def test_a_bad_source_fails_the_run_in_one_line_not_retried(market, tmp_path, monkeypatch, env, fields, line):  # noqa: F811
+def test_a_bad_source_fails_the_run_in_one_line_not_retried(
+    market,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+    env,
+    fields,
+    line,
+):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     before = published_rows(market, LAST)

@@ -222,7 +222,9 @@ def test_database_stopped_mid_publish_then_restarted(tmp_path_factory):
         engine = db_engine.get_engine(url)
         assert h.snapshot_rows(engine, D) == before  # the previous snapshot, whole
         again = h.publish_arguments(D, n=400, k=4, version=22)
-        publish_snapshot(engine, SnapshotResults(**again))  # re-running the publication now succeeds
+        publish_snapshot(
+            engine, SnapshotResults(**again)
+        )  # re-running the publication now succeeds
         assert h.snapshot_counts(engine, D) == h.expected_counts(again)
     finally:
         db_engine.release_embedded_server(pgdata)

@@ -306,14 +306,14 @@ def test_dagster_run_storage_never_holds_the_password(tmp_path, monkeypatch, fas
         assert not result.success
         run = instance.get_run_by_id(result.run_id)
         assert run is not None
-        stored = [
-            dg.serialize_value(entry) for entry in instance.all_logs(result.run_id)
-        ] + [
+        stored = [dg.serialize_value(entry) for entry in instance.all_logs(result.run_id)] + [
             dg.serialize_value(run),
             *(repr(record) for record in instance.get_run_records()),
             *(dg.serialize_value(record.dagster_run) for record in instance.get_run_records()),
             dg.serialize_value(instance.get_job_snapshot(run.job_snapshot_id)),
-            dg.serialize_value(instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)),
+            dg.serialize_value(
+                instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+            ),
         ]
     finally:
         instance.dispose()
