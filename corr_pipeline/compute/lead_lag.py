@@ -54,7 +54,7 @@ import numpy as np
 from corr_pipeline.compute import lead_lag_kernels as llk
 from corr_pipeline.compute.correlation import Progress
 from corr_pipeline.compute.kernels import FALLBACK_TAU
-from corr_pipeline.compute.standardize import Standardized, make_side, standardize
+from corr_pipeline.compute.standardize import Standardized, standardize
 from corr_pipeline.compute.tiling import (
     DEFAULT_WORKING_MEMORY_MB,
     GEMM_TILE,
@@ -144,7 +144,6 @@ def _make_screen(
     window: Standardized, max_lag: int, with_sync: bool, min_overlap: int, min_improvement: float
 ) -> _Screen:
     n_rows = window.n_rows
-    full = make_side(window, 0, n_rows)  # the whole window's intervals and interior gaps
     lo, hi, gaps, miss_ptr, miss_rows, miss_cols, dense = llk.column_extents(window.present_t)
     end, end_sq = window.prefix[n_rows], window.prefix_sq[n_rows]
     lag_y = np.empty((3, window.n_cols))
@@ -166,18 +165,7 @@ def _make_screen(
         ragged_cols=np.flatnonzero(~dense).astype(np.int64),
         lag_y=lag_y,
         params=(max_lag, min_overlap, FALLBACK_TAU, np.float32(min_improvement), with_sync),
-        data=(
-            window.z_t,
-            window.present_t,
-            window.raw_t,
-            window.prefix_t,
-            window.prefix_sq_t,
-            window.prefix_count_t,
-            full.gap_ptr,
-            full.gap_rows,
-            full.lo,
-            full.hi,
-        ),
+        data=llk.pair_data(window),
     )
 
 

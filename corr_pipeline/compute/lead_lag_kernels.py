@@ -66,6 +66,7 @@ import numpy as np
 from numba import njit
 
 from corr_pipeline.compute.kernels import exact_pair_correlation
+from corr_pipeline.compute.standardize import Standardized, make_side
 
 BOUND_MARGIN = 2.0**-12
 """Added to every improvement bound: covers the float rounding of the bound and of the exact value."""
@@ -453,15 +454,33 @@ def _dot_lagged(x, y):  # pragma: no cover - compiled
     return (s0 + s1) + (s2 + s3)
 
 
-@njit(cache=True, nogil=True)
-def lagged_value(i, j, lag, min_overlap, tau, data):  # pragma: no cover - compiled
-    """Exact correlation (float64, NaN allowed) and overlap of (R[t, i], R[t + lag, j]).
+def pair_data(window: Standardized) -> tuple:
+    """The ``data`` tuple of :func:`lagged_value` and :func:`pair_values` for ``window``: its
+    transposed arrays and the whole window's presence intervals and interior gaps."""
+    full = make_side(window, 0, window.n_rows)
+    return (
+        window.z_t,
+        window.present_t,
+        window.raw_t,
+        window.prefix_t,
+        window.prefix_sq_t,
+        window.prefix_count_t,
+        full.gap_ptr,
+        full.gap_rows,
+        full.lo,
+        full.hi,
+    )
+
+
+@njit(cache=True, nogil=True, inline="always")
+def overlap_moments(i, j, lag, data):  # pragma: no cover - compiled
+    """The overlap ``K`` of (R[t, i], R[t + lag, j]) and its sums, as in the module docstring:
+    ``(k_lo, k_hi, sx, sy, sxx, syy, base_x, base_y, n)``; ``n = 0`` when ``K`` is empty.
 
     ``data`` = (z_t, present_t, raw_t, prefix_t, prefix_sq_t, prefix_count_t, gap_ptr,
     gap_rows, lo, hi): the whole window's presence intervals and interior gaps (CSR)."""
     z_t = data[0]
     present_t = data[1]
-    raw_t = data[2]
     prefix_t = data[3]
     prefix_sq_t = data[4]
     prefix_count_t = data[5]
@@ -473,7 +492,7 @@ def lagged_value(i, j, lag, min_overlap, tau, data):  # pragma: no cover - compi
     k_lo = max(lo[i], lo[j] - lag, 0)
     k_hi = min(hi[i], hi[j] - lag, n_rows - lag)
     if k_hi <= k_lo:
-        return np.nan, 0
+        return k_lo, k_lo, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, np.int64(0)
     sx = prefix_t[i, k_hi] - prefix_t[i, k_lo]
     base_x = prefix_sq_t[i, k_hi] - prefix_sq_t[i, k_lo]
     count = np.int64(prefix_count_t[i, k_hi] - prefix_count_t[i, k_lo])
@@ -494,13 +513,28 @@ def lagged_value(i, j, lag, min_overlap, tau, data):  # pragma: no cover - compi
             v = np.float64(z_t[j, t + lag])
             sy -= v
             syy -= v * v
+    return k_lo, k_hi, sx, sy, sxx, syy, base_x, base_y, count
+
+
+@njit(cache=True, nogil=True, inline="always")
+def lagged_from_sums(i, j, lag, sxy, sums, min_overlap, tau, data):  # pragma: no cover - compiled
+    """The exact correlation (float64, NaN allowed) and overlap of the pair from
+    :func:`overlap_moments` ``sums`` and ``sxy = Σ_K Z_i(t)·Z_j(t + lag)``: the formula of
+    the module docstring, or the raw returns' float64 correlation when a variance is at most
+    ``tau`` times its interval sum of squares."""
+    sx = sums[2]
+    sy = sums[3]
+    base_x = sums[6]
+    base_y = sums[7]
+    count = sums[8]
     if count < min_overlap:
         return np.nan, count
-    sxy = _dot_lagged(z_t[i, k_lo:k_hi], z_t[j, k_lo + lag : k_hi + lag])
     inv_n = 1.0 / count
-    var_x = sxx - sx * sx * inv_n
-    var_y = syy - sy * sy * inv_n
+    var_x = sums[4] - sx * sx * inv_n
+    var_y = sums[5] - sy * sy * inv_n
     if var_x <= tau * base_x or var_y <= tau * base_y:
+        raw_t = data[2]
+        n_rows = raw_t.shape[1]
         value = exact_pair_correlation(
             raw_t[i, 0 : n_rows - lag], raw_t[j, lag:n_rows], min_overlap
         )
@@ -508,6 +542,20 @@ def lagged_value(i, j, lag, min_overlap, tau, data):  # pragma: no cover - compi
         value = (sxy - sx * sy * inv_n) / math.sqrt(max(var_x * var_y, 1e-300))
         value = min(1.0, max(-1.0, value))
     return value, count
+
+
+@njit(cache=True, nogil=True)
+def lagged_value(i, j, lag, min_overlap, tau, data):  # pragma: no cover - compiled
+    """Exact correlation (float64, NaN allowed) and overlap of (R[t, i], R[t + lag, j]):
+    :func:`lagged_from_sums` with ``sxy`` summed by :func:`_dot_lagged` over the overlap."""
+    sums = overlap_moments(i, j, lag, data)
+    if sums[8] < min_overlap:
+        return np.nan, sums[8]
+    z_t = data[0]
+    k_lo = sums[0]
+    k_hi = sums[1]
+    sxy = _dot_lagged(z_t[i, k_lo:k_hi], z_t[j, k_lo + lag : k_hi + lag])
+    return lagged_from_sums(i, j, lag, sxy, sums, min_overlap, tau, data)
 
 
 @njit(cache=True, nogil=True)
