@@ -93,7 +93,9 @@ __all__ = [
     "StaleSessionError",
     "WindowError",
     "load_returns_window",
+    "UnionWindows",
     "load_returns_windows",
+    "read_windows",
     "returns_from_closes",
 ]
 
@@ -647,13 +649,98 @@ def load_returns_windows(
     source: PriceSource = NATIVE_PRICES,
     session: bool = False,
 ) -> dict[dt.date, ReturnsWindow | WindowError]:
+    """Every window of :func:`read_windows` (same arguments), built at once: ``{day: window or
+    WindowError}``, the distinct days ascending. A long range holds all its windows in memory
+    (``K`` float32 ``L × N`` matrices); :meth:`UnionWindows.window` builds one at a time."""
+    union = read_windows(
+        engine,
+        days,
+        lookback_days=lookback_days,
+        min_history_days=min_history_days,
+        source=source,
+        session=session,
+    )
+    return {day: union.window(day) for day in union.days}
+
+
+@dataclass
+class UnionWindows:
+    """The windows of several snapshot dates read at once (:func:`read_windows`): ``days`` (the
+    distinct dates, ascending) and, per day, its window built on demand by :meth:`window` from
+    the union pivot (or the :class:`WindowError` it raised)."""
+
+    days: list[dt.date]
+    errors: dict[dt.date, WindowError]
+    spans: dict[dt.date, tuple[int, int]]
+    scanned: list[dt.date]
+    union: _UnionPivot | None
+    union_row: np.ndarray
+    min_history_days: int
+    source: PriceSource
+    resolved: str
+    notes: tuple[str, ...]
+    shared: dict[str, float]
+    read_s: float
+    union_s: float
+
+    def window(self, day: dt.date | str) -> ReturnsWindow | WindowError:
+        """The window of ``day`` (one of :attr:`days`), identical in every field but
+        ``timings`` to :func:`load_returns_window`'s, or the :class:`WindowError` it raises."""
+        d = as_iso_date(day, "snapshot date", WindowError)
+        if d in self.errors:
+            return self.errors[d]
+        if d not in self.spans:
+            raise KeyError(f"{d} is not one of the days read ({len(self.days)} days)")
+        assert self.union is not None  # a day with a span has its rows in the union
+        t4 = time.perf_counter()
+        start, stop = self.spans[d]
+        dates = self.scanned[start:stop]
+        a = int(self.union_row[start])
+        b = a + len(dates)  # union rows a..b-1
+        union = self.union
+        columns = np.flatnonzero(union.present_cum[:, b] > union.present_cum[:, a])
+        try:
+            returns, symbols, dropped, drop_counts = _select_symbols(
+                union.returns[a : b - 1][:, columns],
+                [union.symbols[j] for j in columns],
+                dates,
+                d,
+                self.min_history_days,
+            )
+        except WindowError as error:
+            return error
+        pivot_s = self.union_s + time.perf_counter() - t4
+        return ReturnsWindow(
+            returns=returns,
+            symbols=symbols,
+            dates=dates,
+            as_of_trade_date=dates[-1],
+            dropped=dropped,
+            bad_prices=int(union.bad_cum[b] - union.bad_cum[a]),
+            n_price_rows=int(union.rows_cum[b] - union.rows_cum[a]),
+            timings={**self.shared, "pivot_s": pivot_s, "total_s": self.read_s + pivot_s},
+            drop_counts=drop_counts,
+            source=self.resolved,
+            source_notes=self.notes,
+        )
+
+
+def read_windows(
+    engine: sa.Engine,
+    days: Sequence[dt.date | str],
+    *,
+    lookback_days: int,
+    min_history_days: int,
+    source: PriceSource = NATIVE_PRICES,
+    session: bool = False,
+) -> UnionWindows:
     """The windows of several snapshot dates (a backfill's sessions) in one read: for each of
     ``days`` (any order, duplicates allowed; dates or ISO strings), what
     :func:`load_returns_window` gives for it with the same arguments (``session``: every day
     is a session of the calendar) — its
     :class:`ReturnsWindow`, identical in every field but ``timings`` (returns bit for bit), or
     the :class:`WindowError` it would raise (no trade date ``<= D``, too few dates, every symbol
-    dropped), as a value. Keys: the distinct days as dates, ascending.
+    dropped), as a value: :meth:`UnionWindows.window`.
 
     One REPEATABLE READ, read-only transaction, whatever the number of days: the catalog check,
     ONE loose index scan of the dates (from the last date ``<= max(days)`` down to the first
@@ -663,8 +750,8 @@ def load_returns_windows(
     the day offsets of NULL prices so that each window counts its own. The union is pivoted and
     its returns computed once; each window takes its rows and the columns of the symbols with
     at least one row (even a bad or NULL price) in its own dates, and counts its own rows and
-    bad prices. No price is read when no day has a usable window; the earliest date is read
-    only when no day has any.
+    bad prices, when it is asked for. No price is read when no day has a usable window; the
+    earliest date is read only when no day has any.
 
     Raises :class:`WindowError` for invalid arguments (as :func:`load_returns_window`, and an
     unparseable day) before touching the database, and
@@ -680,107 +767,93 @@ def load_returns_windows(
     float32 returns (~17 bytes per cell, ~0.85 MB per 100 dates at N = 500, ~41 MB at N =
     24,000; plus, while they run, the float64 temporaries of :func:`returns_from_closes`, as
     for one window), the fetched blobs ~12 bytes per row, the server's hash aggregate ~``U /
-    (L + 1)`` times one window's (``work_mem`` :data:`WINDOW_WORK_MEM`). The RESULT dominates:
-    ``K`` float32 ``L × N`` matrices (~0.5 MB per window at N = 500, L = 252; ~3 MB at N =
-    3,000, so ~0.9 GB for K = 300; ~24 MB at N = 24,000). Fine for K up to a few hundred at
-    N = 500-3,000 and for K <= 5 at N = 24,000; split a longer range into chunks of days.
+    (L + 1)`` times one window's (``work_mem`` :data:`WINDOW_WORK_MEM`); then one window
+    (float32 ``L × N``) per :meth:`UnionWindows.window` call, as long as its caller keeps it.
     """
     _check_arguments(lookback_days, min_history_days)
     if isinstance(days, str | dt.date):
         raise WindowError(f"days must be a sequence of dates, got {days!r}")
     wanted = sorted({as_iso_date(day, "snapshot date", WindowError) for day in days})
-    if not wanted:
-        return {}
     n_dates = int(lookback_days) + 1
-    results: dict[dt.date, ReturnsWindow | WindowError] = {}
+    errors: dict[dt.date, WindowError] = {}
     spans: dict[dt.date, tuple[int, int]] = {}  # day -> its window scanned[start:stop]
     shared: dict[str, float] = {}
     grouped: list[tuple] = []
+    scanned: list[dt.date] = []
+    union_dates: list[dt.date] = []
+    in_union = np.zeros(0, dtype=np.bool_)
+    resolved: str = str(source)
+    notes: tuple[str, ...] = ()
     t0 = time.perf_counter()
-    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
-        conn.execute(sa.text("SET TRANSACTION READ ONLY"))
-        src = resolve_price_source(conn, source)
-        shared["source_s"] = time.perf_counter() - t0
-        pg = driver_connection(conn)
-        with pg.cursor() as cur:
-            cur.execute(
-                _union_dates_sql(src),
-                {**src.params(), "lo": wanted[0], "hi": wanted[-1], "n": n_dates},
-            )
-            scanned: list[dt.date] = sorted(row[0] for row in cur.fetchall())
-            shared["dates_s"] = time.perf_counter() - t0
-            # a day without any date <= it means the scan ran out: scanned[0] is the earliest
-            earliest: dt.date | None = scanned[0] if scanned else None
-            if not scanned:
-                cur.execute(_earliest_sql(src), src.params())
-                earliest = cur.fetchone()[0]
-            for d in wanted:
-                stop = bisect.bisect_right(scanned, d)
-                start = max(0, stop - n_dates)
-                if stop == 0:
-                    results[d] = _no_dates_error(d, earliest, source)
-                elif stale := _stale_error(d, scanned[start:stop], session, source):
-                    results[d] = stale
-                elif error := _too_few_dates_error(d, scanned[start:stop], min_history_days):
-                    results[d] = error
-                else:
-                    spans[d] = (start, stop)
-            in_union = np.zeros(len(scanned), dtype=np.bool_)
-            for start, stop in spans.values():
-                in_union[start:stop] = True
-            union_pos = np.flatnonzero(in_union)
-            union_dates = [scanned[i] for i in union_pos]
-            if spans:
-                breaks = np.flatnonzero(np.diff(union_pos) > 1)  # runs of consecutive dates
-                run_first = [union_pos[0], *union_pos[breaks + 1]]
-                run_last = [*union_pos[breaks], union_pos[-1]]
-                params = {**src.params(), "a": union_dates[0]}
-                for i, (lo, hi) in enumerate(zip(run_first, run_last, strict=True)):
-                    params[f"a{i}"], params[f"b{i}"] = scanned[lo], scanned[hi]
-                t1 = time.perf_counter()
-                cur.execute(f"SET LOCAL work_mem = '{WINDOW_WORK_MEM}'")
-                cur.execute(_grouped_sql(src, len(run_first)), params, binary=True)
-                grouped = cur.fetchall()
-                shared["query_s"] = time.perf_counter() - t1
-        conn.rollback()  # read-only: nothing to commit
+    if wanted:
+        with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
+            conn.execute(sa.text("SET TRANSACTION READ ONLY"))
+            src = resolve_price_source(conn, source)
+            resolved, notes = src.describe(), src.notes
+            shared["source_s"] = time.perf_counter() - t0
+            pg = driver_connection(conn)
+            with pg.cursor() as cur:
+                cur.execute(
+                    _union_dates_sql(src),
+                    {**src.params(), "lo": wanted[0], "hi": wanted[-1], "n": n_dates},
+                )
+                scanned = sorted(row[0] for row in cur.fetchall())
+                shared["dates_s"] = time.perf_counter() - t0
+                # a day without any date <= it means the scan ran out: scanned[0] is the earliest
+                earliest: dt.date | None = scanned[0] if scanned else None
+                if not scanned:
+                    cur.execute(_earliest_sql(src), src.params())
+                    earliest = cur.fetchone()[0]
+                for d in wanted:
+                    stop = bisect.bisect_right(scanned, d)
+                    start = max(0, stop - n_dates)
+                    if stop == 0:
+                        errors[d] = _no_dates_error(d, earliest, source)
+                    elif stale := _stale_error(d, scanned[start:stop], session, source):
+                        errors[d] = stale
+                    elif error := _too_few_dates_error(d, scanned[start:stop], min_history_days):
+                        errors[d] = error
+                    else:
+                        spans[d] = (start, stop)
+                in_union = np.zeros(len(scanned), dtype=np.bool_)
+                for start, stop in spans.values():
+                    in_union[start:stop] = True
+                union_pos = np.flatnonzero(in_union)
+                union_dates = [scanned[i] for i in union_pos]
+                if spans:
+                    breaks = np.flatnonzero(np.diff(union_pos) > 1)  # runs of consecutive dates
+                    run_first = [union_pos[0], *union_pos[breaks + 1]]
+                    run_last = [*union_pos[breaks], union_pos[-1]]
+                    params = {**src.params(), "a": union_dates[0]}
+                    for i, (lo, hi) in enumerate(zip(run_first, run_last, strict=True)):
+                        params[f"a{i}"], params[f"b{i}"] = scanned[lo], scanned[hi]
+                    t1 = time.perf_counter()
+                    cur.execute(f"SET LOCAL work_mem = '{WINDOW_WORK_MEM}'")
+                    cur.execute(_grouped_sql(src, len(run_first)), params, binary=True)
+                    grouped = cur.fetchall()
+                    shared["query_s"] = time.perf_counter() - t1
+            conn.rollback()  # read-only: nothing to commit
     read_s = time.perf_counter() - t0
-
-    if not spans:
-        return {d: results[d] for d in wanted}
-    t3 = time.perf_counter()
-    where = f"{_what(source)} windows {union_dates[0]}..{union_dates[-1]}"
-    union = _pivot_union(grouped, union_dates, where, source)
-    del grouped
-    union_s = (time.perf_counter() - t3) / len(spans)
-    union_row = np.cumsum(in_union) - 1  # scanned position -> union row
-    for d, (start, stop) in spans.items():
-        t4 = time.perf_counter()
-        dates = scanned[start:stop]
-        a, b = int(union_row[start]), int(union_row[start]) + len(dates)  # union rows a..b-1
-        columns = np.flatnonzero(union.present_cum[:, b] > union.present_cum[:, a])
-        try:
-            returns, symbols, dropped, drop_counts = _select_symbols(
-                union.returns[a : b - 1][:, columns],
-                [union.symbols[j] for j in columns],
-                dates,
-                d,
-                min_history_days,
-            )
-        except WindowError as error:
-            results[d] = error
-            continue
-        pivot_s = union_s + time.perf_counter() - t4
-        results[d] = ReturnsWindow(
-            returns=returns,
-            symbols=symbols,
-            dates=dates,
-            as_of_trade_date=dates[-1],
-            dropped=dropped,
-            bad_prices=int(union.bad_cum[b] - union.bad_cum[a]),
-            n_price_rows=int(union.rows_cum[b] - union.rows_cum[a]),
-            timings={**shared, "pivot_s": pivot_s, "total_s": read_s + pivot_s},
-            drop_counts=drop_counts,
-            source=src.describe(),
-            source_notes=src.notes,
-        )
-    return {d: results[d] for d in wanted}
+    union: _UnionPivot | None = None
+    union_s = 0.0
+    if spans:
+        t3 = time.perf_counter()
+        where = f"{_what(source)} windows {union_dates[0]}..{union_dates[-1]}"
+        union = _pivot_union(grouped, union_dates, where, source)
+        del grouped
+        union_s = (time.perf_counter() - t3) / len(spans)
+    return UnionWindows(
+        days=wanted,
+        errors=errors,
+        spans=spans,
+        scanned=scanned,
+        union=union,
+        union_row=np.cumsum(in_union) - 1,  # scanned position -> union row
+        min_history_days=min_history_days,
+        source=source,
+        resolved=resolved,
+        notes=notes,
+        shared=shared,
+        read_s=read_s,
+        union_s=union_s,
+    )
