@@ -1065,16 +1065,24 @@ class MatrixStore:
 
     @contextlib.contextmanager
     def scratch(
-        self, asset: str, partition: str, name: str, shape: int | Sequence[int], dtype: Any
+        self,
+        asset: str,
+        partition: str,
+        name: str,
+        shape: int | Sequence[int],
+        dtype: Any,
+        *,
+        in_memory: bool = False,
     ) -> Iterator[np.ndarray]:
         """A writable, zero-filled, file-backed working array for the ``with`` block, never a
         version: :meth:`allocate`'s locked temp file in ``<asset>/<partition>/`` (disk space
         reserved up front), deleted when the block ends, normally or by an exception
         (``KeyboardInterrupt`` included). A process killed inside the block leaves a temp file
         whose lock died with it, which the next :meth:`allocate` on the partition or garbage
-        collection removes (:meth:`cleanup_stale_temps`).
+        collection removes (:meth:`cleanup_stale_temps`). ``in_memory``: in the store's memory
+        area when it has room (:meth:`allocate`), where no page is ever written back to a disk.
 
-        Its pages live in the page cache (the process's ``RssFile``, not ``RssAnon``), so the
+        On disk its pages live in the page cache (the process's ``RssFile``, not ``RssAnon``), so the
         kernel can write them back and reclaim them under memory pressure. The map is advised
         ``MADV_HUGEPAGE``: where the file system caches large folios (ext4 and XFS on recent
         Linux) it is then mapped with 2 MiB pages like a large heap array, which random access
@@ -1083,7 +1091,7 @@ class MatrixStore:
         to the array (and its views) by the end of the block: the file is unlinked then, and its
         pages are freed once the last map of it is gone.
         """
-        pending = self.allocate(asset, partition, name, shape, dtype)
+        pending = self.allocate(asset, partition, name, shape, dtype, in_memory=in_memory)
         try:
             _advise_huge_pages(pending.array)
             yield pending.array

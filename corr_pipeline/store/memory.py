@@ -110,20 +110,27 @@ def _used_bytes(user_dir: Path) -> int:
     return used
 
 
+#: The share of the machine's (or cgroup's) memory the user's memory area may hold: a run keeps
+#: at most two sessions' matrices there, and the clusters' scratch distances (at N = 24,000:
+#: 2 x 3.46 GB + 2.3 GB of 24 GiB).
+AREA_SHARE = 2
+#: The share of the memory that must stay available once a version is in the area (pages in
+#: the area cannot be evicted; the kept sessions' matrices on disk go through the page cache).
+AVAILABLE_SHARE = 4
+
+
 def has_room(area: Path, nbytes: int) -> bool:
-    """Whether ``nbytes`` more in ``area`` (a directory of the memory area) fit the memory area's budget: the user's memory directory stays
-    within an eighth of the machine's (or its cgroup's) memory, and the machine keeps at least
-    half of its memory available. Pages in the memory area cannot be evicted, while a run's
-    steps stream the matrices they work on through the page cache: at N = 24,000 on 24 GiB, a
-    range with 8.6–10.4 GB of its sessions' matrices in memory ran about 3× slower than with
-    them on disk (docs/benchmarks.md, Backfills)."""
+    """Whether ``nbytes`` more in ``area`` (a directory of the memory area) fit the memory
+    area's budget: the user's memory directory stays within ``1 / AREA_SHARE`` of the
+    machine's (or its cgroup's) memory, and ``1 / AVAILABLE_SHARE`` of the memory stays
+    available after it."""
     if free_bytes(area) < nbytes + _MARGIN:
         return False
     try:
         total, available = _meminfo()
     except (OSError, ValueError, KeyError):
         return False
-    if available - nbytes < total // 2:
+    if available - nbytes < total // AVAILABLE_SHARE:
         return False
     user_dir = next((p for p in area.parents if p.name == _user_dir_name()), area)
-    return _used_bytes(user_dir) + nbytes <= total // 8
+    return _used_bytes(user_dir) + nbytes <= total // AREA_SHARE
