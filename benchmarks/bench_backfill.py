@@ -14,12 +14,13 @@ On a synthetic universe of N symbols × (T + S + 1) weekdays in a scratch embedd
   the sessions in this process: the work itself, the baseline;
 - ``range``: ``corr-pipeline backfill`` (:func:`corr_pipeline.defs.backfill.run_backfill`):
   runs of consecutive sessions through a Dagster instance, the code location in a code server,
-  each run in a run worker, every step for every session, checks, pictures, changes;
+  each run in a run worker computing its sessions one after the other, every check, the
+  changes, the newest session's pictures;
 - ``range-on-disk``: the same with the store's memory area off (``CORR_PIPELINE_MEMORY_DIR=off``):
   the matrices of sessions that retention will not keep go to disk too;
 - ``per-session``: one ``snapshot_job`` run per session through the same instance
-  (:func:`corr_pipeline.defs.run.launch_snapshot`), each step in its own process (the
-  multiprocess executor with a forkserver): the route before ranges existed.
+  (:func:`corr_pipeline.defs.run.launch_snapshot`): what a job backfill (``dagster job
+  backfill``, the job page's *Launch backfill*) does.
 
 Printed per route: wall seconds, seconds per session, sessions per hour, the ratio to the chain,
 the peak RSS and peak RssAnon of the largest process (sampled from /proc every 20 ms:
@@ -176,7 +177,6 @@ def main() -> int:
                                 key,
                                 instance=instance,
                                 params=overrides,
-                                max_concurrent=os.cpu_count(),
                                 log_level="WARNING",
                             )
                             if not summary.success:

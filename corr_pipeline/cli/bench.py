@@ -3,8 +3,8 @@
 The measurements are :func:`corr_pipeline.bench.run_pipeline_benchmark` and
 :func:`corr_pipeline.bench.run_publish_benchmark`; this module parses the options, picks the
 benchmark's database and prints the report. ``--through-dagster`` (:func:`bench_through_dagster`)
-runs the snapshot as Dagster runs it instead, one process per step, which needs Dagster and so
-lives here rather than in :mod:`corr_pipeline.bench`.
+runs the snapshot as Dagster runs it instead, which needs Dagster and so lives here rather than
+in :mod:`corr_pipeline.bench`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,16 @@ if TYPE_CHECKING:
 
 __all__ = ["add_bench_command", "bench_engine", "bench_through_dagster", "cmd_bench"]
 
-#: The asset whose metadata holds a step's own ``stage_seconds`` when it is not the step's name.
-STEP_ASSET = {"correlation_and_overlap": "correlation_matrix"}
+#: The assets whose stages the report lists (the overlap matrix shares the correlation's).
+STAGE_ASSETS = (
+    "returns_matrix",
+    "correlation_matrix",
+    "top_k_neighbors",
+    "clusters",
+    "lead_lag_pairs",
+    "snapshot_publication",
+    "snapshot_changes",
+)
 
 
 def bench_engine(args: argparse.Namespace, home: Path) -> tuple[sa.Engine, str]:
@@ -103,20 +111,19 @@ def bench_through_dagster(
     args: argparse.Namespace, engine: sa.Engine, home: Path
 ) -> PipelineBenchReport:
     """The whole snapshot through Dagster, as the nightly job runs it: ``snapshot_job`` for the
-    synthetic universe's last date (:func:`corr_pipeline.defs.run.materialize_snapshot`, the
-    multiprocess executor, one process per step, at most one per core at once) on a scratch
-    Dagster instance in ``home/dagster_home`` and a matrix store in ``home/store``, with the
-    benchmark's parameters (:func:`corr_pipeline.bench.pipeline.bench_parameters`).
+    synthetic universe's last date (:func:`corr_pipeline.defs.run.materialize_snapshot`, its one
+    step in the run's process) on a scratch Dagster instance in ``home/dagster_home`` and a
+    matrix store in ``home/store``, with the benchmark's parameters
+    (:func:`corr_pipeline.bench.pipeline.bench_parameters`).
 
-    Per step: the seconds from its start to its end as Dagster recorded them (process start,
-    inputs, the asset, its checks, pictures and outputs; the asset's own ``stage_seconds`` is in
-    the note), and the peak RssAnon and peak RSS (``VmHWM``) of its process, sampled from this
-    one (:class:`~corr_pipeline.bench.processes.ProcessTreePeaks`). The total is the run's wall
-    time (neighbors, clusters and lead-lag overlap). The floor is timed afterwards in this
-    process on the same window, loaded again. The run's matrices are deleted afterwards unless
-    ``--keep-matrices``; the published snapshot stays in the benchmark database.
+    Per asset: the seconds of its stage (its checks included) and the peak RSS and RssAnon the
+    stage measured (its ``stage_seconds``, ``check_seconds``, ``peak_rss_mib`` and
+    ``rss_anon_mib``: the run's process is this one). The total is the run's wall time,
+    Dagster's bookkeeping included. The floor is timed afterwards
+    in this process on the same window, loaded again. The run's matrices are deleted afterwards
+    unless ``--keep-matrices``; the published snapshot stays in the benchmark database.
     """
-    from corr_pipeline.bench import ProcessTreePeaks, StageResult, measure_floor
+    from corr_pipeline.bench import StageResult, measure_floor
     from corr_pipeline.bench.pipeline import start_benchmark
     from corr_pipeline.cli.demo import SnapshotRunError
     from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
@@ -140,7 +147,7 @@ def bench_through_dagster(
         echo=echo,
         how=", through Dagster",
     )
-    # the step processes connect to the same database (the embedded server lives as long as
+    # the run worker connects to the same database (the embedded server lives as long as
     # this process)
     settings.export_database_url(engine.url.render_as_string(hide_password=False))
     key = DEFAULT_END_DATE.isoformat()
@@ -155,38 +162,33 @@ def bench_through_dagster(
     try:
         echo(f"snapshot_job for {key} (Dagster instance {instance.root_directory})")
         start = time.perf_counter()
-        with ProcessTreePeaks() as peaks:
-            summary = materialize_snapshot(
-                key,
-                instance=instance,
-                params=overrides,
-                in_process=False,  # one process per step: each step's own memory
-                log_level="WARNING",
-            )
+        summary = materialize_snapshot(
+            key, instance=instance, params=overrides, in_process=True, log_level="WARNING"
+        )
         report.run_seconds = time.perf_counter() - start
     finally:
         instance.dispose()
     try:
-        for step in summary.steps:
-            peak = peaks.peaks.get(step.pid) if step.pid is not None else None
-            own = summary.value(STEP_ASSET.get(step.key, step.key), "stage_seconds")
-            note = [] if step.status == "SUCCESS" else [step.status]
-            if own is not None:
-                note.append(f"asset {float(own):.1f} s")
+        for asset in STAGE_ASSETS:
+            seconds = summary.value(asset, "stage_seconds")
+            if seconds is None:
+                continue
+            seconds = float(seconds) + float(summary.value(asset, "check_seconds", 0.0))
             rows = None
-            if step.key == "snapshot_publication":
+            note = []
+            if asset == "snapshot_publication":
                 counts = {
-                    name: int(summary.value(step.key, f"{name}_rows", 0))
+                    name: int(summary.value(asset, f"{name}_rows", 0))
                     for name in ("peer_neighbors", "symbol_clusters", "lead_lag_pairs")
                 }
                 rows = sum(counts.values())
                 note += [f"{name} {count:,}" for name, count in counts.items()]
             report.stages.append(
                 StageResult(
-                    step.key,
-                    step.seconds if step.seconds is not None else float("nan"),
-                    peak.peak_rss_mib if peak is not None else float("nan"),
-                    peak.peak_anon_mib if peak is not None else float("nan"),
+                    asset,
+                    seconds,
+                    float(summary.value(asset, "peak_rss_mib", float("nan"))),
+                    float(summary.value(asset, "rss_anon_mib", float("nan"))),
                     rows,
                     ", ".join(note),
                 )

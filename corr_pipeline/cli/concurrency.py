@@ -31,7 +31,7 @@ def _recommendation(args: argparse.Namespace) -> tuple[int, list[str]]:
     defaults = SnapshotParameters()
     t = args.t or defaults.lookback_days
     working_memory_mb = args.working_memory_mb or defaults.working_memory_mb
-    memory = sizing.run_memory(args.n, t, working_memory_mb, args.concurrent_steps)
+    memory = sizing.run_memory(args.n, t, working_memory_mb)
     machine = (
         int(args.memory_gib * sizing.GIB) if args.memory_gib else sizing.machine_memory_bytes()
     )
@@ -45,13 +45,11 @@ def _recommendation(args: argparse.Namespace) -> tuple[int, list[str]]:
     limit = sizing.runs_limit(machine, memory.per_run, reserve)
     source = "--memory-gib" if args.memory_gib else "this machine"
     lines = [
-        f"one snapshot run at N = {args.n:,}, T = {t}, working_memory_mb = {working_memory_mb:g}, "
-        f"{memory.concurrent_steps} step(s) at once:",
-        f"  processes (run worker, forkserver, steps)  {_gib(memory.processes)}",
-        f"  largest step (max(4·N·(N−1), 64·T·N + W))  {_gib(memory.largest_step)}",
-        f"  other steps at once ((s−1)·(64·T·N + W))   {_gib(memory.other_steps)}",
-        f"  its matrices, page cache (6·N²)            {_gib(memory.matrices)}",
-        f"  per run                                    {_gib(memory.per_run)}",
+        f"one snapshot run at N = {args.n:,}, T = {t}, working_memory_mb = {working_memory_mb:g}:",
+        f"  its process (the run worker)                 {_gib(memory.process)}",
+        f"  largest stage (max(4·N·(N−1), 64·T·N + W))   {_gib(memory.largest_stage)}",
+        f"  matrices of two sessions, page cache (12·N²) {_gib(memory.matrices)}",
+        f"  per run                                      {_gib(memory.per_run)}",
         f"memory: {_gib(machine)} ({source}), reserve {_gib(reserve)}",
         f"snapshot runs at once: {limit} = max(1, floor(({_gib(machine)} − {_gib(reserve)}) / "
         f"{_gib(memory.per_run)}))",
@@ -102,6 +100,10 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
         home = settings.dagster_home()
         if args.action == "set":
             assert limit is not None
+            cap = instance_limits(instance).max_concurrent_runs
+            if getattr(args, "limit", None) is None and 0 <= cap < limit:
+                echo(f"capped by concurrency.runs.max_concurrent_runs = {cap} of dagster.yaml")
+                limit = cap
             limits = set_snapshot_runs_limit(instance, limit)
             echo(f"Dagster instance {home}: snapshot runs at once set to {limit}")
         else:
@@ -121,11 +123,6 @@ def _add_sizing_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--t", type=positive_int, help="returns in the window (default 252)")
     parser.add_argument(
         "--working-memory-mb", type=positive_float, help="the runs' working_memory_mb (default 512)"
-    )
-    parser.add_argument(
-        "--concurrent-steps",
-        type=positive_int,
-        help="steps of one run at once, the executor's max_concurrent (default: CPU count)",
     )
     parser.add_argument(
         "--memory-gib",

@@ -1,27 +1,24 @@
 """Backfill a range of sessions through the Dagster instance (``corr-pipeline backfill``).
 
 :func:`plan_backfill` lists the sessions of ``[first, last]`` and leaves out those already
-*current*: published with the same parameters (every one but ``working_memory_mb``, which does
-not change a result) and with their changes recorded, unless no session before them is
-published (then there is nothing to compare). The others are *pending*; they run as runs of
-consecutive sessions, at most ``per_run`` each
-(:func:`corr_pipeline.snapshot.sizing.sessions_per_run` for the price source's symbols and the
-parameters on this machine), in date order, one run after the other, so that every session's
-changes are against the session before it.
+*current* (:mod:`corr_pipeline.snapshot.current`: published with the same parameters, their
+changes recorded). The others are *pending*; they run as runs of consecutive sessions, at most
+``per_run`` each (:func:`corr_pipeline.snapshot.sizing.sessions_per_run` for the price source's
+symbols: what half a run's maximum runtime holds), in date order, one run after the other, so
+that every session's changes are against the session before it.
 
 :func:`run_backfill` creates each run from the code location's remote job (as the UI and
 :func:`corr_pipeline.defs.run.launch_snapshot` do: the UI lists it, can re-execute it, and
 shows every session as its own partition), with the range tags of a backfill run
 (:mod:`corr_pipeline.defs.runs`). It is *submitted* to the run queue when the instance's daemon
 is running (the pool's limit applies), otherwise launched directly after the same limits are
-checked. While a run goes, every session it publishes is reported. A run that fails names the
-session that failed (every step reports failures per session, :mod:`corr_pipeline.defs.ranges`):
-that session is recorded as failed with its reason, and the backfill goes on with the sessions
-of the range that are still pending, so one bad session costs its own run's unpublished work,
-never the others'. Running the same backfill again computes only what is still pending: a
-killed run resumes from its first unpublished session. Without a daemon, a run whose worker
-was killed would stay "started" for ever and hold its sessions; the backfill marks such runs
-failed first (:func:`fail_dead_runs`), as the daemon's run monitoring does.
+checked. While a run goes, every session it publishes is reported. A session that fails fails
+alone: the run publishes its other sessions and then fails naming each failed session with its
+reason (:func:`corr_pipeline.defs.ranges.failure`), which the backfill records. Running the same
+backfill again computes only what is still pending: a killed run resumes from its first
+unpublished session. Without a daemon, a run whose worker was killed would stay "started" for
+ever and hold its sessions; the backfill marks such runs failed first (:func:`fail_dead_runs`),
+as the daemon's run monitoring does.
 """
 
 from __future__ import annotations
@@ -38,14 +35,12 @@ import sqlalchemy as sa
 from corr_pipeline import settings
 from corr_pipeline.db.price_source import PriceSource
 from corr_pipeline.db.reads import (
-    PublishedSession,
     prices_extent,
-    published_dates,
     published_matrix_versions,
-    published_sessions,
     recorded_change_dates,
 )
 from corr_pipeline.defs.partitions import snapshot_partitions
+from corr_pipeline.defs.ranges import FAILED_SESSIONS
 from corr_pipeline.defs.run import check_run_limits, snapshot_location, snapshot_run_config
 from corr_pipeline.defs.runs import (
     PARTITION_TAG,
@@ -56,6 +51,7 @@ from corr_pipeline.defs.runs import (
     run_worker_gone,
 )
 from corr_pipeline.snapshot import retention, sizing
+from corr_pipeline.snapshot.current import current_sessions
 from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline.store.matrix_store import MatrixStore
 
@@ -66,30 +62,7 @@ __all__ = [
     "fail_dead_runs",
     "plan_backfill",
     "run_backfill",
-    "session_is_current",
 ]
-
-#: Parameters that do not change a result (SPEC §9): not compared when deciding "current".
-RESULT_NEUTRAL = frozenset({"working_memory_mb"})
-
-#: Parameters added after sessions were first published, with the value a published session
-#: that does not record them was computed with.
-WHEN_NOT_RECORDED = {"market_modes_removed": 0}
-
-
-def session_is_current(
-    published: PublishedSession | None, params: SnapshotParameters, first_published: bool
-) -> bool:
-    """Whether a session needs no new run: published with ``params`` (but
-    :data:`RESULT_NEUTRAL`) and its changes recorded, unless ``first_published`` (no published
-    session before it)."""
-    if published is None:
-        return False
-    wanted = {k: v for k, v in params.as_dict().items() if k not in RESULT_NEUTRAL}
-    recorded = {**WHEN_NOT_RECORDED, **published.params}
-    if any(recorded.get(k) != v for k, v in wanted.items()):
-        return False
-    return published.changes_recorded or first_published
 
 
 @dataclass
@@ -150,20 +123,10 @@ def plan_backfill(engine: sa.Engine, request: BackfillRequest, *, force: bool) -
     ]
     if not keys:
         raise ValueError(f"no snapshot partition from {request.first} to {request.last}")
-    published = published_sessions(engine, keys[0], keys[-1])
-    earliest = published_dates(engine)
-    first_published = earliest[0].isoformat() if earliest else None
-    current = [
-        key
-        for key in keys
-        if not force
-        and session_is_current(
-            published.get(dt.date.fromisoformat(key)), request.params, key == first_published
-        )
-    ]
+    current = [] if force else current_sessions(engine, keys, request.params)
     n_symbols = max(1, prices_extent(engine, request.source).symbols)
     per_run = request.per_run or sizing.sessions_per_run(
-        n_symbols, request.params.lookback_days, request.params.working_memory_mb
+        n_symbols, request.params.lookback_days, settings.max_runtime_seconds()
     )
     return BackfillPlan(
         sessions=keys,
@@ -274,26 +237,19 @@ def _run_tags(sessions: Sequence[str]) -> dict[str, str]:
 
 
 def _failed_sessions(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
-    """``{session: reason}`` of a failed run, from its step failures (the ``session`` metadata
-    of :mod:`corr_pipeline.defs.ranges`) and its failed blocking check evaluations."""
+    """``{session: reason}`` of a failed run, from its step failure (the ``failed_sessions``
+    metadata of :func:`corr_pipeline.defs.ranges.failure`)."""
     failed: dict[str, str] = {}
     records = instance.get_records_for_run(
-        run_id,
-        of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.ASSET_CHECK_EVALUATION},
+        run_id, of_type={dg.DagsterEventType.STEP_FAILURE}
     ).records
     for record in records:
         event = record.event_log_entry.dagster_event
-        if event is None:
-            continue
-        data: Any = event.event_specific_data
-        if event.event_type == dg.DagsterEventType.ASSET_CHECK_EVALUATION:
-            if data is not None and not data.passed and data.blocking and data.partition:
-                failed.setdefault(data.partition, f"blocking check {data.check_name} failed")
-            continue
+        data: Any = event.event_specific_data if event is not None else None
         user: Any = getattr(data, "user_failure_data", None)
-        session = user.metadata.get("session") if user is not None else None
-        if session is not None:
-            failed.setdefault(str(session.value), user.description or "failed")
+        named = user.metadata.get(FAILED_SESSIONS) if user is not None else None
+        if named is not None:
+            failed.update({str(k): str(v) for k, v in named.value.items()})
     return failed
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from corr_pipeline.defs.assets import MATRIX_IO_MANAGER, snapshot_assets
+from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.executor import snapshot_executor
 from corr_pipeline.defs.io_manager import MatrixStoreIOManager, MatrixStoreResource
 from corr_pipeline.defs.jobs import nightly_snapshot_schedule, snapshot_job
@@ -38,6 +38,7 @@ from corr_pipeline.defs.monitoring import (
 )
 from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, SnapshotParams
 from corr_pipeline.defs.sensors import PricesSensorSettings, prices_ready_sensor
+from corr_pipeline.defs.step_options import MATRIX_IO_MANAGER
 
 __all__ = ["build_definitions", "build_resources"]
 

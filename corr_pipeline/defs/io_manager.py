@@ -66,6 +66,7 @@ from corr_pipeline import settings
 from corr_pipeline.snapshot import display
 from corr_pipeline.store.locks import Hold
 from corr_pipeline.store.matrix_store import (
+    BundleWriteReport,
     MatrixBundle,
     MatrixStore,
     PendingArray,
@@ -117,6 +118,37 @@ def store_location(
     else:
         partition = UNPARTITIONED
     return asset_store_name(key), partition
+
+
+def stored_metadata(report: BundleWriteReport) -> dict[str, Any]:
+    """What a stored bundle adds to its materialization: ``path``, ``arrays`` (name, dtype,
+    shape, how it was stored, version), ``versions``, ``bytes``, ``copied_bytes``,
+    ``zero_copy_arrays``."""
+    rows = "\n".join(
+        f"| `{name}` | {display.dtype_text(s.dtype)} | {' × '.join(map(str, s.shape)) or 'scalar'} | "
+        f"{'reused' if name in report.reused else 'linked' if name in report.linked else 'copied'} | "
+        f"`{s.version}` |"
+        for name, s in report.bundle.arrays.items()
+        if isinstance(s, StoredArray)
+    )
+    return {
+        "path": dg.MetadataValue.path(str(report.directory)),
+        "arrays": dg.MetadataValue.md(
+            "| array | dtype | shape | stored | version |\n|---|---|---|---|---|\n" + rows
+        ),
+        "versions": dg.MetadataValue.json(report.bundle.versions),
+        "bytes": dg.MetadataValue.int(report.nbytes),
+        "copied_bytes": dg.MetadataValue.int(report.copied_bytes),
+        "zero_copy_arrays": dg.MetadataValue.int(len(report.reused) + len(report.linked)),
+    }
+
+
+def removed_line(report: BundleWriteReport) -> str:
+    """The log line of arrays an earlier materialization had and the new one has not."""
+    return (
+        f"matrix store: arrays {report.removed} of an earlier materialization are no longer "
+        f"current in {report.directory} (garbage collection removes them)"
+    )
 
 
 class _PartitionHolds:
@@ -208,15 +240,40 @@ class MatrixStoreResource(dg.ConfigurableResource):
         shape: int | Sequence[int],
         dtype: Any,
         *,
+        asset_key: dg.AssetKey | None = None,
         partition: str | None = None,
+        in_memory: bool = False,
     ) -> AbstractContextManager[np.ndarray]:
-        """``store.scratch`` at :func:`store_location` ``(context, partition=partition)``: a
-        file-backed working array in the asset's partition directory, deleted when the ``with``
-        block ends; the partition directory stays held (shared) until the step ends."""
-        asset, partition = store_location(context, partition=partition)
+        """``store.scratch`` at :func:`store_location` ``(context, asset_key, partition)``: a
+        file-backed working array in the asset's partition directory (``in_memory``: in its
+        memory area when it has room), deleted when the ``with`` block ends; the partition
+        directory stays held (shared) until the step ends."""
+        asset, partition = store_location(context, asset_key, partition)
         store = self.store
         self._holds.take(store, asset, partition)
-        return store.scratch(asset, partition, name, shape, np.dtype(dtype))
+        return store.scratch(asset, partition, name, shape, np.dtype(dtype), in_memory=in_memory)
+
+    def save_for(
+        self, context: Any, asset: str, partition: str, bundle: MatrixBundle
+    ) -> tuple[MatrixBundle, dict[str, Any]]:
+        """Store ``bundle`` as the current bundle of ``asset`` / ``partition`` (what
+        :class:`MatrixStoreIOManager` does with an output) and return the stored bundle (arrays
+        as read-only maps, with their versions) and :func:`stored_metadata`; the partition stays
+        held until the step ends."""
+        store = self.store
+        self._holds.take(store, asset, partition)
+        report = store.save_bundle(asset, partition, bundle)
+        if report.removed:
+            context.log.info(removed_line(report))
+        return report.bundle, stored_metadata(report)
+
+    def load_for(self, asset: str, partition: str) -> MatrixBundle:
+        """The current bundle of ``asset`` / ``partition`` (what :class:`MatrixStoreIOManager`
+        loads for an input), the partition held first until the step ends."""
+        store = self.store
+        if store.partition_dir(asset, partition).is_dir():
+            self._holds.take(store, asset, partition)
+        return store.load_bundle(asset, partition)
 
 
 class MatrixStoreIOManager(dg.ConfigurableIOManager):
@@ -294,23 +351,7 @@ class MatrixStoreIOManager(dg.ConfigurableIOManager):
         store = self.store
         self._holds.take(store, asset, partition)
         report = store.save_bundle(asset, partition, obj)
-        rows = "\n".join(
-            f"| `{name}` | {display.dtype_text(s.dtype)} | {' × '.join(map(str, s.shape)) or 'scalar'} | "
-            f"{'reused' if name in report.reused else 'linked' if name in report.linked else 'copied'} | "
-            f"`{s.version}` |"
-            for name, s in report.bundle.arrays.items()
-            if isinstance(s, StoredArray)
-        )
-        output_metadata = {
-            "path": dg.MetadataValue.path(str(report.directory)),
-            "arrays": dg.MetadataValue.md(
-                "| array | dtype | shape | stored | version |\n|---|---|---|---|---|\n" + rows
-            ),
-            "versions": dg.MetadataValue.json(report.bundle.versions),
-            "bytes": dg.MetadataValue.int(report.nbytes),
-            "copied_bytes": dg.MetadataValue.int(report.copied_bytes),
-            "zero_copy_arrays": dg.MetadataValue.int(len(report.reused) + len(report.linked)),
-        }
+        output_metadata = stored_metadata(report)
         if partition_metadata:  # that partition's materialization (Dagster merges it in)
             context.step_context.add_asset_metadata(
                 output_metadata, asset_key=context.asset_key, partition_key=partition
@@ -318,10 +359,7 @@ class MatrixStoreIOManager(dg.ConfigurableIOManager):
         else:
             context.add_output_metadata(output_metadata)
         if report.removed:
-            context.log.info(
-                f"matrix store: arrays {report.removed} of an earlier materialization are no "
-                f"longer current in {report.directory} (garbage collection removes them)"
-            )
+            context.log.info(removed_line(report))
 
     def load_input(self, context: dg.InputContext) -> MatrixBundle | dict[str, MatrixBundle]:
         if not context.has_asset_key:

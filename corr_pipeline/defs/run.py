@@ -1,7 +1,7 @@
 """Materialize the snapshot graph from Python (the ``corr-pipeline demo`` command, scripts, tests).
 
 Two routes, both with the executor the daemon's runs get (:mod:`corr_pipeline.defs.executor`:
-one process where the run fits, else one per step), both recorded in the instance, so ``dg dev`` started with
+the run's one step in the run worker), both recorded in the instance, so ``dg dev`` started with
 the same ``DAGSTER_HOME`` shows the run (assets, checks, metadata plots) afterwards:
 
 - :func:`launch_snapshot` (the demo) launches the run through the instance like the UI and
@@ -296,12 +296,12 @@ def materialize_snapshot(
 
     ``params`` overrides fields of :class:`~corr_pipeline.defs.resources.SnapshotParams`
     (validated at run start); the matrix store is the deployment's
-    (:func:`settings.store_dir`); ``in_process`` True uses the in-process executor, False one
-    process per step, None (default) what :mod:`corr_pipeline.defs.executor` chooses; ``max_concurrent`` caps parallel step processes (default: CPU count);
-    ``forkserver`` starts step processes from a forkserver that has preloaded
-    ``corr_pipeline.definitions`` (dagster, numpy, numba kernels), saving the few seconds each
-    freshly spawned step would spend importing them; ``log_level`` is the console log level
-    (the instance's event log keeps everything).
+    (:func:`settings.store_dir`); ``in_process`` False runs the step in a process of its own
+    (the multiprocess executor), True or None (default) in the run's process
+    (:mod:`corr_pipeline.defs.executor`); ``max_concurrent`` and ``forkserver`` configure the
+    multiprocess executor (step processes from a forkserver that has preloaded
+    ``corr_pipeline.definitions``); ``log_level`` is the console log level (the instance's
+    event log keeps everything).
     """
     check_partition_key(partition_key)
     run_config, store = snapshot_run_config(
@@ -380,8 +380,7 @@ def launch_snapshot(
     created from its remote job, so it records its origin (the UI shows it in the Overview
     timeline and can re-execute it), with the job's tags (its maximum runtime) and
     the partition's (``dagster/partition``, ``dagster/partition_set``), and is launched by the
-    instance's run launcher (a run worker process started by the code server, each step in its
-    own process as usual).
+    instance's run launcher (a run worker process started by the code server).
 
     ``dagster.yaml`` queues runs (``QueuedRunCoordinator``) for the daemon of ``dg dev``, which
     may not be running: the run is launched directly (``instance.launch_run``, what the

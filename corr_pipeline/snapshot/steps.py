@@ -62,9 +62,9 @@ from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.publish import SnapshotResults
 from corr_pipeline.db.window import (
     ReturnsWindow,
-    WindowError,
+    UnionWindows,
     load_returns_window,
-    load_returns_windows,
+    read_windows,
 )
 from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline.snapshot.scheduler import scheduler_security
@@ -119,11 +119,11 @@ def load_returns_range(
     *,
     source: PriceSource = NATIVE_PRICES,
     session: bool = False,
-) -> dict[dt.date, ReturnsWindow | WindowError]:
-    """The returns matrix of every session of a range (a backfill run), each identical to
-    :func:`load_returns` of that session, read with one query for the union of the windows;
-    a session whose window cannot be built gets its :class:`WindowError` instead."""
-    return load_returns_windows(
+) -> UnionWindows:
+    """The returns matrices of the sessions of a range (a backfill run), read with one query
+    for the union of the windows: ``.window(day)`` builds that session's, identical to
+    :func:`load_returns` of it, or gives the :class:`WindowError` it raises."""
+    return read_windows(
         engine,
         days,
         lookback_days=params.lookback_days,

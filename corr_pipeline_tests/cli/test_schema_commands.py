@@ -212,7 +212,7 @@ def test_demo_and_pipeline_refuse_an_older_schema(
         raise_on_error=False,
     )
     assert not result.success
-    assert [e.step_key for e in h.events_of(result, "STEP_FAILURE")] == ["returns_matrix"]
+    assert [e.step_key for e in h.events_of(result, "STEP_FAILURE")] == ["snapshot"]
     (failure,) = h.failure_messages(result)
     assert message in failure
     assert not h.events_of(result, "STEP_UP_FOR_RETRY")

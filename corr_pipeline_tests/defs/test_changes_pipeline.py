@@ -17,6 +17,7 @@ from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.io_manager import MatrixStoreResource
 from corr_pipeline.snapshot import display
 from corr_pipeline.store.matrix_store import MatrixStore
+from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.defs.test_pipeline import LAST, _resources, universe  # noqa: F401
 
 FIRST = "2026-11-25"
@@ -25,7 +26,7 @@ FIRST = "2026-11-25"
 def _run(store_dir, day: str, **config) -> dg.ExecuteInProcessResult:
     resources = _resources(store_dir)
     resources["matrix_store"] = MatrixStoreResource(keep_matrices=1)
-    run_config = {"ops": {"snapshot_changes": {"config": config}}} if config else None
+    run_config = {"ops": {"snapshot": {"config": config}}} if config else None
     result = dg.materialize(
         snapshot_assets, partition_key=day, resources=resources, run_config=run_config
     )
@@ -37,11 +38,7 @@ def _metadata(result: dg.ExecuteInProcessResult, partition: str | None = None) -
     """The metadata of the run's snapshot_changes materialization of ``partition`` (default
     the run's own; a run that refreshes the next session's changes materializes that one too)."""
     partition = partition or result.dagster_run.tags["dagster/partition"]
-    [event] = [
-        e
-        for e in result.asset_materializations_for_node("snapshot_changes")
-        if e.partition == partition
-    ]
+    [event] = [e for e in materializations(result, "snapshot_changes") if e.partition == partition]
     return {key: value.value for key, value in event.metadata.items()}
 
 
@@ -66,14 +63,13 @@ def test_changes_in_the_pipeline(universe, engine, tmp_path):  # noqa: F811
     before = _pairs_frame(store, FIRST)  # read now: retention removes them once used
 
     # keep = 1: publishing LAST would remove FIRST's matrices; they stay until the changes of
-    # LAST are computed (its snapshot_publication keeps them), then snapshot_changes prunes them
+    # LAST are computed, then retention prunes them (said in snapshot_publication's metadata)
     second = _run(store_dir, LAST, top_m=25)
-    [publication] = second.asset_materializations_for_node("snapshot_publication")
-    assert publication.metadata["retention_removed"].value == []
+    [publication] = materializations(second, "snapshot_publication")
+    assert publication.metadata["retention_removed"].value == [FIRST]
     meta = _metadata(second)
     assert meta["recorded"] is True and meta["previous_date"] == FIRST
     assert meta["skipped"] == {}
-    assert meta["retention_removed"] == [FIRST]
     assert store.partition_keys() == [LAST]
     picture = meta["picture: correlation changes"]
     assert picture.startswith("![")

@@ -14,6 +14,7 @@ from corr_pipeline.defs.io_manager import (
 )
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
 from corr_pipeline_tests.defs import io_assets
+from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.defs.io_assets import ASSETS, SYMBOLS, multiprocess_job
 from corr_pipeline_tests.deployment import use_store
 
@@ -68,10 +69,7 @@ def test_materialize_partitioned_assets(tmp_path):
     assert result.success
     check_store(base, PK)
 
-    mats = {
-        m.asset_key.path[-1]: m
-        for m in result.asset_materializations_for_node("correlation_matrix")
-    }
+    mats = {m.asset_key.path[-1]: m for m in materializations(result, "correlation_matrix")}
     meta = mats["correlation_matrix"].metadata
     seen = meta["seen"].value
     assert seen["input_is_memmap"] and seen["input_read_only"]

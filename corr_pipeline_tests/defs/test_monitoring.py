@@ -147,7 +147,7 @@ def test_the_failure_sensor_writes_one_line_from_a_real_failed_run(clean_db, tmp
     ).for_run_failure()
     line = failure_line(context)
     assert line.startswith(f"snapshot run {result.run_id[:8]} failed: partition 2025-06-10, ")
-    assert "step returns_matrix: returns_matrix 2025-06-10 failed: WindowError: no prices" in line
+    assert "step snapshot: returns_matrix 2025-06-10 failed: WindowError: no prices" in line
     assert "\n" not in line and "dagster._core" not in line
     print(line)
     snapshot_failure_sensor(context)  # logs it, calls the (empty) hook

@@ -9,6 +9,7 @@ import pytest
 
 from corr_pipeline import viz
 from corr_pipeline.defs import pictures
+from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.deployment import resources_at
 from corr_pipeline_tests.viz.helpers import (
     PNG_MAGIC,
@@ -85,9 +86,10 @@ def test_assets_attach_valid_png_pictures(clean_db, tmp_path):
     assert result.success
     metadata = {
         mat.asset_key.to_user_string(): mat.metadata
-        for mat in result.asset_materializations_for_node("correlation_and_overlap")
-        + result.asset_materializations_for_node("clusters")
-        + result.asset_materializations_for_node("lead_lag_pairs")
+        for mat in materializations(result, "correlation_matrix")
+        + materializations(result, "overlap_matrix")
+        + materializations(result, "clusters")
+        + materializations(result, "lead_lag_pairs")
     }
     picture_keys = {
         "correlation_matrix": "picture: correlation histogram",

@@ -41,9 +41,10 @@ from corr_pipeline.defs.run import (
     snapshot_job_def,
 )
 from corr_pipeline.snapshot import display
-from corr_pipeline.store import writeback
+from corr_pipeline.store import memory, writeback
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.compute import reference as ref
+from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.deployment import resources_at, use_store
 
 N_SYMBOLS, N_DAYS, SEED = 300, 120, 20261127
@@ -174,9 +175,7 @@ def test_full_graph_for_two_partitions(two_partitions, engine):
         assert all(outcomes.values()), outcomes
         counts = _counts(engine, day)
         assert counts["snapshots"] == 1
-        n_symbols = (
-            result.asset_materializations_for_node("returns_matrix")[0].metadata["n_symbols"].value
-        )
+        n_symbols = materializations(result, "returns_matrix")[0].metadata["n_symbols"].value
         assert counts["symbol_clusters"] == n_symbols
         assert counts["peer_neighbors"] == n_symbols * PARAMS["k_neighbors"]
         assert counts["lead_lag_pairs"] > 0
@@ -222,11 +221,8 @@ def test_full_graph_for_two_partitions(two_partitions, engine):
 
 
 def test_injected_pairs_check_runs_only_on_synthetic_data(universe, tmp_path, engine):
-    """The production lead-lag asset never reads the synthetic ground truth; the separate
-    injected_pairs_found check reports only when there is one (here: none, as in production)."""
-    ops = {a.op.name: a.op for a in snapshot_assets}
-    assert "postgres" not in ops["lead_lag_pairs"].required_resource_keys
-    assert "postgres" in ops["lead_lag_pairs_injected_pairs_found"].required_resource_keys
+    """The injected_pairs_found check reads the synthetic ground truth after the lead-lag scan
+    and reports only when there is one (here: none, as in production)."""
     with engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM synthetic.lead_lag_truth"))
     result = _materialize(tmp_path / "store", LAST)
@@ -253,7 +249,7 @@ def test_rematerializing_replaces_without_duplicates(one_partition, engine):
     counts_before = _counts(engine, LAST)
     again = _materialize(store, LAST)
     assert again.success
-    replaced = again.asset_materializations_for_node("snapshot_publication")[0]
+    replaced = materializations(again, "snapshot_publication")[0]
     assert replaced.metadata["replaced_previous"].value is True
     assert _counts(engine, LAST) == counts_before
     assert _rows(engine, "peer_neighbors", "2026-11-25", "2, 3") == other_before
@@ -372,16 +368,25 @@ def test_latest_partition_is_the_last_trade_date(universe, engine):
         latest_partition_key(engine, today=dt.date(2026, 11, 20))
 
 
+@pytest.mark.parametrize("memory_area", [False, True])
 def test_clusters_warns_when_its_scratch_outgrows_the_writeback_threshold(
-    universe, tmp_path, monkeypatch
+    universe, tmp_path, monkeypatch, memory_area
 ):
-    """With the distances in a store scratch file (``clusters_memory_mb`` 0) and a machine whose
-    write-back starts at 1 byte, the clusters step logs one warning that names the setting;
-    the run still succeeds."""
+    """With the distances in a store scratch file (``clusters_memory_mb`` 0) on disk and a
+    machine whose write-back starts at 1 byte, the clusters step logs one warning that names
+    the setting; in the store's memory area nothing is ever written back: no warning. The run
+    succeeds either way."""
     proc = tmp_path / "proc"
     (proc / "sys/vm").mkdir(parents=True)
     (proc / "sys/vm/dirty_background_bytes").write_text("1\n")
     monkeypatch.setattr(writeback, "PROC", proc)
+    if memory_area:
+        area = tmp_path / "shm"
+        area.mkdir(mode=0o700)
+        monkeypatch.setenv(settings.ENV_MEMORY_DIR, str(area))
+        monkeypatch.setattr(memory, "has_room", lambda _area, _nbytes: True)
+    else:
+        monkeypatch.setenv(settings.ENV_MEMORY_DIR, "off")
     instance = dg.DagsterInstance.ephemeral()
     result = dg.materialize(
         snapshot_assets,
@@ -396,8 +401,9 @@ def test_clusters_warns_when_its_scratch_outgrows_the_writeback_threshold(
         for entry in instance.all_logs(result.run_id)
         if entry.level == logging.WARNING and "scratch distances" in entry.user_message
     ]
-    assert len(warnings) == 1
-    assert "vm.dirty_background_bytes" in warnings[0] and "clusters_memory_mb" in warnings[0]
+    assert len(warnings) == (0 if memory_area else 1)
+    if not memory_area:
+        assert "vm.dirty_background_bytes" in warnings[0] and "clusters_memory_mb" in warnings[0]
 
 
 def test_inconsistent_config_fails_before_reading_or_publishing(universe, engine, tmp_path):
@@ -442,13 +448,8 @@ def test_only_database_outages_are_retried():
             raise ValueError("too short")
     assert err.value.allow_retries is False
     assert "window failed: ValueError: too short" in err.value.description
-    ops = {a.op.name: a.op for a in snapshot_assets}
-    # the steps that touch the database (lead_lag_pairs no longer does: the synthetic truth is
-    # read by the separate injected_pairs_found check)
-    for name in ("returns_matrix", "snapshot_publication", "lead_lag_pairs_injected_pairs_found"):
-        assert ops[name].retry_policy == DATABASE_RETRY_POLICY, name
-    for name in ("correlation_and_overlap", "top_k_neighbors", "clusters", "lead_lag_pairs"):
-        assert ops[name].retry_policy is None, name
+    (op,) = [asset.op for asset in snapshot_assets]  # one op computes every asset
+    assert op.retry_policy == DATABASE_RETRY_POLICY
 
 
 def test_dg_check_defs_passes(tmp_path):
@@ -593,7 +594,7 @@ def test_clusters_without_the_market_mode_are_published_and_reported(universe, t
             sa.text("SELECT params FROM snapshots WHERE snapshot_date = :d"), {"d": LAST}
         ).scalar_one()
     assert params["market_modes_removed"] == 1
-    meta = result.asset_materializations_for_node("clusters")[0].metadata
+    meta = materializations(result, "clusters")[0].metadata
     assert isinstance(meta["market_mode_share"], dg.FloatMetadataValue)
     assert meta["market_mode_share"].value == display.share(w[0] / len(symbols))
     assert meta["removed_modes_share"].value == display.share(w[0] / len(symbols))

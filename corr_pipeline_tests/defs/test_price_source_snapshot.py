@@ -33,6 +33,7 @@ from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.cli.test_cli import run_cli
 from corr_pipeline_tests.db.test_price_source import EOD, LAST, VIEW, market  # noqa: F401
+from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.deployment import resources_at
 
 PARAMS = dict(
@@ -152,7 +153,7 @@ def test_dagster_runs_on_the_view_equal_the_native_run(market, tmp_path):  # noq
     )
     assert view.success
     assert published_rows(market, LAST) == native_rows
-    meta = view.asset_materializations_for_node("returns_matrix")[0].metadata
+    meta = materializations(view, "returns_matrix")[0].metadata
     assert meta["price_source"].value == "view market.xnys_closes (sym, session, px)"
     for asset, names in {
         "returns_matrix": ["returns"],
@@ -210,7 +211,7 @@ def test_a_bad_source_fails_the_run_in_one_line_not_retried(
     kinds = [e.event_type_value for e in result.all_events]
     assert "STEP_UP_FOR_RETRY" not in kinds
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-    assert failure.step_key == "returns_matrix"
+    assert failure.step_key == "snapshot"
     assert failure.event_specific_data.error.message.strip().endswith(line)
     assert failure.event_specific_data.user_failure_data.description == line
     assert published_rows(market, LAST) == before

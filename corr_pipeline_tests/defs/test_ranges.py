@@ -24,10 +24,12 @@ from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
+from corr_pipeline.defs.run import snapshot_job_def
 from corr_pipeline.defs.runs import RANGE_END_TAG, RANGE_START_TAG, run_sessions
 from corr_pipeline.defs.step_options import SESSIONS_PER_RUN, backfill_sessions_per_run
+from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.defs.published import published_rows
-from corr_pipeline_tests.deployment import resources_at
+from corr_pipeline_tests.deployment import resources_at, use_store
 
 SESSIONS = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20", "2026-11-23"]
 #: Published first, as nightly runs would have: the sessions above are history older than them.
@@ -166,3 +168,72 @@ def test_run_sessions_of_a_range_run():
     ]
     assert run_sessions({"dagster/partition": "2026-11-25"}) == ["2026-11-25"]
     assert run_sessions({}) == []
+
+
+def _published_at(engine: sa.Engine) -> dict[str, object]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT snapshot_date::text, created_at FROM snapshots"))
+        return dict(rows.all())
+
+
+def test_a_session_fails_alone_and_a_reexecution_computes_only_it(universe, tmp_path):
+    """The last session of a range has no price dated it yet (SPEC §2): the run publishes and
+    materializes the others and fails naming it. Once its prices are in, Dagster's re-execution
+    from failure of that run computes that session alone: the others stay as they were
+    published, and the new run materializes nothing else."""
+    use_store(tmp_path / "store")
+    last = SESSIONS[-1]
+    with universe.begin() as conn:
+        held = conn.execute(
+            sa.text("DELETE FROM prices WHERE trade_date = :d RETURNING symbol, trade_date, close"),
+            {"d": last},
+        ).all()
+    assert held
+    instance = dg.DagsterInstance.ephemeral()
+    job = dg.reconstructable(snapshot_job_def)
+    run_config = {"resources": {"snapshot_params": {"config": PARAMS}}}
+    tags = {RANGE_START_TAG: SESSIONS[0], RANGE_END_TAG: last}
+    with dg.execute_job(
+        job, instance=instance, run_config=run_config, tags=tags, raise_on_error=False
+    ) as first:
+        assert not first.success
+        done = sorted(m.partition for m in materializations(first, "snapshot_publication"))
+        failure = next(e for e in first.all_events if e.event_type_value == "STEP_FAILURE")
+        named = failure.event_specific_data.user_failure_data.metadata["failed_sessions"].value
+        first_id = first.run_id
+    assert done == SESSIONS[:-1]
+    assert list(named) == [last] and "no price" in named[last]
+    before = _published_at(universe)
+    assert sorted(before) == SESSIONS[:-1]
+
+    with universe.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO prices (symbol, trade_date, close) VALUES (:s, :d, :c)"),
+            [{"s": s, "d": d, "c": c} for s, d, c in held],
+        )
+    with dg.execute_job(  # the UI's re-execution carries the run's tags, its range among them
+        job,
+        instance=instance,
+        run_config=run_config,
+        tags=tags,
+        reexecution_options=dg.ReexecutionOptions.from_failure(first_id, instance),
+    ) as again:
+        assert again.success, [
+            e.event_specific_data.error.message
+            for e in again.all_events
+            if e.event_type_value == "STEP_FAILURE"
+        ]
+        redone = {
+            e.event_specific_data.materialization.partition
+            for e in again.get_asset_materialization_events()
+        }
+    assert redone == {last}
+    after = _published_at(universe)
+    assert {d: after[d] for d in SESSIONS[:-1]} == before  # not published again
+    assert last in after
+    with universe.connect() as conn:
+        previous = conn.execute(
+            sa.text("SELECT previous_date::text FROM change_summaries WHERE snapshot_date = :d"),
+            {"d": last},
+        ).scalar_one()
+    assert previous == SESSIONS[-2]

@@ -329,9 +329,9 @@ def _check_instance(instance: dg.DagsterInstance) -> None:
     pod = doc["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == IMAGE
-    assert container["resources"]["limits"]["memory"] == "9Gi"
-    per_run = run_memory(24_000, 252, 512, concurrent_steps=3).per_run  # the comment's figure
-    assert 8 * 2**30 < per_run <= 9 * 2**30
+    assert container["resources"]["limits"]["memory"] == "10Gi"
+    per_run = run_memory(24_000, 252, 512).per_run  # the comment's figure
+    assert 9 * 2**30 < per_run <= 10 * 2**30
     assert {"mountPath": "/data/store", "name": "matrix-store"} in container["volumeMounts"]
     sources = {next(iter(s.values()))["name"] for s in container["envFrom"]}
     assert {"corr-pipeline-config", "corr-pipeline-secrets"} <= sources

@@ -62,11 +62,11 @@ def publish_previous(engine: sa.Engine) -> dict[str, list[tuple]]:
 
 
 def assert_failed_cleanly(result, engine, previous, store_dir: Path, *fragments: str) -> str:
-    """The run failed in returns_matrix with a message holding ``fragments``, was not retried,
+    """The run failed in its window with a message holding ``fragments``, was not retried,
     ran nothing downstream, and left the published snapshot and the store untouched."""
     assert not result.success
     failed = [e.step_key for e in h.events_of(result, "STEP_FAILURE")]
-    assert failed == ["returns_matrix"], failed
+    assert failed == ["snapshot"], failed
     (message,) = h.failure_messages(result)
     for fragment in fragments:
         assert fragment in message, (fragment, message)
@@ -124,7 +124,7 @@ def test_one_symbol_is_refused_by_the_returns_check(clean_db, tmp_path):
     result = h.materialize(store, KEY)
 
     assert not result.success
-    assert [e.step_key for e in h.events_of(result, "STEP_FAILURE")] == ["returns_matrix"]
+    assert [e.step_key for e in h.events_of(result, "STEP_FAILURE")] == ["snapshot"]
     assert "blocking asset check failed" in h.failure_messages(result)[0]
     (check,) = [
         e.event_specific_data
@@ -135,8 +135,10 @@ def test_one_symbol_is_refused_by_the_returns_check(clean_db, tmp_path):
     assert "only 1 symbol(s) kept: nothing to correlate" in check.metadata["problems"].value
     assert check.metadata["n_symbols"].value == 1
     assert not h.events_of(result, "STEP_UP_FOR_RETRY")
-    ran = {e.step_key for e in h.events_of(result, "STEP_START")}
-    assert ran == {"returns_matrix"}
+    materialized = {
+        e.asset_key.to_user_string() for e in h.events_of(result, "ASSET_MATERIALIZATION")
+    }
+    assert materialized == {"returns_matrix"}  # nothing after the failed check
     assert h.snapshot_rows(clean_db, D) == previous
 
     # the numerical core itself is well defined at N = 1 (SPEC §3-§6)

@@ -36,6 +36,7 @@ from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.retries import DATABASE_RETRY_POLICY
 from corr_pipeline.defs.run import open_instance
 from corr_pipeline.store.matrix_store import MatrixStore
+from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.reliability import helpers as h
 
 D = dt.date(2026, 10, 30)
@@ -242,7 +243,7 @@ BASE_DELAY = 0.2
 
 @pytest.fixture
 def fast_retries(monkeypatch):
-    """Swap the database assets' RetryPolicy for one with a short base delay (test only)."""
+    """Swap the snapshot op's RetryPolicy for one with a short base delay (test only)."""
     assert DATABASE_RETRY_POLICY.backoff == dg.Backoff.EXPONENTIAL
     assert DATABASE_RETRY_POLICY.delay >= 5 and DATABASE_RETRY_POLICY.max_retries >= 3
     fast = dg.RetryPolicy(
@@ -256,13 +257,7 @@ def fast_retries(monkeypatch):
         if asset.op.retry_policy == DATABASE_RETRY_POLICY:
             monkeypatch.setattr(asset.op, "_retry_policy", fast)
             swapped.append(asset.op.name)
-    # the steps that touch the database (the synthetic-truth check, not lead_lag_pairs itself)
-    assert set(swapped) == {
-        "returns_matrix",
-        "lead_lag_pairs_injected_pairs_found",
-        "snapshot_publication",
-        "snapshot_changes",
-    }
+    assert swapped == ["snapshot"]  # the one op, which reads and writes the database
     return fast
 
 
@@ -301,12 +296,12 @@ def test_unreachable_database_fails_after_backed_off_retries(
 
     assert not result.success
     retries = h.events_of(result, "STEP_UP_FOR_RETRY")
-    assert [e.step_key for e in retries] == ["returns_matrix"] * fast_retries.max_retries
+    assert [e.step_key for e in retries] == ["snapshot"] * fast_retries.max_retries
     waits = [e.event_specific_data.seconds_to_wait for e in retries]
     for attempt, wait in enumerate(waits, start=1):  # exponential backoff, +/- one base delay
         centre = (2**attempt - 1) * BASE_DELAY
         assert centre - BASE_DELAY - 1e-9 <= wait <= centre + BASE_DELAY + 1e-9, waits
-    assert [e.step_key for e in h.events_of(result, "STEP_FAILURE")] == ["returns_matrix"]
+    assert [e.step_key for e in h.events_of(result, "STEP_FAILURE")] == ["snapshot"]
     (message,) = h.failure_messages(result)
     assert f"cannot connect to PostgreSQL at 127.0.0.1:{port}/" in message
     assert (
@@ -363,10 +358,10 @@ def test_run_recovers_when_the_database_comes_back(
     assert result.success, h.failure_messages(result)
     assert len(failures) == 1 and secret not in failures[0]
     retried = [e.step_key for e in h.events_of(result, "STEP_UP_FOR_RETRY")]
-    assert retried == ["returns_matrix"]
+    assert retried == ["snapshot"]
     counts = h.snapshot_counts(clean_db, D)
     assert counts["snapshots"] == 1 and counts["symbol_clusters"] == 12
-    publication = result.asset_materializations_for_node("snapshot_publication")[0]
+    publication = materializations(result, "snapshot_publication")[0]
     assert publication.metadata["database"].value == f"127.0.0.1:{port}/{make_url(url).database}"
 
     assert secret not in h.all_event_text(result)
