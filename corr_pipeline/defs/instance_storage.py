@@ -13,13 +13,16 @@ queries) with two changes:
 
 - one engine per database, kept open (the index database and the most recently used run
   databases, :data:`OPEN_RUN_DATABASES`), whose single connection the storage's own lock already
-  serialises; a run database is checkpointed after each use (``PRAGMA wal_checkpoint(PASSIVE)``),
-  which writes its new events into the database file, as the close did: the file watchers that
-  stream a run's events (``watch``) see the change at once;
-- :meth:`store_event_batch` writes a batch in one transaction per database. Dagster sends
-  batches (the planned materializations of a run, a step's materializations of a range of
-  partitions) when ``DAGSTER_EVENT_BATCH_SIZE`` is set, which this storage sets (when unset)
-  for the processes that use it.
+  serialises; the file of a run database is touched after each write, so the file watchers that
+  stream a run's events (``watch``, woken by the checkpoint of the close before) see new events
+  at once, while SQLite checkpoints the write-ahead log itself every thousand pages; a table
+  Dagster looks for before every check evaluation is looked up once;
+- :meth:`store_event_batch` writes a batch in one transaction per database (and updates each
+  asset's row once per kind of event, with the last one's values). Dagster sends batches
+  (the planned materializations of a run, a step's materializations of a range of partitions,
+  and the snapshot op's report of a session, :mod:`corr_pipeline.defs.ranges`) when
+  ``DAGSTER_EVENT_BATCH_SIZE`` is set, which this storage sets (when unset) for the processes
+  that use it.
 
 After a ``fork`` the child forgets the parent's connections and opens its own.
 
@@ -46,7 +49,7 @@ from typing import Any
 
 import yaml
 from dagster import DagsterInstance
-from dagster._core.events import ASSET_EVENTS, BATCH_WRITABLE_EVENTS
+from dagster._core.events import ASSET_CHECK_EVENTS, ASSET_EVENTS, BATCH_WRITABLE_EVENTS
 from dagster._core.events.log import EventLogEntry
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
@@ -103,6 +106,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self._engines_lock = threading.Lock()
+        self._tables: set[str] = set()
         super().__init__(base_dir, inst_data=inst_data)
         os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", EVENT_BATCH_SIZE)
         _STORAGES.add(self)
@@ -134,16 +138,30 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
                 self._initdb(engine)
                 self._initialized_dbs.add(shard)
             with engine.connect() as conn:
+                sqlite: Any = conn.connection.driver_connection
+                before = sqlite.total_changes
                 with conn.begin():
                     yield conn
-                if shard != INDEX_SHARD_NAME:  # the file watchers of a run see its new events
-                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+                if shard != INDEX_SHARD_NAME and sqlite.total_changes != before:
+                    os.utime(self.path_for_shard(shard))  # the run's file watchers wake up
 
     @property
     def open_databases(self) -> list[str]:
         """The databases whose engines are open (run ids, ``index``), least recently used
         first."""
         return list(self._engines)
+
+    def has_table(self, table_name: str) -> bool:
+        """Whether the index database has ``table_name`` (Dagster asks before every check
+        evaluation, sometimes inside a transaction of this storage); looked up as Dagster does,
+        on a connection of its own, and a table found is remembered (no migration drops one
+        while a process runs)."""
+        if table_name in self._tables:
+            return True
+        found = super().has_table(table_name)
+        if found:
+            self._tables.add(table_name)
+        return found
 
     def forget_connections(self) -> None:
         """Drop the engines without closing them (a forked child must not use or close the
@@ -161,10 +179,11 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
 
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
         """Store ``events`` as :meth:`store_event` would: the :data:`BATCHED_EVENTS` in one
-        transaction per run database and one in the index database, then the others (a run's
-        planned check evaluations, sent in the batch of its planned materializations) one by
-        one."""
-        batched = [event for event in events if event.dagster_event_type in BATCHED_EVENTS]
+        transaction per run database and one in the index database (each asset's row updated
+        once per kind of event, with the last one's values, which leaves it as all of them
+        would); the check evaluations too, each then recorded as its check's execution (as
+        :meth:`store_event` does); any other event on its own."""
+        batched = [e for e in events if e.dagster_event_type in BATCHED_EVENTS | ASSET_CHECK_EVENTS]
         statements = [self.prepare_insert_event(event) for event in batched]
         runs: dict[str, list[Any]] = {}
         for event, statement in zip(batched, statements, strict=True):
@@ -173,17 +192,30 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
             with self.run_connection(run_id) as conn:
                 for statement in run_statements:
                     conn.execute(statement)
+        ids: list[Any] = []
         if batched:
             with self.index_transaction() as conn:
-                ids: list[Any] = []
                 for statement in statements:
                     with db_result(conn, statement) as result:
                         ids.append(result.inserted_primary_key[0])
-                self._store_asset_event_tags(conn, batched, ids)
-                for event, event_id in zip(batched, ids, strict=True):
+                assets = [
+                    (event, event_id)
+                    for event, event_id in zip(batched, ids, strict=True)
+                    if event.dagster_event_type in BATCHED_EVENTS
+                ]
+                if assets:
+                    self._store_asset_event_tags(conn, *zip(*assets, strict=True))
+                last: dict[tuple[Any, Any], tuple[int, EventLogEntry, Any]] = {}
+                for position, (event, event_id) in enumerate(assets):
+                    kind = (event.get_dagster_event().asset_key, event.dagster_event_type)
+                    last[kind] = (position, event, event_id)
+                for _, event, event_id in sorted(last.values(), key=lambda item: item[0]):
                     self._store_asset_event(conn, event, event_id)
+        for event, event_id in zip(batched, ids, strict=True):
+            if event.dagster_event_type in ASSET_CHECK_EVENTS:
+                self.store_asset_check_event(event, event_id)
         for event in events:
-            if event.dagster_event_type not in BATCHED_EVENTS:
+            if event.dagster_event_type not in BATCHED_EVENTS | ASSET_CHECK_EVENTS:
                 self.store_event(event)
 
     def wipe(self) -> None:

@@ -1,8 +1,9 @@
 """The project's instance (``dagster.yaml``'s ``instance_class``) records exactly what Dagster's own
 SQLite storage records, keeps its databases open, and stays usable across processes.
 
-The same runs (a range of partitions with per-partition materializations and check evaluations,
-a single partition, a failed run) go to two instances: one with the repository's
+The same runs (a range of partitions reported session by session, as the snapshot op reports
+them, in batches of materializations and check evaluations; a single partition; a failed run) go
+to two instances: one with the repository's
 ``dagster.yaml`` (:class:`~corr_pipeline.defs.instance_storage.SnapshotInstance`, the pooled
 event log) and one with Dagster's default storage; every run's event log (types, steps,
 partitions, metadata, in order) and the cross-run asset queries (materialized partitions, the
@@ -26,6 +27,7 @@ import dagster as dg
 import pytest
 from dagster._core.events import DagsterEventType
 
+from corr_pipeline.defs import ranges
 from corr_pipeline.defs.instance_storage import PooledSqliteEventLogStorage, SnapshotInstance
 from corr_pipeline.defs.run import REPO_DAGSTER_YAML
 
@@ -45,15 +47,24 @@ FAIL_ON = "2024-01-04"
     can_subset=True,
 )
 def per_day(context):
-    """Each partition materialized as it is done; the configured day fails."""
+    """Each partition reported as the snapshot op reports a session (one batch of events:
+    materializations, then check evaluations); the configured day fails, the others pass."""
     failing = context.run.tags.get("fail_on")
+    checks = {dg.AssetCheckKey(dg.AssetKey("stats"), "stats_ok")}
     for key in sorted(context.partition_keys):
         if key == failing:
             continue
-        for asset in ("prices_seen", "stats"):
-            yield dg.AssetMaterialization(asset, partition=key, metadata={"day": key, "n": 3})
-        yield dg.AssetCheckEvaluation(
-            asset_key=dg.AssetKey("stats"), check_name="stats_ok", passed=True, partition=key
+        results = {
+            asset: ranges.SessionResult(None, {"day": key, "n": 3})
+            for asset in ("prices_seen", "stats")
+        }
+        results["stats"].checks = [
+            dg.AssetCheckResult(
+                asset_key="stats", check_name="stats_ok", passed=key != "2024-01-03"
+            )
+        ]
+        yield from ranges.session_events(
+            context, key, results, selected_checks=checks, blocking={"stats_ok": False}
         )
     if failing in context.partition_keys:
         raise dg.Failure(f"{failing} failed")
@@ -62,6 +73,13 @@ def per_day(context):
 @dg.asset(partitions_def=DAYS)
 def plain(context) -> int:
     context.log.info(f"plain {context.partition_key}")
+    return 1
+
+
+@dg.asset(partitions_def=DAYS)
+def slow(context) -> int:
+    """Ends two seconds after its run started, long after its run's database was created."""
+    time.sleep(2)
     return 1
 
 
@@ -150,22 +168,28 @@ def test_the_pooled_event_log_records_what_dagsters_own_records(tmp_path):
 
 
 WRITER = """
-import sys, dagster as dg
+import sys, time, dagster as dg
+from pathlib import Path
 sys.path.insert(0, {tests!r})
-from corr_pipeline_tests.defs.test_instance_storage import plain
-job = dg.Definitions(assets=[plain], jobs=[dg.define_asset_job("plain_job", [plain])]).resolve_job_def(
-    "plain_job"
+from corr_pipeline_tests.defs.test_instance_storage import slow
+job = dg.Definitions(assets=[slow], jobs=[dg.define_asset_job("slow_job", [slow])]).resolve_job_def(
+    "slow_job"
 )
 with dg.DagsterInstance.from_config({home!r}) as instance:
     run = job.execute_in_process(instance=instance, partition_key="2024-01-05", run_id={run_id!r})
     assert run.success
+    deadline = time.monotonic() + 60  # the instance stays open (its databases too) until told
+    while not Path({release!r}).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 """
 
 
 def test_a_watcher_sees_the_events_another_process_writes(tmp_path):
     """How the UI streams a run in progress: Dagster's SQLite event log wakes its watchers when
-    the run's database file changes; the pooled one checkpoints it after every write."""
+    the run's database file changes. The writer keeps its databases open (as a run worker does
+    while its run goes on) until the watcher has seen the run end."""
     home = tmp_path / "project"
+    release = tmp_path / "release"
     with _instance(home, None) as instance:
         run_id = "0f0e0d0c-0b0a-4909-8807-060504030201"
         seen: list[str] = []
@@ -178,10 +202,17 @@ def test_a_watcher_sees_the_events_another_process_writes(tmp_path):
 
         instance.watch_event_logs(run_id, None, callback)
         code = WRITER.format(
-            tests=str(Path(__file__).resolve().parents[2]), home=str(home), run_id=run_id
+            tests=str(Path(__file__).resolve().parents[2]),
+            home=str(home),
+            run_id=run_id,
+            release=str(release),
         )
-        subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
-        assert done.wait(30), f"the watcher saw {seen}"
+        writer = subprocess.Popen([sys.executable, "-c", code])
+        try:
+            assert done.wait(45), f"the watcher saw {seen}"
+        finally:
+            release.touch()
+            assert writer.wait(120) == 0
         assert "ASSET_MATERIALIZATION" in seen
 
 
