@@ -43,6 +43,7 @@ __all__ = [
     "published_dates",
     "published_head",
     "published_matrix_versions",
+    "published_neighbor",
     "published_rows",
     "published_sessions",
     "recorded_change_dates",
@@ -217,6 +218,19 @@ def published_sessions(
             day: PublishedSession(day, dict(params or {}), bool(recorded))
             for day, params, recorded in conn.execute(statement)
         }
+
+
+def published_neighbor(engine: sa.Engine, day: dt.date | str | None = None) -> dt.date | None:
+    """The newest published ``snapshot_date`` before ``day``, or the first one published when
+    ``day`` is None; None when there is none (one indexed probe, however many are published)."""
+    if day is None:
+        statement = sa.select(sa.func.min(snapshots.c.snapshot_date))
+    else:
+        statement = sa.select(sa.func.max(snapshots.c.snapshot_date)).where(
+            snapshots.c.snapshot_date < as_iso_date(day, "day")
+        )
+    with engine.connect() as conn:
+        return conn.execute(statement).scalar_one()
 
 
 def published_dates(engine: sa.Engine, *, before: dt.date | str | None = None) -> list[dt.date]:

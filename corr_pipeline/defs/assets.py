@@ -51,6 +51,7 @@ from corr_pipeline.defs.step_options import SNAPSHOT_STEP
 from corr_pipeline.snapshot import retention, steps
 from corr_pipeline.snapshot.current import current_sessions
 from corr_pipeline.snapshot.scheduler import SchedulerError
+from corr_pipeline.store import memory
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStoreError
 
 __all__ = ["NO_PRICES_TAG", "snapshot", "snapshot_assets"]
@@ -127,6 +128,7 @@ def _sessions(step: SnapshotStep, todo: list[str], failed: dict[str, str]) -> It
                 if reason is None and "snapshot_publication" in selected:
                     _with_retention(step, session, {key} | {k for k in keys if k > key})
             yield from ranges.session_events(
+                context,
                 key,
                 session.results,
                 selected_checks=set(context.selected_asset_check_keys),
@@ -247,7 +249,9 @@ def _stored(
     the stored bundle) and the store's facts appended to its metadata."""
     if not isinstance(result.value, MatrixBundle):
         return result
-    stored, facts = step.matrix_store.save_for(step.context, asset, session.key, result.value)
+    stored, facts = step.matrix_store.save_for(
+        step.context, asset, session.key, result.value, in_memory=session.key in step.in_memory
+    )
     session.bundles[asset] = stored
     return replace(result, value=stored, metadata={**result.metadata, **facts})
 
@@ -265,16 +269,26 @@ def _stored_input(step: SnapshotStep, asset: str, key: str) -> MatrixBundle:
 
 
 def _with_retention(step: SnapshotStep, session: Session, still_needed: set[str]) -> None:
-    """Apply retention after the session when it is due: after every session of a run whose
-    sessions use the memory area (it then holds at most two sessions' matrices), and after the
-    run's last session; after the changes, which read the matrices of the session before. What
+    """Apply retention after the session when it is due: after the run's last session, and
+    after every session while the matrices of the run's sessions that retention will not keep
+    would not all fit a quarter of the store's memory area (it then holds at most two
+    sessions' matrices); after the changes, which read the matrices of the session before. What
     it did goes into the publication's metadata."""
     last = session.key == step.keys[-1]
-    if not (last or step.in_memory):
+    if not (last or _retain_each_session(step, session)):
         return
     facts: dict[str, Any] = apply_retention(step.context, step, session.key, still_needed)
     result = session.results["snapshot_publication"]
     session.results["snapshot_publication"] = replace(result, metadata={**result.metadata, **facts})
+
+
+def _retain_each_session(step: SnapshotStep, session: Session) -> bool:
+    corr = session.bundles.get("correlation_matrix")
+    overlap = session.bundles.get("overlap_matrix")
+    if not step.in_memory or corr is None or overlap is None:
+        return False
+    matrices = corr["corr"].nbytes + overlap["overlap"].nbytes
+    return len(step.in_memory) * matrices > memory.area_budget_bytes() // 4
 
 
 snapshot_assets = [snapshot]

@@ -254,15 +254,22 @@ class MatrixStoreResource(dg.ConfigurableResource):
         return store.scratch(asset, partition, name, shape, np.dtype(dtype), in_memory=in_memory)
 
     def save_for(
-        self, context: Any, asset: str, partition: str, bundle: MatrixBundle
+        self,
+        context: Any,
+        asset: str,
+        partition: str,
+        bundle: MatrixBundle,
+        *,
+        in_memory: bool = False,
     ) -> tuple[MatrixBundle, dict[str, Any]]:
         """Store ``bundle`` as the current bundle of ``asset`` / ``partition`` (what
-        :class:`MatrixStoreIOManager` does with an output) and return the stored bundle (arrays
-        as read-only maps, with their versions) and :func:`stored_metadata`; the partition stays
+        :class:`MatrixStoreIOManager` does with an output; ``in_memory``: its copied arrays in
+        the store's memory area when it has room) and return the stored bundle (arrays as
+        read-only maps, with their versions) and :func:`stored_metadata`; the partition stays
         held until the step ends."""
         store = self.store
         self._holds.take(store, asset, partition)
-        report = store.save_bundle(asset, partition, bundle)
+        report = store.save_bundle(asset, partition, bundle, in_memory=in_memory)
         if report.removed:
             context.log.info(removed_line(report))
         return report.bundle, stored_metadata(report)

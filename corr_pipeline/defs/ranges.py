@@ -25,6 +25,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
+from dagster._core.events import (
+    DagsterEvent,
+    DagsterEventBatchMetadata,
+    DagsterEventType,
+    generate_event_batch_id,
+)
 
 from corr_pipeline.defs.metadata_order import in_reading_order
 
@@ -85,22 +91,42 @@ def evaluation(result: dg.AssetCheckResult, partition: str, blocking: bool) -> A
 
 
 def session_events(
+    context: dg.AssetExecutionContext,
     key: str,
     results: Mapping[str, SessionResult],
     *,
     selected_checks: set[dg.AssetCheckKey],
     blocking: Mapping[str, bool],
-) -> Iterator[Any]:
+) -> Iterator[DagsterEvent]:
     """The events of session ``key`` (module docstring): per asset its materialization, then
-    its selected checks' evaluations."""
+    the evaluations of its selected checks; logged as one batch (the instance stores them
+    together, as it stores the materializations of a range's output) and yielded, so the run's
+    events list them."""
+    step_context = context.get_step_execution_context()
+    events: list[tuple[DagsterEventType, Any, str | None]] = []
     for asset, result in results.items():
-        yield dg.AssetMaterialization(
-            asset_key=asset, partition=key, metadata=in_reading_order(result.metadata)
-        )
+        metadata = in_reading_order(result.metadata)
+        materialization = dg.AssetMaterialization(asset_key=asset, partition=key, metadata=metadata)
+        events.append((DagsterEventType.ASSET_MATERIALIZATION, materialization, None))
         for check in result.checks:
             check_key = dg.AssetCheckKey(dg.AssetKey(asset), str(check.check_name))
             if check_key in selected_checks:
-                yield evaluation(check, key, blocking=blocking[check_key.name])
+                checked = evaluation(check, key, blocking=blocking[check_key.name])
+                said = "passed" if checked.passed else "did not pass"
+                events.append(
+                    (
+                        DagsterEventType.ASSET_CHECK_EVALUATION,
+                        checked,
+                        f"Asset check '{checked.check_name}' on '{asset}' {said}.",
+                    )
+                )
+    batch = generate_event_batch_id()
+    for i, (kind, data, message) in enumerate(events):
+        end = DagsterEventBatchMetadata(batch, i == len(events) - 1)
+        if kind == DagsterEventType.ASSET_MATERIALIZATION:
+            yield DagsterEvent.asset_materialization(step_context, data, end)
+        else:
+            yield DagsterEvent.from_step(kind, step_context, data, message, end)
 
 
 def failure(failed: Mapping[str, str], total: int) -> dg.Failure:

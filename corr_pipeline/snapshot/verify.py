@@ -472,18 +472,21 @@ def verify_injected_pairs(
         verdict.metadata["note"] = "no synthetic truth in the database (real data)"
         return verdict
     column = {s: j for j, s in enumerate(symbols)}
-    found_lag = {
-        (int(a), int(b)): int(c)
-        for a, b, c in zip(pairs["leader"], pairs["lagger"], pairs["lag"], strict=True)
-    }
-    eligible = found = 0
+    kept = [(a, b, int(lag)) for a, b, lag in truth if a in column and b in column]
+    # each pair as one number leader * N + lagger, sorted once: the injected ones looked up
+    n = max(len(symbols), 1)
+    keys = pairs["leader"].astype(np.int64) * n + pairs["lagger"].astype(np.int64)
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    wanted = np.array([column[a] * n + column[b] for a, b, _ in kept], dtype=np.int64)
+    at = np.searchsorted(sorted_keys, wanted)
+    present = at < sorted_keys.size
+    present[present] = sorted_keys[at[present]] == wanted[present]
+    eligible, found = len(kept), 0
     missed: list[str] = []
-    for leader, lagger, lag in truth:
-        if leader not in column or lagger not in column:
-            continue
-        eligible += 1
-        got = found_lag.get((column[leader], column[lagger]))
-        if got == int(lag):
+    for (leader, lagger, lag), hit, i in zip(kept, present, at, strict=True):
+        got = int(pairs["lag"][order[i]]) if hit else None
+        if got == lag:
             found += 1
         else:
             missed.append(f"{leader}->{lagger} (lag {lag}, got {got})")

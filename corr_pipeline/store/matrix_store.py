@@ -414,22 +414,26 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _write_json_atomic(final: Path, obj: Mapping[str, Any], *, sync_dir: bool = True) -> None:
+def _write_json_atomic(
+    final: Path, obj: Mapping[str, Any], *, sync_dir: bool = True, durable: bool = True
+) -> None:
     """Write ``obj`` as JSON to ``final`` atomically: locked 0600 temp file, fsync, rename
-    (then fsync of the directory). Temp file removed on any failure."""
+    (then fsync of the directory). Temp file removed on any failure. ``durable`` False: no
+    fsync at all (the rename still makes it appear whole; a power loss may lose it)."""
     data = json.dumps(obj, indent=1, sort_keys=True).encode("utf-8")
     temp, lock = _create_temp(final)
     try:
         assert lock.fd is not None
         _write_all(lock.fd, data)
-        os.fsync(lock.fd)
+        if durable:
+            os.fsync(lock.fd)
         os.replace(temp, final)
     except BaseException:
         _unlink_quiet(temp)
         raise
     finally:
         lock.release()
-    if sync_dir:
+    if sync_dir and durable:
         _fsync_dir(final.parent)
 
 
@@ -1106,6 +1110,8 @@ class MatrixStore:
         array: Any,
         labels: Mapping[str, Any] | None,
         params: Mapping[str, Any] | None,
+        *,
+        in_memory: bool = False,
     ) -> StoredArray:
         arr = np.asarray(array)
         with self.allocate(
@@ -1117,6 +1123,7 @@ class MatrixStore:
             labels=labels,
             params=params,
             fortran_order=bool(arr.flags.f_contiguous and not arr.flags.c_contiguous),
+            in_memory=in_memory,
         ) as pending:
             if arr.size:
                 pending.array[...] = arr
@@ -1284,10 +1291,13 @@ class MatrixStore:
         partition: str,
         directory: Path,
         update: Any,
+        *,
+        durable: bool = True,
     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         """Read-modify-write of the manifest under the manifest lock (and a shared partition
         hold): ``update(previous manifest or None) -> new manifest``; every version the new one
-        names must exist. Returns (previous, new)."""
+        names must exist; ``durable``: written through to the disk (:func:`_write_json_atomic`).
+        Returns (previous, new)."""
         held = self._hold(directory, exclusive=False, blocking=True, create=True)
         assert held is not None
         try:
@@ -1306,7 +1316,7 @@ class MatrixStore:
                         )
                 final = directory / MANIFEST_FILE
                 try:
-                    _write_json_atomic(final, manifest)
+                    _write_json_atomic(final, manifest, durable=durable)
                 except OSError as exc:
                     raise _space_or_io_error("writing the bundle manifest", final, exc) from exc
         finally:
@@ -1369,7 +1379,9 @@ class MatrixStore:
 
     # ---- bundles (the unit the Dagster IO manager hands over) --------------------------
 
-    def save_bundle(self, asset: str, partition: str, bundle: MatrixBundle) -> BundleWriteReport:
+    def save_bundle(
+        self, asset: str, partition: str, bundle: MatrixBundle, *, in_memory: bool = False
+    ) -> BundleWriteReport:
         """Store every array of ``bundle`` under ``<asset>/<partition>`` and commit its manifest.
 
         Per array ``name``:
@@ -1381,8 +1393,11 @@ class MatrixStore:
         * anything else is converted with ``np.asarray`` and copied into a new version, with the
           bundle's labels/params in its sidecar.
 
-        Then ``bundle.manifest.json`` (names, versions, shapes, dtypes, labels, params, inputs)
-        replaces the previous one atomically — the commit point of the bundle. Names of the
+        ``in_memory``: the copies go to the store's memory area when it has room
+        (:meth:`allocate`). Then ``bundle.manifest.json`` (names, versions, shapes, dtypes,
+        labels, params, inputs) replaces the previous one atomically — the commit point of the
+        bundle; when every version it names lives in the memory area, which a reboot empties,
+        it is written without waiting for the disk. Names of the
         previous manifest missing from the bundle are dropped (``removed``); their versions,
         like the superseded ones, are left to :meth:`collect_garbage`.
         """
@@ -1421,7 +1436,13 @@ class MatrixStore:
                 else:
                     arr = np.asarray(value)
                     stored[name] = self._save_version(
-                        asset, partition, name, arr, bundle.labels, bundle.params
+                        asset,
+                        partition,
+                        name,
+                        arr,
+                        bundle.labels,
+                        bundle.params,
+                        in_memory=in_memory,
                     )
                     copied.append(name)
                     copied_bytes += int(arr.nbytes)
@@ -1436,7 +1457,12 @@ class MatrixStore:
                 )
                 return manifest
 
-            previous, manifest = self._commit_manifest(asset, partition, directory, update)
+            # versions that all live in the memory area do not survive a reboot: neither need
+            # the manifest naming them
+            in_area = all(not s.path.is_relative_to(self.base_dir) for s in stored.values())
+            previous, manifest = self._commit_manifest(
+                asset, partition, directory, update, durable=not (stored and in_area)
+            )
         finally:
             held.release()
         for s in stored.values():

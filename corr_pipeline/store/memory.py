@@ -27,7 +27,7 @@ from pathlib import Path
 
 from corr_pipeline import settings
 
-__all__ = ["free_bytes", "has_room", "store_area"]
+__all__ = ["area_budget_bytes", "free_bytes", "has_room", "store_area"]
 
 #: What the memory file system keeps free beyond a version it takes.
 _MARGIN = 256 * 2**20
@@ -98,16 +98,11 @@ def _meminfo() -> tuple[int, int]:
     return total, available
 
 
-def _used_bytes(user_dir: Path) -> int:
-    """Bytes of every file under the user's memory directory (all its stores)."""
-    used = 0
-    for directory, _, files in os.walk(user_dir):
-        for name in files:
-            try:
-                used += os.lstat(os.path.join(directory, name)).st_size
-            except OSError:
-                continue
-    return used
+def _used_bytes(area: Path) -> int:
+    """Bytes the memory file system of ``area`` holds (every user's: an upper bound of this
+    store's, found without walking its files)."""
+    info = os.statvfs(area)
+    return (info.f_blocks - info.f_bfree) * info.f_frsize
 
 
 #: The share of the machine's (or cgroup's) memory the user's memory area may hold: a run keeps
@@ -119,11 +114,17 @@ AREA_SHARE = 2
 AVAILABLE_SHARE = 4
 
 
+def area_budget_bytes() -> int:
+    """The most the user's memory area may hold: ``1 / AREA_SHARE`` of the machine's (or its
+    cgroup's) memory."""
+    return _meminfo()[0] // AREA_SHARE
+
+
 def has_room(area: Path, nbytes: int) -> bool:
     """Whether ``nbytes`` more in ``area`` (a directory of the memory area) fit the memory
-    area's budget: the user's memory directory stays within ``1 / AREA_SHARE`` of the
-    machine's (or its cgroup's) memory, and ``1 / AVAILABLE_SHARE`` of the memory stays
-    available after it."""
+    area's budget: its memory file system holds at most ``1 / AREA_SHARE`` of the machine's
+    (or its cgroup's) memory, and ``1 / AVAILABLE_SHARE`` of the memory stays available after
+    it."""
     if free_bytes(area) < nbytes + _MARGIN:
         return False
     try:
@@ -132,5 +133,4 @@ def has_room(area: Path, nbytes: int) -> bool:
         return False
     if available - nbytes < total // AVAILABLE_SHARE:
         return False
-    user_dir = next((p for p in area.parents if p.name == _user_dir_name()), area)
-    return _used_bytes(user_dir) + nbytes <= total // AREA_SHARE
+    return _used_bytes(area) + nbytes <= total // AREA_SHARE

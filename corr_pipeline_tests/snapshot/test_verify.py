@@ -227,6 +227,11 @@ def test_injected_pairs_check():
     assert found.passed and found.metadata["recall"] == 1.0
     wrong_lag = verify.verify_injected_pairs(pairs, symbols, [("A", "B", 3)])
     assert not wrong_lag.passed and wrong_lag.metadata["injected_pairs_found"] == 0
+    absent = verify.verify_injected_pairs(pairs, symbols, [("B", "A", 2), ("A", "B", 2)])
+    assert not absent.passed and absent.metadata["injected_pairs_found"] == 1
+    assert "B->A (lag 2, got None)" in absent.problems[0]
+    nothing = verify.verify_injected_pairs(pairs[:0], symbols, [("A", "B", 2)])
+    assert not nothing.passed and nothing.metadata["injected_pairs_kept"] == 1
     dropped = verify.verify_injected_pairs(pairs, symbols, [("A", "Z", 1)])
     assert dropped.passed and dropped.metadata["injected_pairs_kept"] == 0
     real = verify.verify_injected_pairs(pairs, symbols, [])
