@@ -290,8 +290,9 @@ def add_bench_command(commands: Any) -> None:
     bench.add_argument(
         "--through-dagster",
         action="store_true",
-        help="run the snapshot through Dagster (snapshot_job, one process per step) on a scratch "
-        "instance in DIR/dagster_home: per step wall s, peak RssAnon and peak RSS of its process",
+        help="run the snapshot through Dagster (snapshot_job, as the nightly run) on a scratch "
+        "instance in DIR/dagster_home: per asset its stage's wall s, peak RSS and RssAnon; the "
+        "run's wall time",
     )
     bench.add_argument(
         "--no-floor",

@@ -277,6 +277,7 @@ def _with_retention(step: SnapshotStep, session: Session, still_needed: set[str]
     last = session.key == step.keys[-1]
     if not (last or _retain_each_session(step, session)):
         return
+    step.matrix_store.release_partitions_but(session.key)  # the earlier sessions are done
     facts: dict[str, Any] = apply_retention(step.context, step, session.key, still_needed)
     result = session.results["snapshot_publication"]
     session.results["snapshot_publication"] = replace(result, metadata={**result.metadata, **facts})

@@ -54,7 +54,7 @@ retention and garbage collection leave a partition alone while a step uses it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -162,9 +162,11 @@ class _PartitionHolds:
         if (asset, partition) not in self.holds:
             self.holds[(asset, partition)] = store.hold_partition(asset, partition)
 
-    def release(self) -> None:
-        holds, self.holds = self.holds, {}
-        for held in holds.values():
+    def release(self, keep: Callable[[str], bool] = lambda _partition: False) -> None:
+        """Release every hold but those of the partitions ``keep`` says to keep."""
+        released = {where: held for where, held in self.holds.items() if not keep(where[1])}
+        for where, held in released.items():
+            del self.holds[where]
             held.release()
 
 
@@ -202,6 +204,11 @@ class MatrixStoreResource(dg.ConfigurableResource):
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self._holds.release()
+
+    def release_partitions_but(self, partition: str) -> None:
+        """Let go of the partitions this resource holds, but ``partition``'s: a run that has
+        finished with its earlier sessions lets retention remove them."""
+        self._holds.release(keep=lambda held: held == partition)
 
     def allocate_for(
         self,

@@ -13,6 +13,11 @@ retention removes, but only once the next session's changes (its correlation mov
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -24,9 +29,11 @@ from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
-from corr_pipeline.defs.run import snapshot_job_def
+from corr_pipeline.defs.run import REPO_DAGSTER_YAML, snapshot_job_def
 from corr_pipeline.defs.runs import RANGE_END_TAG, RANGE_START_TAG, run_sessions
 from corr_pipeline.defs.step_options import SESSIONS_PER_RUN, backfill_sessions_per_run
+from corr_pipeline.store import memory
+from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.defs.published import published_rows
 from corr_pipeline_tests.deployment import resources_at, use_store
@@ -237,3 +244,77 @@ def test_a_session_fails_alone_and_a_reexecution_computes_only_it(universe, tmp_
             {"d": last},
         ).scalar_one()
     assert previous == SESSIONS[-2]
+
+
+def _dg_launch(home: Path, *args: str, universe: int) -> subprocess.CompletedProcess:
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "DAGSTER_HOME": str(home), settings.ENV_UNIVERSE_SYMBOLS: str(universe)}
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("dg")), "launch", "--job", "snapshot_job", *args],
+        cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+
+
+def test_dg_launch_runs_a_range_in_one_run_when_the_policy_is_single_run(universe, tmp_path):
+    """Sized for a small universe a run may hold ten years of sessions: the backfill policy is
+    single-run, and ``dg launch --partition-range`` computes the range in ONE run, each session
+    published and materialized as its own partition. Sized for 24,000 symbols (the default)
+    the policy is multi-run, which Dagster refuses for a range on the command line."""
+    use_store(tmp_path / "store")
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(REPO_DAGSTER_YAML, home / "dagster.yaml")
+    first, last = SESSIONS[0], SESSIONS[2]
+    refused = _dg_launch(home, "--partition-range", f"{first}...{last}", universe=24_000)
+    assert refused.returncode != 0
+    assert "single_run" in refused.stdout + refused.stderr
+    config = tmp_path / "run.yaml"
+    config.write_text(json.dumps({"resources": {"snapshot_params": {"config": PARAMS}}}))
+    done = _dg_launch(
+        home, "--partition-range", f"{first}...{last}", "--config", str(config), universe=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        (run,) = instance.get_runs()
+        assert run.status == dg.DagsterRunStatus.SUCCESS
+        assert run_sessions(run.tags) == SESSIONS[:3]
+        records = instance.get_records_for_run(
+            run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+        ).records
+        shown = sorted(
+            r.asset_materialization.partition
+            for r in records
+            if r.asset_materialization.asset_key == dg.AssetKey("snapshot_publication")
+        )
+    finally:
+        instance.dispose()
+    assert shown == SESSIONS[:3]
+    assert sorted(_published_at(universe)) == SESSIONS[:3]
+
+
+def test_a_range_keeps_at_most_two_sessions_of_history(universe, tmp_path, monkeypatch):
+    """When the history of a range would not fit a quarter of the memory area (here made small),
+    retention follows every session: once a session's changes are in, the session before it
+    is no longer needed and goes, so the store holds at most the session computed and the one
+    before it, besides the sessions retention keeps."""
+    monkeypatch.setenv("CORR_PIPELINE_KEEP_MATRICES", "2")
+    monkeypatch.setattr(memory, "area_budget_bytes", lambda: 4096)
+    resources = _resources(tmp_path / "store")
+    for day in NEWER:
+        assert dg.materialize(snapshot_assets, partition_key=day, resources=resources).success
+    result = dg.materialize(
+        snapshot_assets,
+        resources=resources,
+        tags={RANGE_START_TAG: SESSIONS[0], RANGE_END_TAG: SESSIONS[-1]},
+    )
+    assert result.success
+    removed = {
+        m.partition: m.metadata["retention_removed"].value
+        for m in materializations(result, "snapshot_publication")
+    }
+    assert removed == {
+        SESSIONS[0]: [],
+        **{day: [before] for before, day in zip(SESSIONS, SESSIONS[1:], strict=False)},
+    }
+    assert MatrixStore(tmp_path / "store").partition_keys() == [SESSIONS[-1], *NEWER]
