@@ -259,7 +259,6 @@ def correlation_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.
             stored_overlap.array,
             min_overlap=params.min_overlap,
             finite_counts=np.isfinite(R).sum(axis=0),
-            working_memory_mb=params.working_memory_mb,
         )
         verdicts = verify.verify_correlation(corr_stats)
     metadata.log_stage(context, f"correlation checks {key}", check_stats)
@@ -327,7 +326,6 @@ def neighbors_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Se
             k=params.k_neighbors,
             neighbor_overlap=found.overlap,
             overlap=overlap,
-            working_memory_mb=params.working_memory_mb,
         )
     metadata.log_stage(step.context, f"top_k_neighbors {session.key}", stats)
     arrays: dict[str, np.ndarray | StoredArray] = {"index": found.index, "corr": found.corr}

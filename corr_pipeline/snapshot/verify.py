@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, row_blocks, square_tile_side
+from corr_pipeline.compute.matrix_facts import row_counts_above, upper_triangle_facts
+from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, row_blocks
 from corr_pipeline.db.publish import SnapshotResults
 from corr_pipeline.snapshot import display
 
@@ -140,61 +141,39 @@ def correlation_stats(
     *,
     min_overlap: int,
     finite_counts: np.ndarray | None = None,
-    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
 ) -> CorrelationStats:
-    """One tiled pass over the upper-triangle tiles ``(I, J), J >= I`` of ``corr``/``overlap``.
+    """One pass over the strict upper triangle of ``corr``/``overlap``
+    (:func:`corr_pipeline.compute.matrix_facts.upper_triangle_facts`).
 
-    Per tile pair, ``corr[I, J]`` is compared bit for bit (as uint32) with ``corr[J, I].T``
-    (SPEC §3: exactly symmetric, NaN patterns included), likewise ``overlap``. On the strict
-    upper triangle: finite values must lie in ``[-1, 1]``; ``overlap < min_overlap`` must give
-    NaN; ``overlap >= min_overlap`` with NaN is counted (legitimate only for zero variance on
-    the overlap, reported, not failed). Diagonal: ``corr[i, i] == 1`` and, when
-    ``finite_counts`` (finite returns per column) is given, ``overlap[i, i] == finite_counts[i]``.
-    Also accumulates the mean ``|corr|`` over defined pairs (float64) and the mean overlap.
-    Memory: about 8 tiles of ``b x b`` 4-byte values alive at once.
+    Each ``corr[i, j]`` is compared bit for bit (as uint32) with ``corr[j, i]`` (SPEC §3:
+    exactly symmetric, NaN patterns included), likewise ``overlap``. On the strict upper
+    triangle: finite values must lie in ``[-1, 1]``; ``overlap < min_overlap`` must give NaN;
+    ``overlap >= min_overlap`` with NaN is counted (legitimate only for zero variance on the
+    overlap, reported, not failed). Diagonal: ``corr[i, i] == 1`` and, when ``finite_counts``
+    (finite returns per column) is given, ``overlap[i, i] == finite_counts[i]``. Also the mean
+    ``|corr|`` over defined pairs (float64) and the mean overlap. Memory: O(N).
     """
     n = int(corr.shape[0])
     stats = CorrelationStats(n=n)
     if n == 0:
         return stats
-    b = square_tile_side(48, working_memory_mb, n, minimum=64)
-    blocks = row_blocks(n, 48 * b, block_rows=b)
-    sum_overlap = 0.0
-    for bi, (i0, i1) in enumerate(blocks):
-        diag = np.asarray(corr[np.arange(i0, i1), np.arange(i0, i1)])
-        stats.diagonal_not_one += int(np.count_nonzero(diag != np.float32(1.0)))
-        if finite_counts is not None:
-            diag_overlap = np.asarray(overlap[np.arange(i0, i1), np.arange(i0, i1)])
-            stats.overlap_diagonal_mismatch += int(
-                np.count_nonzero(diag_overlap.astype(np.int64) != finite_counts[i0:i1])
-            )
-        for j0, j1 in blocks[bi:]:
-            upper = np.ascontiguousarray(corr[i0:i1, j0:j1])
-            lower_t = np.ascontiguousarray(corr[j0:j1, i0:i1]).T
-            stats.asymmetric_corr += int(
-                np.count_nonzero(upper.view(np.uint32) != lower_t.view(np.uint32))
-            )
-            ov_upper = np.asarray(overlap[i0:i1, j0:j1])
-            ov_lower_t = np.asarray(overlap[j0:j1, i0:i1]).T
-            stats.asymmetric_overlap += int(np.count_nonzero(ov_upper != ov_lower_t))
-            if i0 == j0:
-                keep = np.triu(np.ones(upper.shape, dtype=bool), k=1)
-                values, ov = upper[keep], ov_upper[keep]
-            else:
-                values, ov = upper.ravel(), ov_upper.ravel()
-            finite = np.isfinite(values)
-            enough = ov >= min_overlap
-            abs_values = np.abs(values[finite])
-            stats.out_of_range += int(np.count_nonzero(abs_values > 1.0))
-            stats.finite_below_min_overlap += int(np.count_nonzero(finite & ~enough))
-            stats.nan_at_or_above_min_overlap += int(np.count_nonzero(~finite & enough))
-            stats.pairs_total += int(values.size)
-            stats.pairs_defined += int(abs_values.size)
-            stats.sum_abs_corr += float(abs_values.sum(dtype=np.float64))
-            if abs_values.size:
-                stats.max_abs_offdiag = max(stats.max_abs_offdiag, float(abs_values.max()))
-            sum_overlap += float(ov.sum(dtype=np.float64))
-    stats.mean_overlap = sum_overlap / stats.pairs_total if stats.pairs_total else 0.0
+    diagonal = np.arange(n)
+    stats.diagonal_not_one = int(np.count_nonzero(corr[diagonal, diagonal] != np.float32(1.0)))
+    if finite_counts is not None:
+        stats.overlap_diagonal_mismatch = int(
+            np.count_nonzero(overlap[diagonal, diagonal].astype(np.int64) != finite_counts)
+        )
+    facts = upper_triangle_facts(corr, overlap, min_overlap=min_overlap)
+    stats.asymmetric_corr = facts.asymmetric_corr
+    stats.asymmetric_overlap = facts.asymmetric_overlap
+    stats.out_of_range = facts.out_of_range
+    stats.finite_below_min_overlap = facts.finite_below_min_overlap
+    stats.nan_at_or_above_min_overlap = facts.nan_at_or_above_min_overlap
+    stats.pairs_total = facts.pairs_total
+    stats.pairs_defined = facts.pairs_defined
+    stats.sum_abs_corr = facts.sum_abs_corr
+    stats.max_abs_offdiag = facts.max_abs_offdiag
+    stats.mean_overlap = facts.sum_overlap / facts.pairs_total if facts.pairs_total else 0.0
     return stats
 
 
@@ -261,16 +240,18 @@ def verify_neighbors(
     k: int,
     neighbor_overlap: np.ndarray | None = None,
     overlap: np.ndarray | None = None,
-    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
 ) -> Verdict:
-    """SPEC §4 against the correlation matrix, row block by row block.
+    """SPEC §4 against the correlation matrix.
 
     For each row ``i``: filled entries form a prefix of length ``min(k, #finite corr[i, j != i])``
     (rows are "filled" exactly as far as the data allows; the rest is ``-1`` / NaN); indices are
     distinct, in ``[0, N)``, never ``i``; each ``neighbor_corr`` equals ``corr[i, index]`` bit for
     bit (and ``neighbor_overlap`` equals ``overlap[i, index]``); ``|corr|`` is non-increasing;
-    and no unselected finite entry has a strictly larger ``|corr|`` than the last selected one.
-    Memory: a row block ``b x N`` of float32 plus masks (~10 bytes per element).
+    and no unselected finite entry has a strictly larger ``|corr|`` than the last selected one
+    (in a full row: the entries above the weakest selected ``|corr|`` are exactly the selected
+    ones above it). The finite and larger entries of every row are counted in one pass over
+    ``corr`` (:func:`corr_pipeline.compute.matrix_facts.row_counts_above`); the rest reads the
+    ``N x k`` arrays and the entries they name. Memory: O(N·k).
     """
     n = int(corr.shape[0])
     verdict = Verdict(passed=True)
@@ -292,57 +273,46 @@ def verify_neighbors(
         ),
         0,
     )
-    filled_total = 0
-    for i0, i1 in row_blocks(n, n * 16, working_memory_mb):
-        block = np.asarray(corr[i0:i1, :])
-        height = i1 - i0
-        local = np.arange(height)
-        finite = np.isfinite(block)
-        finite[local, np.arange(i0, i1)] = False
-        available = finite.sum(axis=1)
-        idx = np.asarray(index[i0:i1], dtype=np.int64)
-        vals = np.asarray(neighbor_corr[i0:i1])
-        filled_mask = idx >= 0
-        filled = filled_mask.sum(axis=1)
-        filled_total += int(filled.sum())
-        expected = np.minimum(k, available)
-        counts["rows_short_of_k"] += int(np.count_nonzero(expected < min(k, n - 1)))
-        prefix_ok = (filled_mask == (np.arange(k)[None, :] < filled[:, None])).all(axis=1)
-        pad_ok = np.where(filled_mask, True, (idx == -1) & np.isnan(vals)).all(axis=1)
-        counts["bad_padding"] += int(np.count_nonzero(~prefix_ok | ~pad_ok | (filled != expected)))
-        in_range = ~filled_mask | ((idx >= 0) & (idx < n))
-        counts["bad_index"] += int(np.count_nonzero(~in_range))
-        safe = np.where(filled_mask & in_range, idx, 0)
-        is_self = filled_mask & (safe == (i0 + local)[:, None])
-        sorted_idx = np.sort(np.where(filled_mask, safe, -1 - np.arange(k)[None, :]), axis=1)
-        dup = (sorted_idx[:, 1:] == sorted_idx[:, :-1]).sum(axis=1)
-        counts["self_or_duplicate"] += int(np.count_nonzero(is_self)) + int(dup.sum())
-        gathered = np.take_along_axis(block, safe, axis=1)
-        mismatch = filled_mask & (gathered.view(np.uint32) != vals.view(np.uint32))
-        counts["value_mismatch"] += int(np.count_nonzero(mismatch))
-        if overlap is not None and neighbor_overlap is not None:
-            ov_block = np.asarray(overlap[i0:i1, :])
-            ov_gathered = np.take_along_axis(ov_block, safe, axis=1)
-            nov = np.asarray(neighbor_overlap[i0:i1])
-            counts["overlap_mismatch"] += int(
-                np.count_nonzero(filled_mask & (ov_gathered.astype(np.int64) != nov))
-            )
-        abs_vals = np.where(filled_mask, np.abs(gathered), -np.inf)
-        counts["not_sorted"] += int(
-            np.count_nonzero(filled_mask[:, 1:] & (abs_vals[:, 1:] > abs_vals[:, :-1]))
+    rows = np.arange(n)
+    idx = np.asarray(index, dtype=np.int64)
+    vals = np.asarray(neighbor_corr)
+    filled_mask = idx >= 0
+    filled = filled_mask.sum(axis=1)
+    in_range = ~filled_mask | ((idx >= 0) & (idx < n))
+    counts["bad_index"] = int(np.count_nonzero(~in_range))
+    safe = np.where(filled_mask & in_range, idx, 0)
+    is_self = filled_mask & (safe == rows[:, None])
+    sorted_idx = np.sort(np.where(filled_mask, safe, -1 - np.arange(k)[None, :]), axis=1)
+    dup = (sorted_idx[:, 1:] == sorted_idx[:, :-1]).sum(axis=1)
+    counts["self_or_duplicate"] = int(np.count_nonzero(is_self)) + int(dup.sum())
+    gathered = np.asarray(corr[rows[:, None], safe]) if n else np.empty((0, k), np.float32)
+    mismatch = filled_mask & (gathered.view(np.uint32) != vals.view(np.uint32))
+    counts["value_mismatch"] = int(np.count_nonzero(mismatch))
+    if overlap is not None and neighbor_overlap is not None and n:
+        ov_gathered = np.asarray(overlap[rows[:, None], safe])
+        counts["overlap_mismatch"] = int(
+            np.count_nonzero(filled_mask & (ov_gathered.astype(np.int64) != neighbor_overlap))
         )
-        # no unselected finite entry strictly above the weakest selected one
-        selected = np.zeros_like(finite)
-        rows_idx = np.repeat(local[:, None], k, axis=1)
-        selected[rows_idx[filled_mask], safe[filled_mask]] = True
-        weakest = np.where(
-            filled > 0, np.min(np.where(filled_mask, abs_vals, np.inf), axis=1), np.inf
-        )
-        abs_block = np.abs(np.where(finite & ~selected, block, 0.0))
-        larger = (abs_block > weakest[:, None]) & finite & ~selected
-        full_rows = filled == k
-        counts["missed_larger"] += int(np.count_nonzero(larger[full_rows]))
-        # rows not full must have selected every finite entry: checked via filled == expected
+    abs_vals = np.where(filled_mask, np.abs(gathered), -np.inf)
+    counts["not_sorted"] = int(
+        np.count_nonzero(filled_mask[:, 1:] & (abs_vals[:, 1:] > abs_vals[:, :-1]))
+    )
+    # the weakest selected |corr| of each row (+inf where none is): the finite entries above it
+    # must all be selected ones, in a full row; a row not full must have selected every finite
+    # entry (its prefix length is checked against them below)
+    weakest = np.where(filled > 0, np.min(np.where(filled_mask, abs_vals, np.inf), axis=1), np.inf)
+    available, above = row_counts_above(corr, weakest.astype(np.float32))
+    selected_above = (
+        filled_mask & ~is_self & np.isfinite(gathered) & (abs_vals > weakest[:, None])
+    ).sum(axis=1)
+    full_rows = filled == k
+    counts["missed_larger"] = int(np.maximum(above - selected_above, 0)[full_rows].sum())
+    expected = np.minimum(k, available)
+    counts["rows_short_of_k"] = int(np.count_nonzero(expected < min(k, n - 1)))
+    prefix_ok = (filled_mask == (np.arange(k)[None, :] < filled[:, None])).all(axis=1)
+    pad_ok = np.where(filled_mask, True, (idx == -1) & np.isnan(vals)).all(axis=1)
+    counts["bad_padding"] = int(np.count_nonzero(~prefix_ok | ~pad_ok | (filled != expected)))
+    filled_total = int(filled.sum())
     verdict.metadata.update(counts)
     verdict.metadata["neighbors_published"] = filled_total
     verdict.metadata["fill_rate"] = display.share(filled_total / (n * k)) if n * k else 1.0

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
+from corr_pipeline.compute.matrix_facts import upper_triangle_facts
 from corr_pipeline.snapshot import markdown, verify
 
 TINY_MB = 0.02  # forces 64-wide tiles / a few rows per block
@@ -58,11 +59,7 @@ def matrices():
 def test_correlation_checks_pass_on_reference(matrices):
     R, corr, overlap = matrices
     stats = verify.correlation_stats(
-        corr,
-        overlap,
-        min_overlap=30,
-        finite_counts=np.isfinite(R).sum(axis=0),
-        working_memory_mb=TINY_MB,
+        corr, overlap, min_overlap=30, finite_counts=np.isfinite(R).sum(axis=0)
     )
     verdicts = verify.verify_correlation(stats)
     assert all(v.passed for v in verdicts.values()), {k: v.problems for k, v in verdicts.items()}
@@ -74,11 +71,28 @@ def test_correlation_checks_pass_on_reference(matrices):
     assert stats.mean_abs_corr == pytest.approx(np.abs(finite.astype(np.float64)).mean(), rel=1e-9)
 
 
-def test_tiling_does_not_change_the_statistics(matrices):
+@pytest.mark.parametrize("tile", [1, 7, 64, 1000])
+def test_tiling_does_not_change_the_statistics(matrices, tile):
+    """Against plain numpy over the strict upper triangle; the float64 sum of |corr| bit for
+    bit the same whatever the tile."""
     _, corr, overlap = matrices
-    small = verify.correlation_stats(corr, overlap, min_overlap=30, working_memory_mb=TINY_MB)
-    whole = verify.correlation_stats(corr, overlap, min_overlap=30, working_memory_mb=512)
-    assert small == whole
+    facts = upper_triangle_facts(corr, overlap, min_overlap=30, tile=tile)
+    assert facts == upper_triangle_facts(corr, overlap, min_overlap=30)
+    upper = np.triu_indices(corr.shape[0], 1)
+    a, o = corr[upper], overlap[upper]
+    finite = np.isfinite(a)
+    assert facts.pairs_total == a.size and facts.pairs_defined == int(finite.sum())
+    assert facts.asymmetric_corr == int(
+        (corr.view(np.uint32)[upper] != corr.T.view(np.uint32)[upper]).sum()
+    )
+    assert facts.out_of_range == int((np.abs(a[finite]) > 1).sum())
+    assert facts.finite_below_min_overlap == int((finite & (o < 30)).sum())
+    assert facts.nan_at_or_above_min_overlap == int((~finite & (o >= 30)).sum())
+    assert facts.sum_overlap == int(o.astype(np.int64).sum())
+    assert facts.max_abs_offdiag == float(np.abs(a[finite]).max())
+    assert facts.sum_abs_corr == pytest.approx(
+        np.abs(a[finite].astype(np.float64)).sum(), rel=1e-12
+    )
 
 
 @pytest.mark.parametrize(
@@ -99,11 +113,7 @@ def test_correlation_checks_catch_corruption(matrices, corrupt, failing):
     corrupt(corr, overlap)
     verdicts = verify.verify_correlation(
         verify.correlation_stats(
-            corr,
-            overlap,
-            min_overlap=30,
-            finite_counts=np.isfinite(R).sum(axis=0),
-            working_memory_mb=TINY_MB,
+            corr, overlap, min_overlap=30, finite_counts=np.isfinite(R).sum(axis=0)
         )
     )
     assert not verdicts[failing].passed
@@ -116,28 +126,22 @@ def test_correlation_stats_read_memmaps(tmp_path, matrices):
     np.save(tmp_path / "overlap.npy", overlap)
     mc = np.load(tmp_path / "corr.npy", mmap_mode="r")
     mo = np.load(tmp_path / "overlap.npy", mmap_mode="r")
-    stats = verify.correlation_stats(mc, mo, min_overlap=30, working_memory_mb=TINY_MB)
-    assert stats == verify.correlation_stats(
-        corr, overlap, min_overlap=30, working_memory_mb=TINY_MB
-    )
+    stats = verify.correlation_stats(mc, mo, min_overlap=30)
+    assert stats == verify.correlation_stats(corr, overlap, min_overlap=30)
 
 
 def test_neighbor_check_passes_on_brute_force_and_catches_errors(matrices):
     _, corr, overlap = matrices
     k = 6
     index, values, ov = _brute_top_k(corr, overlap, k)
-    ok = verify.verify_neighbors(
-        index, values, corr, k=k, neighbor_overlap=ov, overlap=overlap, working_memory_mb=TINY_MB
-    )
+    ok = verify.verify_neighbors(index, values, corr, k=k, neighbor_overlap=ov, overlap=overlap)
     assert ok.passed, ok.problems
     assert ok.metadata["rows_short_of_k"] == 1  # column 7 has no defined correlation
 
     def broken(mutate):
         i, v, o = index.copy(), values.copy(), ov.copy()
         mutate(i, v, o)
-        return verify.verify_neighbors(
-            i, v, corr, k=k, neighbor_overlap=o, overlap=overlap, working_memory_mb=TINY_MB
-        )
+        return verify.verify_neighbors(i, v, corr, k=k, neighbor_overlap=o, overlap=overlap)
 
     def swap_indices(i, v, o):
         i[0, [0, 1]] = i[0, [1, 0]]
@@ -155,6 +159,16 @@ def test_neighbor_check_passes_on_brute_force_and_catches_errors(matrices):
     assert (
         not result.passed and result.metadata["not_sorted"] + result.metadata["missed_larger"] > 0
     )
+
+    def weakest_last(i, v, o):  # the last neighbor of row 4 replaced by a weaker, sorted one
+        row = np.abs(np.where(np.isfinite(corr[4]), corr[4], np.inf))
+        row[4] = np.inf
+        j = int(np.argmin(row))
+        i[4, k - 1], v[4, k - 1], o[4, k - 1] = j, corr[4, j], overlap[4, j]
+
+    missed = broken(weakest_last)
+    assert not missed.passed and missed.metadata["not_sorted"] == 0
+    assert missed.metadata["missed_larger"] >= 1
     assert not broken(lambda i, v, o: (i.__setitem__((9, 2), 9), v.__setitem__((9, 2), 1.0))).passed
     assert not broken(lambda i, v, o: o.__setitem__((3, 1), o[3, 1] + 1)).passed
     assert not broken(
@@ -167,7 +181,7 @@ def test_neighbor_check_accepts_legitimately_short_rows(matrices):
     k = 149  # = N - 1: the short column 7 and its partners cannot fill every slot
     index, values, ov = _brute_top_k(corr, overlap, k)
     verdict = verify.verify_neighbors(
-        index, values, corr, k=k, neighbor_overlap=ov, overlap=overlap, working_memory_mb=TINY_MB
+        index, values, corr, k=k, neighbor_overlap=ov, overlap=overlap
     )
     assert verdict.passed, verdict.problems
     assert verdict.metadata["rows_short_of_k"] > 0
