@@ -27,6 +27,10 @@ the peak RSS and peak RssAnon of the largest process (sampled from /proc every 2
 :class:`corr_pipeline.bench.ProcessTreePeaks`; the chain's are this process's own), and the
 bytes the route's processes sent to disk (``/proc/<pid>/io``: ``write_bytes`` less
 ``cancelled_write_bytes``; PostgreSQL's own writes, in its server processes, are not counted).
+Then, per session, the seconds of each stage of the chain and of the range (the ``stage_seconds``
+and ``check_seconds`` of the range's materializations): what the range does that the chain does
+not (the checks, the changes) and what is left of its wall time besides its stages (Dagster's
+bookkeeping, the runs' start, retention).
 """
 
 from __future__ import annotations
@@ -126,6 +130,7 @@ def main() -> int:
         f"{args.dagster_storage}; scratch {home}"
     )
     rows = []
+    stage_seconds: dict[str, dict[str, float]] = {}
     for route in routes:
         for table in ("change_summaries", "snapshots"):
             with engine.begin() as conn:  # every route starts from nothing published
@@ -138,7 +143,7 @@ def main() -> int:
         if route == "chain":
             with PeakMemory() as peak:
                 for key in sessions:
-                    run_pipeline_benchmark(
+                    chained = run_pipeline_benchmark(
                         engine,
                         home / "chain_store",
                         n=args.n,
@@ -148,6 +153,9 @@ def main() -> int:
                         echo=lambda _line: None,
                         day=dt.date.fromisoformat(key),
                     )
+                    for stage in chained.stages:
+                        per = stage_seconds.setdefault("chain", {})
+                        per[stage.name] = per.get(stage.name, 0.0) + stage.seconds
             rss, anon = peak.peak_rss / 1024, peak.peak_anon / 1024  # KiB
             written = (written_bytes() or 0) - written_before
         else:
@@ -171,6 +179,9 @@ def main() -> int:
                         )
                         if report.failed:
                             raise SystemExit("\n".join(report.lines()))
+                        stage_seconds[route] = _range_stage_seconds(
+                            instance, [run.run_id for run in report.runs]
+                        )
                     else:
                         for key in sessions:
                             summary = launch_snapshot(
@@ -204,7 +215,64 @@ def main() -> int:
             f"{3600 * len(sessions) / seconds:,.0f} | {ratio} | {rss:,.0f} | {anon:,.0f} "
             f"| {written / 1e6:,.0f} |"
         )
+    _print_stages(stage_seconds, dict((row[0], row[1]) for row in rows), len(sessions))
     return 0
+
+
+#: The range's assets in the chain's stage order, with the chain's stage of the same work.
+RANGE_STAGES = (
+    ("returns_matrix", "load window"),
+    ("correlation_matrix", "correlation"),
+    ("correlation checks", None),
+    ("top_k_neighbors", "neighbors"),
+    ("clusters", "clusters"),
+    ("lead_lag_pairs", "lead-lag"),
+    ("snapshot_publication", "publish"),
+    ("snapshot_changes", None),
+)
+
+
+def _range_stage_seconds(instance, run_ids: list[str]) -> dict[str, float]:
+    """Seconds per asset stage summed over the sessions of the runs (their materializations'
+    ``stage_seconds``; the correlation's ``check_seconds`` apart)."""
+    from dagster import DagsterEventType
+
+    out: dict[str, float] = {}
+    for run_id in run_ids:
+        records = instance.get_records_for_run(
+            run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION, limit=1_000_000
+        ).records
+        for record in records:
+            materialization = record.event_log_entry.asset_materialization
+            metadata = materialization.metadata
+            asset = materialization.asset_key.to_user_string()
+            for label, name in (("stage_seconds", asset), ("check_seconds", "correlation checks")):
+                if label in metadata:
+                    out[name] = out.get(name, 0.0) + float(metadata[label].value)
+    return out
+
+
+def _print_stages(stage_seconds: dict, wall: dict[str, float], n_sessions: int) -> None:
+    """Seconds per session of each stage, the chain's beside each range route's; the last row
+    is what the route's wall time holds besides its stages."""
+    ranges = [route for route in stage_seconds if route != "chain"]
+    if not ranges:
+        return
+    chain = stage_seconds.get("chain", {})
+    print()
+    print("| stage, s / session | chain | " + " | ".join(ranges) + " |")
+    print("|---|---:|" + "---:|" * len(ranges))
+    for asset, chain_stage in RANGE_STAGES:
+        mine = "-" if chain_stage is None else f"{chain.get(chain_stage, 0.0) / n_sessions:.2f}"
+        theirs = " | ".join(f"{stage_seconds[r].get(asset, 0.0) / n_sessions:.2f}" for r in ranges)
+        print(f"| {asset} | {mine} | {theirs} |")
+    rest = [wall[r] - sum(stage_seconds[r].values()) for r in ranges]
+    chain_rest = wall["chain"] - sum(chain.values()) if "chain" in wall else float("nan")
+    print(
+        f"| besides the stages | {chain_rest / n_sessions:.2f} | "
+        + " | ".join(f"{x / n_sessions:.2f}" for x in rest)
+        + " |"
+    )
 
 
 def _postgres_instance(engine, server, dagster_home: Path) -> None:

@@ -83,7 +83,7 @@ def add_backfill_command(commands: Any) -> None:
     parser.add_argument(
         "--per-run",
         type=positive_int,
-        help="sessions per run (default: as many as memory allows, at most 250)",
+        help="sessions per run (default: as many as half the maximum runtime holds, at most 2520)",
     )
     parser.add_argument(
         "--force", action="store_true", help="recompute sessions already published and current"
