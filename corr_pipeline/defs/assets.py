@@ -50,6 +50,7 @@ from corr_pipeline.defs.stages import COMPUTE_STAGES, NO_PRICES_TAG, Session, Sn
 from corr_pipeline.defs.step_options import SNAPSHOT_STEP
 from corr_pipeline.snapshot import retention, steps
 from corr_pipeline.snapshot.current import current_sessions
+from corr_pipeline.snapshot.measure import release_freed_memory
 from corr_pipeline.snapshot.scheduler import SchedulerError
 from corr_pipeline.store import memory
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStoreError
@@ -137,6 +138,8 @@ def _sessions(step: SnapshotStep, todo: list[str], failed: dict[str, str]) -> It
             if reason is not None:
                 failed[key] = reason
                 context.log.error(f"{key} failed: {reason}")
+            del session
+            release_freed_memory()
 
 
 def _check_names(session: Session) -> set[str]:

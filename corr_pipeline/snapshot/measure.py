@@ -13,6 +13,9 @@ the whole process's, so it includes the interpreter and whatever earlier stages 
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -44,6 +47,19 @@ def read_proc_status_kib(
             if parts and parts[0].isdigit():
                 values[name] = int(parts[0])
     return values
+
+
+def release_freed_memory() -> None:
+    """Collect reference cycles, then give the C heap's free pages back to the kernel (glibc's
+    ``malloc_trim(0)``; nothing elsewhere), so that a process computing sessions one after the
+    other starts each from what it holds, not from the previous session's high-water mark."""
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def reset_peak_rss() -> bool:
