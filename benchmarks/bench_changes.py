@@ -7,7 +7,7 @@ stage timed, matrices memory-mapped in ``--home``/store and pinned by the public
 changes of the last date against the previous one run **in a fresh process** (so its memory
 figures are its own, as a Dagster step's would be): the published rows of both dates, the
 drift and top moves over the pinned matrices, turnover, clusters, lead-lag, and the publication
-of the change tables. Targets (issue 17): the changes step at most 10 % of the whole snapshot's
+of the change tables. Targets: the changes step at most 10 % of the whole snapshot's
 time; its peak anonymous memory (RssAnon) under 1 GiB.
 
     python benchmarks/bench_changes.py --n 6000 --t 252

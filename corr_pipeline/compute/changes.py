@@ -1,4 +1,4 @@
-"""What changed between two snapshots: the previous session's and today's (issue 17).
+"""What changed between two snapshots: the previous session's and today's (SPEC §10).
 
 Symbols are matched by name, never by index: the two universes differ (symbols enter and leave).
 :func:`match_symbols` builds the index maps of the common symbols, in name order (code points, the
@@ -23,10 +23,9 @@ temporary. A pair is *compared* iff both correlations are finite and both overla
   inside the bin, ``before`` the count of the lower bins); the second read collects the keys of
   exactly those bins (their counts known, so each chunk's buffers are sized exactly), and one
   ``np.partition`` of a bin's keys with all its wanted in-bin ranks selects them (exactly the
-  values a sort would put there). (A single read that guesses the bins from a sample of the rows
-  was tried: the rows of a sector are alike, so a sample of rows places the median with a rank
-  error of about 1 %, far wider than the bins it could afford to collect; it missed at
-  N = 24,000 and then cost both reads and the guess.);
+  values a sort would put there). Two reads, not one that guesses the bins from a sample of
+  rows: the rows of a sector are alike, so a sample of rows places a quantile only to about
+  1 % of rank, wider than the bins one read could afford to collect;
 - a histogram of ``Δ`` (``change_bins`` equal bins over [−2, 2]);
 - the top ``top_m`` pairs by ``|Δ|`` descending, ties to the smaller pair ``(p, q)``
   (lexicographic, i.e. by name): a running selection in that total order (:func:`_offer`), so
@@ -347,7 +346,7 @@ def _scan_body(accumulate, refine, inputs, rows, outputs, collect):  # pragma: n
                             threshold = top_scores[m - 1]
                     if refine:
                         # written out for each day: the same code as a helper (inline="always")
-                        # made the whole scan five times slower (1.2 -> 5.9 s at N = 24,000)
+                        # makes the whole scan several times slower
                         slot = lookup[0, bins_t[i]]
                         if slot >= 0:
                             j = fill[slot]

@@ -73,8 +73,8 @@ VARIANCE_FLOOR = 2.0**-60
 _TINY = np.float32(2.0**-126)  # the smallest normal float32
 
 SUBBLOCK = 256
-"""Columns per pass of ``correlate_tile`` (measured at N = 4,000: 128 to 512 within 5 %, 64 slower
-by 40 %: the row pass's per-row overhead)."""
+"""Columns per pass of ``correlate_tile``: 128 to 512 perform alike; narrower passes pay the row
+pass's per-row overhead more often."""
 
 
 @njit(cache=True, nogil=True)
@@ -187,8 +187,8 @@ def correlate_tile(  # pragma: no cover - compiled
       interval is the whole side), then less row ``t`` of ``Z`` (and of ``Z²``, the presence)
       for each interior gap ``t`` of ``j`` in turn; every eight columns transposed to row
       order at once by 8 × 8 register transposes (``intrinsics.transpose_block8``), while
-      their sums are still in the L1 cache (a whole sub-block's first, 700 KB at 128 rows, came
-      back from beyond L2: the fused pass 37–45 ms of CPU at N = 4,000 against 31–35 ms);
+      their sums are still in the L1 cache (a whole sub-block's sums, 700 KB at 128 rows, would
+      come back from beyond L2);
     * row by row, vectorised over the columns: the sums of column ``j`` over ``i``'s interval
       less ``i``'s interior gaps (B's totals read in place when ``i`` is full-history and
       gap-free), Pearson with the guard tested against its bound (module docstring), the writes.

@@ -109,9 +109,7 @@ def column_chunk_size(n_cols: int, workers: int) -> int:
     """Columns per chunk: as wide as :data:`MAX_COLUMN_CHUNK` allows, in a number of chunks that
     is a multiple of ``workers`` (equal shares for the pool's threads; with fewer than 64
     columns a worker, the rounding may leave fewer chunks), a multiple of 8 (whole 8 x 8
-    transposes). Measured at N = 4,000 on 2 cores, with the pass that sweeps rows: chunks
-    of 1,000 columns 4.8–6.2 ms, the former fixed 512 columns 7.2–7.8 ms with the former pass
-    (a column at a time)."""
+    transposes)."""
     chunks = workers * max(1, -(-n_cols // (workers * MAX_COLUMN_CHUNK)))
     per_chunk = -(-n_cols // chunks)
     return max(8, (per_chunk + 7) // 8 * 8)

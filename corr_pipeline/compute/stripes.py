@@ -37,8 +37,7 @@ stripes (:func:`_context`). The output files must be reachable under the same pa
 process (the matrix store's root, a shared file system when the workers are on several hosts);
 a stripe writes exactly its byte ranges with ``pwrite`` (never whole pages through a map, which
 on a network file system would write back the neighbouring bytes another host wrote; on a
-local one, ``pwrite`` into fresh files is also the faster: 4.9–6.1 s against 5.6–6.9 s through
-maps at N = 24,000 on two workers, docs/benchmarks.md).
+local one, ``pwrite`` into fresh files is also faster than maps: docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -32,17 +32,17 @@ consistent snapshot of ``prices`` even while an import commits):
    ``float8send`` are the types' binary encodings), so the ``N`` blobs of each column are joined
    and decoded by one ``np.frombuffer`` each. The two aggregates of one group consume the group's
    rows in the same order, so element ``i`` of both belongs to the same row (neither input is
-   ever NULL: ``string_agg`` would skip it; a length mismatch is detected). Until issue 14 this
-   was ``substr(array_send(array_agg(...)), 21)``, whose elements carry a 4-byte length each:
-   the bytes are now 8 + 4 per row instead of 16, and a ``postgres_fdw`` foreign table ships
-   the pushed-down aggregate as hex ``bytea`` instead of text arrays of decimal floats (8.95 s
-   → 4.33 s at N = 24,000 on a loaded machine, docs/benchmarks.md). Symbols are sorted in Python (code-point order, independent of the database collation)
-   and the closes pivoted with ``np.searchsorted`` (day → window row) and fancy indexing.
+   ever NULL: ``string_agg`` would skip it; a length mismatch is detected). Unlike
+   ``array_send(array_agg(...))``, whose elements carry a 4-byte length each, that is 8 + 4
+   bytes per row instead of 16, and a ``postgres_fdw`` foreign table ships the pushed-down
+   aggregate as hex ``bytea`` instead of text arrays of decimal floats. Symbols are sorted in
+   Python (code-point order, independent of the database collation) and the closes pivoted
+   with ``np.searchsorted`` (day → window row) and fancy indexing.
 
-Why not ``COPY ... TO STDOUT``: it delivers one message per row, and consuming ~6 M messages
-costs ~10 s of client CPU in psycopg; the per-symbol aggregate costs ~0.5 s of client CPU and
-moves the per-row work into the server's C code (measured at N = 24,000 × 253 dates: backend CPU
-~3-4 s either way). ``work_mem`` is raised for this transaction only (:data:`WINDOW_WORK_MEM`) so
+Why not ``COPY ... TO STDOUT``: it delivers one message per row, millions at N = 24,000, whose
+consumption in psycopg costs many times the client CPU of the per-symbol aggregate, which moves
+the per-row work into the server's C code (the server's CPU is about the same either way).
+``work_mem`` is raised for this transaction only (:data:`WINDOW_WORK_MEM`) so
 the hash aggregate stays in memory (~400 MB at that size) instead of spilling to disk.
 
 Memory in this process at N = 24,000, L = 252: the fetched blobs ≈ 70 MB, closes float64 ≈
