@@ -48,7 +48,7 @@ public ``linkage`` copies it too. Pass ``work=`` a float64 ``np.memmap`` of
 then held by the page cache, and written back to the file, instead): the snapshot's clustering
 step does, with a scratch file of the matrix store. On this machine's kernel (6.18, ext4) the
 page cache maps such a file with 2 MiB pages as the heap would, so the linkage runs as fast
-(docs/benchmarks.md).
+(docs/benchmarks.md, Clusters).
 
 Not smaller in float32: scipy's reference works on ``d = sqrt(2·(1 − c))`` rounded to float64,
 which is in general not a float32 (the square root of the 24-bit ``2·(1 − c)`` rounds at the

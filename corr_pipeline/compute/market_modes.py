@@ -42,7 +42,7 @@ DEFAULT_TOLERANCE = 1e-11
 
 #: Vectors per Lanczos block: at least this many, and at least ``m + 4``. A wider block
 #: converges in fewer passes over ``corr``, and a pass costs about the same for 8 or 16
-#: vectors, as it is bound by reading and converting ``corr`` (docs/benchmarks.md).
+#: vectors, as it is bound by reading and converting ``corr``.
 BLOCK_VECTORS = 16
 
 #: Rows of ``corr`` converted and multiplied at a time (a fixed grid).

@@ -37,7 +37,7 @@ stripes (:func:`_context`). The output files must be reachable under the same pa
 process (the matrix store's root, a shared file system when the workers are on several hosts);
 a stripe writes exactly its byte ranges with ``pwrite`` (never whole pages through a map, which
 on a network file system would write back the neighbouring bytes another host wrote; on a
-local one, ``pwrite`` into fresh files is also faster than maps: docs/benchmarks.md).
+local one, ``pwrite`` into fresh files is also faster than maps).
 """
 
 from __future__ import annotations
@@ -73,8 +73,7 @@ triangle's uneven stripes, few enough that per-task overhead (~ms) is nothing.""
 CORRELATION_STRIPE_ROWS = 16 * GEMM_TILE
 """Rows per correlation stripe: the second pass reads the column block above its rows back
 from the file, ``stripe_rows`` values of each row above it, which 512-row stripes read in
-runs too short (at N = 24,000 on two worker processes: 1.37–1.56x the threads' time against
-0.86–1.04x with 2,048 rows; docs/benchmarks.md). Its buffers are up to 2 x 2,048 x N x 6 bytes
+runs too short to keep up with the threads. Its buffers are up to 2 x 2,048 x N x 6 bytes
 per worker thread (~590 MB at N = 24,000, ~1.6 GB at 64,000)."""
 
 _CACHED_CONTEXTS = 2

@@ -34,9 +34,9 @@ Row rules:
 
 Float32 values go into ``real`` columns bit for bit (binary COPY of float4).
 
-Speed (N = 24,000, k = 10: 240,000 + 24,000 + ~480,000 rows; ``corr-pipeline bench
---publish-only``, docs/benchmarks.md): about 6 s for a new date, 10 s when replacing the same
-date (the old rows' index entries are still there during the unique checks). The rows are
+Speed: docs/benchmarks.md, Publishing (``corr-pipeline bench --publish-only``). Replacing a
+date costs more than a new one: the old rows' index entries are still there during the unique
+checks. The rows are
 COPYed straight into the published tables (heap multi-insert, no staging table, no join), in
 primary-key order (sequential B-tree inserts), and their reference to ``snapshots`` is checked
 once per statement by a trigger rather than once per row as a foreign key would.

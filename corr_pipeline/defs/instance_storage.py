@@ -2,11 +2,10 @@
 
 Dagster's ``SqliteEventLogStorage`` opens a new SQLAlchemy engine and SQLite connection for every
 write and closes it after the commit. Closing the last connection of a WAL database checkpoints
-it, and a new engine compiles every statement again, so one event costs 6-10 ms on the
-machines the benchmarks ran on; a backfill records about 25 events per session (its
+it, and a new engine compiles every statement again, so one event costs milliseconds; a
+backfill records about 25 events per session (its
 materializations, check evaluations and planned materializations), which made Dagster's
-bookkeeping cost more than the computation of a small universe (docs/benchmarks.md,
-Backfills).
+bookkeeping cost more than the computation of a small universe.
 
 :class:`PooledSqliteEventLogStorage` is the same storage (the same files, schema and
 queries) with two changes:

@@ -45,7 +45,7 @@ class SnapshotParameters:
     The file is the lean choice while the distances stay near the kernel's dirty-page
     write-back threshold (about a tenth of the free memory); far above it the kernel writes the
     file back while the linkage updates it, and every write-back round costs a write fault per
-    page (docs/benchmarks.md: at N = 48,000, minutes of system time). Raise it on a machine
+    page (at N = 48,000, minutes of system time). Raise it on a machine
     whose memory holds the distances beside the other steps.
     """
 
