@@ -31,19 +31,20 @@ from corr_pipeline.db.schema import (
 __all__ = [
     "PricesExtent",
     "PublishedHead",
+    "PublishedRows",
     "PublishedSession",
+    "SessionPrices",
     "change_staleness",
     "changes_to_refresh",
-    "PublishedRows",
-    "SessionPrices",
     "count_trade_dates",
+    "first_published",
     "latest_trade_date",
     "nth_trade_date",
     "prices_extent",
+    "published_before",
     "published_dates",
     "published_head",
     "published_matrix_versions",
-    "published_neighbor",
     "published_rows",
     "published_sessions",
     "recorded_change_dates",
@@ -220,17 +221,19 @@ def published_sessions(
         }
 
 
-def published_neighbor(engine: sa.Engine, day: dt.date | str | None = None) -> dt.date | None:
-    """The newest published ``snapshot_date`` before ``day``, or the first one published when
-    ``day`` is None; None when there is none (one indexed probe, however many are published)."""
-    if day is None:
-        statement = sa.select(sa.func.min(snapshots.c.snapshot_date))
-    else:
-        statement = sa.select(sa.func.max(snapshots.c.snapshot_date)).where(
-            snapshots.c.snapshot_date < as_iso_date(day, "day")
-        )
+def published_before(engine: sa.Engine, day: dt.date | str) -> dt.date | None:
+    """The newest published ``snapshot_date`` before ``day``, or None (one indexed probe)."""
+    statement = sa.select(sa.func.max(snapshots.c.snapshot_date)).where(
+        snapshots.c.snapshot_date < as_iso_date(day, "day")
+    )
     with engine.connect() as conn:
         return conn.execute(statement).scalar_one()
+
+
+def first_published(engine: sa.Engine) -> dt.date | None:
+    """The oldest published ``snapshot_date``, or None (one indexed probe)."""
+    with engine.connect() as conn:
+        return conn.execute(sa.select(sa.func.min(snapshots.c.snapshot_date))).scalar_one()
 
 
 def published_dates(engine: sa.Engine, *, before: dt.date | str | None = None) -> list[dt.date]:

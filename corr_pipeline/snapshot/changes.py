@@ -58,8 +58,8 @@ from corr_pipeline.db.publish_changes import (
 from corr_pipeline.db.reads import (
     PublishedHead,
     PublishedRows,
+    published_before,
     published_head,
-    published_neighbor,
     published_rows,
 )
 from corr_pipeline.store.matrix_store import (
@@ -111,7 +111,7 @@ class ChangesResults:
 
 def previous_session(engine: sa.Engine, day: dt.date) -> dt.date | None:
     """The newest published snapshot date before ``day``, or None."""
-    return published_neighbor(engine, day)
+    return published_before(engine, day)
 
 
 def _open_matrices(

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from corr_pipeline.db.reads import PublishedSession, published_neighbor, published_sessions
+from corr_pipeline.db.reads import PublishedSession, first_published, published_sessions
 from corr_pipeline.snapshot.params import SnapshotParameters
 
 __all__ = ["RESULT_NEUTRAL", "WHEN_NOT_RECORDED", "current_sessions", "session_is_current"]
@@ -52,7 +52,7 @@ def current_sessions(
         return []
     ordered = sorted(keys)
     published = published_sessions(engine, ordered[0], ordered[-1])
-    earliest = published_neighbor(engine)
+    earliest = first_published(engine)
     first = earliest.isoformat() if earliest else None
     return [
         key

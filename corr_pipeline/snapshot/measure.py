@@ -14,7 +14,7 @@ the whole process's, so it includes the interpreter and whatever earlier stages 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import gc
 import threading
 import time
@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from corr_pipeline.snapshot import display
 
@@ -54,12 +55,18 @@ def release_freed_memory() -> None:
     ``malloc_trim(0)``; nothing elsewhere), so that a process computing sessions one after the
     other starts each from what it holds, not from the previous session's high-water mark."""
     gc.collect()
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return
-    trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
+    trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim`` among the process's loaded symbols, or None (another libc)."""
+    try:
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except OSError:
+        return None
 
 
 def reset_peak_rss() -> bool:
