@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
-from corr_pipeline.compute.matrix_facts import upper_triangle_facts
+from corr_pipeline.compute.matrix_facts import row_counts_above, upper_triangle_facts
 from corr_pipeline.snapshot import markdown, verify
 
 TINY_MB = 0.02  # forces 64-wide tiles / a few rows per block
@@ -93,6 +93,21 @@ def test_tiling_does_not_change_the_statistics(matrices, tile):
     assert facts.sum_abs_corr == pytest.approx(
         np.abs(a[finite].astype(np.float64)).sum(), rel=1e-12
     )
+
+
+def test_row_counts_above_match_plain_numpy(matrices):
+    """Per row, the finite off-diagonal entries and those with |corr| above the row's
+    threshold, against plain numpy (NaN rows and thresholds of +inf included)."""
+    _, corr, _ = matrices
+    n = corr.shape[0]
+    rng = np.random.default_rng(3)
+    threshold = rng.uniform(0.0, 0.6, n).astype(np.float32)
+    threshold[::5] = np.inf
+    finite, above = row_counts_above(corr, threshold)
+    off = ~np.eye(n, dtype=bool) & np.isfinite(corr)
+    assert finite.tolist() == off.sum(axis=1).tolist()
+    larger = off & (np.abs(np.where(off, corr, 0)) > threshold[:, None])
+    assert above.tolist() == larger.sum(axis=1).tolist()
 
 
 @pytest.mark.parametrize(
