@@ -1,17 +1,20 @@
-"""Benchmark: a backfill of S sessions, three ways, side by side in one run.
+"""Benchmark: a backfill of S sessions, by several routes, side by side in one run.
 
 ::
 
     python benchmarks/bench_backfill.py --n 500 --sessions 20
     python benchmarks/bench_backfill.py --n 500 --sessions 250 --routes chain,range
-    python benchmarks/bench_backfill.py --n 24000 --sessions 4 --routes chain,range
+    python benchmarks/bench_backfill.py --n 24000 --sessions 8 --routes chain,range,range,chain
 
 On a synthetic universe of N symbols × (T + S + 1) weekdays in a scratch embedded PostgreSQL
 (under ``--home``), the last S sessions of the calendar are computed and published by:
 
 - ``chain``: the in-process chain of ``corr-pipeline bench`` (:mod:`corr_pipeline.bench.pipeline`:
   window, correlation into a matrix store, neighbors, clusters, lead-lag, publish) looped over
-  the sessions in this process: the work itself, the baseline;
+  the sessions in this process, with the work every nightly run does besides: the assets'
+  checks and the changes against the session before
+  (:func:`corr_pipeline.snapshot.changes.compute_and_publish`), the matrices of the newest
+  ``--keep`` sessions kept as retention keeps them: the work itself, the baseline;
 - ``range``: ``corr-pipeline backfill`` (:func:`corr_pipeline.defs.backfill.run_backfill`):
   runs of consecutive sessions through a Dagster instance, the code location in a code server,
   each run in a run worker computing its sessions one after the other, every check, the
@@ -22,15 +25,20 @@ On a synthetic universe of N symbols × (T + S + 1) weekdays in a scratch embedd
   (:func:`corr_pipeline.defs.run.launch_snapshot`): what a job backfill (``dagster job
   backfill``, the job page's *Launch backfill*) does.
 
-Printed per route: wall seconds, seconds per session, sessions per hour, the ratio to the chain,
+A route may be listed more than once (``chain,range,range,chain``): its runs are averaged, so
+the effects of the order cancel. Between routes the published tables are emptied, PostgreSQL
+checkpoints, dirty pages are written and (as root) the page cache is dropped.
+
+Printed per route: wall seconds, seconds per session, sessions per hour, the ratio to the chain
+and to the chain without its checks and changes (the chain of ``corr-pipeline bench`` alone),
 the peak RSS and peak RssAnon of the largest process (sampled from /proc every 20 ms:
 :class:`corr_pipeline.bench.ProcessTreePeaks`; the chain's are this process's own), and the
 bytes the route's processes sent to disk (``/proc/<pid>/io``: ``write_bytes`` less
 ``cancelled_write_bytes``; PostgreSQL's own writes, in its server processes, are not counted).
 Then, per session, the seconds of each stage of the chain and of the range (the ``stage_seconds``
-and ``check_seconds`` of the range's materializations): what the range does that the chain does
-not (the checks, the changes) and what is left of its wall time besides its stages (Dagster's
-bookkeeping, the runs' start, retention).
+and ``check_seconds`` of the range's materializations) side by side, and what is left of each
+route's wall time besides its stages (for the range: Dagster's bookkeeping, the runs' start,
+the newest session's pictures, retention).
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -52,7 +61,11 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=500, help="symbols (default 500)")
     parser.add_argument("--t", type=int, default=252, help="lookback_days (default 252)")
     parser.add_argument("--sessions", type=int, default=20, help="sessions (default 20)")
-    parser.add_argument("--routes", default=",".join(ROUTES), help=f"of {', '.join(ROUTES)}")
+    parser.add_argument(
+        "--routes",
+        default=",".join(ROUTES),
+        help=f"of {', '.join(ROUTES)}, in this order; one listed twice is averaged",
+    )
     parser.add_argument("--per-run", type=int, help="sessions per range run (default: sized)")
     parser.add_argument(
         "--keep",
@@ -99,7 +112,7 @@ def main() -> int:
     )
     from corr_pipeline import settings
     from corr_pipeline.bench import ProcessTreePeaks, machine_line
-    from corr_pipeline.bench.pipeline import bench_parameters, run_pipeline_benchmark
+    from corr_pipeline.bench.pipeline import bench_parameters
     from corr_pipeline.bench.processes import written_bytes
     from corr_pipeline.db import engine as db_engine
     from corr_pipeline.db.migrate import upgrade
@@ -129,6 +142,10 @@ def main() -> int:
         f", {written.rows_written:,} price rows; keep {args.keep}; Dagster storage "
         f"{args.dagster_storage}; scratch {home}"
     )
+    dropped = _drop_page_cache()
+    print(
+        f"# between routes: PostgreSQL CHECKPOINT, sync{', page cache dropped' if dropped else ''}"
+    )
     rows = []
     stage_seconds: dict[str, dict[str, float]] = {}
     for route in routes:
@@ -139,6 +156,8 @@ def main() -> int:
         with engine.connect() as conn:
             conn.exec_driver_sql("CHECKPOINT")
         os.sync()
+        _drop_page_cache()
+        per = stage_seconds.setdefault(route, {})
         start = time.perf_counter()
         written_before = written_bytes() or 0
         os.environ.pop(settings.ENV_MEMORY_DIR, None)
@@ -146,20 +165,7 @@ def main() -> int:
             os.environ[settings.ENV_MEMORY_DIR] = "off"
         if route == "chain":
             with PeakMemory() as peak:
-                for key in sessions:
-                    chained = run_pipeline_benchmark(
-                        engine,
-                        home / "chain_store",
-                        n=args.n,
-                        t=args.t,
-                        synth=False,
-                        floor=False,
-                        echo=lambda _line: None,
-                        day=dt.date.fromisoformat(key),
-                    )
-                    for stage in chained.stages:
-                        per = stage_seconds.setdefault("chain", {})
-                        per[stage.name] = per.get(stage.name, 0.0) + stage.seconds
+                _chain(engine, home / "chain_store", sessions, args, params, per)
             rss, anon = peak.peak_rss / 1024, peak.peak_anon / 1024  # KiB
             written = (written_bytes() or 0) - written_before
         else:
@@ -183,9 +189,10 @@ def main() -> int:
                         )
                         if report.failed:
                             raise SystemExit("\n".join(report.lines()))
-                        stage_seconds[route] = _range_stage_seconds(
+                        for asset, seconds in _range_stage_seconds(
                             instance, [run.run_id for run in report.runs]
-                        )
+                        ).items():
+                            per[asset] = per.get(asset, 0.0) + seconds
                     else:
                         for key in sessions:
                             summary = launch_snapshot(
@@ -203,36 +210,106 @@ def main() -> int:
             written = (written_bytes() or 0) - written_before
             written += sum(p.written_bytes for p in peaks.peaks.values())
         seconds = time.perf_counter() - start
+        shutil.rmtree(home / "chain_store", ignore_errors=True)  # kept matrices: not timed
         rows.append((route, seconds, rss, anon, written))
         print(f"  {route:<12} {seconds:8.1f} s  ({seconds / len(sessions):.2f} s per session)")
-    chain = next((row[1] for row in rows if row[0] == "chain"), None)
-    print()
-    print(
-        "| route | wall s | s / session | sessions / hour | × chain | peak RSS MiB "
-        "| peak RssAnon MiB | written to disk MB |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for route, seconds, rss, anon, written in rows:
-        ratio = "-" if chain is None else f"{seconds / chain:.2f}"
-        print(
-            f"| {route} | {seconds:.1f} | {seconds / len(sessions):.2f} | "
-            f"{3600 * len(sessions) / seconds:,.0f} | {ratio} | {rss:,.0f} | {anon:,.0f} "
-            f"| {written / 1e6:,.0f} |"
-        )
-    _print_stages(stage_seconds, dict((row[0], row[1]) for row in rows), len(sessions))
+    _print_routes(rows, stage_seconds, len(sessions))
+    _print_stages(stage_seconds, rows, len(sessions))
     return 0
 
+
+def _chain(engine, store_root: Path, sessions: list[str], args, params, per: dict) -> None:
+    """The chain route: per session, ``corr-pipeline bench``'s chain with the assets' checks
+    (:func:`corr_pipeline.bench.pipeline.run_pipeline_benchmark`), then the changes against the
+    session before (:func:`corr_pipeline.snapshot.changes.compute_and_publish`), keeping the
+    matrices of the newest ``--keep`` sessions as retention does; seconds per stage into
+    ``per``."""
+    from corr_pipeline.bench.pipeline import run_pipeline_benchmark
+    from corr_pipeline.snapshot.changes import compute_and_publish
+    from corr_pipeline.store.matrix_store import MatrixStore
+
+    store = MatrixStore(store_root)
+    for i, key in enumerate(sessions):
+        day = dt.date.fromisoformat(key)
+        chained = run_pipeline_benchmark(
+            engine,
+            store_root,
+            n=args.n,
+            t=args.t,
+            working_memory_mb=params.working_memory_mb,
+            synth=False,
+            floor=False,
+            echo=lambda _line: None,
+            day=day,
+            checks=True,
+            keep_matrices=True,
+        )
+        for stage in chained.stages:
+            per[stage.name] = per.get(stage.name, 0.0) + stage.seconds
+        start = time.perf_counter()
+        compute_and_publish(engine, store, day, working_memory_mb=params.working_memory_mb)
+        per["changes"] = per.get("changes", 0.0) + time.perf_counter() - start
+        if i >= args.keep:
+            store.remove_partition(sessions[i - args.keep])
+
+
+def _drop_page_cache() -> bool:
+    """Write dirty pages and drop the page cache (root only), so that no route reads what the
+    one before it left cached nor waits for its writes; False when not allowed."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        return False
+    return True
+
+
+def _print_routes(rows: list[tuple], stage_seconds: dict, n_sessions: int) -> None:
+    """One row per route: its runs' mean wall time (a route listed twice, as in
+    ``chain,range,range,chain``, is averaged: the order effects cancel), its ratio to the
+    chain's mean and to the chain without its checks and changes, the largest peaks and the
+    mean bytes written."""
+    routes = list(dict.fromkeys(row[0] for row in rows))
+    runs = {route: [row for row in rows if row[0] == route] for route in routes}
+    mean = {route: sum(row[1] for row in runs[route]) / len(runs[route]) for route in routes}
+    chain = mean.get("chain")
+    bare = None
+    if chain is not None:
+        extra = stage_seconds["chain"]
+        bare = chain - (extra.get(CHECKS, 0.0) + extra.get("changes", 0.0)) / len(runs["chain"])
+    print()
+    print(
+        "| route | runs | wall s (mean) | s / session | sessions / hour | × chain | × chain "
+        "without checks and changes | peak RSS MiB | peak RssAnon MiB | written to disk MB |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for route in routes:
+        seconds = mean[route]
+        rss = max(row[2] for row in runs[route])
+        anon = max(row[3] for row in runs[route])
+        written = sum(row[4] for row in runs[route]) / len(runs[route])
+        ratio = "-" if chain is None else f"{seconds / chain:.3f}"
+        ratio_bare = "-" if bare is None else f"{seconds / bare:.3f}"
+        print(
+            f"| {route} | {len(runs[route])} | {seconds:.1f} | {seconds / n_sessions:.2f} | "
+            f"{3600 * n_sessions / seconds:,.0f} | {ratio} | {ratio_bare} | {rss:,.0f} | "
+            f"{anon:,.0f} | {written / 1e6:,.0f} |"
+        )
+
+
+#: The stage of the correlation's checks (the range's ``check_seconds``, the chain's stage).
+CHECKS = "correlation checks"
 
 #: The range's assets in the chain's stage order, with the chain's stage of the same work.
 RANGE_STAGES = (
     ("returns_matrix", "load window"),
     ("correlation_matrix", "correlation"),
-    ("correlation checks", None),
+    (CHECKS, CHECKS),
     ("top_k_neighbors", "neighbors"),
     ("clusters", "clusters"),
     ("lead_lag_pairs", "lead-lag"),
     ("snapshot_publication", "publish"),
-    ("snapshot_changes", None),
+    ("snapshot_changes", "changes"),
 )
 
 
@@ -250,33 +327,34 @@ def _range_stage_seconds(instance, run_ids: list[str]) -> dict[str, float]:
             materialization = record.event_log_entry.asset_materialization
             metadata = materialization.metadata
             asset = materialization.asset_key.to_user_string()
-            for label, name in (("stage_seconds", asset), ("check_seconds", "correlation checks")):
+            for label, name in (("stage_seconds", asset), ("check_seconds", CHECKS)):
                 if label in metadata:
                     out[name] = out.get(name, 0.0) + float(metadata[label].value)
     return out
 
 
-def _print_stages(stage_seconds: dict, wall: dict[str, float], n_sessions: int) -> None:
-    """Seconds per session of each stage, the chain's beside each range route's; the last row
-    is what the route's wall time holds besides its stages."""
-    ranges = [route for route in stage_seconds if route != "chain"]
-    if not ranges:
+def _print_stages(stage_seconds: dict, rows: list[tuple], n_sessions: int) -> None:
+    """Seconds per session of each stage, the chain's beside each range route's (means over a
+    route's runs); the last row is what the route's wall time holds besides its stages."""
+    routes = [route for route in stage_seconds if route == "chain" or route.startswith("range")]
+    if not routes:
         return
-    chain = stage_seconds.get("chain", {})
+    runs = {route: sum(1 for row in rows if row[0] == route) for route in routes}
+    wall = {route: sum(row[1] for row in rows if row[0] == route) for route in routes}
     print()
-    print("| stage, s / session | chain | " + " | ".join(ranges) + " |")
-    print("|---|---:|" + "---:|" * len(ranges))
+    print("| stage, s / session | " + " | ".join(routes) + " |")
+    print("|---|" + "---:|" * len(routes))
     for asset, chain_stage in RANGE_STAGES:
-        mine = "-" if chain_stage is None else f"{chain.get(chain_stage, 0.0) / n_sessions:.2f}"
-        theirs = " | ".join(f"{stage_seconds[r].get(asset, 0.0) / n_sessions:.2f}" for r in ranges)
-        print(f"| {asset} | {mine} | {theirs} |")
-    rest = [wall[r] - sum(stage_seconds[r].values()) for r in ranges]
-    chain_rest = wall["chain"] - sum(chain.values()) if "chain" in wall else float("nan")
-    print(
-        f"| besides the stages | {chain_rest / n_sessions:.2f} | "
-        + " | ".join(f"{x / n_sessions:.2f}" for x in rest)
-        + " |"
-    )
+        cells = []
+        for route in routes:
+            name = chain_stage if route == "chain" else asset
+            cells.append(f"{stage_seconds[route].get(name, 0.0) / n_sessions / runs[route]:.2f}")
+        print(f"| {asset} | " + " | ".join(cells) + " |")
+    rest = [
+        (wall[route] - sum(stage_seconds[route].values())) / n_sessions / runs[route]
+        for route in routes
+    ]
+    print("| besides the stages | " + " | ".join(f"{x:.2f}" for x in rest) + " |")
 
 
 def _postgres_instance(engine, server, dagster_home: Path) -> None:

@@ -12,7 +12,9 @@ seconds, peak RSS (``VmHWM`` reset at the start of the stage; it counts
 the memory-mapped pages the stage touched) and the sampled peak of RssAnon (anonymous memory,
 what the working-memory budget governs). Both are the whole process's figures, so they include
 the interpreter and what earlier stages still hold; with Dagster's multiprocess executor every
-stage is its own process. The verifications the assets run after each step are not timed here.
+stage is its own process. With ``checks`` the chain also runs the verifications the assets run
+(:mod:`corr_pipeline.snapshot.verify`) where they run them: the correlation's as a stage of its own
+("correlation checks"), those of the neighbors, clusters and lead-lag pairs inside their stages.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from corr_pipeline.bench.machine import git_commit, machine_line
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, overlap_dtype
 from corr_pipeline.db.publish import publish_snapshot
 from corr_pipeline.db.synth import write_synthetic_universe
-from corr_pipeline.snapshot import steps
+from corr_pipeline.snapshot import steps, verify
 from corr_pipeline.snapshot.measure import measure_stage
 from corr_pipeline.snapshot.params import DEFAULTS, SnapshotParameters
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore, StoredArray
@@ -41,6 +43,9 @@ from corr_pipeline.synth import DEFAULT_END_DATE
 
 #: Stage names, in the order the nightly chain runs them.
 PIPELINE_STAGES = ("load window", "correlation", "neighbors", "clusters", "lead-lag", "publish")
+
+#: The stage of the correlation's checks, after "correlation", when the chain runs the checks.
+CORRELATION_CHECKS = "correlation checks"
 
 #: Average-linkage cut used by the benchmark (Mantegna distance; SPEC §5).
 BENCH_DISTANCE_THRESHOLD = 1.2
@@ -113,6 +118,12 @@ class PipelineBenchReport:
             f"| {peak_anon:,.0f} (max) | | {'' if self.run_seconds is None else 'run wall time'} |"
         )
         return "\n".join(lines)
+
+
+def _require(verdict: verify.Verdict) -> None:
+    """Raise when a verification failed: the benchmark's results must be the pipeline's."""
+    if not verdict.passed:
+        raise RuntimeError("a check failed: " + "; ".join(verdict.problems))
 
 
 def _stage_line(stage: StageResult, floors: str) -> str:
@@ -226,6 +237,7 @@ def run_pipeline_benchmark(
     floor: bool = True,
     echo: Callable[[str], None] = print,
     day: dt.date | None = None,
+    checks: bool = False,
 ) -> PipelineBenchReport:
     """Run the whole chain once on ``engine`` (see the module docstring) and return the figures.
 
@@ -235,11 +247,13 @@ def run_pipeline_benchmark(
     synthetic universe's last date, :data:`corr_pipeline.synth.DEFAULT_END_DATE`), replacing any
     earlier snapshot of that date; parameters: :func:`bench_parameters`. The correlation and overlap maps go to a
     :class:`~corr_pipeline.store.matrix_store.MatrixStore` under ``store_root`` and are deleted
-    at the end unless ``keep_matrices`` (also when a stage fails or Ctrl-C interrupts it: the
+    at the end unless ``keep_matrices`` (then saved as bundles labelled with the window's
+    symbols, as the pipeline saves them; also when a stage fails or Ctrl-C interrupts it: the
     temp files of an unfinished correlation are removed as well). ``floor``: time the GEMM
     floor of the loaded window (:func:`~corr_pipeline.bench.floor.measure_floor`, not a stage:
     between the window load and the correlation, holding 4 N² bytes for a moment) and give
-    every stage in floors. Each stage's line is passed to ``echo`` as soon as it finishes.
+    every stage in floors. ``checks``: run the assets' verifications too (module docstring).
+    Each stage's line is passed to ``echo`` as soon as it finishes.
     """
     params, report = start_benchmark(
         engine,
@@ -269,15 +283,19 @@ def run_pipeline_benchmark(
     def correlation() -> tuple[int | None, str]:
         returns = state["window"].returns
         cols = returns.shape[1]
+        labels = {"symbols": list(state["window"].symbols)}  # as the pipeline labels them
         # with-blocks: an exception or Ctrl-C mid-computation deletes both temp files at once
         with (
-            store.allocate("correlation_matrix", partition, "corr", (cols, cols), "f4") as p_corr,
+            store.allocate(
+                "correlation_matrix", partition, "corr", (cols, cols), "f4", labels=labels
+            ) as p_corr,
             store.allocate(
                 "overlap_matrix",
                 partition,
                 "overlap",
                 (cols, cols),
                 overlap_dtype(returns.shape[0]),
+                labels=labels,
             ) as p_overlap,
         ):
             steps.correlation(returns, params, out_corr=p_corr.array, out_overlap=p_overlap.array)
@@ -288,9 +306,31 @@ def run_pipeline_benchmark(
         size = (state["corr"].nbytes + state["overlap"].nbytes) / 2**30
         return None, f"{size:.2f} GiB memory-mapped"
 
+    def correlation_checks() -> tuple[int | None, str]:
+        stats = verify.correlation_stats(
+            state["corr"],
+            state["overlap"],
+            min_overlap=params.min_overlap,
+            finite_counts=np.isfinite(state["window"].returns).sum(axis=0),
+        )
+        for verdict in verify.verify_correlation(stats).values():
+            _require(verdict)
+        return None, f"{stats.pairs_defined:,} pairs defined"
+
     def neighbors() -> tuple[int | None, str]:
         found = steps.neighbors(state["corr"], state["overlap"], params)
         state["neighbors"] = found
+        if checks:
+            _require(
+                verify.verify_neighbors(
+                    found.index,
+                    found.corr,
+                    state["corr"],
+                    k=params.k_neighbors,
+                    neighbor_overlap=found.overlap,
+                    overlap=state["overlap"],
+                )
+            )
         return int(np.count_nonzero(found.index >= 0)), f"k = {k}"
 
     def clusters() -> tuple[int | None, str]:
@@ -298,12 +338,24 @@ def run_pipeline_benchmark(
         modes = steps.market_modes(state["corr"], params)
         labels = steps.clusters(state["corr"], params, modes=modes, scratch=scratch)
         state["labels"] = labels
+        if checks:
+            _require(verify.verify_clusters(labels, labels.size))
         removed = f", {params.market_modes_removed} mode(s) removed"
         return int(labels.size), f"{int(labels.max()) + 1:,} clusters" + removed
 
     def lead_lag() -> tuple[int | None, str]:
         pairs = steps.lead_lag(state["window"].returns, state["corr"], params)
         state["pairs"] = pairs
+        if checks:
+            _require(
+                verify.verify_lead_lag_pairs(
+                    pairs,
+                    state["corr"].shape[0],
+                    max_lag=params.max_lag,
+                    min_overlap=params.min_overlap,
+                    min_improvement=params.min_improvement,
+                )
+            )
         return int(pairs.size), f"max_lag = {max_lag}"
 
     def publish() -> tuple[int | None, str]:
@@ -324,9 +376,17 @@ def run_pipeline_benchmark(
         note = ", ".join(f"{table} {count:,}" for table, count in published.rows.items())
         return sum(published.rows.values()), note
 
-    stages = (load, correlation, neighbors, clusters, lead_lag, publish)
+    stages = list(
+        zip(
+            PIPELINE_STAGES,
+            (load, correlation, neighbors, clusters, lead_lag, publish),
+            strict=True,
+        )
+    )
+    if checks:
+        stages.insert(2, (CORRELATION_CHECKS, correlation_checks))
     try:
-        for name, run_stage in zip(PIPELINE_STAGES, stages, strict=True):
+        for name, run_stage in stages:
             with measure_stage(sample_interval=SAMPLE_INTERVAL) as stats:
                 rows, note = run_stage()
             stage = StageResult(
@@ -350,7 +410,8 @@ def run_pipeline_benchmark(
         state.clear()  # drop the memory maps before deleting their files
         if keep_matrices:
             for asset, stored in committed.items():
-                store.save_bundle(asset, partition, MatrixBundle({stored.name: stored}))
+                bundle = MatrixBundle({stored.name: stored}, labels=stored.labels)
+                store.save_bundle(asset, partition, bundle)
         else:
             for stored in committed.values():
                 stored.release_writer_lock()

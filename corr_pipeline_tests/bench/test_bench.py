@@ -301,3 +301,36 @@ def test_ctrl_c_leaves_no_matrix_behind(
     assert "corr-pipeline: interrupted" in err
     leftovers = [p for p in store.rglob("*") if p.is_file() and not p.name.endswith(".lock")]
     assert leftovers == []
+
+
+def test_the_chain_with_checks_keeps_matrices_the_changes_can_read(
+    clean_db: sa.Engine, tmp_path: Path
+) -> None:
+    """``checks``: the correlation's checks are a stage of their own, the others run (and
+    pass) inside their stages; kept matrices are labelled with the window's symbols, so the
+    changes of the next session compare them (nothing skipped): the backfill benchmark's
+    chain."""
+    import datetime as dt
+
+    from corr_pipeline.bench.pipeline import CORRELATION_CHECKS, run_pipeline_benchmark
+    from corr_pipeline.db.reads import published_head
+    from corr_pipeline.snapshot.changes import compute_and_publish
+    from corr_pipeline.store.matrix_store import MatrixStore
+
+    days = (DEFAULT_END_DATE - dt.timedelta(days=1), DEFAULT_END_DATE)
+    for i, day in enumerate(days):
+        report = run_pipeline_benchmark(
+            clean_db, tmp_path / "store", n=60, t=40, max_lag=3, k=5, synth=i == 0,
+            floor=False, echo=lambda _line: None, day=day, checks=True, keep_matrices=True,
+        )  # fmt: skip
+        names = [stage.name for stage in report.stages]
+        assert names == [*PIPELINE_STAGES[:2], CORRELATION_CHECKS, *PIPELINE_STAGES[2:]]
+        assert "pairs defined" in report.stages[2].note
+    store = MatrixStore(tmp_path / "store")
+    stored = store.load("correlation_matrix", days[1].isoformat(), "corr")
+    assert stored.labels["symbols"] == published_head(clean_db, days[1]).symbols
+    published = compute_and_publish(clean_db, store, days[1])
+    assert published is not None
+    results = published[0]
+    assert results.skipped == {} and results.correlation is not None
+    assert results.correlation.n_pairs > 0
