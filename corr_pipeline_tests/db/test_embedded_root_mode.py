@@ -25,6 +25,7 @@ import pytest
 
 from corr_pipeline.db import acl, embedded
 from corr_pipeline.db import engine as db_engine
+from corr_pipeline.db.embedded import directories, watchdog
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="root mode: the pgserver account")
 
@@ -39,7 +40,7 @@ def _watchdog_gone(pgdata: Path, timeout: float = 60.0) -> None:
     """Wait until no watchdog holds the watchdog lock of ``pgdata``."""
     deadline = time.monotonic() + timeout
     while True:
-        fd = os.open(pgdata / embedded.WATCHDOG_LOCK, os.O_RDWR | os.O_NOFOLLOW)
+        fd = os.open(pgdata / watchdog.WATCHDOG_LOCK, os.O_RDWR | os.O_NOFOLLOW)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
@@ -75,7 +76,7 @@ def test_links_planted_by_the_server_account_are_never_followed(pg_parent_dir: P
         (pgdata / "pg_hba.conf", victims["hba"]),
         (pgdata / ".pg_hba.conf.corr_pipeline.tmp", victims["tmp"]),
         (pgdata / ".postgresql.conf.corr_pipeline.tmp", victims["tmp"]),
-        (pgdata / embedded.WATCHDOG_LOG, victims["log"]),
+        (pgdata / watchdog.WATCHDOG_LOG, victims["log"]),
     ]:
         link.unlink(missing_ok=True)
         planted = _as(server, "ln", "-s", str(victim), str(link))
@@ -97,7 +98,7 @@ def test_links_planted_by_the_server_account_are_never_followed(pg_parent_dir: P
     hba = os.lstat(pgdata / "pg_hba.conf")
     assert stat.S_ISREG(hba.st_mode) and hba.st_uid == pwd.getpwnam(server).pw_uid
     assert (pgdata / "pg_hba.conf").read_text() == embedded.PG_HBA
-    log = os.lstat(pgdata / embedded.WATCHDOG_LOG)
+    log = os.lstat(pgdata / watchdog.WATCHDOG_LOG)
     assert stat.S_ISREG(log.st_mode) and stat.S_IMODE(log.st_mode) == 0o600
 
 
@@ -184,7 +185,7 @@ def test_names_another_user_plants_do_not_block_start_up(pg_parent_dir: Path) ->
     home.mkdir(parents=True)
     pgdata = home / "pgdata"
     uid = pwd.getpwnam(embedded.SERVER_ACCOUNT_WHEN_ROOT).pw_uid
-    planted = [Path(base) / f"{embedded.SOCKET_ROOT_PREFIX}{uid}" for base in ("/tmp",)]
+    planted = [Path(base) / f"{directories.SOCKET_ROOT_PREFIX}{uid}" for base in ("/tmp",)]
     for path in planted:
         if path.exists() and os.lstat(path).st_uid != 65534:  # left by an older version
             shutil.rmtree(path)
@@ -199,7 +200,7 @@ def test_names_another_user_plants_do_not_block_start_up(pg_parent_dir: Path) ->
             assert root.st_uid == uid and stat.S_IMODE(root.st_mode) == 0o700
             with db_engine.get_engine(server.url()).connect() as conn:
                 assert conn.exec_driver_sql("SELECT 1").scalar_one() == 1
-            secret = os.lstat(pgdata / embedded.SOCKET_SECRET_FILE)
+            secret = os.lstat(pgdata / directories.SOCKET_SECRET_FILE)
             assert secret.st_uid == uid and stat.S_IMODE(secret.st_mode) == 0o600
         finally:
             db_engine.release_embedded_server(pgdata)

@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from corr_pipeline import settings
 from corr_pipeline.db import embedded
 from corr_pipeline.db import engine as db_engine
+from corr_pipeline.db.embedded import accounts, datadir, directories, postmaster, watchdog
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="connecting as another user needs root (runuser)")
@@ -36,7 +37,7 @@ def _long_home(parent: Path) -> Path:
     """A home whose ``pgdata`` path is longer than a Unix socket name may be."""
     home = parent / ("h" * 60) / ("o" * 50)
     home.mkdir(parents=True)
-    assert len(str(home / "pgdata" / ".s.PGSQL.5432")) > embedded.SUN_PATH_MAX
+    assert len(str(home / "pgdata" / ".s.PGSQL.5432")) > directories.SUN_PATH_MAX
     return home
 
 
@@ -116,7 +117,7 @@ def server_home(pg_parent_dir: Path) -> Iterator[Path]:
         proc = embedded.postmaster_process(pgdata)
         if proc is not None:  # left by a subprocess of the test
             proc.send_signal(signal.SIGINT)
-            embedded._wait_gone(proc, 30)
+            postmaster.wait_gone(proc, 30)
 
 
 # --------------------------------------------------------------------------------------------
@@ -146,7 +147,7 @@ def test_other_users_cannot_connect_or_read_the_data(server_home: Path, path_len
         else:
             assert server.socket_dir == pgdata
             private_dirs = [pgdata]
-        assert len(os.fsencode(str(server.socket_path))) <= embedded.SUN_PATH_MAX
+        assert len(os.fsencode(str(server.socket_path))) <= directories.SUN_PATH_MAX
         for directory in private_dirs:
             st = os.lstat(directory)
             assert stat.S_ISDIR(st.st_mode) and st.st_uid == account, directory
@@ -202,17 +203,17 @@ def test_other_users_cannot_connect_or_read_the_data(server_home: Path, path_len
 
 def test_managed_configuration_replaces_an_older_block() -> None:
     old = "port = 5432\n\n# --- corr_pipeline embedded server settings ---\nwork_mem = '4MB'\n"
-    text = embedded._managed_config(old)
+    text = datadir.managed_config(old)
     assert text.startswith("port = 5432\n")
     assert "work_mem = '4MB'" not in text
     assert text.count("# --- corr_pipeline embedded server settings ---") == 1
     assert "listen_addresses = ''" in text and "unix_socket_permissions = '0700'" in text
-    assert embedded._managed_config(text) == text  # idempotent
+    assert datadir.managed_config(text) == text  # idempotent
     user = "# mine\nfsync = on\n"
-    assert embedded._managed_config(text + user).endswith(
+    assert datadir.managed_config(text + user).endswith(
         "# --- end of corr_pipeline embedded server settings ---\n"
     )
-    assert user in embedded._managed_config(text + user)
+    assert user in datadir.managed_config(text + user)
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,7 +230,7 @@ def _crash(pgdata: Path) -> str:
     proc.kill()
     _wait_until(lambda: not _running(pgdata), 30, "the postmaster is still alive")
     for child in children:  # its backends notice and exit
-        assert embedded._wait_gone(child, 30), child
+        assert postmaster.wait_gone(child, 30), child
     return (pgdata / "postmaster.pid").read_text()
 
 
@@ -268,10 +269,10 @@ def test_stale_pid_file_naming_a_live_process_is_recovered(server_home: Path, ow
         legacy = PostmasterInfo.read_from_pgdata(pgdata)
         assert legacy is not None and legacy.pid == sleeper_pid and legacy.is_running()
         if as_server:  # and what PostgreSQL does with it on its own
-            code, output = embedded._run(
+            code, output = accounts.run_as(
                 first.bin_path / "pg_ctl",
                 ("-w", "-t", "20", "-D", str(pgdata), "-o", f"-h '' -k {pgdata}", "start"),
-                embedded._account(),
+                accounts.server_account(),
                 timeout=60,
             )
             log = (pgdata / "log").read_text() if (pgdata / "log").exists() else ""
@@ -334,7 +335,7 @@ def test_stale_pid_file_with_a_process_still_in_the_old_shared_memory_says_what_
         lines = pid_text.splitlines()
         lines[0] = str(sleeper.pid)  # the pid is reused, the memory still in use
         (pgdata / "postmaster.pid").write_text("\n".join(lines) + "\n")
-        monkeypatch.setattr(embedded, "ORPHAN_WAIT_SECONDS", 1.0)
+        monkeypatch.setattr(postmaster, "ORPHAN_WAIT_SECONDS", 1.0)
         with pytest.raises(db_engine.DatabaseUnavailableError) as refused:
             db_engine.start_embedded_server(pgdata)
         message = str(refused.value)
@@ -440,16 +441,16 @@ def test_server_stops_after_forkserver_step_processes_exit(
     assert out.returncode == 0, out.stderr
     pids = json.loads(out.stdout.splitlines()[-1])["server_pids"]
     assert pids[0] == pids[1]  # the second step attached to the server the first one started
-    postmaster = embedded.postmaster_process(pgdata)
-    assert postmaster is not None and postmaster.pid == pids[0]  # outlived its users ...
+    server_process = embedded.postmaster_process(pgdata)
+    assert server_process is not None and server_process.pid == pids[0]  # outlived its users ...
     socket_dir = embedded.PidFile.read(pgdata).socket_dir  # type: ignore[union-attr]
     assert len(_watchdogs(pgdata)) == 1
-    stopped_by = time.monotonic() + embedded.WATCHDOG_IDLE_SECONDS + 30
+    stopped_by = time.monotonic() + watchdog.WATCHDOG_IDLE_SECONDS + 30
     _wait_until(lambda: not _running(pgdata), stopped_by - time.monotonic(), "server still up")
     assert not (pgdata / "postmaster.pid").exists()  # ... until the watchdog stopped it cleanly
     _wait_until(lambda: not _watchdogs(pgdata), 10, "the watchdog did not exit")
     assert socket_dir is not None and not socket_dir.exists()
-    log = (pgdata / embedded.WATCHDOG_LOG).read_text()
+    log = (pgdata / watchdog.WATCHDOG_LOG).read_text()
     assert "no process has used the embedded PostgreSQL" in log and f"pid {pids[0]}" in log
 
 
@@ -476,14 +477,14 @@ def test_server_left_without_users_or_watchdog_is_adopted(server_home: Path) -> 
     try:
         assert holder.stdout is not None
         pid = json.loads(holder.stdout.readline())["pid"]
-        (watchdog,) = _watchdogs(pgdata)
-        watchdog.kill()
+        (watcher,) = _watchdogs(pgdata)
+        watcher.kill()
         holder.kill()
         holder.wait(30)
-        assert embedded._wait_gone(watchdog, 30)
+        assert postmaster.wait_gone(watcher, 30)
     finally:
         holder.kill()
-    time.sleep(embedded.WATCHDOG_POLL_SECONDS * 2)
+    time.sleep(watchdog.WATCHDOG_POLL_SECONDS * 2)
     assert embedded.postmaster_process(pgdata).pid == pid  # type: ignore[union-attr]
 
     out = subprocess.run(
@@ -550,7 +551,7 @@ def test_a_server_with_a_public_socket_is_restarted_privately(server_home: Path)
 
     server = db_engine.start_embedded_server(pgdata)
     try:
-        assert server.pid != old.pid and embedded._gone(old)
+        assert server.pid != old.pid and postmaster.gone(old)
         assert server.socket_dir != public_dir and _mode(server.socket_dir) == 0o700
         assert _psql_as_nobody(server).returncode != 0
     finally:

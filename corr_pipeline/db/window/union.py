@@ -1,0 +1,315 @@
+"""Several sessions' windows from one read of their union (a backfill): :func:`read_windows`
+and :func:`load_returns_windows` (see :mod:`corr_pipeline.db.window`)."""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import sqlalchemy as sa
+
+from corr_pipeline.db.bulk import driver_connection
+from corr_pipeline.db.dates import as_iso_date
+from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource, resolve_price_source
+from corr_pipeline.db.window.errors import (
+    WindowError,
+    check_arguments,
+    no_dates_error,
+    source_name,
+    stale_error,
+    too_few_dates_error,
+)
+from corr_pipeline.db.window.returns import (
+    CLOSE_ELEM,
+    DAY_ELEM,
+    ReturnsWindow,
+    decode_elements,
+    refuse_duplicates,
+    returns_from_closes,
+    rows_of_offsets,
+    select_symbols,
+    sorted_columns,
+)
+from corr_pipeline.db.window.sql import (
+    WINDOW_WORK_MEM,
+    earliest_sql,
+    grouped_sql,
+    union_dates_sql,
+)
+
+
+@dataclass
+class _UnionPivot:
+    """The union of the windows, pivoted once (:func:`load_returns_windows`): ``returns``
+    float32 ``(U - 1) × N`` over the ``U`` union dates (a row spanning a gap between two runs
+    of the union is never used); the symbols with a row in the union; per symbol and date the
+    running count of its rows (``(N, U + 1)`` int32, so a window's symbols are those whose
+    count grows inside it); per date the running count of rows and of bad prices."""
+
+    symbols: list[str]
+    returns: np.ndarray
+    present_cum: np.ndarray
+    rows_cum: np.ndarray
+    bad_cum: np.ndarray
+
+
+def _pivot_union(
+    grouped: list[tuple], dates: list[dt.date], where: str, source: PriceSource
+) -> _UnionPivot:
+    day_offset, counts = decode_elements([row[1] for row in grouped], DAY_ELEM, where)
+    close_values, close_counts = decode_elements([row[2] for row in grouped], CLOSE_ELEM, where)
+    null_offset, null_counts = decode_elements([row[3] for row in grouped], DAY_ELEM, where)
+    symbols, column_of_fetched = sorted_columns([row[0] for row in grouped], where)
+    if not np.array_equal(counts, close_counts):
+        raise RuntimeError(f"{where}: day and close arrays differ in length")
+    col_index = np.repeat(column_of_fetched, counts)
+    row_index = rows_of_offsets(day_offset, dates, where)
+    null_col = np.repeat(column_of_fetched, null_counts)
+    null_row = rows_of_offsets(null_offset, dates, where)
+    shape = (len(symbols), len(dates))
+    refuse_duplicates(col_index, row_index, shape, symbols, dates, source)
+    closes_t = np.full(shape, np.nan, dtype=np.float64)
+    close_values = close_values.astype(np.float64)
+    closes_t[col_index, row_index] = close_values
+    returns = returns_from_closes(closes_t.T)  # the same layout as one window's (bit for bit)
+    del closes_t
+    present = np.zeros(shape, dtype=np.bool_)
+    present[col_index, row_index] = True
+    present[null_col, null_row] = True  # a row with a NULL price puts its symbol in the window
+    present_cum = np.zeros((shape[0], shape[1] + 1), dtype=np.int32)
+    np.cumsum(present, axis=1, dtype=np.int32, out=present_cum[:, 1:])
+    del present
+    bad = ~(np.isfinite(close_values) & (close_values > 0))
+    nulls_per_date = np.bincount(null_row, minlength=shape[1])
+    rows_per_date = np.bincount(row_index, minlength=shape[1]) + nulls_per_date
+    bad_per_date = np.bincount(row_index[bad], minlength=shape[1]) + nulls_per_date
+    return _UnionPivot(
+        symbols=symbols,
+        returns=returns,
+        present_cum=present_cum,
+        rows_cum=np.concatenate(([0], np.cumsum(rows_per_date))),
+        bad_cum=np.concatenate(([0], np.cumsum(bad_per_date))),
+    )
+
+
+def load_returns_windows(
+    engine: sa.Engine,
+    days: Sequence[dt.date | str],
+    *,
+    lookback_days: int,
+    min_history_days: int,
+    source: PriceSource = NATIVE_PRICES,
+    session: bool = False,
+) -> dict[dt.date, ReturnsWindow | WindowError]:
+    """Every window of :func:`read_windows` (same arguments), built at once: ``{day: window or
+    WindowError}``, the distinct days ascending. A long range holds all its windows in memory
+    (``K`` float32 ``L × N`` matrices); :meth:`UnionWindows.window` builds one at a time."""
+    union = read_windows(
+        engine,
+        days,
+        lookback_days=lookback_days,
+        min_history_days=min_history_days,
+        source=source,
+        session=session,
+    )
+    return {day: union.window(day) for day in union.days}
+
+
+@dataclass
+class UnionWindows:
+    """The windows of several snapshot dates read at once (:func:`read_windows`): ``days`` (the
+    distinct dates, ascending) and, per day, its window built on demand by :meth:`window` from
+    the union pivot (or the :class:`WindowError` it raised)."""
+
+    days: list[dt.date]
+    errors: dict[dt.date, WindowError]
+    spans: dict[dt.date, tuple[int, int]]
+    scanned: list[dt.date]
+    union: _UnionPivot | None
+    union_row: np.ndarray
+    min_history_days: int
+    source: PriceSource
+    resolved: str
+    notes: tuple[str, ...]
+    shared: dict[str, float]
+    read_s: float
+    union_s: float
+
+    def window(self, day: dt.date | str) -> ReturnsWindow | WindowError:
+        """The window of ``day`` (one of :attr:`days`), identical in every field but
+        ``timings`` to :func:`load_returns_window`'s, or the :class:`WindowError` it raises."""
+        d = as_iso_date(day, "snapshot date", WindowError)
+        if d in self.errors:
+            return self.errors[d]
+        if d not in self.spans:
+            raise KeyError(f"{d} is not one of the days read ({len(self.days)} days)")
+        assert self.union is not None  # a day with a span has its rows in the union
+        t4 = time.perf_counter()
+        start, stop = self.spans[d]
+        dates = self.scanned[start:stop]
+        a = int(self.union_row[start])
+        b = a + len(dates)  # union rows a..b-1
+        union = self.union
+        columns = np.flatnonzero(union.present_cum[:, b] > union.present_cum[:, a])
+        try:
+            returns, symbols, dropped, drop_counts = select_symbols(
+                union.returns[a : b - 1][:, columns],
+                [union.symbols[j] for j in columns],
+                dates,
+                d,
+                self.min_history_days,
+            )
+        except WindowError as error:
+            return error
+        pivot_s = self.union_s + time.perf_counter() - t4
+        return ReturnsWindow(
+            returns=returns,
+            symbols=symbols,
+            dates=dates,
+            as_of_trade_date=dates[-1],
+            dropped=dropped,
+            bad_prices=int(union.bad_cum[b] - union.bad_cum[a]),
+            n_price_rows=int(union.rows_cum[b] - union.rows_cum[a]),
+            timings={**self.shared, "pivot_s": pivot_s, "total_s": self.read_s + pivot_s},
+            drop_counts=drop_counts,
+            source=self.resolved,
+            source_notes=self.notes,
+        )
+
+
+def read_windows(
+    engine: sa.Engine,
+    days: Sequence[dt.date | str],
+    *,
+    lookback_days: int,
+    min_history_days: int,
+    source: PriceSource = NATIVE_PRICES,
+    session: bool = False,
+) -> UnionWindows:
+    """The windows of several snapshot dates (a backfill's sessions) in one read: for each of
+    ``days`` (any order, duplicates allowed; dates or ISO strings), what
+    :func:`load_returns_window` gives for it with the same arguments (``session``: every day
+    is a session of the calendar) — its
+    :class:`ReturnsWindow`, identical in every field but ``timings`` (returns bit for bit), or
+    the :class:`WindowError` it would raise (no trade date ``<= D``, too few dates, every symbol
+    dropped), as a value: :meth:`UnionWindows.window`.
+
+    One REPEATABLE READ, read-only transaction, whatever the number of days: the catalog check,
+    ONE loose index scan of the dates (from the last date ``<= max(days)`` down to the first
+    date of the earliest day's window: every distinct date in between is read once, ``K + L``
+    probes for ``K`` consecutive sessions) and ONE grouped per-symbol query over the union of
+    the windows (the date ranges of its runs, one for consecutive sessions), which also returns
+    the day offsets of NULL prices so that each window counts its own. The union is pivoted and
+    its returns computed once; each window takes its rows and the columns of the symbols with
+    at least one row (even a bad or NULL price) in its own dates, and counts its own rows and
+    bad prices, when it is asked for. No price is read when no day has a usable window; the
+    earliest date is read only when no day has any.
+
+    Raises :class:`WindowError` for invalid arguments (as :func:`load_returns_window`, and an
+    unparseable day) before touching the database, and
+    :class:`~corr_pipeline.db.price_source.PriceSourceError` for an unusable source or two
+    prices for one symbol and date anywhere in the union (the whole call fails).
+
+    ``timings`` of each window: the shared phases recorded whole (``source_s``, ``dates_s``
+    and ``query_s`` as one window's, for the whole read), ``pivot_s`` = its share of the union
+    pivot (split evenly) + its own selection, ``total_s`` = the shared read + its ``pivot_s``.
+
+    Memory, with ``U <= K + L + 1`` union dates (consecutive sessions) and ``N`` symbols: the
+    union pivot holds ``U × N`` float64 closes, a bool presence, an int32 running count and
+    float32 returns (~17 bytes per cell, ~0.85 MB per 100 dates at N = 500, ~41 MB at N =
+    24,000; plus, while they run, the float64 temporaries of :func:`returns_from_closes`, as
+    for one window), the fetched blobs ~12 bytes per row, the server's hash aggregate ~``U /
+    (L + 1)`` times one window's (``work_mem`` :data:`WINDOW_WORK_MEM`); then one window
+    (float32 ``L × N``) per :meth:`UnionWindows.window` call, as long as its caller keeps it.
+    """
+    check_arguments(lookback_days, min_history_days)
+    if isinstance(days, str | dt.date):
+        raise WindowError(f"days must be a sequence of dates, got {days!r}")
+    wanted = sorted({as_iso_date(day, "snapshot date", WindowError) for day in days})
+    n_dates = int(lookback_days) + 1
+    errors: dict[dt.date, WindowError] = {}
+    spans: dict[dt.date, tuple[int, int]] = {}  # day -> its window scanned[start:stop]
+    shared: dict[str, float] = {}
+    grouped: list[tuple] = []
+    scanned: list[dt.date] = []
+    union_dates: list[dt.date] = []
+    in_union = np.zeros(0, dtype=np.bool_)
+    resolved: str = str(source)
+    notes: tuple[str, ...] = ()
+    t0 = time.perf_counter()
+    if wanted:
+        with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
+            conn.execute(sa.text("SET TRANSACTION READ ONLY"))
+            src = resolve_price_source(conn, source)
+            resolved, notes = src.describe(), src.notes
+            shared["source_s"] = time.perf_counter() - t0
+            pg = driver_connection(conn)
+            with pg.cursor() as cur:
+                cur.execute(
+                    union_dates_sql(src),
+                    {**src.params(), "lo": wanted[0], "hi": wanted[-1], "n": n_dates},
+                )
+                scanned = sorted(row[0] for row in cur.fetchall())
+                shared["dates_s"] = time.perf_counter() - t0
+                # a day without any date <= it means the scan ran out: scanned[0] is the earliest
+                earliest: dt.date | None = scanned[0] if scanned else None
+                if not scanned:
+                    cur.execute(earliest_sql(src), src.params())
+                    earliest = cur.fetchone()[0]
+                for d in wanted:
+                    stop = bisect.bisect_right(scanned, d)
+                    start = max(0, stop - n_dates)
+                    if stop == 0:
+                        errors[d] = no_dates_error(d, earliest, source)
+                    elif stale := stale_error(d, scanned[start:stop], session, source):
+                        errors[d] = stale
+                    elif error := too_few_dates_error(d, scanned[start:stop], min_history_days):
+                        errors[d] = error
+                    else:
+                        spans[d] = (start, stop)
+                in_union = np.zeros(len(scanned), dtype=np.bool_)
+                for start, stop in spans.values():
+                    in_union[start:stop] = True
+                union_pos = np.flatnonzero(in_union)
+                union_dates = [scanned[i] for i in union_pos]
+                if spans:
+                    breaks = np.flatnonzero(np.diff(union_pos) > 1)  # runs of consecutive dates
+                    run_first = [union_pos[0], *union_pos[breaks + 1]]
+                    run_last = [*union_pos[breaks], union_pos[-1]]
+                    params = {**src.params(), "a": union_dates[0]}
+                    for i, (lo, hi) in enumerate(zip(run_first, run_last, strict=True)):
+                        params[f"a{i}"], params[f"b{i}"] = scanned[lo], scanned[hi]
+                    t1 = time.perf_counter()
+                    cur.execute(f"SET LOCAL work_mem = '{WINDOW_WORK_MEM}'")
+                    cur.execute(grouped_sql(src, len(run_first)), params, binary=True)
+                    grouped = cur.fetchall()
+                    shared["query_s"] = time.perf_counter() - t1
+            conn.rollback()  # read-only: nothing to commit
+    read_s = time.perf_counter() - t0
+    union: _UnionPivot | None = None
+    union_s = 0.0
+    if spans:
+        t3 = time.perf_counter()
+        where = f"{source_name(source)} windows {union_dates[0]}..{union_dates[-1]}"
+        union = _pivot_union(grouped, union_dates, where, source)
+        del grouped
+        union_s = (time.perf_counter() - t3) / len(spans)
+    return UnionWindows(
+        days=wanted,
+        errors=errors,
+        spans=spans,
+        scanned=scanned,
+        union=union,
+        union_row=np.cumsum(in_union) - 1,  # scanned position -> union row
+        min_history_days=min_history_days,
+        source=source,
+        resolved=resolved,
+        notes=notes,
+        shared=shared,
+        read_s=read_s,
+        union_s=union_s,
+    )
