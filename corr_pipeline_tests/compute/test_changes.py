@@ -395,7 +395,7 @@ def test_lead_lag_changes_match_dicts_of_names(seed):
 
 
 def test_results_do_not_depend_on_the_chunks_or_the_blocks(monkeypatch):
-    import corr_pipeline.compute.changes as module
+    import corr_pipeline.compute.changes.drift as module
 
     rng = np.random.default_rng(42)
     symbols_t, symbols_p = _names(rng, 60, 70), _names(rng, 62, 70)
@@ -421,7 +421,7 @@ def test_quantiles_are_numpys_from_the_two_reads(monkeypatch, many_levels):
     """The first read counts, the second collects the keys of exactly the needed bins (one
     more read per 127 bins when many levels need more): exactly numpy's quantiles, every row
     read once per read."""
-    import corr_pipeline.compute.changes as module
+    import corr_pipeline.compute.changes.drift as module
 
     rng = np.random.default_rng(5)
     symbols_t, symbols_p = _names(rng, 150, 170), _names(rng, 155, 170)
@@ -434,13 +434,13 @@ def test_quantiles_are_numpys_from_the_two_reads(monkeypatch, many_levels):
         )
     corr_t[3, :] = corr_t[:, 3] = -0.0  # negative zeros: |x| of -0.0 is the key of +0.0
     calls: list[tuple[bool, bool, int]] = []  # accumulate, refine, rows
-    scan = module._scan_rows
+    scan = module.scan_rows
 
     def spy(*args):
         calls.append((args[13], args[14], len(args[11])))
         return scan(*args)
 
-    monkeypatch.setattr(module, "_scan_rows", spy)
+    monkeypatch.setattr(module, "scan_rows", spy)
     levels = (0.003, 0.01, 0.25, 0.5, 0.77, 0.99)  # the extremes: the other tests
     if many_levels:  # hundreds of needed bins: more than one read collects
         levels = tuple(np.linspace(0.0, 1.0, 201)[1:-1])
@@ -477,7 +477,7 @@ def _adversarial_values(rng: np.random.Generator, size: int) -> np.ndarray:
 def test_select_places_the_wanted_ranks_as_a_sort(seed):
     """The one-partition selection of a bin's ranks gives exactly the sorted keys there, on
     adversarial values (ties, ±0, ±1, subnormals) and rank sets (first, last, neighbours)."""
-    from corr_pipeline.compute.changes import _from_key, _select
+    from corr_pipeline.compute.changes.drift import _from_key, _select
 
     rng = np.random.default_rng(seed)
     values = _adversarial_values(rng, int(rng.integers(1, 3000)))
