@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from corr_pipeline.viz.render import (
+from corr_pipeline.viz.figures import (
     DEFAULT_MAX_PNG_BYTES,
-    _figure_png,
-    _new_figure,
-    _set_title,
+    figure_png,
+    new_figure,
+    set_title,
 )
 
 __all__ = ["change_histogram_png"]
@@ -34,7 +34,7 @@ def change_histogram_png(
     edges = np.asarray(edges, dtype=np.float64)
     if counts.ndim != 1 or edges.shape != (counts.size + 1,):
         raise ValueError(f"edges must have len(counts) + 1 = {counts.size + 1} values")
-    fig, ax = _new_figure(6.4, 4.0)
+    fig, ax = new_figure(6.4, 4.0)
     shown = np.where(counts > 0, counts, np.nan)  # empty bins are not drawn on the log scale
     ax.stairs(shown, edges, fill=True, color="#4c72b0", alpha=0.85)
     used = np.flatnonzero(counts)
@@ -55,5 +55,5 @@ def change_histogram_png(
         fontsize=8,
         parse_math=False,
     )
-    _set_title(ax, title, "pairs present on both days with enough overlap")
-    return _figure_png(fig, max_bytes=max_bytes)
+    set_title(ax, title, "pairs present on both days with enough overlap")
+    return figure_png(fig, max_bytes=max_bytes)

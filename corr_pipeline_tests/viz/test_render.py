@@ -98,8 +98,8 @@ def test_lead_lag_network_edge_labels_never_overlap(name, pairs, n_symbols, top,
     """Measured by the renderer, at the picture's resolution and at a lower one (the PNG's
     fallback when it is too large): no two edge labels overlap, none overlaps a symbol name,
     and every pair shown has exactly one label (on its arrow or in the list on the right)."""
+    from corr_pipeline.viz.network import _edge_label
     from corr_pipeline.viz.reductions import normalize_pairs
-    from corr_pipeline.viz.render import _edge_label
 
     symbols = [f"S{i:05d}" for i in range(n_symbols)]
     if name == "one leader":
