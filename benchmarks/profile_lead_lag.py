@@ -108,7 +108,7 @@ def profile(call: Callable[[], np.ndarray]) -> tuple[Parts, float, np.ndarray]:
         (llk, "select_columns", timed(parts, "columns: select + exact", llk.select_columns, True)),
         (ll, "standardize", timed(parts, "standardize", ll.standardize)),
         (st, "standardize", timed(parts, "standardize", st.standardize)),
-        (ll, "_make_screen", timed(parts, "screen set-up", ll._make_screen)),
+        (ll, "make_screen", timed(parts, "screen set-up", ll.make_screen)),
     ]
     saved = [(module, attr, getattr(module, attr)) for module, attr, _ in patches]
     for module, attr, fn in patches:

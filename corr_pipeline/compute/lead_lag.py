@@ -108,7 +108,7 @@ def _top_k_arrays(rows: int, k: int) -> tuple[np.ndarray, ...]:
     )
 
 
-def _records(top: tuple[np.ndarray, ...], owner_is_leader: bool, offset: int = 0) -> np.ndarray:
+def pair_records(top: tuple[np.ndarray, ...], owner_is_leader: bool, offset: int = 0) -> np.ndarray:
     """Result rows of the filled entries of a top-k table (rows = leaders or laggers)."""
     owner, slot = np.nonzero(top[1] >= 0)
     out = np.empty(owner.size, dtype=LEAD_LAG_DTYPE)
@@ -140,7 +140,7 @@ class _Screen:
     data: tuple
 
 
-def _make_screen(
+def make_screen(
     window: Standardized, max_lag: int, with_sync: bool, min_overlap: int, min_improvement: float
 ) -> _Screen:
     n_rows = window.n_rows
@@ -169,7 +169,7 @@ def _make_screen(
     )
 
 
-def _max_pool(n_cols: int, k: int) -> int:
+def max_pool(n_cols: int, k: int) -> int:
     """Pooled column candidates kept before they are evaluated (a few tens of MB at most)."""
     return max(1 << 20, 16 * n_cols * k)
 
@@ -216,7 +216,7 @@ def find_lead_lag_pairs(
     n_rows, n_cols = R.shape
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))
-    pool_state = _ColumnPool(n_cols, k_cols, max_pool=_max_pool(n_cols, k_cols))
+    pool_state = ColumnPool(n_cols, k_cols, max_pool=max_pool(n_cols, k_cols))
     row_pairs: list[np.ndarray] = []
 
     row_bytes = _block_row_bytes(n_cols)
@@ -225,19 +225,19 @@ def find_lead_lag_pairs(
     blocks = row_blocks(n_cols, row_bytes, working_memory_mb, block_rows=block_rows)
     with worker_pool() as pool:
         window = standardize(R, pool)
-        screen = _make_screen(window, max_lag, corr is None, min_overlap, min_improvement)
+        screen = make_screen(window, max_lag, corr is None, min_overlap, min_improvement)
         for done, (start, stop) in enumerate(blocks, start=1):
             if k_rows > 0 or k_cols > 0:
-                row_pairs.append(_scan_block(start, stop, corr, screen, k_rows, pool, pool_state))
+                row_pairs.append(scan_block(start, stop, corr, screen, k_rows, pool, pool_state))
             if progress is not None:
                 progress(done, len(blocks))
         if k_cols > 0:
             row_pairs.append(pool_state.select(screen, pool))
 
-    return _union_sorted(np.concatenate(row_pairs) if row_pairs else np.empty(0, LEAD_LAG_DTYPE))
+    return union_sorted(np.concatenate(row_pairs) if row_pairs else np.empty(0, LEAD_LAG_DTYPE))
 
 
-class _ColumnPool:
+class ColumnPool:
     """The column selection across blocks: each lagger's running top-k of *lower* bounds and its
     exact top-k so far (the k-th value of either never exceeds the final k-th best improvement),
     and the pooled pairs whose upper bound reaches both; evaluated exactly after the last block,
@@ -349,7 +349,7 @@ class _ColumnPool:
     def select(self, screen: _Screen, pool) -> np.ndarray:
         if self.parts:
             self._evaluate(screen, pool)
-        return _records(self.top, owner_is_leader=False)
+        return pair_records(self.top, owner_is_leader=False)
 
 
 def _shifted_leaders(window: Standardized, tile_start: int, first_lag: int, max_lag: int):
@@ -473,14 +473,14 @@ def check_lead_lag_args(
             raise ValueError(f"corr is {corr.shape[0]} × {corr.shape[1]} but R has N = {n_cols}")
 
 
-def _scan_block(
+def scan_block(
     start: int,
     stop: int,
     corr: np.ndarray | None,
     screen: _Screen,
     k_rows: int,
     pool,
-    columns: _ColumnPool,
+    columns: ColumnPool,
     empty=_fresh,
 ) -> np.ndarray:
     """Screen leaders [start, stop), select their rows' top-k (returned as result rows) and
@@ -508,13 +508,13 @@ def _scan_block(
                 range(0, height, step),
             )
         )
-        rows = _records(top, owner_is_leader=True, offset=start)
+        rows = pair_records(top, owner_is_leader=True, offset=start)
     if columns.k > 0:
         columns.add_block(start, upper, lower, None if corr is None else sync_block, screen, pool)
     return rows
 
 
-def _union_sorted(pairs: np.ndarray) -> np.ndarray:
+def union_sorted(pairs: np.ndarray) -> np.ndarray:
     """Each ordered pair once, sorted by improvement desc, then leader, then lagger."""
     order = np.lexsort((pairs["lagger"], pairs["leader"], -pairs["improvement"].astype(np.float64)))
     pairs = pairs[order]

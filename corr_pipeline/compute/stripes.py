@@ -55,7 +55,7 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from corr_pipeline.compute import lead_lag as _ll
+from corr_pipeline.compute import lead_lag as lead_lag_module
 from corr_pipeline.compute.correlation import PairCorrelator, Progress
 from corr_pipeline.compute.kernels import transpose_columns
 from corr_pipeline.compute.neighbors import Neighbors, fill_top_k_rows
@@ -487,7 +487,9 @@ def _lead_lag_screen(
     key = (max_lag, with_sync, min_overlap, min_improvement)
     found = context.screens.get(key)
     if found is None:
-        found = _ll._make_screen(context.window, max_lag, with_sync, min_overlap, min_improvement)
+        found = lead_lag_module.make_screen(
+            context.window, max_lag, with_sync, min_overlap, min_improvement
+        )
         context.screens[key] = found
     return found
 
@@ -517,13 +519,15 @@ def lead_lag_stripe(
     n_cols = R.shape[1]
     screen = _lead_lag_screen(context, max_lag, corr is None, min_overlap, min_improvement)
     inline = _Inline()
-    columns = _ll._ColumnPool(n_cols, k_cols, max_pool=_ll._max_pool(n_cols, k_cols), floor=floor)
-    row_pairs: list[np.ndarray] = [np.empty(0, _ll.LEAD_LAG_DTYPE)]
+    columns = lead_lag_module.ColumnPool(
+        n_cols, k_cols, max_pool=lead_lag_module.max_pool(n_cols, k_cols), floor=floor
+    )
+    row_pairs: list[np.ndarray] = [np.empty(0, lead_lag_module.LEAD_LAG_DTYPE)]
     start0, stop0 = stripe
     for start, stop in row_blocks(stop0 - start0, 1, block_rows=block_rows):
         if k_rows > 0 or k_cols > 0:
             row_pairs.append(
-                _ll._scan_block(
+                lead_lag_module.scan_block(
                     start0 + start,
                     start0 + stop,
                     corr,
@@ -534,7 +538,7 @@ def lead_lag_stripe(
                     thread_buffer,  # the block's b x N arrays, reused from block to block
                 )
             )
-    column_pairs = _ll._records(columns.top, owner_is_leader=False)
+    column_pairs = lead_lag_module.pair_records(columns.top, owner_is_leader=False)
     if floor is not None:  # below the floor: in no final top-k (see LaggerFloor)
         column_pairs = column_pairs[column_pairs["improvement"] >= floor[column_pairs["lagger"]]]
     leaders, laggers, upper, syncs = columns.pooled()
@@ -550,7 +554,9 @@ def lead_lag_screen(
 ) -> Any:
     """The window and screen :func:`merge_lead_lag_stripes` evaluates pooled candidates on
     (``R`` standardised on this thread, as in a worker: the same values)."""
-    return _ll._make_screen(standardize(R), max_lag, with_sync, min_overlap, min_improvement)
+    return lead_lag_module.make_screen(
+        standardize(R), max_lag, with_sync, min_overlap, min_improvement
+    )
 
 
 def _select_pooled(parts: Sequence[LeadLagStripe], screen: Any, floor: np.ndarray) -> np.ndarray:
@@ -560,12 +566,14 @@ def _select_pooled(parts: Sequence[LeadLagStripe], screen: Any, floor: np.ndarra
     the same kernel, in the same threshold order, on its pairs less those below the floor (so
     no more evaluations than the threaded scan's)."""
     n_cols, k_cols = parts[0].lower.shape
-    columns = _ll._ColumnPool(n_cols, k_cols, max_pool=_ll._max_pool(n_cols, k_cols), floor=floor)
+    columns = lead_lag_module.ColumnPool(
+        n_cols, k_cols, max_pool=lead_lag_module.max_pool(n_cols, k_cols), floor=floor
+    )
     for part in parts:
         pool = part.pool
         columns.take(pool["leader"], pool["lagger"], pool["upper"], pool["sync"])
     if not any(part.pool.size for part in parts):
-        return np.empty(0, _ll.LEAD_LAG_DTYPE)
+        return np.empty(0, lead_lag_module.LEAD_LAG_DTYPE)
     with worker_pool() as threads:
         return columns.select(screen, threads)
 
@@ -586,7 +594,7 @@ def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], screen: Any, k_cols: 
     and deduplicated as the threaded scan does.
     """
     if not parts:
-        return np.empty(0, _ll.LEAD_LAG_DTYPE)
+        return np.empty(0, lead_lag_module.LEAD_LAG_DTYPE)
     pairs = [p.row_pairs for p in parts]
     if k_cols > 0:
         everyone = LaggerFloor(*parts[0].lower.shape)
@@ -603,7 +611,7 @@ def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], screen: Any, k_cols: 
         laggers = column["lagger"]
         rank = np.arange(column.size) - np.searchsorted(laggers, laggers, side="left")
         pairs.append(column[rank < k_cols])
-    return _ll._union_sorted(np.concatenate(pairs))
+    return lead_lag_module.union_sorted(np.concatenate(pairs))
 
 
 def striped_lead_lag(
@@ -616,7 +624,7 @@ def striped_lead_lag(
     min_overlap: int,
     min_improvement: float = 0.0,
     corr: np.ndarray | None = None,
-    block_rows: int = _ll.MAX_BLOCK_ROWS,
+    block_rows: int = lead_lag_module.MAX_BLOCK_ROWS,
     stripe_rows: int = DEFAULT_STRIPE_ROWS,
     progress: Progress | None = None,
 ) -> np.ndarray:
@@ -626,7 +634,9 @@ def striped_lead_lag(
     it was submitted, then the stripes' column candidates evaluated in this process on
     threads (:func:`merge_lead_lag_stripes`, on ``R`` standardised here while the stripes
     run); exactly its result."""
-    _ll.check_lead_lag_args(R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr)
+    lead_lag_module.check_lead_lag_args(
+        R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr
+    )
     n_cols = R.shape[1]
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))

@@ -352,7 +352,7 @@ def test_lead_lag_stripes_that_evaluate_their_own_pools_are_exact(
 
     import corr_pipeline.compute.stripes as stripes
 
-    monkeypatch.setattr(lead_lag, "_max_pool", lambda n_cols, k: 200)
+    monkeypatch.setattr(lead_lag, "max_pool", lambda n_cols, k: 200)
     monkeypatch.setattr(stripes, "lead_lag_stripe", counted)
     found = _lead_lag(LEAD_LAG.R, corr, InProcessRunner(), stripe_rows=128, block_rows=64)
     assert found.tobytes() == expected.tobytes()

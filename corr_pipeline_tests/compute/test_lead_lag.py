@@ -532,7 +532,7 @@ def test_screen_bounds_enclose_exact_values(name: str) -> None:
     for given_corr in (None, corr):
         with worker_pool() as pool:
             window = lead_lag.standardize(R, pool)
-            screen = lead_lag._make_screen(window, 5, given_corr is None, m, 0.0)
+            screen = lead_lag.make_screen(window, 5, given_corr is None, m, 0.0)
             upper, lower, sync_block = lead_lag._screen_block(0, N, given_corr, screen, pool)
         checked = 0
         for i in range(N):
@@ -611,7 +611,7 @@ def test_column_pool_evaluated_early_is_identical(
     universe = SPECIAL_UNIVERSES[name]()
     params = dict(max_lag=4, k_leaders=3, k_laggers=2, min_overlap=universe.min_overlap)
     baseline = find_lead_lag_pairs(universe.R, block_rows=16, **params)
-    monkeypatch.setattr(lead_lag, "_max_pool", lambda n_cols, k: 1)
+    monkeypatch.setattr(lead_lag, "max_pool", lambda n_cols, k: 1)
     _assert_same_pairs(
         baseline, find_lead_lag_pairs(universe.R, block_rows=16, **params), "pool cap 1"
     )
