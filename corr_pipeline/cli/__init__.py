@@ -32,7 +32,7 @@ library; the command modules parse, call, print.
 
 The project's ``.env`` (``./.env``, the file ``dg dev`` and ``dagster dev`` read when started from
 the repository root) applies to every command, with Dagster's precedence (its values replace the
-environment's), so the command line and the UI agree (:func:`corr_pipeline.settings.env_file_applied`).
+environment's), so the command line and the UI agree (:func:`corr_pipeline.project_env.env_file_applied`).
 
 Every file the command and the processes it starts create is its user's alone (``umask`` 077,
 :func:`corr_pipeline.privacy.private_umask`).
@@ -49,7 +49,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from corr_pipeline import privacy, settings
+from corr_pipeline import privacy, project_env
 from corr_pipeline.cli.backfill import add_backfill_command
 from corr_pipeline.cli.bench import add_bench_command
 from corr_pipeline.cli.calendar import add_calendar_command
@@ -137,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.extra = extra
     _configure_logging(args.verbose)
     try:
-        with privacy.private_umask(), settings.env_file_applied():
+        with privacy.private_umask(), project_env.env_file_applied():
             return int(args.func(args) or 0)
     except USER_ERRORS as exc:
         if args.debug:

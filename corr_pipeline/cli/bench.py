@@ -123,7 +123,7 @@ def bench_through_dagster(
     in this process on the same window, loaded again. The run's matrices are deleted afterwards
     unless ``--keep-matrices``; the published snapshot stays in the benchmark database.
     """
-    from corr_pipeline.bench import StageResult, measure_floor
+    from corr_pipeline.bench import measure_floor
     from corr_pipeline.bench.pipeline import start_benchmark
     from corr_pipeline.cli.demo import SnapshotRunError
     from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
@@ -169,30 +169,7 @@ def bench_through_dagster(
     finally:
         instance.dispose()
     try:
-        for asset in STAGE_ASSETS:
-            seconds = summary.value(asset, "stage_seconds")
-            if seconds is None:
-                continue
-            seconds = float(seconds) + float(summary.value(asset, "check_seconds", 0.0))
-            rows = None
-            note = []
-            if asset == "snapshot_publication":
-                counts = {
-                    name: int(summary.value(asset, f"{name}_rows", 0))
-                    for name in ("peer_neighbors", "symbol_clusters", "lead_lag_pairs")
-                }
-                rows = sum(counts.values())
-                note += [f"{name} {count:,}" for name, count in counts.items()]
-            report.stages.append(
-                StageResult(
-                    asset,
-                    seconds,
-                    float(summary.value(asset, "peak_rss_mib", float("nan"))),
-                    float(summary.value(asset, "rss_anon_mib", float("nan"))),
-                    rows,
-                    ", ".join(note),
-                )
-            )
+        report.stages += _run_stages(summary)
         if not summary.success:
             echo(report.table())
             raise SnapshotRunError(
@@ -213,6 +190,39 @@ def bench_through_dagster(
         if not args.keep_matrices:
             MatrixStore(store_dir).remove_partition(key)
     return report
+
+
+def _run_stages(summary: Any) -> list[Any]:
+    """A :class:`~corr_pipeline.bench.StageResult` per asset of the run that has a
+    ``stage_seconds`` (its ``check_seconds`` added; the publication's rows per table)."""
+    from corr_pipeline.bench import StageResult
+
+    stages = []
+    for asset in STAGE_ASSETS:
+        seconds = summary.value(asset, "stage_seconds")
+        if seconds is None:
+            continue
+        seconds = float(seconds) + float(summary.value(asset, "check_seconds", 0.0))
+        rows = None
+        note = []
+        if asset == "snapshot_publication":
+            counts = {
+                name: int(summary.value(asset, f"{name}_rows", 0))
+                for name in ("peer_neighbors", "symbol_clusters", "lead_lag_pairs")
+            }
+            rows = sum(counts.values())
+            note += [f"{name} {count:,}" for name, count in counts.items()]
+        stages.append(
+            StageResult(
+                asset,
+                seconds,
+                float(summary.value(asset, "peak_rss_mib", float("nan"))),
+                float(summary.value(asset, "rss_anon_mib", float("nan"))),
+                rows,
+                ", ".join(note),
+            )
+        )
+    return stages
 
 
 def add_bench_command(commands: Any) -> None:

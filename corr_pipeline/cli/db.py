@@ -150,7 +150,7 @@ def cmd_db_prune(args: argparse.Namespace) -> int:
     """Delete the published snapshots dated before ``--before`` (each in its own transaction,
     :func:`corr_pipeline.db.publish.delete_snapshot`); ``--dry-run`` only lists them."""
     from corr_pipeline.db.publish import delete_snapshot  # numpy and the kernels: lazily
-    from corr_pipeline.db.reads import published_dates
+    from corr_pipeline.db.published_reads import published_dates
 
     engine = open_engine()
     dates = published_dates(engine, before=args.before)

@@ -31,12 +31,17 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from corr_pipeline import settings
+from corr_pipeline import project_env, settings
 from corr_pipeline.cli.common import echo, open_engine, positive_int, write_synthetic
 from corr_pipeline.cli.db import where_is_the_database
 from corr_pipeline.db import engine as db_engine
+from corr_pipeline.db.price_reads import (
+    count_trade_dates,
+    nth_trade_date,
+    prices_extent,
+    trade_dates,
+)
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource, configured_price_source
-from corr_pipeline.db.reads import count_trade_dates, nth_trade_date, prices_extent, trade_dates
 from corr_pipeline.sessions import get_calendar
 
 __all__ = [
@@ -218,9 +223,9 @@ def demo_step_partitions(ctx: DemoContext) -> None:
     first_day = first_full_window_session(engine, lookback, dt.date.fromisoformat(key), ctx.source)
     settings.export_partition_start(first_day)
     first, name = first_day.isoformat(), settings.ENV_PARTITION_START
-    where = settings.env_file()
-    if settings.is_project_root(where.parent):
-        settings.write_env_value(
+    where = project_env.env_file()
+    if project_env.is_project_root(where.parent):
+        project_env.write_env_value(
             where,
             name,
             first,
@@ -338,7 +343,7 @@ def run_demo(
     What the steps export for the runs they start (the first partition) is this call's only:
     the process environment is restored afterwards."""
     ctx = ctx or DemoContext()
-    with settings.environment_restored():
+    with project_env.environment_restored():
         for step in DEMO_STEPS if steps is None else steps:
             step(ctx)
     return ctx

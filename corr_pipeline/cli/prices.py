@@ -76,7 +76,7 @@ def cmd_prices_check(args: argparse.Namespace) -> int:
     pipeline will see: the latest trade date and how complete it is (what
     ``prices_ready_sensor`` measures), and how the source's trade dates of the last
     ``args.days`` days fit the calendar (``CORR_PIPELINE_CALENDAR``). Reads only."""
-    from corr_pipeline.db.reads import latest_trade_date, session_prices, trade_dates
+    from corr_pipeline.db.price_reads import latest_trade_date, session_prices, trade_dates
     from corr_pipeline.sessions import configured_calendar
 
     engine = open_engine(create_if_fresh=False)

@@ -20,7 +20,7 @@ from typing import Any
 
 from corr_pipeline import settings
 from corr_pipeline.cli.common import echo, open_engine, positive_int
-from corr_pipeline.db.reads import published_matrix_versions, recorded_change_dates
+from corr_pipeline.db.published_reads import published_matrix_versions, recorded_change_dates
 from corr_pipeline.query.render import format_table
 from corr_pipeline.snapshot.retention import apply_retention, format_bytes, store_inventory
 from corr_pipeline.store.matrix_store import MatrixStore

@@ -31,7 +31,7 @@ read, the three columns exist, may be read and have usable types —
 Anything else raises :class:`PriceSourceError` whose message is one line naming the source and
 what is wrong. The resolved source (:class:`ResolvedPriceSource`) builds the expressions the
 readers need: ``psycopg.sql`` fragments for the window query (:mod:`corr_pipeline.db.window`)
-and SQLAlchemy Core expressions for the small reads (:mod:`corr_pipeline.db.reads`, the query
+and SQLAlchemy Core expressions for the small reads (:mod:`corr_pipeline.db.price_reads`, the query
 layer). Its relation is always qualified with the schema the catalog found, so a later change
 of ``search_path`` cannot redirect a read. Nothing here writes: the source is read-only.
 """
@@ -40,7 +40,9 @@ from __future__ import annotations
 
 import re
 import zoneinfo
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -430,33 +432,7 @@ def resolve_price_source(conn: sa.Connection, source: PriceSource) -> ResolvedPr
     """Check ``source`` against the catalog on ``conn`` (read-only catalog queries; see the
     module docstring) and return the resolved source, or raise :class:`PriceSourceError`."""
     where = f"price source {source}"
-    if source.schema is not None:
-        schema_oid = conn.execute(
-            sa.text("SELECT oid FROM pg_namespace WHERE nspname = :s"), {"s": source.schema}
-        ).scalar()
-        if schema_oid is None:
-            raise PriceSourceError(f"{where}: schema {_display(source.schema)} does not exist")
-        qualified = f"{_quote(source.schema)}.{_quote(source.table)}"
-    else:
-        qualified = _quote(source.table)
-    found = conn.execute(
-        sa.text(
-            """
-            SELECT c.oid, n.nspname, c.relkind
-            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-            WHERE c.oid = to_regclass(:name)
-            """
-        ),
-        {"name": qualified},
-    ).first()
-    if found is None:
-        if source.schema is None:
-            path = conn.execute(sa.text("SELECT current_schemas(false)")).scalar_one()
-            searched = ", ".join(path) or "(empty)"
-            raise PriceSourceError(
-                f"{where}: no table or view {source.relation_name} on the search_path ({searched})"
-            )
-        raise PriceSourceError(f"{where}: table or view {source.relation_name} does not exist")
+    found = _find_relation(conn, source, where)
     oid, schema, relkind = int(found[0]), str(found[1]), str(found[2])
     if schema in SYSTEM_SCHEMAS or schema.startswith(("pg_toast", "pg_temp")):
         raise PriceSourceError(
@@ -477,31 +453,7 @@ def resolve_price_source(conn: sa.Connection, source: PriceSource) -> ResolvedPr
     _lock_relation(conn, oid, relkind, schema, source, where)
     rows = {str(r[0]): r for r in conn.execute(_columns_statement(), {"oid": oid})}
 
-    def column(name: str, role: str, accepted: str, ok) -> SourceColumn:
-        row = rows.get(name)
-        if row is None:
-            available = ", ".join(_display(c) for c in rows) or "none"
-            raise PriceSourceError(
-                f"{where}: {kind} {source.relation_name} has no column {_display(name)} "
-                f"(the {role} column; its columns: {available})"
-            )
-        declared, nullable, type_oid, readable = str(row[1]), bool(row[2]), int(row[3]), row[4]
-        deterministic = bool(row[5])
-        if not readable:
-            raise PriceSourceError(f"{where}: no SELECT privilege on column {_display(name)}")
-        base, category = _base_type(conn, type_oid)
-        if not ok(base, category):
-            raise PriceSourceError(
-                f"{where}: the {role} column {_display(name)} is {declared}; expected {accepted}"
-            )
-        return SourceColumn(
-            name=name,
-            declared=declared,
-            base=base,
-            nullable=nullable,
-            deterministic=deterministic,
-        )
-
+    column = partial(_column, conn, rows, f"{where}: {kind} {source.relation_name}", where)
     symbol = column(
         source.symbol,
         "symbol",
@@ -520,26 +472,7 @@ def resolve_price_source(conn: sa.Connection, source: PriceSource) -> ResolvedPr
         "numeric, double precision, real or an integer type",
         lambda base, category: base in PRICE_TYPES,
     )
-    notes: list[str] = []
-    if relkind in ("r", "p", "m"):
-        indexed = conn.execute(
-            sa.text(
-                """
-                SELECT EXISTS (
-                    SELECT 1 FROM pg_index i JOIN pg_attribute a
-                      ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-                    WHERE i.indrelid = :oid AND a.attname = :col)
-                """
-            ),
-            {"oid": oid, "col": source.trade_date},
-        ).scalar_one()
-        if not indexed:
-            notes.append(
-                f"{kind} {source.relation_name} has no index leading with "
-                f"{_display(source.trade_date)}: the window's date scan reads the table once per "
-                f"window date (CREATE INDEX ON {source.relation_name} "
-                f"({_display(source.trade_date)}) makes it a few index probes)"
-            )
+    notes = _index_notes(conn, oid, relkind, kind, source)
     return ResolvedPriceSource(
         source=source,
         schema=schema,
@@ -547,5 +480,99 @@ def resolve_price_source(conn: sa.Connection, source: PriceSource) -> ResolvedPr
         symbol=symbol,
         trade_date=trade_date,
         price=price,
-        notes=tuple(notes),
+        notes=notes,
+    )
+
+
+def _find_relation(conn: sa.Connection, source: PriceSource, where: str) -> sa.Row:
+    """``(oid, schema, relkind)`` of the relation ``source`` names (its schema, else the
+    search_path); :class:`PriceSourceError` naming what is missing."""
+    if source.schema is not None:
+        schema_oid = conn.execute(
+            sa.text("SELECT oid FROM pg_namespace WHERE nspname = :s"), {"s": source.schema}
+        ).scalar()
+        if schema_oid is None:
+            raise PriceSourceError(f"{where}: schema {_display(source.schema)} does not exist")
+        qualified = f"{_quote(source.schema)}.{_quote(source.table)}"
+    else:
+        qualified = _quote(source.table)
+    found = conn.execute(
+        sa.text(
+            """
+            SELECT c.oid, n.nspname, c.relkind
+            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.oid = to_regclass(:name)
+            """
+        ),
+        {"name": qualified},
+    ).first()
+    if found is not None:
+        return found
+    if source.schema is None:
+        path = conn.execute(sa.text("SELECT current_schemas(false)")).scalar_one()
+        searched = ", ".join(path) or "(empty)"
+        raise PriceSourceError(
+            f"{where}: no table or view {source.relation_name} on the search_path ({searched})"
+        )
+    raise PriceSourceError(f"{where}: table or view {source.relation_name} does not exist")
+
+
+def _column(
+    conn: sa.Connection,
+    rows: dict[str, Any],
+    relation: str,
+    where: str,
+    name: str,
+    role: str,
+    accepted: str,
+    ok: Callable[[str, str], bool],
+) -> SourceColumn:
+    """The column ``name`` of the relation (``rows``: its catalog rows by name; ``relation``:
+    "price source ...: kind name") in the ``role`` of the symbol, trade date or price, whose
+    base type and category ``ok`` accepts; :class:`PriceSourceError` saying what is wrong."""
+    row = rows.get(name)
+    if row is None:
+        available = ", ".join(_display(c) for c in rows) or "none"
+        raise PriceSourceError(
+            f"{relation} has no column {_display(name)} "
+            f"(the {role} column; its columns: {available})"
+        )
+    declared, nullable, type_oid, readable = str(row[1]), bool(row[2]), int(row[3]), row[4]
+    deterministic = bool(row[5])
+    if not readable:
+        raise PriceSourceError(f"{where}: no SELECT privilege on column {_display(name)}")
+    base, category = _base_type(conn, type_oid)
+    if not ok(base, category):
+        raise PriceSourceError(
+            f"{where}: the {role} column {_display(name)} is {declared}; expected {accepted}"
+        )
+    return SourceColumn(
+        name=name, declared=declared, base=base, nullable=nullable, deterministic=deterministic
+    )
+
+
+def _index_notes(
+    conn: sa.Connection, oid: int, relkind: str, kind: str, source: PriceSource
+) -> tuple[str, ...]:
+    """Advice when a table (not a view) has no index leading with the trade-date column."""
+    if relkind not in ("r", "p", "m"):
+        return ()
+    indexed = conn.execute(
+        sa.text(
+            """
+            SELECT EXISTS (
+                SELECT 1 FROM pg_index i JOIN pg_attribute a
+                  ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                WHERE i.indrelid = :oid AND a.attname = :col)
+            """
+        ),
+        {"oid": oid, "col": source.trade_date},
+    ).scalar_one()
+    if indexed:
+        return ()
+    return (
+        f"{kind} {source.relation_name} has no index leading with "
+        f"{_display(source.trade_date)}: the window's date scan reads the table once per "
+        f"window date (CREATE INDEX ON {source.relation_name} "
+        f"({_display(source.trade_date)}) makes it a few index probes)",
     )

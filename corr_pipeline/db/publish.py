@@ -56,6 +56,7 @@ import struct
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,7 @@ import sqlalchemy as sa
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.db.bulk import driver_connection
 from corr_pipeline.db.dates import as_iso_date
+from corr_pipeline.db.replace import lock_date, replace_date_rows
 from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES, SNAPSHOT_CHILD_TABLES
 
 __all__ = [
@@ -80,8 +82,6 @@ __all__ = [
 #: Fields a lead-lag structured array must have (SPEC §6 / §9).
 LEAD_LAG_FIELDS: tuple[str, ...] = LEAD_LAG_DTYPE.names or ()
 
-_LOCK_NAMESPACE = "corr_pipeline.snapshot"
-_EPOCH = dt.date(1970, 1, 1)
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _COPY_TRAILER = struct.pack(">h", -1)
 
@@ -359,16 +359,6 @@ def _delete_snapshot_rows(cursor: Any, d: dt.date) -> bool:
     return bool(cursor.rowcount > 0)
 
 
-def lock_date(cursor: Any, d: dt.date) -> float:
-    """Take the transaction-scoped advisory lock of ``d`` that every writer of a date's rows
-    (a snapshot's publication or withdrawal, its changes' publication) holds; seconds waited."""
-    t = time.perf_counter()
-    cursor.execute(
-        "SELECT pg_advisory_xact_lock(hashtext(%s), %s)", (_LOCK_NAMESPACE, (d - _EPOCH).days)
-    )
-    return time.perf_counter() - t
-
-
 @dataclass(frozen=True)
 class SnapshotResults:
     """What one snapshot publishes (SPEC §7), the value handed to :func:`publish_snapshot`.
@@ -439,6 +429,42 @@ def publish_snapshot(engine: sa.Engine, results: SnapshotResults) -> PublishRepo
     params_json = _json_params(results.params)
     versions_json = _json_versions(results.matrix_versions)
 
+    sym = _Symbols(symbol_list)
+    copies = _copies(results, n, (d - _PG_EPOCH).days, sym)
+    timings = {"prepare_s": time.perf_counter() - t_start}
+
+    head = (
+        "INSERT INTO snapshots (snapshot_date, as_of_trade_date, n_symbols, n_dropped, "
+        "lookback_days, params, matrix_versions, created_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, now())",
+        (d, as_of, n, int(n_dropped), int(lookback_days), params_json, versions_json),
+    )
+    done = replace_date_rows(
+        engine,
+        d,
+        what=f"publishing {d}",
+        delete=partial(_delete_snapshot_rows, d=d),
+        head=("snapshots", "replace_snapshot_row_s", *head),
+        copies={
+            table: (n_rows, partial(_copy_table, table, columns, n_rows, sym))
+            for table, columns, n_rows in copies
+        },
+    )
+    return done.report(PublishReport, d, t_start, timings)
+
+
+def _copy_table(table: str, columns: list[Any], n_rows: int, sym: _Symbols, cursor: Any) -> None:
+    """COPY the ``n_rows`` rows of ``columns`` into ``table`` (binary format)."""
+    _copy_binary(cursor, table, _copy_chunks(columns, n_rows, sym))
+
+
+def _copies(
+    results: SnapshotResults, n: int, days: int, sym: _Symbols
+) -> list[tuple[str, list[Any], int]]:
+    """The binary COPY columns and row count of each result table, validated (``days``: the
+    snapshot date as PostgreSQL's day number). Rows go in primary-key order (symbols by code
+    point, as the "C" collation sorts them): the B-tree inserts then walk the index left to
+    right instead of jumping around."""
     nb_i, nb_rank, nb_j, nb_corr, nb_overlap = _neighbor_rows(
         n, results.neighbor_index, results.neighbor_corr, results.neighbor_overlap
     )
@@ -448,15 +474,10 @@ def publish_snapshot(engine: sa.Engine, results: SnapshotResults) -> PublishRepo
     if labels.size and (labels.min() < 0 or labels.max() > np.iinfo(np.int32).max):
         raise PublishError("cluster_labels must be non-negative int32")
     pairs = _pair_rows(n, results.lead_lag_pairs)
-
-    # Rows go in primary-key order (symbols by code point, as the "C" collation sorts them):
-    # the B-tree inserts then walk the index left to right instead of jumping around.
-    sym = _Symbols(symbol_list)
-    days = (d - _PG_EPOCH).days
     nb_order = np.lexsort((nb_rank, sym.rank[nb_i]))
     cl_order = np.argsort(sym.rank)
     pr_order = np.argsort(sym.rank[pairs["leader"]] * n + sym.rank[pairs["lagger"]], kind="stable")
-    copies: list[tuple[str, list[Any], int]] = [
+    return [
         (
             "peer_neighbors",
             [
@@ -489,46 +510,6 @@ def publish_snapshot(engine: sa.Engine, results: SnapshotResults) -> PublishRepo
             int(pairs["leader"].size),
         ),
     ]
-    timings = {"prepare_s": time.perf_counter() - t_start}
-
-    rows: dict[str, int] = {}
-    with engine.begin() as conn:
-        pg = driver_connection(conn)
-        with pg.cursor() as cur:
-            lock_wait = lock_date(cur, d)
-            t = time.perf_counter()
-            replaced = _delete_snapshot_rows(cur, d)
-            cur.execute(
-                "INSERT INTO snapshots (snapshot_date, as_of_trade_date, n_symbols, n_dropped, "
-                "lookback_days, params, matrix_versions, created_at) "
-                "VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, now())",
-                (d, as_of, n, int(n_dropped), int(lookback_days), params_json, versions_json),
-            )
-            rows["snapshots"] = cur.rowcount
-            timings["replace_snapshot_row_s"] = time.perf_counter() - t
-            for table, columns, n_rows in copies:
-                t = time.perf_counter()
-                _copy_binary(cur, table, _copy_chunks(columns, n_rows, sym))
-                rows[table] = cur.rowcount
-                timings[f"copy_{table}_s"] = time.perf_counter() - t
-        expected = {
-            "snapshots": 1,
-            "peer_neighbors": int(nb_i.size),
-            "symbol_clusters": n,
-            "lead_lag_pairs": int(pairs["leader"].size),
-        }
-        if rows != expected:  # impossible unless COPY lost rows: never commit that
-            raise RuntimeError(f"publishing {d}: inserted {rows}, expected {expected}")
-        t = time.perf_counter()
-    timings["commit_s"] = time.perf_counter() - t
-    return PublishReport(
-        snapshot_date=d,
-        rows=rows,
-        seconds=time.perf_counter() - t_start,
-        lock_wait_seconds=lock_wait,
-        replaced_previous=replaced,
-        timings=timings,
-    )
 
 
 def delete_snapshot(engine: sa.Engine, snapshot_date: dt.date | str) -> bool:

@@ -27,19 +27,19 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
 
-from corr_pipeline.db.bulk import driver_connection
 from corr_pipeline.db.dates import as_iso_date
 from corr_pipeline.db.publish import (
     PublishError,
     delete_change_rows,
-    lock_date,
     read_snapshot_counts,
 )
-from corr_pipeline.db.reads import change_staleness
+from corr_pipeline.db.published_reads import change_staleness
+from corr_pipeline.db.replace import replace_date_rows
 from corr_pipeline.db.schema import CHANGE_TABLES, DRIFT_COLUMNS
 
 __all__ = [
@@ -199,50 +199,44 @@ def publish_changes(engine: sa.Engine, changes: ChangesPublication) -> ChangesRe
     t_start = time.perf_counter()
     d, summary = _validate(changes)
     timings = {"prepare_s": time.perf_counter() - t_start}
-    rows: dict[str, int] = {}
-    with engine.begin() as conn, driver_connection(conn).cursor() as cur:
-        lock_wait = lock_date(cur, d)
-        t = time.perf_counter()
+    columns = ", ".join(("snapshot_date", *SUMMARY_COLUMNS, "created_at"))
+    placeholders = ", ".join(
+        "%s::jsonb" if c in _JSON_COLUMNS else "%s" for c in ("snapshot_date", *SUMMARY_COLUMNS)
+    )
+
+    def check(conn: sa.Connection) -> None:
         stale = change_staleness(conn, {"snapshot_date": d, **changes.summary})
         if stale:
             raise StaleChangesError(f"the changes of {d} are stale: {'; '.join(stale)}")
-        timings["check_current_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        replaced = delete_change_rows(cur, d)
-        columns = ", ".join(("snapshot_date", *SUMMARY_COLUMNS, "created_at"))
-        placeholders = ", ".join(
-            "%s::jsonb" if c in _JSON_COLUMNS else "%s" for c in ("snapshot_date", *SUMMARY_COLUMNS)
-        )
-        cur.execute(
+
+    done = replace_date_rows(
+        engine,
+        d,
+        what=f"publishing the changes of {d}",
+        check=check,
+        delete=partial(delete_change_rows, d=d),
+        head=(
+            "change_summaries",
+            "replace_summary_s",
             f"INSERT INTO change_summaries ({columns}) VALUES ({placeholders}, now())",
             (d, *summary),
-        )
-        rows["change_summaries"] = cur.rowcount
-        timings["replace_summary_s"] = time.perf_counter() - t
-        for table, names in CHANGE_COLUMNS.items():
-            t = time.perf_counter()
-            statement = (
-                f"COPY {table} (snapshot_date, {', '.join(names)}) FROM STDIN (FORMAT BINARY)"
-            )
-            with cur.copy(statement) as copy:
-                copy.set_types(["date", *_COPY_TYPES[table]])
-                for row in changes.rows[table]:
-                    copy.write_row((d, *row))
-            rows[table] = cur.rowcount
-            timings[f"copy_{table}_s"] = time.perf_counter() - t
-        expected = {"change_summaries": 1} | {t: len(r) for t, r in changes.rows.items()}
-        if rows != expected:  # impossible unless COPY lost rows: never commit that
-            raise RuntimeError(
-                f"publishing the changes of {d}: inserted {rows}, expected {expected}"
-            )
-    return ChangesReport(
-        snapshot_date=d,
-        rows=rows,
-        seconds=time.perf_counter() - t_start,
-        lock_wait_seconds=lock_wait,
-        replaced_previous=replaced,
-        timings=timings,
+        ),
+        copies={
+            table: (len(changes.rows[table]), partial(_copy_rows, table, d, changes.rows[table]))
+            for table in CHANGE_COLUMNS
+        },
     )
+    return done.report(ChangesReport, d, t_start, timings)
+
+
+def _copy_rows(table: str, d: dt.date, rows: Sequence[tuple[Any, ...]], cursor: Any) -> None:
+    """COPY the change rows of ``table`` for ``d`` (binary format, typed per column)."""
+    names = CHANGE_COLUMNS[table]
+    statement = f"COPY {table} (snapshot_date, {', '.join(names)}) FROM STDIN (FORMAT BINARY)"
+    with cursor.copy(statement) as copy:
+        copy.set_types(["date", *_COPY_TYPES[table]])
+        for row in rows:
+            copy.write_row((d, *row))
 
 
 def read_change_counts(engine: sa.Engine, snapshot_date: dt.date | str) -> dict[str, int]:

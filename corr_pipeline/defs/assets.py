@@ -28,7 +28,7 @@ import dagster as dg
 from dagster._core.storage.tags import RESUME_RETRY_TAG
 
 from corr_pipeline.db.price_source import PriceSourceError
-from corr_pipeline.db.reads import published_dates
+from corr_pipeline.db.published_reads import published_dates
 from corr_pipeline.defs import metadata, ranges
 from corr_pipeline.defs.io_manager import MatrixStoreResource
 from corr_pipeline.defs.partitions import snapshot_date

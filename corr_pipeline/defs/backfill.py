@@ -33,12 +33,9 @@ import dagster as dg
 import sqlalchemy as sa
 
 from corr_pipeline import settings
+from corr_pipeline.db.price_reads import prices_extent
 from corr_pipeline.db.price_source import PriceSource
-from corr_pipeline.db.reads import (
-    prices_extent,
-    published_matrix_versions,
-    recorded_change_dates,
-)
+from corr_pipeline.db.published_reads import published_matrix_versions, recorded_change_dates
 from corr_pipeline.defs.partitions import snapshot_partitions
 from corr_pipeline.defs.ranges import FAILED_SESSIONS
 from corr_pipeline.defs.run import check_run_limits, snapshot_location, snapshot_run_config
@@ -352,24 +349,36 @@ def run_backfill(
                 raise
             outcome.seconds = time.perf_counter() - t0
             outcome.status = finished.status.value
-            now_current = set(plan_backfill(engine, request, force=False).current)
-            done = [key for key in sessions if key in now_current]
-            report.published.extend(done)
-            left = [key for key in sessions if key not in now_current]
-            if not left:
-                continue
-            named = _failed_sessions(instance, run.run_id)
-            failed = {key: named[key] for key in left if key in named}
-            if not failed:  # no session named, or the run finished without them: all of them
-                reason = f"run {run.run_id} {finished.status.value}"
-                failed = {key: named.get(key, reason) for key in left}
-            for key, reason in failed.items():
-                report.failed[key] = reason
-                echo(f"  {key} FAILED: {reason}")
+            _record_run(instance, engine, request, report, outcome, echo)
     for line in _apply_retention(instance, engine):
         echo(line)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _record_run(
+    instance: dg.DagsterInstance,
+    engine: sa.Engine,
+    request: BackfillRequest,
+    report: BackfillReport,
+    outcome: RunOutcome,
+    echo: Callable[[str], None],
+) -> None:
+    """After a run: its sessions now current are published; each of the others failed, with
+    the reason the run gave for it (or, when it named none, the run's status)."""
+    now_current = set(plan_backfill(engine, request, force=False).current)
+    report.published.extend(key for key in outcome.sessions if key in now_current)
+    left = [key for key in outcome.sessions if key not in now_current]
+    if not left:
+        return
+    named = _failed_sessions(instance, outcome.run_id)
+    failed = {key: named[key] for key in left if key in named}
+    if not failed:  # no session named, or the run finished without them: all of them
+        reason = f"run {outcome.run_id} {outcome.status}"
+        failed = {key: named.get(key, reason) for key in left}
+    for key, reason in failed.items():
+        report.failed[key] = reason
+        echo(f"  {key} FAILED: {reason}")
 
 
 def _apply_retention(instance: dg.DagsterInstance, engine: sa.Engine) -> list[str]:

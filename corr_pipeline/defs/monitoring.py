@@ -46,7 +46,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from corr_pipeline import settings
-from corr_pipeline.db.reads import latest_trade_date
+from corr_pipeline.db.price_reads import latest_trade_date
 from corr_pipeline.defs.partitions import PARTITION_FMT, snapshot_calendar
 from corr_pipeline.sessions import SessionCalendar
 from corr_pipeline.snapshot import display
@@ -115,39 +115,50 @@ def build_publication_freshness_check(
                 metadata=meta,
             )
             return
-        key = session.strftime(PARTITION_FMT)
-        deadline = cal.close(session) + late
-        records = context.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=PUBLICATION, asset_partitions=[key]), limit=1
-        ).records
-        meta["expected_partition"] = dg.MetadataValue.text(key)
-        meta["dagster/overdue_deadline_timestamp"] = dg.MetadataValue.timestamp(deadline)
-        if records:
-            published = dt.datetime.fromtimestamp(records[0].timestamp, dt.UTC)
-            meta["published_at"] = dg.MetadataValue.timestamp(published)
-            yield dg.AssetCheckResult(
-                passed=True,
-                severity=dg.AssetCheckSeverity.ERROR,
-                description=f"session {key} published ({published:%Y-%m-%d %H:%M} UTC)",
-                metadata=meta,
-            )
-            return
-        overdue = (now - deadline).total_seconds()
-        meta["dagster/overdue_seconds"] = dg.MetadataValue.float(display.seconds(overdue))
-        last_prices = _last_trade_date(context)
-        if last_prices is not None:
-            meta["last_trade_date"] = dg.MetadataValue.text(last_prices.isoformat())
-        no_prices = last_prices is not None and last_prices < session
-        yield dg.AssetCheckResult(
-            passed=False,
-            severity=dg.AssetCheckSeverity.WARN if no_prices else dg.AssetCheckSeverity.ERROR,
-            description=f"session {key} has no publication {overdue / 3600:.1f} h after its "
-            f"deadline ({deadline:%Y-%m-%d %H:%M} UTC = close + {late}): "
-            + _why_unpublished(session, last_prices),
-            metadata=meta,
-        )
+        yield _freshness(context, session, cal.close(session) + late, late, now, meta)
 
     return publication_freshness_check
+
+
+def _freshness(
+    context: dg.AssetCheckExecutionContext,
+    session: dt.date,
+    deadline: dt.datetime,
+    late: dt.timedelta,
+    now: dt.datetime,
+    meta: dict[str, dg.MetadataValue],
+) -> dg.AssetCheckResult:
+    """The check's result for ``session`` due by ``deadline``: passed when it is published,
+    else failed (a warning when the prices end before the session: no run could publish it)."""
+    key = session.strftime(PARTITION_FMT)
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=PUBLICATION, asset_partitions=[key]), limit=1
+    ).records
+    meta["expected_partition"] = dg.MetadataValue.text(key)
+    meta["dagster/overdue_deadline_timestamp"] = dg.MetadataValue.timestamp(deadline)
+    if records:
+        published = dt.datetime.fromtimestamp(records[0].timestamp, dt.UTC)
+        meta["published_at"] = dg.MetadataValue.timestamp(published)
+        return dg.AssetCheckResult(
+            passed=True,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=f"session {key} published ({published:%Y-%m-%d %H:%M} UTC)",
+            metadata=meta,
+        )
+    overdue = (now - deadline).total_seconds()
+    meta["dagster/overdue_seconds"] = dg.MetadataValue.float(display.seconds(overdue))
+    last_prices = _last_trade_date(context)
+    if last_prices is not None:
+        meta["last_trade_date"] = dg.MetadataValue.text(last_prices.isoformat())
+    no_prices = last_prices is not None and last_prices < session
+    return dg.AssetCheckResult(
+        passed=False,
+        severity=dg.AssetCheckSeverity.WARN if no_prices else dg.AssetCheckSeverity.ERROR,
+        description=f"session {key} has no publication {overdue / 3600:.1f} h after its "
+        f"deadline ({deadline:%Y-%m-%d %H:%M} UTC = close + {late}): "
+        + _why_unpublished(session, last_prices),
+        metadata=meta,
+    )
 
 
 publication_freshness_check = build_publication_freshness_check()

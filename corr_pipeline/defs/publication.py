@@ -18,7 +18,7 @@ from pydantic import Field
 
 from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
-from corr_pipeline.db.reads import (
+from corr_pipeline.db.published_reads import (
     changes_to_refresh,
     published_matrix_versions,
     recorded_change_dates,
@@ -194,7 +194,7 @@ def _compute_changes(step: SnapshotStep, day):
 
 def _refresh_following(step: SnapshotStep, day, later: set[str]) -> dict[str, Any]:
     """Compute again the changes of the next published session when they are stale or missing
-    now that ``day`` is published (:func:`corr_pipeline.db.reads.changes_to_refresh`): a
+    now that ``day`` is published (:func:`corr_pipeline.db.published_reads.changes_to_refresh`): a
     re-published ``day``, or runs of a parallel backfill that computed the next session's
     changes before ``day`` was published. Returns the metadata saying which date (or none)."""
     following = changes_to_refresh(step.engine, day)

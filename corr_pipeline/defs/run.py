@@ -34,8 +34,8 @@ import sqlalchemy as sa
 from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES, DagsterRunStatus
 
 from corr_pipeline import settings
+from corr_pipeline.db.price_reads import latest_trade_date
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
-from corr_pipeline.db.reads import latest_trade_date
 from corr_pipeline.defs.concurrency import ensure_snapshot_pool, instance_limits
 from corr_pipeline.defs.definitions import build_definitions
 from corr_pipeline.defs.partitions import (

@@ -3,7 +3,7 @@ nightly schedule; both are created stopped, start one of them).
 
 Every evaluation (every :data:`SENSOR_INTERVAL_SECONDS`) looks at the latest *closed* session of
 the code location's calendar (:meth:`corr_pipeline.sessions.SessionCalendar.last_closed_session`)
-and reads, through :func:`corr_pipeline.db.reads.session_prices`, how complete its prices are in
+and reads, through :func:`corr_pipeline.db.price_reads.session_prices`, how complete its prices are in
 the configured price source (the ``price_source`` resource): the share of the symbols priced on
 the previous trade date that also have a price on the session. It requests ``snapshot_job`` for
 that partition
@@ -43,7 +43,7 @@ import dagster as dg
 from pydantic import Field
 
 from corr_pipeline import settings
-from corr_pipeline.db.reads import SessionPrices, session_prices
+from corr_pipeline.db.price_reads import SessionPrices, session_prices
 from corr_pipeline.defs.jobs import snapshot_job
 from corr_pipeline.defs.partitions import PARTITION_FMT, snapshot_calendar
 from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource
@@ -187,72 +187,85 @@ def build_prices_ready_sensor(
         done = cursor.requested.get(key)
 
         if done is not None:
-            if done == prices.fingerprint:
-                cursor.pending.pop(key, None)
-                return dg.SensorResult(
-                    skip_reason=f"session {key} already requested; its prices are unchanged "
-                    f"({_describe(prices)})",
-                    cursor=cursor.dump(),
-                )
-            if cursor.pending.get(key) != prices.fingerprint:
-                cursor.pending[key] = prices.fingerprint
-                return dg.SensorResult(
-                    skip_reason=f"the prices of session {key} changed since its run "
-                    f"({done} -> {prices.fingerprint}); re-running once they settle (the "
-                    "next evaluation finds them unchanged)",
-                    cursor=cursor.dump(),
-                )
-            cursor.pending.pop(key, None)
-            cursor.requested[key] = prices.fingerprint
-            context.log.info(
-                f"session {key}: prices corrected since its run ({done} -> "
-                f"{prices.fingerprint}), {_describe(prices)}: requesting a re-run"
-            )
-            tags = {**_tags(prices, "correction"), RERUN_TAG: "correction"}
-            return dg.SensorResult(
-                run_requests=[
-                    dg.RunRequest(
-                        run_key=f"{key}:{prices.fingerprint}", partition_key=key, tags=tags
-                    )
-                ],
-                cursor=cursor.dump(),
-            )
-
+            return _requested_before(context, cursor, key, done, prices)
         share = prices_sensor_settings.share()
         cutoff_at = cal.close(session) + prices_sensor_settings.cutoff()
-        if prices.completeness >= share and prices.symbols > 0:
-            trigger = "complete"
-            context.log.info(f"session {key}: {_describe(prices)} >= {share:.0%}: requesting it")
-        elif now >= cutoff_at and prices.symbols > 0:
-            trigger = "cutoff"
-            context.log.warning(
-                f"session {key}: cut-off {cutoff_at:%Y-%m-%d %H:%M} UTC passed with the prices "
-                f"{_describe(prices)} (< {share:.0%}): requesting it anyway"
-            )
-        elif now >= cutoff_at:
-            return dg.SkipReason(
-                f"session {key}: cut-off {cutoff_at:%Y-%m-%d %H:%M} UTC passed but the price "
-                "source has no price for it at all: not running (the snapshot would be the "
-                "previous session's)"
-            )
-        else:
-            return dg.SkipReason(
-                f"session {key}: prices {_describe(prices)}, below {share:.0%}; waiting (cut-off "
-                f"{cutoff_at:%Y-%m-%d %H:%M} UTC)"
-            )
-        cursor.requested[key] = prices.fingerprint
-        return dg.SensorResult(
-            run_requests=[
-                dg.RunRequest(
-                    run_key=f"{key}:{prices.fingerprint}",
-                    partition_key=key,
-                    tags=_tags(prices, trigger),
-                )
-            ],
-            cursor=cursor.dump(),
-        )
+        return _new_session(context, cursor, key, prices, share, cutoff_at, now)
 
     return prices_ready_sensor
+
+
+def _request(
+    cursor: _Cursor, key: str, prices: SessionPrices, tags: dict[str, str]
+) -> dg.SensorResult:
+    """Run the session ``key`` for ``prices`` (its run key: the session and the fingerprint)."""
+    cursor.requested[key] = prices.fingerprint
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(run_key=f"{key}:{prices.fingerprint}", partition_key=key, tags=tags)
+        ],
+        cursor=cursor.dump(),
+    )
+
+
+def _requested_before(
+    context: dg.SensorEvaluationContext, cursor: _Cursor, key: str, done: str, prices: SessionPrices
+) -> dg.SensorResult:
+    """A session already requested with the prices fingerprinted ``done``: nothing while they
+    are unchanged; once they changed, a re-run when the next evaluation finds them settled."""
+    if done == prices.fingerprint:
+        cursor.pending.pop(key, None)
+        return dg.SensorResult(
+            skip_reason=f"session {key} already requested; its prices are unchanged "
+            f"({_describe(prices)})",
+            cursor=cursor.dump(),
+        )
+    if cursor.pending.get(key) != prices.fingerprint:
+        cursor.pending[key] = prices.fingerprint
+        return dg.SensorResult(
+            skip_reason=f"the prices of session {key} changed since its run "
+            f"({done} -> {prices.fingerprint}); re-running once they settle (the "
+            "next evaluation finds them unchanged)",
+            cursor=cursor.dump(),
+        )
+    cursor.pending.pop(key, None)
+    context.log.info(
+        f"session {key}: prices corrected since its run ({done} -> "
+        f"{prices.fingerprint}), {_describe(prices)}: requesting a re-run"
+    )
+    return _request(cursor, key, prices, {**_tags(prices, "correction"), RERUN_TAG: "correction"})
+
+
+def _new_session(
+    context: dg.SensorEvaluationContext,
+    cursor: _Cursor,
+    key: str,
+    prices: SessionPrices,
+    share: float,
+    cutoff_at: dt.datetime,
+    now: dt.datetime,
+) -> dg.SensorResult | dg.SkipReason:
+    """A session not requested yet: run it once ``share`` of the symbols are priced, or at the
+    cut-off if any is; never without a single price (it would be the previous session's)."""
+    if prices.completeness >= share and prices.symbols > 0:
+        context.log.info(f"session {key}: {_describe(prices)} >= {share:.0%}: requesting it")
+        return _request(cursor, key, prices, _tags(prices, "complete"))
+    if now >= cutoff_at and prices.symbols > 0:
+        context.log.warning(
+            f"session {key}: cut-off {cutoff_at:%Y-%m-%d %H:%M} UTC passed with the prices "
+            f"{_describe(prices)} (< {share:.0%}): requesting it anyway"
+        )
+        return _request(cursor, key, prices, _tags(prices, "cutoff"))
+    if now >= cutoff_at:
+        return dg.SkipReason(
+            f"session {key}: cut-off {cutoff_at:%Y-%m-%d %H:%M} UTC passed but the price "
+            "source has no price for it at all: not running (the snapshot would be the "
+            "previous session's)"
+        )
+    return dg.SkipReason(
+        f"session {key}: prices {_describe(prices)}, below {share:.0%}; waiting (cut-off "
+        f"{cutoff_at:%Y-%m-%d %H:%M} UTC)"
+    )
 
 
 prices_ready_sensor = build_prices_ready_sensor()

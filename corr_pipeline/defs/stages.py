@@ -41,7 +41,7 @@ from corr_pipeline.defs.partitions import snapshot_calendar, snapshot_date
 from corr_pipeline.defs.progress import session_progress
 from corr_pipeline.defs.specs import INJECTED_PAIRS_CHECK
 from corr_pipeline.snapshot import steps, verify
-from corr_pipeline.snapshot.measure import measure_stage
+from corr_pipeline.snapshot.measure import StageStats, measure_stage
 from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline.store import writeback
 from corr_pipeline.store.matrix_store import MatrixBundle, StoredArray, sources
@@ -262,6 +262,30 @@ def correlation_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.
         )
         verdicts = verify.verify_correlation(corr_stats)
     metadata.log_stage(context, f"correlation checks {key}", check_stats)
+    return _correlation_results(
+        step, key, window, stored_corr, stored_overlap, corr_stats, stats, check_stats, verdicts
+    )
+
+
+def _correlation_results(
+    step: SnapshotStep,
+    key: str,
+    window: MatrixBundle,
+    stored_corr: StoredArray,
+    stored_overlap: StoredArray,
+    corr_stats: verify.CorrelationStats,
+    stats: StageStats,
+    check_stats: StageStats,
+    verdicts: dict[str, verify.Verdict],
+) -> dict[str, ranges.SessionResult]:
+    """The session's ``correlation_matrix`` (metadata, histogram, checks) and ``overlap_matrix``
+    results from the committed matrices."""
+    n = len(_symbols(window))
+    labels = {"symbols": _symbols(window)}
+    store_params = {
+        "min_overlap": step.params.min_overlap,
+        "n_returns": int(window["returns"].shape[0]),
+    }
     placement = {
         "matrices_in_memory": dg.MetadataValue.bool(
             not stored_corr.path.is_relative_to(step.matrix_store.store.base_dir)
@@ -281,10 +305,10 @@ def correlation_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.
                 **placement,
                 **step.dashboard,
                 **metadata.pictures(
-                    context,
+                    step.context,
                     "correlation histogram",
                     lambda: pictures.histogram_metadata(
-                        stored_corr.array, working_memory_mb=params.working_memory_mb
+                        stored_corr.array, working_memory_mb=step.params.working_memory_mb
                     ),
                     session=key,
                 ),
@@ -472,16 +496,7 @@ def lead_lag_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Ses
         inputs=sources(window, corr_bundle),
     )
     checks = [check_result(contract, "lead_lag_contract", "lead_lag_pairs")]
-    if step.check_selected(INJECTED_PAIRS_CHECK) and step.truth:
-        found = verify.verify_injected_pairs(pairs, symbols, step.truth)
-        checks.append(
-            check_result(
-                found,
-                INJECTED_PAIRS_CHECK.name,
-                "lead_lag_pairs",
-                severity=dg.AssetCheckSeverity.WARN,
-            )
-        )
+    checks += _injected_pairs_check(step, pairs, symbols)
     return {
         "lead_lag_pairs": ranges.SessionResult(
             bundle,
@@ -508,3 +523,18 @@ COMPUTE_STAGES = (
     Stage(("clusters",), ("correlation_matrix",), clusters_stage),
     Stage(("lead_lag_pairs",), ("returns_matrix", "correlation_matrix"), lead_lag_stage),
 )
+
+
+def _injected_pairs_check(
+    step: SnapshotStep, pairs: np.ndarray, symbols: list[str]
+) -> list[dg.AssetCheckResult]:
+    """The recall of the synthetic universe's injected pairs (a warning), when the check is
+    selected and the prices hold the synthetic truth; else nothing."""
+    if not (step.check_selected(INJECTED_PAIRS_CHECK) and step.truth):
+        return []
+    found = verify.verify_injected_pairs(pairs, symbols, step.truth)
+    return [
+        check_result(
+            found, INJECTED_PAIRS_CHECK.name, "lead_lag_pairs", severity=dg.AssetCheckSeverity.WARN
+        )
+    ]

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import sqlalchemy as sa
 
-from corr_pipeline.db.reads import change_staleness
+from corr_pipeline.db.published_reads import change_staleness
 from corr_pipeline.db.schema import (
     change_clusters,
     change_lead_lag,
@@ -272,37 +272,9 @@ def symbol_changes(
             ).scalar_one_or_none()
         neighbors_today = _neighbors(conn, day, symbol)
         neighbors_before = _neighbors(conn, previous, symbol)
-        lead_lag = [
-            dict(r._mapping)
-            for r in conn.execute(
-                sa.select(
-                    change_lead_lag.c.leader,
-                    change_lead_lag.c.lagger,
-                    change_lead_lag.c.change,
-                    change_lead_lag.c.lag,
-                    change_lead_lag.c.previous_lag,
-                    change_lead_lag.c.improvement,
-                    change_lead_lag.c.previous_improvement,
-                )
-                .where(
-                    change_lead_lag.c.snapshot_date == day,
-                    sa.or_(change_lead_lag.c.leader == symbol, change_lead_lag.c.lagger == symbol),
-                )
-                .order_by(change_lead_lag.c.change, change_lead_lag.c.leader, "lagger")  # a-l-v
-            )
-        ]
+        lead_lag = _lead_lag_rows(conn, day, symbol)
         pins_today, pins_before = _pinned(conn, day), _pinned(conn, previous)
-        top_rows = [
-            dict(r._mapping)
-            for r in conn.execute(
-                sa.select(change_pairs)
-                .where(
-                    change_pairs.c.snapshot_date == day,
-                    sa.or_(change_pairs.c.symbol_a == symbol, change_pairs.c.symbol_b == symbol),
-                )
-                .order_by(change_pairs.c.rank)
-            )
-        ]
+        top_rows = _top_pair_rows(conn, day, symbol)
     moves: list[dict[str, Any]] = []
     source = "matrices"
     if info["status"] == "kept":
@@ -317,16 +289,7 @@ def symbol_changes(
             )
         except (MatrixStoreError, MatrixUnavailableError, KeyError, ValueError):
             source = "top_moves"  # a matrix is gone: the symbol's rows among the market's top
-            moves = [
-                {
-                    "other": r["symbol_b"] if r["symbol_a"] == symbol else r["symbol_a"],
-                    **{
-                        k: r[k]
-                        for k in ("previous_corr", "corr", "change", "previous_overlap", "overlap")
-                    },
-                }
-                for r in top_rows
-            ][: None if limit is None else max(0, int(limit))]
+            moves = _moves_from_top_pairs(top_rows, symbol, limit)
     before = set(neighbors_before)
     today_set = set(neighbors_today)
     return SymbolChangesResult(
@@ -346,3 +309,49 @@ def symbol_changes(
         moves_source=source,
         stale=stale,
     )
+
+
+def _lead_lag_rows(conn: sa.Connection, day: dt.date, symbol: str) -> list[dict[str, Any]]:
+    """The lead-lag changes of ``day`` that involve ``symbol``: appeared, lag changed, vanished
+    (in that order), then by leader and lagger."""
+    c = change_lead_lag.c
+    statement = (
+        sa.select(
+            c.leader,
+            c.lagger,
+            c.change,
+            c.lag,
+            c.previous_lag,
+            c.improvement,
+            c.previous_improvement,
+        )
+        .where(c.snapshot_date == day, sa.or_(c.leader == symbol, c.lagger == symbol))
+        .order_by(c.change, c.leader, "lagger")  # a-l-v
+    )
+    return [dict(r._mapping) for r in conn.execute(statement)]
+
+
+def _top_pair_rows(conn: sa.Connection, day: dt.date, symbol: str) -> list[dict[str, Any]]:
+    """The rows of the market's top correlation moves of ``day`` that involve ``symbol``."""
+    c = change_pairs.c
+    statement = (
+        sa.select(change_pairs)
+        .where(c.snapshot_date == day, sa.or_(c.symbol_a == symbol, c.symbol_b == symbol))
+        .order_by(c.rank)
+    )
+    return [dict(r._mapping) for r in conn.execute(statement)]
+
+
+def _moves_from_top_pairs(
+    top_rows: list[dict[str, Any]], symbol: str, limit: int | None
+) -> list[dict[str, Any]]:
+    """The symbol's moves from the market's top pairs (when a matrix is gone), at most
+    ``limit``."""
+    moves = [
+        {
+            "other": r["symbol_b"] if r["symbol_a"] == symbol else r["symbol_a"],
+            **{k: r[k] for k in ("previous_corr", "corr", "change", "previous_overlap", "overlap")},
+        }
+        for r in top_rows
+    ]
+    return moves[: None if limit is None else max(0, int(limit))]

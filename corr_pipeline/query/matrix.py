@@ -22,7 +22,7 @@ from functools import partial
 import sqlalchemy as sa
 
 from corr_pipeline import settings
-from corr_pipeline.db.reads import published_matrix_versions
+from corr_pipeline.db.published_reads import published_matrix_versions
 from corr_pipeline.query.answers import CorrResult, Snapshot
 from corr_pipeline.query.errors import (
     MatricesPrunedError,

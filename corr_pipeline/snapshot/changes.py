@@ -4,7 +4,7 @@ The *previous session* of a snapshot date ``D`` is the newest published ``snapsh
 (:func:`previous_session`); with none there is nothing to compare and nothing is recorded.
 Both sides are read the same way, so the changes describe exactly what was published:
 
-- the published rows of both dates (:func:`corr_pipeline.db.reads.published_rows`: symbols,
+- the published rows of both dates (:func:`corr_pipeline.db.published_reads.published_rows`: symbols,
   neighbors, clusters, lead-lag pairs) give the symbols that entered or left, the neighbor
   turnover, the cluster migrations and the lead-lag changes;
 - the correlation and overlap matrices of both dates, at the versions each publication pins
@@ -12,7 +12,7 @@ Both sides are read the same way, so the changes describe exactly what was publi
   the top moves. When the previous date's matrices are gone (retention removed them before a
   late backfill), those two parts are skipped and :attr:`ChangesResults.skipped` says why.
 
-The heads of both dates (:func:`corr_pipeline.db.reads.published_head`: symbols and pinned
+The heads of both dates (:func:`corr_pipeline.db.published_reads.published_head`: symbols and pinned
 versions, two small queries) are read first; the scan of the matrices then runs while two
 connections read the rest of the rows and the parts that need only the rows (turnover,
 clusters, lead-lag) are computed (the numba kernels release the GIL), instead of after them. Should a date be published again between the two reads (its rows' head differs from the
@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -55,7 +55,7 @@ from corr_pipeline.db.publish_changes import (
     StaleChangesError,
     publish_changes,
 )
-from corr_pipeline.db.reads import (
+from corr_pipeline.db.published_reads import (
     PublishedHead,
     PublishedRows,
     published_before,
@@ -224,41 +224,15 @@ def compute_changes(
         # pin are scanned (GIL-free numba kernels on the worker threads)
         reads = [pool.submit(published_rows, engine, d) for d in days]
 
-        def from_rows() -> tuple[
-            PublishedRows,
-            PublishedRows,
-            SymbolMatch,
-            tuple[np.ndarray, np.ndarray],
-            ClusterMigrations,
-            LeadLagChanges,
-        ]:
-            """Both days' rows, their symbols matched, turnover, clusters, lead-lag (10.3–10.5)."""
-            today, before = (read.result() for read in reads)
-            for rows, d in ((today, day), (before, previous)):
-                if rows is None:
-                    raise LookupError(f"the snapshot of {d} is not published")
-            assert today is not None and before is not None
-            same = (today.symbols, before.symbols) == (head_today.symbols, head_before.symbols)
-            matched = match if same else match_symbols(today.symbols, before.symbols)
-            return (
-                today,
-                before,
-                matched,
-                neighbor_turnover(
-                    matched,
-                    today.neighbor_index,
-                    before.neighbor_index,
-                    working_memory_mb=working_memory_mb,
-                ),
-                cluster_migrations(
-                    today.cluster_labels, before.cluster_labels, matched, min_members=min_members
-                ),
-                lead_lag_changes(
-                    today.lead_lag_pairs, before.lead_lag_pairs, matched, len(today.symbols)
-                ),
-            )
-
-        parts = pool.submit(from_rows)
+        parts = pool.submit(
+            _from_rows,
+            reads,
+            (day, previous),
+            (head_today, head_before),
+            match,
+            working_memory_mb,
+            min_members,
+        )
         scan = partial(
             _correlation,
             store,
@@ -294,6 +268,48 @@ def compute_changes(
     )
 
 
+def _from_rows(
+    reads: list[Future],
+    days: tuple[dt.date, dt.date],
+    heads: tuple[PublishedHead, PublishedHead],
+    match: SymbolMatch,
+    working_memory_mb: float,
+    min_members: int,
+) -> tuple[
+    PublishedRows,
+    PublishedRows,
+    SymbolMatch,
+    tuple[np.ndarray, np.ndarray],
+    ClusterMigrations,
+    LeadLagChanges,
+]:
+    """Both days' rows (``reads``: their pending reads), their symbols matched (``match`` when
+    the rows hold the ``heads``' symbols), neighbor turnover, cluster migrations and lead-lag
+    changes (SPEC §10.3–10.5)."""
+    today, before = (read.result() for read in reads)
+    for rows, d in ((today, days[0]), (before, days[1])):
+        if rows is None:
+            raise LookupError(f"the snapshot of {d} is not published")
+    assert today is not None and before is not None
+    same = (today.symbols, before.symbols) == (heads[0].symbols, heads[1].symbols)
+    matched = match if same else match_symbols(today.symbols, before.symbols)
+    return (
+        today,
+        before,
+        matched,
+        neighbor_turnover(
+            matched,
+            today.neighbor_index,
+            before.neighbor_index,
+            working_memory_mb=working_memory_mb,
+        ),
+        cluster_migrations(
+            today.cluster_labels, before.cluster_labels, matched, min_members=min_members
+        ),
+        lead_lag_changes(today.lead_lag_pairs, before.lead_lag_pairs, matched, len(today.symbols)),
+    )
+
+
 def _number(value: float) -> float | None:
     """A finite float, or None (NULL) for NaN."""
     return float(value) if np.isfinite(value) else None
@@ -302,9 +318,23 @@ def _number(value: float) -> float | None:
 def publication(results: ChangesResults) -> ChangesPublication:
     """The rows :func:`corr_pipeline.db.publish_changes.publish_changes` writes for ``results``
     (SPEC §10): NaN (no compared pair, a skipped part) becomes NULL."""
+    return ChangesPublication(
+        snapshot_date=results.snapshot_date,
+        summary=_summary_row(results),
+        rows={
+            "change_pairs": _pair_rows(results),
+            "change_symbols": _symbol_rows(results),
+            "change_clusters": _cluster_rows(results),
+            "change_lead_lag": _lead_lag_rows(results),
+        },
+    )
+
+
+def _summary_row(results: ChangesResults) -> dict[str, Any]:
+    """The ``change_summaries`` row (SPEC §10.1): counts, means, quantiles, the Δ histogram."""
     today, before, match, corr = results.today, results.previous, results.match, results.correlation
     means = corr.means if corr is not None else {}
-    summary: dict[str, Any] = {
+    return {
         "previous_date": results.previous_date,
         "n_symbols": len(today.symbols),
         "n_previous_symbols": len(before.symbols),
@@ -333,46 +363,63 @@ def publication(results: ChangesResults) -> ChangesPublication:
         "skipped": dict(results.skipped),
         "params": dict(results.params),
         # which publications were compared: stale when either date is re-published (SPEC §10.7)
-        "snapshot_published_at": today.published_at,
-        "previous_published_at": before.published_at,
+        "snapshot_published_at": results.today.published_at,
+        "previous_published_at": results.previous.published_at,
     }
-    pairs: list[tuple[Any, ...]] = []
-    if corr is not None:
-        for rank, (p, q) in enumerate(zip(corr.top_p, corr.top_q, strict=True)):
-            pairs.append(
-                (
-                    rank + 1,
-                    match.common[p],
-                    match.common[q],
-                    float(corr.top_corr_today[rank]),
-                    float(corr.top_corr_previous[rank]),
-                    int(corr.top_overlap_today[rank]),
-                    int(corr.top_overlap_previous[rank]),
-                    float(corr.top_change[rank]),
-                )
-            )
+
+
+def _pair_rows(results: ChangesResults) -> list[tuple[Any, ...]]:
+    """``change_pairs`` (SPEC §10.2): the top pairs by ``|Δcorr|``, ranked from 1."""
+    corr, common = results.correlation, results.match.common
+    if corr is None:
+        return []
+    return [
+        (
+            rank + 1,
+            common[p],
+            common[q],
+            float(corr.top_corr_today[rank]),
+            float(corr.top_corr_previous[rank]),
+            int(corr.top_overlap_today[rank]),
+            int(corr.top_overlap_previous[rank]),
+            float(corr.top_change[rank]),
+        )
+        for rank, (p, q) in enumerate(zip(corr.top_p, corr.top_q, strict=True))
+    ]
+
+
+def _symbol_rows(results: ChangesResults) -> list[tuple[Any, ...]]:
+    """``change_symbols`` (SPEC §10.3, 10.4): kept symbols with their clusters and neighbor
+    turnover, then the entered and the left ones."""
+    today, before, match = results.today, results.previous, results.match
+    moved = results.clusters.moved
+    symbols: list[tuple[Any, ...]] = [
+        (
+            name,
+            "kept",
+            int(today.cluster_labels[match.today_index[p]]),
+            int(before.cluster_labels[match.previous_index[p]]),
+            bool(moved[p]),
+            int(results.n_neighbors[p]),
+            int(results.new_neighbors[p]),
+        )
+        for p, name in enumerate(match.common)
+    ]
+    symbols += [
+        (today.symbols[i], "entered", int(today.cluster_labels[i]), None, None, None, None)
+        for i in match.entered
+    ]
+    symbols += [
+        (before.symbols[i], "left", None, int(before.cluster_labels[i]), None, None, None)
+        for i in match.left
+    ]
+    return symbols
+
+
+def _cluster_rows(results: ChangesResults) -> list[tuple[Any, ...]]:
+    """``change_clusters`` (SPEC §10.4): today's clusters matched or appeared, then the
+    vanished previous ones, numbered in that order."""
     migrations = results.clusters
-    symbols: list[tuple[Any, ...]] = []
-    for p, name in enumerate(match.common):
-        symbols.append(
-            (
-                name,
-                "kept",
-                int(today.cluster_labels[match.today_index[p]]),
-                int(before.cluster_labels[match.previous_index[p]]),
-                bool(migrations.moved[p]),
-                int(results.n_neighbors[p]),
-                int(results.new_neighbors[p]),
-            )
-        )
-    for i in match.entered:
-        symbols.append(
-            (today.symbols[i], "entered", int(today.cluster_labels[i]), None, None, None, None)
-        )
-    for i in match.left:
-        symbols.append(
-            (before.symbols[i], "left", None, int(before.cluster_labels[i]), None, None, None)
-        )
     clusters: list[tuple[Any, ...]] = []
     for a, b in enumerate(migrations.match_today):
         matched = b >= 0
@@ -403,54 +450,51 @@ def publication(results: ChangesResults) -> ChangesPublication:
                 False,
             )
         )
+    return clusters
+
+
+def _lead_lag_rows(results: ChangesResults) -> list[tuple[Any, ...]]:
+    """``change_lead_lag`` (SPEC §10.5): pairs that appeared, vanished or changed lag."""
+    today, before = results.today, results.previous
     ll, pt, pp = results.lead_lag, today.lead_lag_pairs, before.lead_lag_pairs
-    lead_lag: list[tuple[Any, ...]] = []
-    for r in ll.appeared:
-        lead_lag.append(
-            (
-                today.symbols[pt["leader"][r]],
-                today.symbols[pt["lagger"][r]],
-                "appeared",
-                int(pt["lag"][r]),
-                None,
-                float(pt["improvement"][r]),
-                None,
-            )
+
+    def names(day: Any, pairs: Any, r: int) -> tuple[str, str]:
+        return day.symbols[pairs["leader"][r]], day.symbols[pairs["lagger"][r]]
+
+    rows: list[tuple[Any, ...]] = [
+        (
+            *names(today, pt, r),
+            "appeared",
+            int(pt["lag"][r]),
+            None,
+            float(pt["improvement"][r]),
+            None,
         )
-    for r in ll.vanished:
-        lead_lag.append(
-            (
-                before.symbols[pp["leader"][r]],
-                before.symbols[pp["lagger"][r]],
-                "vanished",
-                None,
-                int(pp["lag"][r]),
-                None,
-                float(pp["improvement"][r]),
-            )
+        for r in ll.appeared
+    ]
+    rows += [
+        (
+            *names(before, pp, r),
+            "vanished",
+            None,
+            int(pp["lag"][r]),
+            None,
+            float(pp["improvement"][r]),
         )
-    for r, s in zip(ll.changed_today, ll.changed_previous, strict=True):
-        lead_lag.append(
-            (
-                today.symbols[pt["leader"][r]],
-                today.symbols[pt["lagger"][r]],
-                "lag_changed",
-                int(pt["lag"][r]),
-                int(pp["lag"][s]),
-                float(pt["improvement"][r]),
-                float(pp["improvement"][s]),
-            )
+        for r in ll.vanished
+    ]
+    rows += [
+        (
+            *names(today, pt, r),
+            "lag_changed",
+            int(pt["lag"][r]),
+            int(pp["lag"][s]),
+            float(pt["improvement"][r]),
+            float(pp["improvement"][s]),
         )
-    return ChangesPublication(
-        snapshot_date=results.snapshot_date,
-        summary=summary,
-        rows={
-            "change_pairs": pairs,
-            "change_symbols": symbols,
-            "change_clusters": clusters,
-            "change_lead_lag": lead_lag,
-        },
-    )
+        for r, s in zip(ll.changed_today, ll.changed_previous, strict=True)
+    ]
+    return rows
 
 
 #: Computations of one date's changes before giving up when each is stale at publication.

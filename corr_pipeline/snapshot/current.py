@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 
-from corr_pipeline.db.reads import PublishedSession, first_published, published_sessions
+from corr_pipeline.db.published_reads import PublishedSession, first_published, published_sessions
 from corr_pipeline.snapshot.params import SnapshotParameters
 
 __all__ = ["RESULT_NEUTRAL", "WHEN_NOT_RECORDED", "current_sessions", "session_is_current"]

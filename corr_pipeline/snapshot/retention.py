@@ -1,7 +1,7 @@
 """Retention of the matrix store (SPEC §8): only the newest published partitions keep matrices.
 
 What PostgreSQL knows (the published dates and the store versions each snapshot pins,
-:func:`corr_pipeline.db.reads.published_matrix_versions`) meets what the store holds. Used by the
+:func:`corr_pipeline.db.published_reads.published_matrix_versions`) meets what the store holds. Used by the
 ``snapshot_publication`` asset after every publication and by ``corr-pipeline store list`` /
 ``store prune``; no Dagster here.
 

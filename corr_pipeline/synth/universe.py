@@ -284,27 +284,7 @@ def generate_universe(
         block += drift[cols]
 
     # --- injected pure lead-lag pairs -------------------------------------------------------
-    n_pairs = min(max(5, n_symbols // 200), n_symbols // 4)
-    pair_symbols = rng.choice(n_symbols, size=2 * n_pairs, replace=False)
-    leaders, laggers = pair_symbols[:n_pairs], pair_symbols[n_pairs:]
-    lags = rng.integers(1, MAX_LAG + 1, size=n_pairs)
-    rho = rng.uniform(0.7, 0.9, size=n_pairs)
-    leader_vol, lagger_vol = volatility[leaders], volatility[laggers]
-    beta = rho * lagger_vol / leader_vol
-    # leader simulated MAX_LAG days before the window so that every lagger return is defined
-    leader_ext = _student_t(rng, (n_returns + MAX_LAG, n_pairs)) * leader_vol
-    leader_returns = leader_ext[MAX_LAG:]
-    source_rows = MAX_LAG + np.arange(n_returns)[:, None] - lags[None, :]
-    lagged_leader = np.take_along_axis(leader_ext, source_rows, axis=0)
-    lagger_returns = beta * lagged_leader
-    lagger_returns += _student_t(rng, (n_returns, n_pairs)) * (lagger_vol * np.sqrt(1 - rho**2))
-    # remove the (sample) synchronous component: exact zero sync corr over the full window
-    leader_centred = leader_returns - leader_returns.mean(axis=0)
-    lagger_centred = lagger_returns - lagger_returns.mean(axis=0)
-    projection = (leader_centred * lagger_centred).sum(axis=0) / (leader_centred**2).sum(axis=0)
-    lagger_returns -= projection * leader_centred
-    returns[:, leaders] = leader_returns
-    returns[:, laggers] = lagger_returns
+    truth, pair_symbols = _inject_pairs(rng, returns, volatility, n_symbols, n_returns)
     sector[pair_symbols] = -1
 
     # --- prices -----------------------------------------------------------------------------
@@ -337,7 +317,78 @@ def generate_universe(
     halt_rows = first_row[halted] + 1 + rng.integers(0, life - 2)  # in [first + 1, end - 2]
     present[halt_rows, halted] = False
 
-    n_bad = min(max(4, n_symbols // 500), n_eligible - n_halted)
+    bad_prints = _bad_prints(rng, close, present, first_row, end_row, halted_order, n_halted)
+
+    halts = np.empty(n_halted, dtype=HALT_DTYPE)
+    halts["symbol"], halts["row"] = halted, halt_rows
+
+    return SyntheticUniverse(
+        seed=int(seed),
+        symbols=symbols,
+        dates=dates,
+        close=close,
+        present=present,
+        first_row=first_row,
+        end_row=end_row,
+        sector=sector,
+        halts=halts,
+        bad_prints=bad_prints,
+        truth=truth,
+    )
+
+
+def _inject_pairs(
+    rng: np.random.Generator,
+    returns: np.ndarray,
+    volatility: np.ndarray,
+    n_symbols: int,
+    n_returns: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Overwrite the returns of ``max(5, N // 200)`` (at most N // 4) leader/lagger pairs with
+    pure lead-lag pairs (module docstring); their truth (sorted by leader) and the symbols of
+    every pair."""
+    n_pairs = min(max(5, n_symbols // 200), n_symbols // 4)
+    pair_symbols = rng.choice(n_symbols, size=2 * n_pairs, replace=False)
+    leaders, laggers = pair_symbols[:n_pairs], pair_symbols[n_pairs:]
+    lags = rng.integers(1, MAX_LAG + 1, size=n_pairs)
+    rho = rng.uniform(0.7, 0.9, size=n_pairs)
+    leader_vol, lagger_vol = volatility[leaders], volatility[laggers]
+    beta = rho * lagger_vol / leader_vol
+    # leader simulated MAX_LAG days before the window so that every lagger return is defined
+    leader_ext = _student_t(rng, (n_returns + MAX_LAG, n_pairs)) * leader_vol
+    leader_returns = leader_ext[MAX_LAG:]
+    source_rows = MAX_LAG + np.arange(n_returns)[:, None] - lags[None, :]
+    lagged_leader = np.take_along_axis(leader_ext, source_rows, axis=0)
+    lagger_returns = beta * lagged_leader
+    lagger_returns += _student_t(rng, (n_returns, n_pairs)) * (lagger_vol * np.sqrt(1 - rho**2))
+    # remove the (sample) synchronous component: exact zero sync corr over the full window
+    leader_centred = leader_returns - leader_returns.mean(axis=0)
+    lagger_centred = lagger_returns - lagger_returns.mean(axis=0)
+    projection = (leader_centred * lagger_centred).sum(axis=0) / (leader_centred**2).sum(axis=0)
+    lagger_returns -= projection * leader_centred
+    returns[:, leaders] = leader_returns
+    returns[:, laggers] = lagger_returns
+    truth = np.empty(n_pairs, dtype=TRUTH_DTYPE)
+    truth["leader"], truth["lagger"], truth["lag"] = leaders, laggers, lags
+    truth["beta"], truth["rho"] = beta, rho
+    truth.sort(order="leader")
+    return truth, pair_symbols
+
+
+def _bad_prints(
+    rng: np.random.Generator,
+    close: np.ndarray,
+    present: np.ndarray,
+    first_row: np.ndarray,
+    end_row: np.ndarray,
+    halted_order: np.ndarray,
+    n_halted: int,
+) -> np.ndarray:
+    """Blank the closes of absent rows, then write ``max(4, N // 500)`` bad prints (zero,
+    negative, NaN, infinite in turn) on symbols that are neither pairs nor halted; their
+    records."""
+    n_symbols = close.shape[1]
+    n_bad = min(max(4, n_symbols // 500), halted_order.shape[0] - n_halted)
     bad_symbols = np.sort(halted_order[n_halted : n_halted + n_bad])
     bad_rows = first_row[bad_symbols] + rng.integers(
         0, end_row[bad_symbols] - first_row[bad_symbols]
@@ -354,26 +405,6 @@ def generate_universe(
         [bad_kinds == kind for kind in BAD_PRINT_KINDS],
         [bad_values[kind] for kind in BAD_PRINT_KINDS],
     )
-
-    truth = np.empty(n_pairs, dtype=TRUTH_DTYPE)
-    truth["leader"], truth["lagger"], truth["lag"] = leaders, laggers, lags
-    truth["beta"], truth["rho"] = beta, rho
-    truth.sort(order="leader")
-    halts = np.empty(n_halted, dtype=HALT_DTYPE)
-    halts["symbol"], halts["row"] = halted, halt_rows
     bad_prints = np.empty(n_bad, dtype=BAD_PRINT_DTYPE)
     bad_prints["symbol"], bad_prints["row"], bad_prints["kind"] = bad_symbols, bad_rows, bad_kinds
-
-    return SyntheticUniverse(
-        seed=int(seed),
-        symbols=symbols,
-        dates=dates,
-        close=close,
-        present=present,
-        first_row=first_row,
-        end_row=end_row,
-        sector=sector,
-        halts=halts,
-        bad_prints=bad_prints,
-        truth=truth,
-    )
+    return bad_prints

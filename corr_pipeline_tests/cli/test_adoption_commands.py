@@ -13,8 +13,8 @@ import sqlalchemy as sa
 
 from corr_pipeline import settings
 from corr_pipeline.db.engine import libpq_connection
+from corr_pipeline.db.price_reads import session_prices, trade_dates
 from corr_pipeline.db.price_source import PriceSource
-from corr_pipeline.db.reads import session_prices, trade_dates
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline_tests.cli.test_cli import run_cli
 

@@ -15,7 +15,7 @@ import exchange_calendars as xcals
 import pytest
 import sqlalchemy as sa
 
-from corr_pipeline import settings
+from corr_pipeline import project_env, settings
 from corr_pipeline.cli.demo import DemoContext, demo_params, first_full_window_session, run_demo
 from corr_pipeline.db.synth import write_synthetic_universe
 
@@ -119,7 +119,7 @@ def test_demo_seeds_launches_and_explains_the_ui(
     assert json.loads(loaded.stdout.splitlines()[-1]) == {"first": str(first), "has": True}
     # ... and so does every corr-pipeline command (the same file, the same precedence)
     monkeypatch.setenv(settings.ENV_PARTITION_START, "2020-01-01")
-    with settings.env_file_applied():
+    with project_env.env_file_applied():
         assert settings.partition_start() == first
     assert settings.partition_start() == dt.date(2020, 1, 1)  # restored afterwards
 

@@ -18,6 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from corr_pipeline import settings
+from corr_pipeline.db.price_reads import count_trade_dates, latest_trade_date, prices_extent
 from corr_pipeline.db.price_source import (
     NATIVE_PRICES,
     PriceSource,
@@ -26,7 +27,6 @@ from corr_pipeline.db.price_source import (
     parse_identifiers,
     resolve_price_source,
 )
-from corr_pipeline.db.reads import count_trade_dates, latest_trade_date, prices_extent
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.db.window import load_returns_window
 

@@ -20,7 +20,7 @@ from corr_pipeline.db.publish import (
     publish_snapshot,
     read_snapshot_counts,
 )
-from corr_pipeline.db.reads import published_rows
+from corr_pipeline.db.published_reads import published_rows
 
 D = dt.date(2024, 3, 29)  # Good Friday: snapshots the previous session
 AS_OF = dt.date(2024, 3, 28)
@@ -366,7 +366,7 @@ def test_binary_arrays_are_read_exactly_or_refused(clean_db):
     as an empty array); another element type, NULL elements or a truncated body are refused."""
     import sqlalchemy as sa
 
-    from corr_pipeline.db.reads import _from_array_send
+    from corr_pipeline.db.published_reads import _from_array_send
 
     with clean_db.connect() as conn:
         ints, floats, nulls, none = conn.execute(

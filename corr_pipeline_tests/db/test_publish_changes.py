@@ -21,7 +21,7 @@ from corr_pipeline.db.publish_changes import (
     publish_changes,
     read_change_counts,
 )
-from corr_pipeline.db.reads import recorded_change_dates
+from corr_pipeline.db.published_reads import recorded_change_dates
 from corr_pipeline.db.schema import CHANGE_TABLES
 from corr_pipeline.snapshot.changes import compute_changes, publication
 from corr_pipeline.store.matrix_store import MatrixStore

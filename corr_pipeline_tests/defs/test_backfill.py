@@ -43,7 +43,7 @@ import pytest
 import sqlalchemy as sa
 
 from corr_pipeline import settings
-from corr_pipeline.db.reads import PublishedSession, change_staleness
+from corr_pipeline.db.published_reads import PublishedSession, change_staleness
 from corr_pipeline.db.schema import PUBLISHED_TABLES, truncate_all
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.defs.assets import snapshot_assets

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from corr_pipeline.db.reads import change_staleness
+from corr_pipeline.db.published_reads import change_staleness
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.io_manager import MatrixStoreResource
 from corr_pipeline.snapshot import display

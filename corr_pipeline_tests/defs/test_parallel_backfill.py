@@ -41,7 +41,7 @@ from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 
 from corr_pipeline import settings
-from corr_pipeline.db.reads import change_staleness
+from corr_pipeline.db.published_reads import change_staleness
 from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.defs.concurrency import set_snapshot_runs_limit

@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 import sqlalchemy as sa
 
-from corr_pipeline.db.reads import session_prices
+from corr_pipeline.db.price_reads import session_prices
 from corr_pipeline.db.schema import prices
 from corr_pipeline.definitions import defs
 from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from corr_pipeline import query as q
 from corr_pipeline.cli import main as cli_main
 from corr_pipeline.compute.clusters import distance_buffer_length
-from corr_pipeline.db.reads import published_matrix_versions
+from corr_pipeline.db.published_reads import published_matrix_versions
 from corr_pipeline.db.schema import prices
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.io_manager import MatrixStoreResource

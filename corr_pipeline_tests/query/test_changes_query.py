@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from corr_pipeline import query as q
 from corr_pipeline.cli.query import add_query_commands
 from corr_pipeline.db.publish_changes import publish_changes
-from corr_pipeline.db.reads import changes_to_refresh
+from corr_pipeline.db.published_reads import changes_to_refresh
 from corr_pipeline.snapshot.changes import compute_changes, publication
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.snapshot.changes_fixtures import MIN_OVERLAP, publish_day, symbols_of

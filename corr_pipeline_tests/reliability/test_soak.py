@@ -38,7 +38,7 @@ from corr_pipeline import query as q
 from corr_pipeline import settings
 from corr_pipeline.cli import main as cli_main
 from corr_pipeline.db.prices_import import import_prices_csv
-from corr_pipeline.db.reads import published_matrix_versions
+from corr_pipeline.db.published_reads import published_matrix_versions
 from corr_pipeline.db.schema import prices
 from corr_pipeline.defs.run import materialize_snapshot, open_instance
 from corr_pipeline.store.matrix_store import MatrixStore

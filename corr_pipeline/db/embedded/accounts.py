@@ -82,4 +82,3 @@ def run_as(
 def last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "(no output)"
-

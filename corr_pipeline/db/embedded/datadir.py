@@ -60,8 +60,6 @@ host    replication  all   all      reject
 """
 
 
-
-
 def _write_owned(path: Path, text: str, account: Account) -> None:
     """Replace ``path`` atomically with ``text`` (mode 0600, owned by ``account``), never
     through a link (:func:`owned_files.replace_text`)."""
@@ -153,4 +151,3 @@ def write_managed_config(pgdata: Path, account: Account) -> None:
         current = None
     if current != PG_HBA:
         _write_owned(hba, PG_HBA, account)
-

@@ -199,4 +199,3 @@ def client_program(name: str, pgdata: Path | None = None) -> Path:
     PostgreSQL version of ``pgdata`` (default ``home/pgdata``; the wheel's newest when it is not
     initialised), to run as the calling user."""
     return binaries_for((pgdata or settings.pgdata_dir()).expanduser().resolve()) / name
-

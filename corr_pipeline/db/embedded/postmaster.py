@@ -305,5 +305,3 @@ def _last_server_error(log: Path) -> str | None:
                 text += " " + " ".join(lines[index + 1].split())
             return text
     return None
-
-

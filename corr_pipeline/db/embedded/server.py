@@ -43,6 +43,7 @@ from corr_pipeline.db.errors import DatabaseUnavailableError
 
 logger = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class EmbeddedServer:
     """An embedded PostgreSQL this process holds a handle on."""
@@ -88,8 +89,6 @@ class _Handle:
 
 _thread_lock = threading.RLock()
 _handles: dict[Path, _Handle] = {}
-
-
 
 
 def ensure_database(server: EmbeddedServer, database: str) -> None:

@@ -99,5 +99,3 @@ def watch(pgdata: Path) -> int:
             return 0  # the data directory (or its parent) is gone
         except DatabaseUnavailableError:
             continue  # the start lock is busy for long: look again
-
-

@@ -7,7 +7,7 @@ import bisect
 import datetime as dt
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import sqlalchemy as sa
@@ -230,86 +230,135 @@ def read_windows(
     if isinstance(days, str | dt.date):
         raise WindowError(f"days must be a sequence of dates, got {days!r}")
     wanted = sorted({as_iso_date(day, "snapshot date", WindowError) for day in days})
-    n_dates = int(lookback_days) + 1
-    errors: dict[dt.date, WindowError] = {}
-    spans: dict[dt.date, tuple[int, int]] = {}  # day -> its window scanned[start:stop]
-    shared: dict[str, float] = {}
-    grouped: list[tuple] = []
-    scanned: list[dt.date] = []
-    union_dates: list[dt.date] = []
-    in_union = np.zeros(0, dtype=np.bool_)
-    resolved: str = str(source)
-    notes: tuple[str, ...] = ()
     t0 = time.perf_counter()
+    read = _UnionRead(resolved=str(source))
     if wanted:
-        with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
-            conn.execute(sa.text("SET TRANSACTION READ ONLY"))
-            src = resolve_price_source(conn, source)
-            resolved, notes = src.describe(), src.notes
-            shared["source_s"] = time.perf_counter() - t0
-            pg = driver_connection(conn)
-            with pg.cursor() as cur:
-                cur.execute(
-                    union_dates_sql(src),
-                    {**src.params(), "lo": wanted[0], "hi": wanted[-1], "n": n_dates},
-                )
-                scanned = sorted(row[0] for row in cur.fetchall())
-                shared["dates_s"] = time.perf_counter() - t0
-                # a day without any date <= it means the scan ran out: scanned[0] is the earliest
-                earliest: dt.date | None = scanned[0] if scanned else None
-                if not scanned:
-                    cur.execute(earliest_sql(src), src.params())
-                    earliest = cur.fetchone()[0]
-                for d in wanted:
-                    stop = bisect.bisect_right(scanned, d)
-                    start = max(0, stop - n_dates)
-                    if stop == 0:
-                        errors[d] = no_dates_error(d, earliest, source)
-                    elif stale := stale_error(d, scanned[start:stop], session, source):
-                        errors[d] = stale
-                    elif error := too_few_dates_error(d, scanned[start:stop], min_history_days):
-                        errors[d] = error
-                    else:
-                        spans[d] = (start, stop)
-                in_union = np.zeros(len(scanned), dtype=np.bool_)
-                for start, stop in spans.values():
-                    in_union[start:stop] = True
-                union_pos = np.flatnonzero(in_union)
-                union_dates = [scanned[i] for i in union_pos]
-                if spans:
-                    breaks = np.flatnonzero(np.diff(union_pos) > 1)  # runs of consecutive dates
-                    run_first = [union_pos[0], *union_pos[breaks + 1]]
-                    run_last = [*union_pos[breaks], union_pos[-1]]
-                    params = {**src.params(), "a": union_dates[0]}
-                    for i, (lo, hi) in enumerate(zip(run_first, run_last, strict=True)):
-                        params[f"a{i}"], params[f"b{i}"] = scanned[lo], scanned[hi]
-                    t1 = time.perf_counter()
-                    cur.execute(f"SET LOCAL work_mem = '{WINDOW_WORK_MEM}'")
-                    cur.execute(grouped_sql(src, len(run_first)), params, binary=True)
-                    grouped = cur.fetchall()
-                    shared["query_s"] = time.perf_counter() - t1
-            conn.rollback()  # read-only: nothing to commit
+        n_dates = int(lookback_days) + 1
+        _read_union(engine, read, wanted, n_dates, min_history_days, session, source)
     read_s = time.perf_counter() - t0
     union: _UnionPivot | None = None
     union_s = 0.0
-    if spans:
+    if read.spans:
         t3 = time.perf_counter()
-        where = f"{source_name(source)} windows {union_dates[0]}..{union_dates[-1]}"
-        union = _pivot_union(grouped, union_dates, where, source)
-        del grouped
-        union_s = (time.perf_counter() - t3) / len(spans)
+        dates = read.union_dates
+        where = f"{source_name(source)} windows {dates[0]}..{dates[-1]}"
+        union = _pivot_union(read.grouped, dates, where, source)
+        read.grouped = []
+        union_s = (time.perf_counter() - t3) / len(read.spans)
     return UnionWindows(
         days=wanted,
-        errors=errors,
-        spans=spans,
-        scanned=scanned,
+        errors=read.errors,
+        spans=read.spans,
+        scanned=read.scanned,
         union=union,
-        union_row=np.cumsum(in_union) - 1,  # scanned position -> union row
+        union_row=np.cumsum(read.in_union) - 1,  # scanned position -> union row
         min_history_days=min_history_days,
         source=source,
-        resolved=resolved,
-        notes=notes,
-        shared=shared,
+        resolved=read.resolved,
+        notes=read.notes,
+        shared=read.shared,
         read_s=read_s,
         union_s=union_s,
     )
+
+
+@dataclass
+class _UnionRead:
+    """What :func:`_read_union` read: the source as resolved, the dates scanned, each day's
+    window span or error, the union's dates (and which scanned dates they are), the grouped
+    rows and the seconds of the shared phases."""
+
+    resolved: str
+    notes: tuple[str, ...] = ()
+    scanned: list[dt.date] = field(default_factory=list)
+    spans: dict[dt.date, tuple[int, int]] = field(default_factory=dict)
+    errors: dict[dt.date, WindowError] = field(default_factory=dict)
+    in_union: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
+    union_dates: list[dt.date] = field(default_factory=list)
+    grouped: list[tuple] = field(default_factory=list)
+    shared: dict[str, float] = field(default_factory=dict)
+
+
+def _read_union(
+    engine: sa.Engine,
+    read: _UnionRead,
+    wanted: list[dt.date],
+    n_dates: int,
+    min_history_days: int,
+    session: bool,
+    source: PriceSource,
+) -> None:
+    """The one read-only transaction of :func:`read_windows` (its docstring), into ``read``."""
+    t0 = time.perf_counter()
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn:
+        conn.execute(sa.text("SET TRANSACTION READ ONLY"))
+        src = resolve_price_source(conn, source)
+        read.resolved, read.notes = src.describe(), src.notes
+        read.shared["source_s"] = time.perf_counter() - t0
+        with driver_connection(conn).cursor() as cur:
+            cur.execute(
+                union_dates_sql(src),
+                {**src.params(), "lo": wanted[0], "hi": wanted[-1], "n": n_dates},
+            )
+            scanned = read.scanned = sorted(row[0] for row in cur.fetchall())
+            read.shared["dates_s"] = time.perf_counter() - t0
+            # a day without any date <= it means the scan ran out: scanned[0] is the earliest
+            earliest: dt.date | None = scanned[0] if scanned else None
+            if not scanned:
+                cur.execute(earliest_sql(src), src.params())
+                earliest = cur.fetchone()[0]
+            read.spans, read.errors = _spans(
+                wanted, scanned, earliest, n_dates, min_history_days, session, source
+            )
+            read.in_union = np.zeros(len(scanned), dtype=np.bool_)
+            for start, stop in read.spans.values():
+                read.in_union[start:stop] = True
+            union_pos = np.flatnonzero(read.in_union)
+            read.union_dates = [scanned[i] for i in union_pos]
+            if read.spans:
+                t1 = time.perf_counter()
+                cur.execute(f"SET LOCAL work_mem = '{WINDOW_WORK_MEM}'")
+                runs = _runs_of_dates(union_pos, scanned)
+                params = {**src.params(), "a": read.union_dates[0]}
+                for i, (lo, hi) in enumerate(runs):
+                    params[f"a{i}"], params[f"b{i}"] = lo, hi
+                cur.execute(grouped_sql(src, len(runs)), params, binary=True)
+                read.grouped = cur.fetchall()
+                read.shared["query_s"] = time.perf_counter() - t1
+        conn.rollback()  # read-only: nothing to commit
+
+
+def _spans(
+    wanted: list[dt.date],
+    scanned: list[dt.date],
+    earliest: dt.date | None,
+    n_dates: int,
+    min_history_days: int,
+    session: bool,
+    source: PriceSource,
+) -> tuple[dict[dt.date, tuple[int, int]], dict[dt.date, WindowError]]:
+    """Per wanted day, its window ``scanned[start:stop]`` (the last ``n_dates`` dates ``<=``
+    it), or the :class:`WindowError` :func:`~corr_pipeline.db.window.load_returns_window`
+    would raise for it."""
+    spans: dict[dt.date, tuple[int, int]] = {}
+    errors: dict[dt.date, WindowError] = {}
+    for d in wanted:
+        stop = bisect.bisect_right(scanned, d)
+        start = max(0, stop - n_dates)
+        if stop == 0:
+            errors[d] = no_dates_error(d, earliest, source)
+        elif stale := stale_error(d, scanned[start:stop], session, source):
+            errors[d] = stale
+        elif error := too_few_dates_error(d, scanned[start:stop], min_history_days):
+            errors[d] = error
+        else:
+            spans[d] = (start, stop)
+    return spans, errors
+
+
+def _runs_of_dates(union_pos: np.ndarray, scanned: list[dt.date]) -> list[tuple[dt.date, dt.date]]:
+    """The first and last date of each run of consecutive scanned positions of the union."""
+    breaks = np.flatnonzero(np.diff(union_pos) > 1)
+    run_first = [union_pos[0], *union_pos[breaks + 1]]
+    run_last = [*union_pos[breaks], union_pos[-1]]
+    return [(scanned[lo], scanned[hi]) for lo, hi in zip(run_first, run_last, strict=True)]
