@@ -14,7 +14,8 @@ On a synthetic universe of N symbols × (T + S + 1) weekdays in a scratch embedd
   the sessions in this process, with the work every nightly run does besides: the assets'
   checks and the changes against the session before
   (:func:`corr_pipeline.snapshot.changes.compute_and_publish`), the matrices of the newest
-  ``--keep`` sessions kept as retention keeps them: the work itself, the baseline;
+  ``--keep`` sessions kept on disk as retention keeps them and the others' in the store's
+  memory area, as the range keeps them: the work itself, the baseline;
 - ``range``: ``corr-pipeline backfill`` (:func:`corr_pipeline.defs.backfill.run_backfill`):
   runs of consecutive sessions through a Dagster instance, the code location in a code server,
   each run in a run worker computing its sessions one after the other, every check, the
@@ -243,6 +244,7 @@ def _chain(engine, store_root: Path, sessions: list[str], args, params, per: dic
             day=day,
             checks=True,
             keep_matrices=True,
+            in_memory=i < len(sessions) - args.keep,  # history: in memory, as the range's
         )
         for stage in chained.stages:
             per[stage.name] = per.get(stage.name, 0.0) + stage.seconds

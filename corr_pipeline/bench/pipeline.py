@@ -38,7 +38,12 @@ from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.snapshot import steps, verify
 from corr_pipeline.snapshot.measure import measure_stage
 from corr_pipeline.snapshot.params import DEFAULTS, SnapshotParameters
-from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore, StoredArray
+from corr_pipeline.store.matrix_store import (
+    MatrixBundle,
+    MatrixStore,
+    PendingArray,
+    StoredArray,
+)
 from corr_pipeline.synth import DEFAULT_END_DATE
 
 #: Stage names, in the order the nightly chain runs them.
@@ -238,6 +243,7 @@ def run_pipeline_benchmark(
     echo: Callable[[str], None] = print,
     day: dt.date | None = None,
     checks: bool = False,
+    in_memory: bool = False,
 ) -> PipelineBenchReport:
     """Run the whole chain once on ``engine`` (see the module docstring) and return the figures.
 
@@ -253,6 +259,9 @@ def run_pipeline_benchmark(
     floor of the loaded window (:func:`~corr_pipeline.bench.floor.measure_floor`, not a stage:
     between the window load and the correlation, holding 4 N² bytes for a moment) and give
     every stage in floors. ``checks``: run the assets' verifications too (module docstring).
+    ``in_memory``: the correlation and overlap go to the store's memory area when it has room,
+    as a session that retention will not keep does in the pipeline. The clusters' scratch
+    distances go there in any case, as in the pipeline.
     Each stage's line is passed to ``echo`` as soon as it finishes.
     """
     params, report = start_benchmark(
@@ -268,125 +277,17 @@ def run_pipeline_benchmark(
         synth=synth,
         echo=echo,
     )
-    shown = report.params
-    day = day or DEFAULT_END_DATE
-    partition = day.isoformat()
-    store = MatrixStore(store_root)
-    state: dict[str, Any] = {}
-    committed: dict[str, StoredArray] = {}
-
-    def load() -> tuple[int | None, str]:
-        window = steps.load_returns(engine, day, params)
-        state["window"] = window
-        return None, f"T x N = {window.returns.shape[0]} x {window.returns.shape[1]}"
-
-    def correlation() -> tuple[int | None, str]:
-        returns = state["window"].returns
-        cols = returns.shape[1]
-        labels = {"symbols": list(state["window"].symbols)}  # as the pipeline labels them
-        # with-blocks: an exception or Ctrl-C mid-computation deletes both temp files at once
-        with (
-            store.allocate(
-                "correlation_matrix", partition, "corr", (cols, cols), "f4", labels=labels
-            ) as p_corr,
-            store.allocate(
-                "overlap_matrix",
-                partition,
-                "overlap",
-                (cols, cols),
-                overlap_dtype(returns.shape[0]),
-                labels=labels,
-            ) as p_overlap,
-        ):
-            steps.correlation(returns, params, out_corr=p_corr.array, out_overlap=p_overlap.array)
-            committed["correlation_matrix"] = p_corr.commit()
-            committed["overlap_matrix"] = p_overlap.commit()
-        state["corr"] = committed["correlation_matrix"].array
-        state["overlap"] = committed["overlap_matrix"].array
-        size = (state["corr"].nbytes + state["overlap"].nbytes) / 2**30
-        return None, f"{size:.2f} GiB memory-mapped"
-
-    def correlation_checks() -> tuple[int | None, str]:
-        stats = verify.correlation_stats(
-            state["corr"],
-            state["overlap"],
-            min_overlap=params.min_overlap,
-            finite_counts=np.isfinite(state["window"].returns).sum(axis=0),
-        )
-        for verdict in verify.verify_correlation(stats).values():
-            _require(verdict)
-        return None, f"{stats.pairs_defined:,} pairs defined"
-
-    def neighbors() -> tuple[int | None, str]:
-        found = steps.neighbors(state["corr"], state["overlap"], params)
-        state["neighbors"] = found
-        if checks:
-            _require(
-                verify.verify_neighbors(
-                    found.index,
-                    found.corr,
-                    state["corr"],
-                    k=params.k_neighbors,
-                    neighbor_overlap=found.overlap,
-                    overlap=state["overlap"],
-                )
-            )
-        return int(np.count_nonzero(found.index >= 0)), f"k = {k}"
-
-    def clusters() -> tuple[int | None, str]:
-        scratch = partial(store.scratch, "clusters", partition)
-        modes = steps.market_modes(state["corr"], params)
-        labels = steps.clusters(state["corr"], params, modes=modes, scratch=scratch)
-        state["labels"] = labels
-        if checks:
-            _require(verify.verify_clusters(labels, labels.size))
-        removed = f", {params.market_modes_removed} mode(s) removed"
-        return int(labels.size), f"{int(labels.max()) + 1:,} clusters" + removed
-
-    def lead_lag() -> tuple[int | None, str]:
-        pairs = steps.lead_lag(state["window"].returns, state["corr"], params)
-        state["pairs"] = pairs
-        if checks:
-            _require(
-                verify.verify_lead_lag_pairs(
-                    pairs,
-                    state["corr"].shape[0],
-                    max_lag=params.max_lag,
-                    min_overlap=params.min_overlap,
-                    min_improvement=params.min_improvement,
-                )
-            )
-        return int(pairs.size), f"max_lag = {max_lag}"
-
-    def publish() -> tuple[int | None, str]:
-        window = state["window"]
-        results = steps.results_for_publication(
-            day,
-            as_of_trade_date=window.as_of_trade_date,
-            symbols=window.symbols,
-            n_dropped=len(window.dropped),
-            params=params,
-            found=state["neighbors"],
-            labels=state["labels"],
-            pairs=state["pairs"],
-            recorded={"benchmark": True, **shown},
-        )
-        published = publish_snapshot(engine, results)
-        report.published = dict(published.rows)
-        note = ", ".join(f"{table} {count:,}" for table, count in published.rows.items())
-        return sum(published.rows.values()), note
-
-    stages = list(
-        zip(
-            PIPELINE_STAGES,
-            (load, correlation, neighbors, clusters, lead_lag, publish),
-            strict=True,
-        )
+    chain = _Chain(
+        engine,
+        MatrixStore(store_root),
+        day or DEFAULT_END_DATE,
+        params,
+        report,
+        checks=checks,
+        in_memory=in_memory,
     )
-    if checks:
-        stages.insert(2, (CORRELATION_CHECKS, correlation_checks))
     try:
-        for name, run_stage in stages:
+        for name, run_stage in chain.stages():
             with measure_stage(sample_interval=SAMPLE_INTERVAL) as stats:
                 rows, note = run_stage()
             stage = StageResult(
@@ -402,26 +303,194 @@ def run_pipeline_benchmark(
             report.stages.append(stage)
             echo(_stage_line(stage, report.floors(stage.seconds)))
             if name == "load window" and floor:
-                report.floor = measure_floor(state["window"].returns)
+                report.floor = measure_floor(chain.window.returns)
                 echo(f"# {report.floor.line()}")
     finally:
         # also on Ctrl-C (KeyboardInterrupt) and any error: the matrices (gigabytes at large N)
         # never outlive the benchmark unless asked to
-        state.clear()  # drop the memory maps before deleting their files
-        if keep_matrices:
-            for asset, stored in committed.items():
-                bundle = MatrixBundle({stored.name: stored}, labels=stored.labels)
-                store.save_bundle(asset, partition, bundle)
-        else:
-            for stored in committed.values():
-                stored.release_writer_lock()
-            committed.clear()
-            assets = ("correlation_matrix", "overlap_matrix")
-            if any(store.partition_dir(asset, partition).is_dir() for asset in assets):
-                store.remove_partition(partition)
+        chain.close(keep_matrices=keep_matrices)
     total = report.floors(report.total_seconds)
     echo(
         f"  {'total':<12} {report.total_seconds:8.1f} s"
         + ("" if total == "-" else f" = {total:>8} floors")
     )
     return report
+
+
+Stage = Callable[[], tuple[int | None, str]]
+
+
+class _Chain:
+    """One session of the chain, stage by stage (:meth:`stages`), each stage returning the rows
+    it contributes to publication (None for none) and a note; what a stage produces is kept
+    for the next ones. ``checks`` and ``in_memory``: :func:`run_pipeline_benchmark`'s."""
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        store: MatrixStore,
+        day: dt.date,
+        params: SnapshotParameters,
+        report: PipelineBenchReport,
+        *,
+        checks: bool,
+        in_memory: bool,
+    ) -> None:
+        self.engine, self.store, self.day, self.params, self.report = (
+            engine,
+            store,
+            day,
+            params,
+            report,
+        )
+        self.partition = day.isoformat()
+        self.checks, self.in_memory = checks, in_memory
+        self.state: dict[str, Any] = {}
+        self.committed: dict[str, StoredArray] = {}
+
+    @property
+    def window(self) -> Any:
+        return self.state["window"]
+
+    def stages(self) -> list[tuple[str, Stage]]:
+        """The stages in the order of :data:`PIPELINE_STAGES`, with the correlation's checks
+        after the correlation when ``checks``."""
+        stages: list[tuple[str, Stage]] = list(
+            zip(
+                PIPELINE_STAGES,
+                (
+                    self.load,
+                    self.correlation,
+                    self.neighbors,
+                    self.clusters,
+                    self.lead_lag,
+                    self.publish,
+                ),
+                strict=True,
+            )
+        )
+        if self.checks:
+            stages.insert(2, (CORRELATION_CHECKS, self.correlation_checks))
+        return stages
+
+    def load(self) -> tuple[int | None, str]:
+        window = steps.load_returns(self.engine, self.day, self.params)
+        self.state["window"] = window
+        return None, f"T x N = {window.returns.shape[0]} x {window.returns.shape[1]}"
+
+    def _allocate(self, asset: str, name: str, cols: int, dtype: Any) -> PendingArray:
+        return self.store.allocate(
+            asset,
+            self.partition,
+            name,
+            (cols, cols),
+            dtype,
+            labels={"symbols": list(self.window.symbols)},  # as the pipeline labels them
+            in_memory=self.in_memory,
+        )
+
+    def correlation(self) -> tuple[int | None, str]:
+        returns = self.window.returns
+        cols = returns.shape[1]
+        # with-blocks: an exception or Ctrl-C mid-computation deletes both temp files at once
+        with (
+            self._allocate("correlation_matrix", "corr", cols, "f4") as p_corr,
+            self._allocate(
+                "overlap_matrix", "overlap", cols, overlap_dtype(returns.shape[0])
+            ) as p_ov,
+        ):
+            steps.correlation(returns, self.params, out_corr=p_corr.array, out_overlap=p_ov.array)
+            self.committed["correlation_matrix"] = p_corr.commit()
+            self.committed["overlap_matrix"] = p_ov.commit()
+        corr = self.state["corr"] = self.committed["correlation_matrix"].array
+        overlap = self.state["overlap"] = self.committed["overlap_matrix"].array
+        return None, f"{(corr.nbytes + overlap.nbytes) / 2**30:.2f} GiB memory-mapped"
+
+    def correlation_checks(self) -> tuple[int | None, str]:
+        stats = verify.correlation_stats(
+            self.state["corr"],
+            self.state["overlap"],
+            min_overlap=self.params.min_overlap,
+            finite_counts=np.isfinite(self.window.returns).sum(axis=0),
+        )
+        for verdict in verify.verify_correlation(stats).values():
+            _require(verdict)
+        return None, f"{stats.pairs_defined:,} pairs defined"
+
+    def neighbors(self) -> tuple[int | None, str]:
+        corr, overlap = self.state["corr"], self.state["overlap"]
+        found = self.state["neighbors"] = steps.neighbors(corr, overlap, self.params)
+        if self.checks:
+            k = self.params.k_neighbors
+            _require(
+                verify.verify_neighbors(
+                    found.index,
+                    found.corr,
+                    corr,
+                    k=k,
+                    neighbor_overlap=found.overlap,
+                    overlap=overlap,
+                )
+            )
+        return int(np.count_nonzero(found.index >= 0)), f"k = {self.params.k_neighbors}"
+
+    def clusters(self) -> tuple[int | None, str]:
+        scratch = partial(self.store.scratch, "clusters", self.partition, in_memory=True)
+        modes = steps.market_modes(self.state["corr"], self.params)
+        labels = steps.clusters(self.state["corr"], self.params, modes=modes, scratch=scratch)
+        self.state["labels"] = labels
+        if self.checks:
+            _require(verify.verify_clusters(labels, labels.size))
+        removed = f", {self.params.market_modes_removed} mode(s) removed"
+        return int(labels.size), f"{int(labels.max()) + 1:,} clusters" + removed
+
+    def lead_lag(self) -> tuple[int | None, str]:
+        params = self.params
+        pairs = steps.lead_lag(self.window.returns, self.state["corr"], params)
+        self.state["pairs"] = pairs
+        if self.checks:
+            _require(
+                verify.verify_lead_lag_pairs(
+                    pairs,
+                    self.state["corr"].shape[0],
+                    max_lag=params.max_lag,
+                    min_overlap=params.min_overlap,
+                    min_improvement=params.min_improvement,
+                )
+            )
+        return int(pairs.size), f"max_lag = {params.max_lag}"
+
+    def publish(self) -> tuple[int | None, str]:
+        window = self.window
+        results = steps.results_for_publication(
+            self.day,
+            as_of_trade_date=window.as_of_trade_date,
+            symbols=window.symbols,
+            n_dropped=len(window.dropped),
+            params=self.params,
+            found=self.state["neighbors"],
+            labels=self.state["labels"],
+            pairs=self.state["pairs"],
+            recorded={"benchmark": True, **self.report.params},
+        )
+        published = publish_snapshot(self.engine, results)
+        self.report.published = dict(published.rows)
+        note = ", ".join(f"{table} {count:,}" for table, count in published.rows.items())
+        return sum(published.rows.values()), note
+
+    def close(self, *, keep_matrices: bool) -> None:
+        """Drop the memory maps, then save the matrices as bundles (``keep_matrices``) or remove
+        the partition, temp files of an unfinished correlation included."""
+        self.state.clear()
+        store, partition = self.store, self.partition
+        if keep_matrices:
+            for asset, stored in self.committed.items():
+                bundle = MatrixBundle({stored.name: stored}, labels=stored.labels)
+                store.save_bundle(asset, partition, bundle)
+            return
+        for stored in self.committed.values():
+            stored.release_writer_lock()
+        self.committed.clear()
+        assets = ("correlation_matrix", "overlap_matrix")
+        if any(store.partition_dir(asset, partition).is_dir() for asset in assets):
+            store.remove_partition(partition)

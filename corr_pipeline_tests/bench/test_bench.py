@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
+from corr_pipeline import settings
 from corr_pipeline.bench import (
     FLOOR_REPEAT,
     PIPELINE_STAGES,
@@ -308,12 +309,12 @@ def test_the_chain_with_checks_keeps_matrices_the_changes_can_read(
 ) -> None:
     """``checks``: the correlation's checks are a stage of their own, the others run (and
     pass) inside their stages; kept matrices are labelled with the window's symbols, so the
-    changes of the next session compare them (nothing skipped): the backfill benchmark's
-    chain."""
+    changes of the next session compare them (nothing skipped), in the memory area with
+    ``in_memory``: the backfill benchmark's chain."""
     import datetime as dt
 
     from corr_pipeline.bench.pipeline import CORRELATION_CHECKS, run_pipeline_benchmark
-    from corr_pipeline.db.reads import published_head
+    from corr_pipeline.db.published_reads import published_head
     from corr_pipeline.snapshot.changes import compute_and_publish
     from corr_pipeline.store.matrix_store import MatrixStore
 
@@ -322,12 +323,19 @@ def test_the_chain_with_checks_keeps_matrices_the_changes_can_read(
         report = run_pipeline_benchmark(
             clean_db, tmp_path / "store", n=60, t=40, max_lag=3, k=5, synth=i == 0,
             floor=False, echo=lambda _line: None, day=day, checks=True, keep_matrices=True,
+            in_memory=i == 0,
         )  # fmt: skip
         names = [stage.name for stage in report.stages]
         assert names == [*PIPELINE_STAGES[:2], CORRELATION_CHECKS, *PIPELINE_STAGES[2:]]
         assert "pairs defined" in report.stages[2].note
     store = MatrixStore(tmp_path / "store")
+    # in_memory: the first day's matrices in the store's memory area (when there is one), as a
+    # session that retention will not keep; the second's on disk
+    first = store.load("correlation_matrix", days[0].isoformat(), "corr")
+    in_area = not first.path.is_relative_to(store.base_dir)
+    assert in_area == (settings.memory_dir() is not None)
     stored = store.load("correlation_matrix", days[1].isoformat(), "corr")
+    assert stored.path.is_relative_to(store.base_dir)
     assert stored.labels["symbols"] == published_head(clean_db, days[1]).symbols
     published = compute_and_publish(clean_db, store, days[1])
     assert published is not None
