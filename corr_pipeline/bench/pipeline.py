@@ -36,7 +36,7 @@ from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, overlap_dtyp
 from corr_pipeline.db.publish import publish_snapshot
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.snapshot import steps, verify
-from corr_pipeline.snapshot.measure import measure_stage
+from corr_pipeline.snapshot.measure import fix_mmap_threshold, measure_stage
 from corr_pipeline.snapshot.params import DEFAULTS, SnapshotParameters
 from corr_pipeline.store.matrix_store import (
     MatrixBundle,
@@ -277,6 +277,7 @@ def run_pipeline_benchmark(
         synth=synth,
         echo=echo,
     )
+    fix_mmap_threshold()  # as the pipeline's op does
     chain = _Chain(
         engine,
         MatrixStore(store_root),

@@ -50,7 +50,7 @@ from corr_pipeline.defs.stages import COMPUTE_STAGES, NO_PRICES_TAG, Session, Sn
 from corr_pipeline.defs.step_options import SNAPSHOT_STEP
 from corr_pipeline.snapshot import retention, steps
 from corr_pipeline.snapshot.current import current_sessions
-from corr_pipeline.snapshot.measure import release_freed_memory
+from corr_pipeline.snapshot.measure import fix_mmap_threshold, release_freed_memory
 from corr_pipeline.snapshot.scheduler import SchedulerError
 from corr_pipeline.store import memory
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStoreError
@@ -96,6 +96,7 @@ def snapshot(
     with retry_only_if_database_unavailable(f"snapshot {label}"):
         engine = postgres.get_engine()  # a schema at another revision fails here, not retried
         todo = _sessions_to_compute(context, engine, keys, params)
+    fix_mmap_threshold()  # the sessions' temporaries leave no high-water mark in the heap
     with steps.stripe_runner(params) as runner:
         step = SnapshotStep(
             context=context,

@@ -63,10 +63,33 @@ def release_freed_memory() -> None:
 @functools.cache
 def _malloc_trim() -> Any:
     """glibc's ``malloc_trim`` among the process's loaded symbols, or None (another libc)."""
+    return _libc("malloc_trim")
+
+
+def _libc(name: str) -> Any:
     try:
-        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+        return getattr(ctypes.CDLL(None), name, None)
     except OSError:
         return None
+
+
+#: ``mallopt``'s parameter number of the mmap threshold (glibc's ``M_MMAP_THRESHOLD``).
+_M_MMAP_THRESHOLD = -3
+
+#: Blocks from this size up are mapped on their own and unmapped when freed.
+MMAP_THRESHOLD_BYTES = 4 << 20
+
+
+def fix_mmap_threshold(threshold_bytes: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Fix glibc's mmap threshold at ``threshold_bytes`` (``mallopt``); False elsewhere.
+
+    By default the threshold starts at 128 KiB and rises, up to 32 MiB, to the size of each
+    mapped block freed; a process computing sessions one after the other then keeps the
+    temporaries of its first sessions, up to 32 MiB each, in the heap's arenas, whose free pages
+    ``malloc_trim`` cannot all give back. A fixed threshold turns that off: a block this large
+    or larger is mapped when allocated and returned when freed."""
+    mallopt = _libc("mallopt")
+    return bool(mallopt is not None and mallopt(_M_MMAP_THRESHOLD, int(threshold_bytes)))
 
 
 def reset_peak_rss() -> bool:
