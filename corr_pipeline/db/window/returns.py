@@ -191,3 +191,39 @@ def select_symbols(
     }
     returns = np.ascontiguousarray(returns_all[:, keep])
     return returns, [all_symbols[j] for j in np.flatnonzero(keep)], dropped, drop_counts
+
+
+@dataclass
+class Pivot:
+    """The grouped rows of a read pivoted: the ``symbols`` (code-point order), the returns of
+    the closes (float32 ``(dates − 1) × N``, :func:`returns_from_closes`), and per price row
+    (NULL prices aside) its column, its date row and its close (float64)."""
+
+    symbols: list[str]
+    returns: np.ndarray
+    col_index: np.ndarray
+    row_index: np.ndarray
+    close_values: np.ndarray
+    column_of_fetched: np.ndarray
+
+
+def pivot_closes(
+    grouped: list[tuple], dates: list[dt.date], where: str, source: PriceSource
+) -> Pivot:
+    """Decode the symbols, day offsets and closes of ``grouped`` (the grouped query's rows),
+    refuse two rows for one symbol and date, scatter the closes symbol-major (each symbol's
+    values land in one contiguous row) and take the returns of the transpose."""
+    day_offset, counts = decode_elements([row[1] for row in grouped], DAY_ELEM, where)
+    close_values, close_counts = decode_elements([row[2] for row in grouped], CLOSE_ELEM, where)
+    symbols, column_of_fetched = sorted_columns([row[0] for row in grouped], where)
+    if not np.array_equal(counts, close_counts):
+        raise RuntimeError(f"{where}: day and close arrays differ in length")
+    col_index = np.repeat(column_of_fetched, counts)
+    row_index = rows_of_offsets(day_offset, dates, where)
+    shape = (len(symbols), len(dates))
+    refuse_duplicates(col_index, row_index, shape, symbols, dates, source)
+    closes_t = np.full(shape, np.nan, dtype=np.float64)
+    close_values = close_values.astype(np.float64)
+    closes_t[col_index, row_index] = close_values
+    returns = returns_from_closes(closes_t.T)
+    return Pivot(symbols, returns, col_index, row_index, close_values, column_of_fetched)

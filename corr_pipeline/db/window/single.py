@@ -20,15 +20,9 @@ from corr_pipeline.db.window.errors import (
     too_few_dates_error,
 )
 from corr_pipeline.db.window.returns import (
-    CLOSE_ELEM,
-    DAY_ELEM,
     ReturnsWindow,
-    decode_elements,
-    refuse_duplicates,
-    returns_from_closes,
-    rows_of_offsets,
+    pivot_closes,
     select_symbols,
-    sorted_columns,
 )
 from corr_pipeline.db.window.sql import WINDOW_WORK_MEM, dates_sql, earliest_sql, grouped_sql
 
@@ -92,26 +86,14 @@ def load_returns_window(
 
     t3 = time.perf_counter()
     where = f"{source_name(source)} window {first}..{last}"
-    day_offset, counts = decode_elements([row[1] for row in grouped], DAY_ELEM, where)
-    close_values, close_counts = decode_elements([row[2] for row in grouped], CLOSE_ELEM, where)
     null_prices = sum(int(row[3]) for row in grouped)
-    all_symbols, column_of_fetched = sorted_columns([row[0] for row in grouped], where)
+    pivot = pivot_closes(grouped, dates, where, source)
     del grouped
-    if not np.array_equal(counts, close_counts):
-        raise RuntimeError(f"{where}: day and close arrays differ in length")
-    n_rows = int(day_offset.size) + null_prices
-    col_index = np.repeat(column_of_fetched, counts)
-    row_index = rows_of_offsets(day_offset, dates, where)
-    n_all = len(all_symbols)
-    refuse_duplicates(col_index, row_index, (n_all, len(dates)), all_symbols, dates, source)
-    # scatter symbol-major (each symbol's values land in one contiguous row), transpose after
-    closes_t = np.full((n_all, len(dates)), np.nan, dtype=np.float64)
-    close_values = close_values.astype(np.float64)
-    closes_t[col_index, row_index] = close_values
+    n_rows = int(pivot.row_index.size) + null_prices
+    close_values = pivot.close_values
     bad_prices = int((~(np.isfinite(close_values) & (close_values > 0))).sum()) + null_prices
-    del day_offset, row_index, col_index, close_values
-    returns_all = returns_from_closes(closes_t.T)
-    del closes_t
+    returns_all, all_symbols = pivot.returns, pivot.symbols
+    del pivot, close_values  # the per-row arrays: only the returns are needed from here
     returns, symbols, dropped, drop_counts = select_symbols(
         returns_all, all_symbols, dates, d, min_history_days
     )

@@ -24,15 +24,12 @@ from corr_pipeline.db.window.errors import (
     too_few_dates_error,
 )
 from corr_pipeline.db.window.returns import (
-    CLOSE_ELEM,
     DAY_ELEM,
     ReturnsWindow,
     decode_elements,
-    refuse_duplicates,
-    returns_from_closes,
+    pivot_closes,
     rows_of_offsets,
     select_symbols,
-    sorted_columns,
 )
 from corr_pipeline.db.window.sql import (
     WINDOW_WORK_MEM,
@@ -60,23 +57,13 @@ class _UnionPivot:
 def _pivot_union(
     grouped: list[tuple], dates: list[dt.date], where: str, source: PriceSource
 ) -> _UnionPivot:
-    day_offset, counts = decode_elements([row[1] for row in grouped], DAY_ELEM, where)
-    close_values, close_counts = decode_elements([row[2] for row in grouped], CLOSE_ELEM, where)
+    pivot = pivot_closes(grouped, dates, where, source)  # as one window's (bit for bit)
     null_offset, null_counts = decode_elements([row[3] for row in grouped], DAY_ELEM, where)
-    symbols, column_of_fetched = sorted_columns([row[0] for row in grouped], where)
-    if not np.array_equal(counts, close_counts):
-        raise RuntimeError(f"{where}: day and close arrays differ in length")
-    col_index = np.repeat(column_of_fetched, counts)
-    row_index = rows_of_offsets(day_offset, dates, where)
-    null_col = np.repeat(column_of_fetched, null_counts)
+    null_col = np.repeat(pivot.column_of_fetched, null_counts)
     null_row = rows_of_offsets(null_offset, dates, where)
+    symbols, col_index, row_index = pivot.symbols, pivot.col_index, pivot.row_index
+    close_values, returns = pivot.close_values, pivot.returns
     shape = (len(symbols), len(dates))
-    refuse_duplicates(col_index, row_index, shape, symbols, dates, source)
-    closes_t = np.full(shape, np.nan, dtype=np.float64)
-    close_values = close_values.astype(np.float64)
-    closes_t[col_index, row_index] = close_values
-    returns = returns_from_closes(closes_t.T)  # the same layout as one window's (bit for bit)
-    del closes_t
     present = np.zeros(shape, dtype=np.bool_)
     present[col_index, row_index] = True
     present[null_col, null_row] = True  # a row with a NULL price puts its symbol in the window
