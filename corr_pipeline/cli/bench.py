@@ -132,7 +132,7 @@ def bench_through_dagster(
     from corr_pipeline.store.matrix_store import MatrixStore
     from corr_pipeline.synth import DEFAULT_END_DATE
 
-    working_memory_mb = int(args.working_memory_mb or DEFAULT_WORKING_MEMORY_MB)
+    working_memory_mb = args.working_memory_mb or DEFAULT_WORKING_MEMORY_MB
     params, report = start_benchmark(
         engine,
         n=args.n,
@@ -155,7 +155,6 @@ def bench_through_dagster(
     os.environ[settings.ENV_STORE_DIR] = str(store_dir)  # the run's store (deployment setting)
     overrides = {
         **params.as_dict(),
-        "working_memory_mb": working_memory_mb,
         "clusters_memory_mb": params.clusters_memory_mb,
     }
     instance = open_instance(home / "dagster_home")

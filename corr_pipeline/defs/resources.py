@@ -133,8 +133,8 @@ class SnapshotParams(dg.ConfigurableResource):
         "clusters corr itself; 1 removes the market mode, so that in a sell-off the sectors "
         "stay apart instead of one cluster (docs/user_guide.md).",
     )
-    working_memory_mb: int = Field(
-        default=int(DEFAULTS.working_memory_mb),
+    working_memory_mb: float = Field(
+        default=DEFAULTS.working_memory_mb,
         description="Budget in MiB for the temporaries of one tile (correlation, neighbors, "
         "lead-lag); results are memory-mapped and not counted.",
     )

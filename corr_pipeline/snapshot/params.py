@@ -94,7 +94,7 @@ class SnapshotParameters:
             ),
             "n_clusters": None if self.n_clusters is None else int(self.n_clusters),
             "market_modes_removed": int(self.market_modes_removed),
-            "working_memory_mb": int(self.working_memory_mb),
+            "working_memory_mb": float(self.working_memory_mb),
         }
 
     @property
