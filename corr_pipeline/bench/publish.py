@@ -17,7 +17,8 @@ import sqlalchemy as sa
 from corr_pipeline.bench.machine import git_commit, machine_line
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.compute.tiling import overlap_dtype
-from corr_pipeline.db.publish import SnapshotResults, delete_snapshot, publish_snapshot
+from corr_pipeline.db.publish import delete_snapshot, publish_snapshot
+from corr_pipeline.snapshot.results import SnapshotResults
 
 
 @dataclass

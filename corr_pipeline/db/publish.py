@@ -57,7 +57,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import sqlalchemy as sa
@@ -70,6 +70,7 @@ from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES, SNAPSHOT_CH
 
 __all__ = [
     "LEAD_LAG_FIELDS",
+    "PublishableSnapshot",
     "PublishError",
     "PublishReport",
     "delete_change_rows",
@@ -359,32 +360,34 @@ def _delete_snapshot_rows(cursor: Any, d: dt.date) -> bool:
     return bool(cursor.rowcount > 0)
 
 
-@dataclass(frozen=True)
-class SnapshotResults:
-    """What one snapshot publishes (SPEC §7), the value handed to :func:`publish_snapshot`.
+class PublishableSnapshot(Protocol):
+    """What :func:`publish_snapshot` reads from a snapshot's results (SPEC §7): the fields
+    of :class:`corr_pipeline.snapshot.results.SnapshotResults`, which documents them."""
 
-    ``symbols``: the N kept symbols (column order of every index below). ``neighbor_index``
-    (int, N × k, −1 = padding), ``neighbor_corr`` (float, N × k), ``neighbor_overlap``
-    (int, N × k): SPEC §4 top-k. ``cluster_labels``: int, N (SPEC §5). ``lead_lag_pairs``:
-    structured array with :data:`LEAD_LAG_FIELDS`, leader/lagger as indices into ``symbols``
-    (SPEC §6). ``params``: JSON-able run parameters stored as jsonb. ``matrix_versions``:
-    the matrix-store versions the results were computed from, ``{asset: {array: version}}``
-    (SPEC §8; e.g. ``{"correlation_matrix": {"corr": "<version>"}, ...}``), stored in
-    ``snapshots.matrix_versions``; None (NULL) when no store is involved.
-    """
-
-    snapshot_date: dt.date | str
-    as_of_trade_date: dt.date | str
-    symbols: Sequence[str]
-    n_dropped: int
-    lookback_days: int
-    params: Mapping[str, Any]
-    neighbor_index: Any
-    neighbor_corr: Any
-    neighbor_overlap: Any
-    cluster_labels: Any
-    lead_lag_pairs: Any
-    matrix_versions: Mapping[str, Mapping[str, str]] | None = None
+    @property
+    def snapshot_date(self) -> dt.date | str: ...
+    @property
+    def as_of_trade_date(self) -> dt.date | str: ...
+    @property
+    def symbols(self) -> Sequence[str]: ...
+    @property
+    def n_dropped(self) -> int: ...
+    @property
+    def lookback_days(self) -> int: ...
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+    @property
+    def neighbor_index(self) -> Any: ...
+    @property
+    def neighbor_corr(self) -> Any: ...
+    @property
+    def neighbor_overlap(self) -> Any: ...
+    @property
+    def cluster_labels(self) -> Any: ...
+    @property
+    def lead_lag_pairs(self) -> Any: ...
+    @property
+    def matrix_versions(self) -> Mapping[str, Mapping[str, str]] | None: ...
 
 
 def _json_versions(versions: Mapping[str, Mapping[str, str]] | None) -> str | None:
@@ -402,7 +405,7 @@ def _json_versions(versions: Mapping[str, Mapping[str, str]] | None) -> str | No
     return json.dumps(out, sort_keys=True)
 
 
-def publish_snapshot(engine: sa.Engine, results: SnapshotResults) -> PublishReport:
+def publish_snapshot(engine: sa.Engine, results: PublishableSnapshot) -> PublishReport:
     """Replace the snapshot of ``results.snapshot_date`` with ``results``, in one transaction
     (SPEC §7).
 
@@ -459,7 +462,7 @@ def _copy_table(table: str, columns: list[Any], n_rows: int, sym: _Symbols, curs
 
 
 def _copies(
-    results: SnapshotResults, n: int, days: int, sym: _Symbols
+    results: PublishableSnapshot, n: int, days: int, sym: _Symbols
 ) -> list[tuple[str, list[Any], int]]:
     """The binary COPY columns and row count of each result table, validated (``days``: the
     snapshot date as PostgreSQL's day number). Rows go in primary-key order (symbols by code

@@ -59,7 +59,6 @@ from corr_pipeline.compute.stripes import (
     striped_neighbors,
 )
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
-from corr_pipeline.db.publish import SnapshotResults
 from corr_pipeline.db.window import (
     ReturnsWindow,
     UnionWindows,
@@ -67,6 +66,7 @@ from corr_pipeline.db.window import (
     read_windows,
 )
 from corr_pipeline.snapshot.params import SnapshotParameters
+from corr_pipeline.snapshot.results import SnapshotResults
 from corr_pipeline.snapshot.scheduler import scheduler_security
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
 

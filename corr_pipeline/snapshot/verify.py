@@ -17,8 +17,8 @@ import numpy as np
 
 from corr_pipeline.compute.matrix_facts import row_counts_above, upper_triangle_facts
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, row_blocks
-from corr_pipeline.db.publish import SnapshotResults
 from corr_pipeline.snapshot import display
+from corr_pipeline.snapshot.results import SnapshotResults
 
 
 @dataclass

@@ -16,11 +16,11 @@ import sqlalchemy as sa
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.db.publish import (
     PublishError,
-    SnapshotResults,
     publish_snapshot,
     read_snapshot_counts,
 )
 from corr_pipeline.db.published_reads import published_rows
+from corr_pipeline.snapshot.results import SnapshotResults
 
 D = dt.date(2024, 3, 29)  # Good Friday: snapshots the previous session
 AS_OF = dt.date(2024, 3, 28)

@@ -11,7 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from corr_pipeline.db import schema
-from corr_pipeline.db.publish import SnapshotResults, delete_snapshot, publish_snapshot
+from corr_pipeline.db.publish import delete_snapshot, publish_snapshot
+from corr_pipeline.snapshot.results import SnapshotResults
 
 D1, D2, MISSING = dt.date(2024, 5, 1), dt.date(2024, 5, 2), dt.date(2024, 5, 3)
 

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from corr_pipeline.db import publish
 from corr_pipeline.db.engine import get_engine
+from corr_pipeline.snapshot.results import SnapshotResults
 from corr_pipeline_tests.reliability._payloads import publish_arguments
 
 STATE_HOLD_S = 0.05
@@ -52,7 +53,7 @@ def main(argv: list[str]) -> int:
         if mode == "loop":
             versions = [publish_arguments(day, n=n, k=k, version=version + v) for v in (0, 1)]
             for i in range(repeats):
-                publish.publish_snapshot(engine, publish.SnapshotResults(**versions[i % 2]))
+                publish.publish_snapshot(engine, SnapshotResults(**versions[i % 2]))
                 time.sleep(STATE_HOLD_S)  # let readers see the published state, too
                 with engine.begin() as conn:
                     conn.execute(
@@ -61,7 +62,7 @@ def main(argv: list[str]) -> int:
                 time.sleep(STATE_HOLD_S)
         else:
             publish.publish_snapshot(
-                engine, publish.SnapshotResults(**publish_arguments(day, n=n, k=k, version=version))
+                engine, SnapshotResults(**publish_arguments(day, n=n, k=k, version=version))
             )
     except Exception as exc:
         from corr_pipeline.defs.retries import is_database_unavailable

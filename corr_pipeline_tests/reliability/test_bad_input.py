@@ -23,8 +23,9 @@ from corr_pipeline.compute.clusters import hierarchical_clusters
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.compute.neighbors import top_k_neighbors
 from corr_pipeline.db.prices_import import PricesImportError, import_prices_csv
-from corr_pipeline.db.publish import SnapshotResults, publish_snapshot
+from corr_pipeline.db.publish import publish_snapshot
 from corr_pipeline.defs.run import materialize_snapshot
+from corr_pipeline.snapshot.results import SnapshotResults
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.deployment import use_store
 from corr_pipeline_tests.reliability import helpers as h

@@ -30,11 +30,12 @@ from sqlalchemy.engine import make_url
 
 from corr_pipeline import settings
 from corr_pipeline.db import engine as db_engine
-from corr_pipeline.db.publish import SnapshotResults, publish_snapshot
+from corr_pipeline.db.publish import publish_snapshot
 from corr_pipeline.db.schema import init_schema
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.retries import DATABASE_RETRY_POLICY
 from corr_pipeline.defs.run import open_instance
+from corr_pipeline.snapshot.results import SnapshotResults
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.reliability import helpers as h

@@ -10,7 +10,8 @@ import sqlalchemy as sa
 
 from corr_pipeline.compute import pairwise_correlation, top_k_neighbors
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
-from corr_pipeline.db.publish import SnapshotResults, publish_snapshot
+from corr_pipeline.db.publish import publish_snapshot
+from corr_pipeline.snapshot.results import SnapshotResults
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
 
 MIN_OVERLAP = 20

@@ -16,8 +16,9 @@ import pytest
 import sqlalchemy as sa
 
 from corr_pipeline import query as q
-from corr_pipeline.db.publish import SnapshotResults, publish_snapshot
+from corr_pipeline.db.publish import publish_snapshot
 from corr_pipeline.db.published_reads import published_dates, published_matrix_versions
+from corr_pipeline.snapshot.results import SnapshotResults
 from corr_pipeline.snapshot.retention import apply_retention, store_inventory
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore, sources
 from corr_pipeline_tests.reliability._payloads import publish_arguments
