@@ -8,7 +8,7 @@ the machine's noise falls on all of them alike:
 
 * ``heap``        before: ``snapshot.steps.clusters(corr, params)``, the distances (float64,
                   tiled, 8·N²/2 bytes) in anonymous memory — the step as it ran up to b577483
-                  (``compute/clusters.py`` is unchanged; this path is still the default without
+                  (``compute/clusters/linkage.py`` is unchanged; this path is still the default without
                   a scratch)
 * ``store``       after: ``steps.clusters(corr, params, scratch=partial(store.scratch,
                   "clusters", partition))`` — the same buffer in a temp file of a matrix store

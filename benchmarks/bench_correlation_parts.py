@@ -6,7 +6,7 @@
 Runs the kernel's work items (tile × product chunk of the upper triangle, as
 ``pairwise_correlation`` issues them) in this thread with one BLAS thread, and sums the thread
 CPU time of each part: standardising the window, the side (intervals, gaps), the float32
-products, the fused pass (``kernels.correlate_tile``), the mirror (``kernels.mirror_block`` of
+products, the fused pass (``kernels.correlate_tile``), the mirror (``transposes.mirror_block`` of
 both outputs), and first touch of the two fresh N × N outputs. Best of ``--repeat`` (3) per
 part. The physical limit printed below them is one product pass plus writing both outputs once
 (``fill`` of already touched arrays), and, for scale, the one-thread SYRK of the whole matrix.
@@ -21,10 +21,10 @@ import numpy as np
 from common import add_universe_arguments, best_of, git_commit, machine_line
 from threadpoolctl import threadpool_limits
 
-from corr_pipeline.compute import kernels
 from corr_pipeline.compute.correlation import PairCorrelator
 from corr_pipeline.compute.standardize import make_side, standardize
 from corr_pipeline.compute.tiling import GEMM_TILE, PRODUCT_COLUMNS, overlap_dtype
+from corr_pipeline.compute.transposes import mirror_block
 from corr_pipeline.compute.workers import worker_pool
 from corr_pipeline.synth import ragged_returns
 
@@ -67,8 +67,8 @@ def parts(returns: np.ndarray, min_overlap: int) -> dict[str, float]:
                     overlap,
                 )
                 end = clock()
-                kernels.mirror_block(corr, tile_start, tile_stop, col0, col1)
-                kernels.mirror_block(overlap, tile_start, tile_stop, col0, col1)
+                mirror_block(corr, tile_start, tile_stop, col0, col1)
+                mirror_block(overlap, tile_start, tile_stop, col0, col1)
                 spent["products"] += middle - start
                 spent["fused pass"] += end - middle
                 spent["mirror"] += clock() - end

@@ -61,20 +61,17 @@ import numpy as np
 from common import PeakMemory, git_commit, machine_line
 
 from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation, top_k_neighbors
-from corr_pipeline.compute.dask_runner import DaskRunner
-from corr_pipeline.compute.lead_lag import MAX_BLOCK_ROWS
-from corr_pipeline.compute.stripes import (
+from corr_pipeline.compute.correlation.striped import (
     CORRELATION_STRIPE_ROWS,
-    DEFAULT_STRIPE_ROWS,
-    InProcessRunner,
-    MappedFile,
     correlation_stripe,
-    lead_lag_stripe,
     mirror_stripe,
     striped_correlation,
-    striped_lead_lag,
-    striped_neighbors,
 )
+from corr_pipeline.compute.lead_lag.scan import MAX_BLOCK_ROWS
+from corr_pipeline.compute.lead_lag.striped import lead_lag_stripe, striped_lead_lag
+from corr_pipeline.compute.neighbors.striped import striped_neighbors
+from corr_pipeline.compute.parallel.dask_runner import DaskRunner
+from corr_pipeline.compute.parallel.runners import DEFAULT_STRIPE_ROWS, InProcessRunner, MappedFile
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.snapshot.measure import read_proc_status_kib, reset_peak_rss
 from corr_pipeline.store.matrix_store import MatrixStore

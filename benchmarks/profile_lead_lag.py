@@ -5,7 +5,7 @@
 
 Wraps, for the duration of one call (after a warm-up call), the float32 products
 (``np.matmul``), each numba kernel of
-:mod:`corr_pipeline.compute.lead_lag_kernels` the scan calls, the standardisation and the screen
+:mod:`corr_pipeline.compute.lead_lag.kernels` the scan calls, the standardisation and the screen
 set-up, and accumulates the CPU time of the calling thread (``time.thread_time``) per part;
 "rest" is the process CPU time less their sum (numpy selections, pool merging, sorting). Also
 prints the pairs evaluated exactly (the selection kernels return their counts) and the column
@@ -14,9 +14,9 @@ the best process CPU seconds of the floor ``R0.T @ R0`` (both cores' BLAS thread
 same process). CPU seconds move less with the machine's load than wall seconds.
 
 With ``--stripes ROWS``: the threaded call, then
-:func:`~corr_pipeline.compute.stripes.striped_lead_lag` in stripes of ``ROWS`` leaders run one
+:func:`~corr_pipeline.compute.lead_lag.striped.striped_lead_lag` in stripes of ``ROWS`` leaders run one
 after the other in this process, as ``--workers`` workers would get them (stripe i is given the
-:class:`~corr_pipeline.compute.stripes.LaggerFloor` of stripes 0 .. i − workers, those finished
+:class:`~corr_pipeline.compute.lead_lag.striped.LaggerFloor` of stripes 0 .. i − workers, those finished
 when it is submitted), both profiled alike; the results must be identical.
 """
 
@@ -35,10 +35,11 @@ from common import git_commit, machine_line
 
 from corr_pipeline.bench.floor import gemm_floor_times
 from corr_pipeline.compute import find_lead_lag_pairs
-from corr_pipeline.compute import lead_lag as ll
-from corr_pipeline.compute import lead_lag_kernels as llk
-from corr_pipeline.compute import stripes as st
-from corr_pipeline.compute.stripes import striped_lead_lag
+from corr_pipeline.compute.lead_lag import kernels as llk
+from corr_pipeline.compute.lead_lag import pairs as ll
+from corr_pipeline.compute.lead_lag import striped as ls
+from corr_pipeline.compute.lead_lag.striped import striped_lead_lag
+from corr_pipeline.compute.parallel import runners as st
 from corr_pipeline.synth import ragged_returns
 
 
@@ -108,7 +109,9 @@ def profile(call: Callable[[], np.ndarray]) -> tuple[Parts, float, np.ndarray]:
         (llk, "select_columns", timed(parts, "columns: select + exact", llk.select_columns, True)),
         (ll, "standardize", timed(parts, "standardize", ll.standardize)),
         (st, "standardize", timed(parts, "standardize", st.standardize)),
+        (ls, "standardize", timed(parts, "standardize", ls.standardize)),
         (ll, "make_screen", timed(parts, "screen set-up", ll.make_screen)),
+        (ls, "make_screen", timed(parts, "screen set-up", ls.make_screen)),
     ]
     saved = [(module, attr, getattr(module, attr)) for module, attr, _ in patches]
     for module, attr, fn in patches:

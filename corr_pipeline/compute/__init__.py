@@ -10,7 +10,7 @@ pair_significance      SPEC §6   Šidák p-values and Benjamini–Hochberg q-va
 from corr_pipeline.compute.clusters import hierarchical_clusters
 from corr_pipeline.compute.correlation import CorrelationResult, pairwise_correlation
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE, find_lead_lag_pairs
-from corr_pipeline.compute.lead_lag_significance import Significance, pair_significance
+from corr_pipeline.compute.lead_lag.significance import Significance, pair_significance
 from corr_pipeline.compute.neighbors import Neighbors, top_k_neighbors
 
 __all__ = [

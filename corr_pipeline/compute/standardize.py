@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from corr_pipeline.compute.kernels import transpose_columns
+from corr_pipeline.compute.transposes import transpose_columns
 from corr_pipeline.compute.workers import available_cores
 
 

@@ -21,6 +21,8 @@ recomputes the tile it cuts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 GEMM_TILE = 128
@@ -33,6 +35,9 @@ gives every worker thread work, and each chunk's product stays in cache for its 
 
 DEFAULT_WORKING_MEMORY_MB = 512
 """The one default budget (MiB) for the temporaries of every block loop in the package."""
+
+Progress = Callable[[int, int], None]
+"""``progress(done, total)``: called after each block (or stripe) of a loop."""
 
 
 def block_rows_for(row_bytes: int, working_memory_mb: float, n_rows: int) -> int:

@@ -47,7 +47,7 @@ from corr_pipeline.store import writeback
 from corr_pipeline.store.matrix_store import MatrixBundle, StoredArray, sources
 
 if TYPE_CHECKING:
-    from corr_pipeline.compute.dask_runner import DaskRunner
+    from corr_pipeline.compute.parallel.dask_runner import DaskRunner
 
 __all__ = ["COMPUTE_STAGES", "NO_PRICES_TAG", "Session", "SnapshotStep", "Stage"]
 

@@ -23,7 +23,7 @@ choice. :func:`matrix_versions` gathers the matrix-store versions a publication 
 
 With ``params.dask_scheduler`` set, :func:`stripe_runner` connects to that Dask cluster and
 correlation, neighbors and lead_lag run as stripes of rows there
-(:mod:`corr_pipeline.compute.stripes`), bit-identical to the threads: each worker holds R and
+(``striped.py`` of each algorithm, :mod:`corr_pipeline.compute.parallel`), bit-identical to the threads: each worker holds R and
 its standardised window and a stripe's temporaries; the step's process keeps only R and, for
 lead_lag, its own standardised window and the stripes' lower-bound tables (N x k_leaders) and
 column candidates, which it evaluates once every stripe is in (as the threaded scan evaluates
@@ -49,15 +49,11 @@ from corr_pipeline.compute import (
     top_k_neighbors,
 )
 from corr_pipeline.compute.clusters import distance_buffer_length
-from corr_pipeline.compute.market_modes import MarketModes
-from corr_pipeline.compute.market_modes import market_modes as strongest_modes
+from corr_pipeline.compute.clusters.market_modes import MarketModes
+from corr_pipeline.compute.clusters.market_modes import market_modes as strongest_modes
 from corr_pipeline.compute.neighbors import Neighbors
-from corr_pipeline.compute.stripes import (
-    StripeRunner,
-    striped_correlation,
-    striped_lead_lag,
-    striped_neighbors,
-)
+from corr_pipeline.compute.parallel.runners import StripeRunner
+from corr_pipeline.compute.tiling import Progress
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.window import (
     ReturnsWindow,
@@ -70,10 +66,8 @@ from corr_pipeline.snapshot.results import SnapshotResults
 from corr_pipeline.snapshot.scheduler import scheduler_security
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
 
-Progress = Callable[[int, int], None]
-
 if TYPE_CHECKING:
-    from corr_pipeline.compute.dask_runner import DaskRunner
+    from corr_pipeline.compute.parallel.dask_runner import DaskRunner
 
 #: ``scratch(name, shape, dtype)``: a context manager yielding a writable working array.
 Scratch = Callable[[str, tuple[int, ...], np.dtype], AbstractContextManager[np.ndarray]]
@@ -143,7 +137,7 @@ def stripe_runner(params: SnapshotParameters) -> Iterator[DaskRunner | None]:
         yield None
         return
     security = scheduler_security(params.dask_scheduler)  # refused: before connecting
-    from corr_pipeline.compute.dask_runner import connect
+    from corr_pipeline.compute.parallel.dask_runner import connect
 
     with connect(params.dask_scheduler, security) as runner:
         yield runner
@@ -162,16 +156,6 @@ def correlation(
     into ``out_corr`` (N x N float32) and ``out_overlap`` (N x N,
     :func:`~corr_pipeline.compute.tiling.overlap_dtype` of T); on ``runner``'s stripes (the
     outputs then file-backed memory maps every worker can open) or, when None, on threads."""
-    if runner is not None:
-        striped_correlation(
-            R,
-            runner,
-            min_overlap=params.min_overlap,
-            out_corr=out_corr,
-            out_overlap=out_overlap,
-            progress=progress,
-        )
-        return
     pairwise_correlation(
         R,
         min_overlap=params.min_overlap,
@@ -179,6 +163,7 @@ def correlation(
         out_corr=out_corr,
         out_overlap=out_overlap,
         progress=progress,
+        runner=runner,
     )
 
 
@@ -192,17 +177,13 @@ def neighbors(
 ) -> Neighbors:
     """The ``k_neighbors`` strongest |corr| neighbors of every symbol (SPEC §4); on
     ``runner``'s stripes (``progress`` after each) or, when None, in this thread."""
-    if runner is not None:
-        return striped_neighbors(
-            corr,
-            runner,
-            k=params.k_neighbors,
-            overlap=overlap,
-            working_memory_mb=params.working_memory_mb,
-            progress=progress,
-        )
     return top_k_neighbors(
-        corr, k=params.k_neighbors, overlap=overlap, working_memory_mb=params.working_memory_mb
+        corr,
+        k=params.k_neighbors,
+        overlap=overlap,
+        working_memory_mb=params.working_memory_mb,
+        progress=progress,
+        runner=runner,
     )
 
 
@@ -287,18 +268,6 @@ def lead_lag(
 ) -> np.ndarray:
     """The lead-lag pairs of SPEC §6 (structured array, leader/lagger as column indices); on
     ``runner``'s stripes of leaders or, when None, on threads."""
-    if runner is not None:
-        return striped_lead_lag(
-            R,
-            runner,
-            max_lag=params.max_lag,
-            k_leaders=params.k_leaders,
-            k_laggers=params.k_laggers,
-            min_overlap=params.min_overlap,
-            min_improvement=params.min_improvement,
-            corr=corr,
-            progress=progress,
-        )
     return find_lead_lag_pairs(
         R,
         max_lag=params.max_lag,
@@ -309,6 +278,7 @@ def lead_lag(
         corr=corr,
         working_memory_mb=params.working_memory_mb,
         progress=progress,
+        runner=runner,
     )
 
 

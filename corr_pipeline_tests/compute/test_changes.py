@@ -436,9 +436,10 @@ def test_quantiles_are_numpys_from_the_two_reads(monkeypatch, many_levels):
     calls: list[tuple[bool, bool, int]] = []  # accumulate, refine, rows
     scan = module.scan_rows
 
-    def spy(*args):
-        calls.append((args[13], args[14], len(args[11])))
-        return scan(*args)
+    def spy(inputs, rows, totals, collect, *, accumulate):
+        # refine: the read collects keys (its collect record has bins)
+        calls.append((accumulate, collect.offsets.size > 0, len(rows.row_list)))
+        return scan(inputs, rows, totals, collect, accumulate=accumulate)
 
     monkeypatch.setattr(module, "scan_rows", spy)
     levels = (0.003, 0.01, 0.25, 0.5, 0.77, 0.99)  # the extremes: the other tests

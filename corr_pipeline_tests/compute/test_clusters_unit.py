@@ -12,7 +12,7 @@ import pytest
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform
 
-from corr_pipeline.compute import clusters as C
+from corr_pipeline.compute.clusters import linkage as C
 
 METHODS = ["single", "complete", "average", "weighted"]
 

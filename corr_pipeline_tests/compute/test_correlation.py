@@ -355,9 +355,9 @@ def test_thread_count_invariance(monkeypatch: pytest.MonkeyPatch, threads: int) 
 def test_product_column_chunks(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
     """Products split into column chunks (2,048 by default, so tests rarely see more than one):
     small chunks put the diagonal, block edges and mirrors at every position; still exact."""
-    from corr_pipeline.compute import correlation
+    from corr_pipeline.compute.correlation import correlator
 
-    monkeypatch.setattr(correlation, "PRODUCT_COLUMNS", chunk)
+    monkeypatch.setattr(correlator, "PRODUCT_COLUMNS", chunk)
     universe = realistic_universe(9, 60, 150, 20, name="T60_N150")
     ref_corr, ref_overlap = reference_for(universe)
     for block_rows in (None, 37, 128):
@@ -372,10 +372,10 @@ def test_product_column_chunks(monkeypatch: pytest.MonkeyPatch, chunk: int) -> N
 
 @pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32, np.float32, np.float64])
 def test_mirror_block_copies_the_upper_block_below(dtype) -> None:
-    """``kernels.mirror_block`` (8 × 8 register transposes inside, element by element on the
+    """``transposes.mirror_block`` (8 × 8 register transposes inside, element by element on the
     diagonal and at the edges) equals numpy's transposed copy, bit for bit, for blocks at every
     offset and size, and leaves everything else alone."""
-    from corr_pipeline.compute import kernels
+    from corr_pipeline.compute import transposes
 
     rng = np.random.default_rng(5)
     n = 75
@@ -395,7 +395,7 @@ def test_mirror_block_copies_the_upper_block_below(dtype) -> None:
         for r in range(col_lo, col_hi):
             for c in range(row_lo, min(row_hi, r)):
                 expected[r, c] = matrix[c, r]
-        kernels.mirror_block(matrix, row_lo, row_hi, col_lo, col_hi)
+        transposes.mirror_block(matrix, row_lo, row_hi, col_lo, col_hi)
         assert matrix.tobytes() == expected.tobytes(), (row_lo, row_hi, col_lo, col_hi)
 
 
@@ -571,7 +571,7 @@ def test_guard_bound_keeps_the_fast_formula() -> None:
     overlap's. Expected values: the kernel formula in plain float32 scalars from the window's
     float64 prefix sums (each difference rounded once) and the same product call."""
     from corr_pipeline.compute.correlation import PairCorrelator
-    from corr_pipeline.compute.kernels import CORRELATION_TAU, VARIANCE_FLOOR
+    from corr_pipeline.compute.correlation.kernels import CORRELATION_TAU, VARIANCE_FLOOR
     from corr_pipeline.compute.standardize import make_side, standardize
 
     rng = np.random.default_rng(29)
@@ -648,9 +648,9 @@ def test_variances_in_float32_subnormals_go_to_the_exact_path() -> None:
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int16, np.int8, np.int32])
 def test_transpose_columns_is_the_transposed_copy(dtype):
-    """kernels.transpose_columns (8 x 8 register transposes, element loops at the edges)
+    """transposes.transpose_columns (8 x 8 register transposes, element loops at the edges)
     against numpy's transpose, on shapes with and without full squares."""
-    from corr_pipeline.compute.kernels import transpose_columns
+    from corr_pipeline.compute.transposes import transpose_columns
 
     rng = np.random.default_rng(3)
     for rows, cols, first in ((16, 24, 0), (13, 37, 5), (8, 8, 3), (1, 9, 0), (29, 3, 11)):

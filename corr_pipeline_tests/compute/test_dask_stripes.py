@@ -8,6 +8,8 @@ identical. N > PRODUCT_COLUMNS so a stripe's tiles have several column chunks to
 file but the outputs is left next to them.
 """
 
+# ruff: noqa: E402 (the package is imported after the skip when distributed is missing)
+
 from __future__ import annotations
 
 import functools
@@ -21,27 +23,28 @@ from threadpoolctl import threadpool_limits
 
 distributed = pytest.importorskip("distributed")
 
-from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation, top_k_neighbors  # noqa: E402
-from corr_pipeline.compute.dask_runner import DaskRunner  # noqa: E402
-from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE, MAX_BLOCK_ROWS  # noqa: E402
-from corr_pipeline.compute.stripes import (  # noqa: E402
+from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation, top_k_neighbors
+from corr_pipeline.compute.correlation.striped import (
+    correlation_stripe,
+    mirror_stripe,
+    striped_correlation,
+)
+from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
+from corr_pipeline.compute.lead_lag.scan import MAX_BLOCK_ROWS
+from corr_pipeline.compute.lead_lag.striped import (
     POOL_DTYPE,
-    InProcessRunner,
     LaggerFloor,
     LeadLagStripe,
-    MappedFile,
-    correlation_stripe,
     lead_lag_screen,
     lead_lag_stripe,
     merge_lead_lag_stripes,
-    mirror_stripe,
-    striped_correlation,
     striped_lead_lag,
-    striped_neighbors,
-    stripes_of,
 )
-from corr_pipeline.compute.tiling import PRODUCT_COLUMNS, overlap_dtype  # noqa: E402
-from corr_pipeline_tests.compute.universes import adversarial_universe, realistic_universe  # noqa: E402
+from corr_pipeline.compute.neighbors.striped import striped_neighbors
+from corr_pipeline.compute.parallel.dask_runner import DaskRunner
+from corr_pipeline.compute.parallel.runners import InProcessRunner, MappedFile, stripes_of
+from corr_pipeline.compute.tiling import PRODUCT_COLUMNS, overlap_dtype
+from corr_pipeline_tests.compute.universes import adversarial_universe, realistic_universe
 
 UNIVERSE = adversarial_universe(21, 120, PRODUCT_COLUMNS + 180, 30)
 LEAD_LAG = realistic_universe(22, 90, 700, 40, injected=[(3, 500, 2), (650, 10, 4)])
@@ -338,7 +341,7 @@ def test_lead_lag_stripes_that_evaluate_their_own_pools_are_exact(
     """A stripe whose pool outgrows the cap evaluates it itself (here after every block): its
     evaluated column pairs, the later stripes' pools and the rows then meet in the merge, and
     the result is still the threaded scan's."""
-    from corr_pipeline.compute import lead_lag
+    from corr_pipeline.compute.lead_lag import striped
 
     corr = lead_lag_inputs if with_corr else None
     expected = _lead_lag(LEAD_LAG.R, corr)
@@ -350,10 +353,8 @@ def test_lead_lag_stripes_that_evaluate_their_own_pools_are_exact(
         evaluated.append(part.column_pairs.size)
         return part
 
-    import corr_pipeline.compute.stripes as stripes
-
-    monkeypatch.setattr(lead_lag, "max_pool", lambda n_cols, k: 200)
-    monkeypatch.setattr(stripes, "lead_lag_stripe", counted)
+    monkeypatch.setattr(striped, "max_pool", lambda n_cols, k: 200)
+    monkeypatch.setattr(striped, "lead_lag_stripe", counted)
     found = _lead_lag(LEAD_LAG.R, corr, InProcessRunner(), stripe_rows=128, block_rows=64)
     assert found.tobytes() == expected.tobytes()
     assert sum(evaluated) > 0  # some stripes did evaluate their own pools

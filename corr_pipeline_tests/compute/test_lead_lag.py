@@ -438,9 +438,9 @@ def test_reference_selection_by_hand() -> None:
 @pytest.mark.parametrize("chunk", [5, 64])
 def test_product_column_chunks(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
     """Lead-lag with products split into small column chunks still equals the brute force."""
-    from corr_pipeline.compute import lead_lag
+    from corr_pipeline.compute.lead_lag import scan
 
-    monkeypatch.setattr(lead_lag, "PRODUCT_COLUMNS", chunk)
+    monkeypatch.setattr(scan, "PRODUCT_COLUMNS", chunk)
     universe = realistic_universe(3, 120, 150, 30, injected=_injected(3, 150, 4, 3))
     params = dict(max_lag=3, k_leaders=2, k_laggers=3, min_improvement=0.0)
     pairs, reference = _run(universe, "computed", **params)
@@ -448,7 +448,7 @@ def test_product_column_chunks(monkeypatch: pytest.MonkeyPatch, chunk: int) -> N
 
 
 # --------------------------------------------------------------------------------------------
-# The screen (compute/lead_lag_kernels.py): its bounds enclose every exact value, and the
+# The screen (compute/lead_lag/kernels.py): its bounds enclose every exact value, and the
 # screened scan equals the brute force on full-history, all-ragged and mixed universes.
 # --------------------------------------------------------------------------------------------
 
@@ -523,7 +523,9 @@ def test_screen_bounds_enclose_exact_values(name: str) -> None:
     """For every pair: lower bound <= exact improvement <= upper bound (SPEC §6 exactness of the
     screen), with the synchronous correlation computed and given, and no bound ever wrong on
     whether a pair is a candidate."""
-    from corr_pipeline.compute import lead_lag, lead_lag_kernels
+    from corr_pipeline.compute.lead_lag import kernels as lead_lag_kernels
+    from corr_pipeline.compute.lead_lag import scan as lead_lag
+    from corr_pipeline.compute.standardize import standardize
     from corr_pipeline.compute.workers import worker_pool
 
     universe = SPECIAL_UNIVERSES[name]()
@@ -531,7 +533,7 @@ def test_screen_bounds_enclose_exact_values(name: str) -> None:
     corr = pairwise_correlation(R, min_overlap=m).corr
     for given_corr in (None, corr):
         with worker_pool() as pool:
-            window = lead_lag.standardize(R, pool)
+            window = standardize(R, pool)
             screen = lead_lag.make_screen(window, 5, given_corr is None, m, 0.0)
             upper, lower, sync_block = lead_lag._screen_block(0, N, given_corr, screen, pool)
         checked = 0
@@ -606,12 +608,12 @@ def test_column_pool_evaluated_early_is_identical(
 ) -> None:
     """The column pool is evaluated whenever it exceeds its cap (memory stays O(N·k) even when
     no bound is tight): with a cap of one pair, so after every block, the result is unchanged."""
-    from corr_pipeline.compute import lead_lag
+    from corr_pipeline.compute.lead_lag import pairs
 
     universe = SPECIAL_UNIVERSES[name]()
     params = dict(max_lag=4, k_leaders=3, k_laggers=2, min_overlap=universe.min_overlap)
     baseline = find_lead_lag_pairs(universe.R, block_rows=16, **params)
-    monkeypatch.setattr(lead_lag, "max_pool", lambda n_cols, k: 1)
+    monkeypatch.setattr(pairs, "max_pool", lambda n_cols, k: 1)
     _assert_same_pairs(
         baseline, find_lead_lag_pairs(universe.R, block_rows=16, **params), "pool cap 1"
     )

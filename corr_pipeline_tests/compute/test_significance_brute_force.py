@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.special import erfc
 
-from corr_pipeline.compute.lead_lag_significance import pair_significance
+from corr_pipeline.compute.lead_lag.significance import pair_significance
 
 
 def _ragged_returns(seed: int, n_rows: int, n_cols: int) -> np.ndarray:

@@ -28,8 +28,9 @@ temporary. A pair is *compared* iff both correlations are finite and both overla
   1 % of rank, wider than the bins one read could afford to collect;
 - a histogram of ``Δ`` (``change_bins`` equal bins over [−2, 2]);
 - the top ``top_m`` pairs by ``|Δ|`` descending, ties to the smaller pair ``(p, q)``
-  (lexicographic, i.e. by name): a running selection in that total order (:func:`_offer`), so
-  the order the rows are scanned in does not matter.
+  (lexicographic, i.e. by name): a running selection in that total order
+  (:func:`corr_pipeline.compute.top_k.offer`), so the order the rows are scanned in does not
+  matter.
 
 Each row is read in runs of columns over which both index maps advance by one (:func:`column_runs`:
 contiguous values in all four matrices), 512 pairs at a time: vectorised passes over the values

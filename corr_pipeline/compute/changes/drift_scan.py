@@ -4,8 +4,12 @@ numba kernels over the pairs of common symbols, row by row, in runs of contiguou
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numba
 import numpy as np
+
+from corr_pipeline.compute.top_k import offer
 
 HIGH_SHIFT = 16  # 32-bit keys: histograms of their top 16 bits
 N_BINS = 1 << HIGH_SHIFT
@@ -88,29 +92,6 @@ def _step_sums(ctf, cpf, compared, sums):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _before(score, key, other_score, other_key):  # pragma: no cover - compiled
-    """The order of the top M: ``|Δ|`` descending, then the pair key ascending (a total order:
-    the top M does not depend on the order the pairs are offered in)."""
-    return score > other_score or (score == other_score and key < other_key)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _offer(scores, keys, m, score, key):  # pragma: no cover - compiled
-    """Insert ``(score, key)`` into the top ``m`` (``scores[:m]`` / ``keys[:m]``, in
-    :func:`_before` order) if it comes before the last. Empty places hold (−inf, −1), before
-    every pair not compared (−inf, its key ≥ 0) and after every compared one."""
-    if not _before(score, key, scores[m - 1], keys[m - 1]):
-        return
-    pos = m - 1
-    while pos > 0 and _before(score, key, scores[pos - 1], keys[pos - 1]):
-        scores[pos] = scores[pos - 1]
-        keys[pos] = keys[pos - 1]
-        pos -= 1
-    scores[pos] = score
-    keys[pos] = key
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
 def _scan_body(accumulate, refine, inputs, rows, outputs, collect):  # pragma: no cover - compiled
     """The loop of :func:`scan_rows` (its arguments grouped in four tuples), inlined into one
     kernel per pair of flags so that the flags are constants there: no test of them per pair.
@@ -176,7 +157,7 @@ def _scan_body(accumulate, refine, inputs, rows, outputs, collect):  # pragma: n
                         hist[1, bins_p[i]] += np.uint32(1)
                         change_counts[bins_d[i]] += 1
                         if scores[i] >= threshold:
-                            _offer(top_scores, top_keys, m, scores[i], p * n + q0 + i)
+                            offer(top_scores, top_keys, m, scores[i], p * n + q0 + i)
                             threshold = top_scores[m - 1]
                     if refine:
                         # written out for each day: the same code as a helper (inline="always")
@@ -228,58 +209,80 @@ def column_runs(ti: np.ndarray, pi: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     return start, off_t[start[:-1]].copy(), off_p[start[:-1]].copy()
 
 
-def scan_rows(
-    ct: np.ndarray,
-    ctf: np.ndarray,
-    ot: np.ndarray,
-    cp: np.ndarray,
-    cpf: np.ndarray,
-    op: np.ndarray,
-    row0_t: int,
-    row0_p: int,
-    ti: np.ndarray,
-    pi: np.ndarray,
-    runs: tuple[np.ndarray, np.ndarray, np.ndarray],
-    row_list: np.ndarray,
-    min_overlap: int,
-    accumulate: bool,
-    refine: bool,
-    row_sums: np.ndarray,
-    hist: np.ndarray,
-    hist_total: np.ndarray,
-    change_counts: np.ndarray,
-    top_scores: np.ndarray,
-    top_keys: np.ndarray,
-    lookup: np.ndarray,
-    offsets: np.ndarray,
-    caps: np.ndarray,
-    fill: np.ndarray,
-    values: np.ndarray,
-) -> None:
-    """Rows ``p`` in ``row_list`` (one chunk's rows of a block, ascending), pairs ``q > p``
-    of common symbols; ``ctf``/``cpf`` the corr rows ``row0_t ..`` / ``row0_p ..`` (``ct``/``cp``
-    their uint32 views) and ``ot``/``op`` the overlap rows, values gathered through ``ti`` /
-    ``pi`` as the ``runs`` (:func:`column_runs`) give them. All outputs are this chunk's own (no
-    sharing between threads; GIL-free).
+class ScanInputs(NamedTuple):
+    """One block's rows of both days: ``ctf`` / ``cpf`` the corr rows (``ct`` / ``cp`` their
+    uint32 views) and ``ot`` / ``op`` the overlap rows, of today / the previous session."""
 
-    ``accumulate``: ``row_sums[p]`` (count, Σct, Σcp, Σ|ct|, Σ|cp|, ΣΔ, Σ|Δ| of row ``p``), the
-    two histograms of the top 16 key bits (``hist``, uint32, 2 x (2^16 + 1) ≈ 512 KiB:
-    cache-resident, added into the int64 ``hist_total`` before it could overflow and at the
-    end), the Δ counts and the running top-M ``top_scores`` / ``top_keys`` (pairs arrive in
-    increasing key order). The last bin of ``hist`` and of ``change_counts`` counts the pairs
-    not compared (the caller ignores it). ``refine``: each key of day ``d`` whose top-16-bit
-    bin has ``lookup[d, bin] = slot >= 0`` (``lookup[d, 2^16] = −1``) is appended to ``values[offsets[slot] : offsets[slot] + caps[slot]]`` (``fill[slot]`` counts
-    them all, also those beyond the capacity, which are dropped: the caller sees the overflow).
+    ct: np.ndarray
+    ctf: np.ndarray
+    ot: np.ndarray
+    cp: np.ndarray
+    cpf: np.ndarray
+    op: np.ndarray
+
+
+class ScanRows(NamedTuple):
+    """Which pairs a chunk reads: the rows ``row_list`` (ascending) of the block whose first
+    rows are ``row0_t`` / ``row0_p``, the pairs ``q > p`` of common symbols through the index
+    maps ``ti`` / ``pi`` in the runs of :func:`column_runs`; ``min_overlap``."""
+
+    row0_t: int
+    row0_p: int
+    ti: np.ndarray
+    pi: np.ndarray
+    row_list: np.ndarray
+    min_overlap: int
+    run_start: np.ndarray
+    run_t: np.ndarray
+    run_p: np.ndarray
+
+
+class ScanTotals(NamedTuple):
+    """What a chunk's first read accumulates (see :func:`scan_rows`)."""
+
+    row_sums: np.ndarray
+    hist: np.ndarray
+    hist_total: np.ndarray
+    change_counts: np.ndarray
+    top_scores: np.ndarray
+    top_keys: np.ndarray
+
+
+class ScanCollect(NamedTuple):
+    """Where a chunk's second read appends the keys of the wanted bins (see
+    :func:`scan_rows`)."""
+
+    lookup: np.ndarray
+    offsets: np.ndarray
+    caps: np.ndarray
+    fill: np.ndarray
+    values: np.ndarray
+
+
+def scan_rows(
+    inputs: ScanInputs,
+    rows: ScanRows,
+    totals: ScanTotals,
+    collect: ScanCollect,
+    *,
+    accumulate: bool,
+) -> None:
+    """The pairs of ``rows`` (one chunk's rows of a block), values read from ``inputs``. All
+    outputs are this chunk's own (no sharing between threads; GIL-free).
+
+    ``accumulate`` (the first read) fills ``totals``: ``row_sums[p]`` (count, Σct, Σcp, Σ|ct|,
+    Σ|cp|, ΣΔ, Σ|Δ| of row ``p``), the two histograms of the top 16 key bits (``hist``, uint32,
+    2 x (2^16 + 1) ≈ 512 KiB: cache-resident, added into the int64 ``hist_total`` before it
+    could overflow and at the end), the Δ counts and the running top-M ``top_scores`` /
+    ``top_keys`` (pairs arrive in increasing key order). The last bin of ``hist`` and of
+    ``change_counts`` counts the pairs not compared (the caller ignores it). Otherwise (the
+    second read) each key of day ``d`` whose top-16-bit bin has ``lookup[d, bin] = slot >= 0``
+    (``lookup[d, 2^16] = −1``) is appended to ``values[offsets[slot] : offsets[slot] +
+    caps[slot]]`` (``fill[slot]`` counts them all, also those beyond the capacity, which are
+    dropped: the caller sees the overflow).
     """
-    if accumulate == refine:
-        raise ValueError("a read either accumulates or collects")
     kernel = _scan_accumulate if accumulate else _scan_collect
-    kernel(
-        (ct, ctf, ot, cp, cpf, op),
-        (row0_t, row0_p, ti, pi, row_list, min_overlap, *runs),
-        (row_sums, hist, hist_total, change_counts, top_scores, top_keys),
-        (lookup, offsets, caps, fill, values),
-    )
+    kernel(tuple(inputs), tuple(rows), tuple(totals), tuple(collect))
 
 
 @numba.njit(cache=True, nogil=True)

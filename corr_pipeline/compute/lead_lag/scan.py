@@ -13,7 +13,7 @@ and its ``k_leaders`` best candidates ``(i, s)`` (largest improvement, ties to
 the smaller index); the result is their union, sorted by improvement desc,
 then leader, then lagger.
 
-How, and why it is exactly the brute-force scan (details and formulas in ``lead_lag_kernels``).
+How, and why it is exactly the brute-force scan (details and formulas in ``kernels``).
 The scan goes over row blocks of leaders ``I``:
 
 1. **Screen**: per product tile, one float32 GEMM of the tile's leaders stacked shifted by
@@ -23,7 +23,7 @@ The scan goes over row blocks of leaders ``I``:
    GEMM.
 2. **Rows**: a leader's ``k_laggers`` best lie in its own row, which the block holds whole.
    The k-th largest lower bound of the row is a threshold no selected pair is below; the pairs
-   whose upper bound reaches it are evaluated exactly (``lead_lag_kernels.pair_values``, a
+   whose upper bound reaches it are evaluated exactly (``kernels.pair_values``, a
    pure function of the pair) in decreasing order of their bound, stopping at the first bound
    strictly below the k-th exact improvement. A pair left out has k pairs strictly above it,
    so it is in no top-k: the row's top-k is final and exact.
@@ -51,16 +51,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from corr_pipeline.compute import lead_lag_kernels as llk
-from corr_pipeline.compute.correlation import Progress
-from corr_pipeline.compute.kernels import FALLBACK_TAU
-from corr_pipeline.compute.standardize import Standardized, standardize
+from corr_pipeline.compute.correlation.kernels import FALLBACK_TAU
+from corr_pipeline.compute.lead_lag import kernels as llk
+from corr_pipeline.compute.standardize import Standardized
 from corr_pipeline.compute.tiling import (
-    DEFAULT_WORKING_MEMORY_MB,
     GEMM_TILE,
     PRODUCT_COLUMNS,
-    block_rows_for,
-    row_blocks,
     tiles_covering,
 )
 from corr_pipeline.compute.validation import (
@@ -69,7 +65,7 @@ from corr_pipeline.compute.validation import (
     check_returns,
     check_square_corr,
 )
-from corr_pipeline.compute.workers import available_cores, thread_buffer, worker_pool
+from corr_pipeline.compute.workers import available_cores, thread_buffer
 
 LEAD_LAG_DTYPE = np.dtype(
     [
@@ -90,7 +86,7 @@ MAX_BLOCK_ROWS = 2 * GEMM_TILE
 _NO_SYNC = np.zeros((1, 1), dtype=np.float32)
 
 
-def _block_row_bytes(n_cols: int) -> int:
+def block_row_bytes(n_cols: int) -> int:
     """Per block row: the upper and lower bounds (4 + 4 bytes per pair), the synchronous
     correlation read from ``corr`` (4) and the pool mask and indices (≈ 4)."""
     return n_cols * (4 + 4 + 4 + 4)
@@ -179,62 +175,6 @@ def _gemm_rounding(terms: int) -> float:
     (``n·u / (1 − n·u)``, u = 2⁻²⁴), doubled for safety."""
     unit = 2.0**-24
     return 2.0 * terms * unit / (1.0 - terms * unit)
-
-
-def find_lead_lag_pairs(
-    R: np.ndarray,
-    *,
-    max_lag: int,
-    k_leaders: int,
-    k_laggers: int,
-    min_overlap: int,
-    min_improvement: float = 0.0,
-    corr: np.ndarray | None = None,
-    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
-    block_rows: int | None = None,
-    progress: Progress | None = None,
-) -> np.ndarray:
-    """Lead-lag pairs of the columns of ``R`` per SPEC §6 (see the module docstring).
-
-    Parameters
-    ----------
-    R : float32 (T, N) returns, NaN where missing.
-    max_lag : lags 1 .. max_lag are scanned (1 <= max_lag < T).
-    k_leaders, k_laggers : per symbol, how many best leaders of it / laggers of it to keep (>= 0).
-    min_overlap : minimum common finite rows for any correlation (2 <= min_overlap <= T).
-    min_improvement : a pair is a candidate iff its improvement is strictly above this.
-    corr : the synchronous correlation (N × N float32, e.g. a read-only memory map);
-        computed for the pairs that need it when not given.
-    working_memory_mb, block_rows : block sizing; the result does not depend on them.
-    progress : ``progress(blocks_done, blocks_total)`` after each block.
-
-    Returns a structured array with fields ``leader, lagger, lag, lagged_corr,
-    sync_corr, improvement, overlap`` (:data:`LEAD_LAG_DTYPE`), leader/lagger being
-    column indices of ``R``, sorted by improvement desc, then leader, then lagger.
-    """
-    check_lead_lag_args(R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr)
-    n_rows, n_cols = R.shape
-    k_rows = min(k_laggers, max(n_cols - 1, 0))
-    k_cols = min(k_leaders, max(n_cols - 1, 0))
-    pool_state = ColumnPool(n_cols, k_cols, max_pool=max_pool(n_cols, k_cols))
-    row_pairs: list[np.ndarray] = []
-
-    row_bytes = _block_row_bytes(n_cols)
-    if block_rows is None:
-        block_rows = min(block_rows_for(row_bytes, working_memory_mb, n_cols), MAX_BLOCK_ROWS)
-    blocks = row_blocks(n_cols, row_bytes, working_memory_mb, block_rows=block_rows)
-    with worker_pool() as pool:
-        window = standardize(R, pool)
-        screen = make_screen(window, max_lag, corr is None, min_overlap, min_improvement)
-        for done, (start, stop) in enumerate(blocks, start=1):
-            if k_rows > 0 or k_cols > 0:
-                row_pairs.append(scan_block(start, stop, corr, screen, k_rows, pool, pool_state))
-            if progress is not None:
-                progress(done, len(blocks))
-        if k_cols > 0:
-            row_pairs.append(pool_state.select(screen, pool))
-
-    return union_sorted(np.concatenate(row_pairs) if row_pairs else np.empty(0, LEAD_LAG_DTYPE))
 
 
 class ColumnPool:
@@ -386,7 +326,26 @@ def _screen_block(
     upper = empty("lead-lag-upper", (height, n_cols), np.float32)
     lower = empty("lead-lag-lower", (height, n_cols), np.float32)
     first_lag = 0 if screen.with_sync else 1
-    lo, hi, gaps, miss_ptr, miss_rows, miss_cols = screen.extents
+    params = (
+        screen.with_sync,
+        screen.max_lag,
+        screen.min_overlap,
+        screen.min_improvement,
+        _gemm_rounding(n_rows),
+        FALLBACK_TAU * llk.TAU_SCREEN_FACTOR,
+    )
+    arrays = (
+        window.z,
+        window.z_t,
+        screen.ahead,
+        window.prefix,
+        window.prefix_sq,
+        window.prefix_t,
+        window.prefix_sq_t,
+        *screen.extents,
+        screen.ragged_cols,
+        screen.lag_y,
+    )
 
     tiles = tiles_covering(start, stop)
     shifted = {
@@ -407,35 +366,16 @@ def _screen_block(
         )
         llk.screen_tile(
             products,
-            screen.with_sync,
-            screen.max_lag,
-            tile_start,
-            max(start, tile_start),
-            min(stop, tile_start + leaders.shape[1]),
-            start,
-            col0,
-            upper,
-            lower,
-            sync_block,
-            screen.min_overlap,
-            screen.min_improvement,
-            _gemm_rounding(n_rows),
-            FALLBACK_TAU * llk.TAU_SCREEN_FACTOR,
-            window.z,
-            window.z_t,
-            screen.ahead,
-            window.prefix,
-            window.prefix_sq,
-            window.prefix_t,
-            window.prefix_sq_t,
-            lo,
-            hi,
-            gaps,
-            miss_ptr,
-            miss_rows,
-            miss_cols,
-            screen.ragged_cols,
-            screen.lag_y,
+            (
+                tile_start,
+                max(start, tile_start),
+                min(stop, tile_start + leaders.shape[1]),
+                start,
+                col0,
+            ),
+            params,
+            arrays,
+            (upper, lower, sync_block),
         )
 
     items = [

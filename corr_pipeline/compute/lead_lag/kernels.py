@@ -65,8 +65,9 @@ import math
 import numpy as np
 from numba import njit
 
-from corr_pipeline.compute.kernels import exact_pair_correlation
+from corr_pipeline.compute.correlation.kernels import exact_pair_correlation
 from corr_pipeline.compute.standardize import Standardized, make_side
+from corr_pipeline.compute.top_k import before, insert_value
 
 BOUND_MARGIN = 2.0**-12
 """Added to every improvement bound: covers the float rounding of the bound and of the exact value."""
@@ -201,38 +202,7 @@ def _pair_bounds(
 
 
 @njit(cache=True, nogil=True)
-def screen_tile(  # pragma: no cover - compiled
-    products,
-    with_sync,
-    max_lag,
-    tile_start,
-    row_lo,
-    row_hi,
-    block_start,
-    col0,
-    out_upper,
-    out_lower,
-    sync_block,
-    min_overlap,
-    min_improvement,
-    gamma,
-    tau_screen,
-    z,
-    z_t,
-    ahead,
-    prefix,
-    prefix_sq,
-    prefix_t,
-    prefix_sq_t,
-    lo,
-    hi,
-    gaps,
-    miss_ptr,
-    miss_rows,
-    miss_cols,
-    ragged_cols,
-    lag_y,
-):
+def screen_tile(products, tile, params, window, out):  # pragma: no cover - compiled
     """Upper and lower improvement bounds (module docstring) of leaders ``[row_lo, row_hi)``
     against the laggers ``col0 ..`` of one product chunk, into ``out_*[i − block_start, j]``.
 
@@ -250,7 +220,18 @@ def screen_tile(  # pragma: no cover - compiled
     every lag at once (one bound per pair for all lags, with the largest |P|). A row ``w`` where the lagger is missing
     removes the leader's ``Z_i(w − ℓ)`` from the leader's sums: at most ``max_ℓ |Z_i(w − ℓ)|``
     (and its square); the leader's missing rows ``t`` likewise remove at most ``ahead[t, j]``
-    from the lagger's. For the synchronous pair these corrections are exact."""
+    from the lagger's. For the synchronous pair these corrections are exact.
+
+    Arguments, grouped (one kernel call per tile and chunk): ``tile`` = (tile_start, row_lo,
+    row_hi, block_start, col0); ``params`` = (with_sync, max_lag, min_overlap, min_improvement,
+    gamma, tau_screen); ``window`` = the window's and screen's arrays (z, z_t, ahead, prefix,
+    prefix_sq, prefix_t, prefix_sq_t, lo, hi, gaps, miss_ptr, miss_rows, miss_cols,
+    ragged_cols, lag_y); ``out`` = (out_upper, out_lower, sync_block)."""
+    tile_start, row_lo, row_hi, block_start, col0 = tile
+    with_sync, max_lag, min_overlap, min_improvement, gamma, tau_screen = params
+    z, z_t, ahead, prefix, prefix_sq, prefix_t, prefix_sq_t = window[:7]
+    lo, hi, gaps, miss_ptr, miss_rows, miss_cols, ragged_cols, lag_y = window[7:]
+    out_upper, out_lower, sync_block = out
     width = products.shape[2]
     n_rows = prefix.shape[0] - 1
     L = max_lag
@@ -594,25 +575,6 @@ def pair_values(i, j, given_sync, params, data):  # pragma: no cover - compiled
     return improvement, best_corr, best_lag, best_overlap, sync
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _before(value, index, other_value, other_index):  # pragma: no cover - compiled
-    """The total order of every top-k: larger value first, then smaller index."""
-    return value > other_value or (value == other_value and index < other_index)
-
-
-@njit(cache=True, nogil=True)
-def _insert_value(values, value):  # pragma: no cover - compiled
-    """Insert ``value`` into the descending list ``values``, dropping the last."""
-    k = values.shape[0]
-    if not value > values[k - 1]:
-        return
-    pos = k - 1
-    while pos > 0 and value > values[pos - 1]:
-        values[pos] = values[pos - 1]
-        pos -= 1
-    values[pos] = value
-
-
 @njit(cache=True, nogil=True)
 def _select_exact(  # pragma: no cover - compiled
     i_of, j_of, upper, given_sync, index_of, params, data, out, slot
@@ -633,10 +595,10 @@ def _select_exact(  # pragma: no cover - compiled
         evaluated += 1
         e, corr, lag, overlap, sync = pair_values(i_of[q], j_of[q], given_sync[q], params, data)
         key = index_of[q]
-        if not _before(e, key, values[k - 1], index[k - 1]) or e == -np.inf:
+        if not before(e, key, values[k - 1], index[k - 1]) or e == -np.inf:
             continue
         pos = k - 1
-        while pos > 0 and _before(e, key, values[pos - 1], index[pos - 1]):
+        while pos > 0 and before(e, key, values[pos - 1], index[pos - 1]):
             values[pos] = values[pos - 1]
             index[pos] = index[pos - 1]
             out[2][slot, pos] = out[2][slot, pos - 1]
@@ -669,7 +631,7 @@ def select_rows(  # pragma: no cover - compiled
     for r in range(row_lo, row_hi):
         kth[:] = -np.inf
         for j in range(n_cols):
-            _insert_value(kth, lower[r, j])
+            insert_value(kth, lower[r, j])
         threshold = kth[k - 1]
         count = 0
         for j in range(n_cols):
@@ -704,7 +666,7 @@ def fold_columns(  # pragma: no cover - compiled
     k = column_lower.shape[1]
     for r in range(height):
         for j in range(col_lo, col_hi):
-            _insert_value(column_lower[j], lower[r, j])
+            insert_value(column_lower[j], lower[r, j])
     threshold = np.empty(col_hi - col_lo, dtype=np.float32)
     for j in range(col_lo, col_hi):
         threshold[j - col_lo] = max(column_lower[j, k - 1], column_exact[j, k - 1], floor[j])

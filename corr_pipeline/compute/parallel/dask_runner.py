@@ -1,4 +1,4 @@
-"""A :class:`~corr_pipeline.compute.stripes.StripeRunner` on a Dask distributed cluster.
+"""A :class:`~corr_pipeline.compute.parallel.runners.StripeRunner` on a Dask distributed cluster.
 
 ``distributed`` is an optional dependency (``pip install -e '.[dask]'``), imported only when a
 runner is made. Per :meth:`DaskRunner.map`: ``shared`` (the returns R, T x N float32) is
@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from corr_pipeline.compute.correlation import Progress
+from corr_pipeline.compute.tiling import Progress
 
 if TYPE_CHECKING:
     from distributed import Client
 
-    from corr_pipeline.compute.stripes import StripeFeedback
+    from corr_pipeline.compute.parallel.runners import StripeFeedback
 
 T = TypeVar("T")
 
@@ -62,7 +62,7 @@ class DaskRunner:
     ) -> list[T]:
         """``[fn(shared, stripe, token, *args) for stripe in stripes]``, one task per stripe, all
         submitted at once; with ``feedback``, as many at a time as the cluster has threads
-        (:class:`~corr_pipeline.compute.stripes.StripeRunner`)."""
+        (:class:`~corr_pipeline.compute.parallel.runners.StripeRunner`)."""
         from distributed import as_completed
 
         token = f"{fn.__name__}-{uuid.uuid4().hex}"

@@ -1,20 +1,7 @@
-"""Top-k neighbours of every symbol by absolute correlation (SPEC §4).
-
-For each row ``i`` of the N × N correlation matrix: the ``k`` columns ``j != i`` with the largest
-``|corr[i, j]|`` among finite entries, ordered by ``|corr|`` descending and, on equal ``|corr|``,
-by ``j`` ascending. A row with fewer than ``k`` finite off-diagonal entries is padded with index
-−1, corr NaN and overlap 0.
-
-Algorithm and memory (N = 24,000, float32 ``corr`` possibly a read-only 2.3 GB ``np.memmap``):
-``corr`` is walked in the row blocks of :func:`corr_pipeline.compute.tiling.row_blocks` for rows
-of ``N · 4`` bytes and the ``working_memory_mb`` budget (blocks are views, never copies), and
-each row is reduced in one pass by a compiled kernel holding a ``2k + 16``-entry candidate
-buffer: once ``k`` candidates are known a later column enters only with ``|corr|`` strictly
-above the current k-th best (an equal value loses the tie to the smaller column already held);
-a full buffer is cut back to its best ``k`` with a stable sort on ``−|corr|``. Cost O(N²) reads
-plus O(k log k) per buffer cut; no temporary larger than the buffer; outputs N × k. ``overlap``
-is only gathered at the selected positions.
-"""
+"""The top-k of rows of the correlation (SPEC §4): the compiled kernel and the row loop that
+both :func:`~corr_pipeline.compute.neighbors.top_k.top_k_neighbors` and every stripe of
+:func:`~corr_pipeline.compute.neighbors.striped.striped_neighbors` run (the algorithm:
+:mod:`corr_pipeline.compute.neighbors.top_k`)."""
 
 from __future__ import annotations
 
@@ -23,7 +10,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, row_blocks
+from corr_pipeline.compute.tiling import row_blocks
 from corr_pipeline.compute.validation import (
     check_array,
     check_positive_int,
@@ -31,11 +18,9 @@ from corr_pipeline.compute.validation import (
     check_working_memory,
 )
 
-__all__ = ["Neighbors", "top_k_neighbors"]
-
 
 class Neighbors(NamedTuple):
-    """Result of :func:`top_k_neighbors` (SPEC §4).
+    """Result of :func:`~corr_pipeline.compute.neighbors.top_k.top_k_neighbors` (SPEC §4).
 
     index : int32 (N, k), neighbour column, −1 where padded.
     corr : float32 (N, k), signed correlation, NaN where padded.
@@ -129,49 +114,11 @@ def _top_k_rows(block, row0, k, out_index, out_value):  # pragma: no cover - com
             out_value[r, t] = block[r, j]
 
 
-def top_k_neighbors(
-    corr: np.ndarray,
-    *,
-    k: int,
-    overlap: np.ndarray | None = None,
-    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
-) -> Neighbors:
-    """The ``k`` strongest neighbours of every symbol (SPEC §4).
-
-    For row ``i``: the ``k`` columns ``j != i`` with the largest ``|corr[i, j]|`` among finite
-    entries (NaN and ±inf are skipped), ordered by ``|corr|`` descending, ties to the smaller
-    ``j``. ``k`` may exceed ``N − 1``: rows are then padded (index −1, corr NaN, overlap 0), as
-    are rows with fewer than ``k`` finite entries.
-
-    Parameters
-    ----------
-    corr : float32 (N, N) array (SPEC §3), possibly a read-only ``np.memmap``; read in blocks
-        of rows sized by ``working_memory_mb``.
-    k : number of neighbours per row, an integer ``>= 1``.
-    overlap : optional (N, N) integer array (e.g. the int16 overlap matrix of SPEC §3); its
-        values at the selected positions are returned in the same dtype.
-    working_memory_mb : budget in MiB for the per-block temporaries; the result does not
-        depend on it.
-
-    Returns
-    -------
-    Neighbors(index int32 (N, k), corr float32 (N, k) signed, overlap (N, k) or None)
-
-    Raises
-    ------
-    TypeError : ``corr`` or ``overlap`` not a numpy array, ``corr`` not float32, ``overlap`` not
-        of an integer dtype, ``k`` not an integer.
-    ValueError : ``corr`` not square, ``overlap`` not of ``corr``'s shape, ``k < 1``,
-        ``working_memory_mb`` not > 0.
-    """
-    k = check_neighbors_args(corr, k, overlap, working_memory_mb)
-    return fill_top_k_rows(corr, overlap, k, (0, corr.shape[0]), working_memory_mb)
-
-
 def check_neighbors_args(
     corr: np.ndarray, k: int, overlap: np.ndarray | None, working_memory_mb: float
 ) -> int:
-    """Validated arguments of :func:`top_k_neighbors` (see its Raises); ``k`` as an int."""
+    """Validated arguments of
+    :func:`~corr_pipeline.compute.neighbors.top_k.top_k_neighbors` (see its Raises); ``k`` as an int."""
     check_square_corr(corr)
     check_positive_int(k, "k")
     if overlap is not None:
@@ -187,7 +134,7 @@ def fill_top_k_rows(
     rows: tuple[int, int],
     working_memory_mb: float,
 ) -> Neighbors:
-    """:func:`top_k_neighbors` of rows ``[rows[0], rows[1])`` of ``corr`` only (arguments
+    """:func:`~corr_pipeline.compute.neighbors.top_k.top_k_neighbors` of rows ``[rows[0], rows[1])`` of ``corr`` only (arguments
     already validated): ``(rows[1] - rows[0]) x k`` arrays, read in blocks of the budget."""
     n = corr.shape[0]
     first, last = rows
@@ -202,3 +149,6 @@ def fill_top_k_rows(
             local, rank = np.nonzero(index[start:stop] >= 0)
             overlap_out[start + local, rank] = overlap[row0 + local, index[start + local, rank]]
     return Neighbors(index, values, overlap_out)
+
+
+__all__ = ["Neighbors", "check_neighbors_args", "fill_top_k_rows"]

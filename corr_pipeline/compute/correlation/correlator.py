@@ -1,57 +1,25 @@
-"""Pairwise-complete correlation and overlap, tiled in row blocks (SPEC §3).
-
-    overlap[i, j] = #{t : R[t, i] and R[t, j] finite}
-    corr[i, j]    = Pearson correlation of R[:, i], R[:, j] over those rows,
-                    NaN if overlap < min_overlap or a series is constant there;
-    corr[i, i]    = 1 (NaN for a column with < min_overlap finite values or constant).
-
-How (see ``kernels`` for the formula): one float32 product ``Z_Iᵀ Z_J`` per
-tile of 128 rows and chunk of 2,048 columns from the tile on (the upper
-triangle), then one fused numba pass per chunk that turns it into ``corr`` and
-``overlap`` with the prefix sums and gap corrections; chunks run in parallel
-threads (``workers``). Each chunk is then mirrored into the block below the
-diagonal (8 × 8 register transposes), so ``corr == corr.T`` bit for bit by construction.
-
-Memory at N = 24,000, T = 252 (block of b rows): the standardized window
-(4 arrays of T × N float32/int32/uint8 plus 2 of float64, about 175 MB), the
-block slab (b × N × 6 bytes), one chunk product (128 × 2,048 × 4 bytes) and the
-fused pass's scratch (~1.4 MB) per thread. Nothing is N × N except the outputs, which the
-caller may pass as memory-mapped files.
-"""
+"""The engine of the correlation (SPEC §3): products of one standardized window's columns on
+the fixed tile grid, each turned into ``corr`` and ``overlap`` by the fused pass of
+:mod:`~corr_pipeline.compute.correlation.kernels`. The threaded path
+(:mod:`~corr_pipeline.compute.correlation.pairwise`) and every stripe of the striped one
+(:mod:`~corr_pipeline.compute.correlation.striped`) issue the very same calls, so both write
+the same bits."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
 
 import numpy as np
 
-from corr_pipeline.compute import kernels
-from corr_pipeline.compute.standardize import Side, Standardized, make_side, standardize
-from corr_pipeline.compute.tiling import (
-    DEFAULT_WORKING_MEMORY_MB,
-    GEMM_TILE,
-    PRODUCT_COLUMNS,
-    overlap_dtype,
-    row_blocks,
-    tiles_covering,
-)
+from corr_pipeline.compute.correlation import kernels
+from corr_pipeline.compute.standardize import Side, Standardized
+from corr_pipeline.compute.tiling import GEMM_TILE, PRODUCT_COLUMNS, overlap_dtype, tiles_covering
 from corr_pipeline.compute.validation import check_min_overlap, check_output, check_returns
-from corr_pipeline.compute.workers import thread_buffer, worker_pool
-
-Progress = Callable[[int, int], None]
+from corr_pipeline.compute.workers import thread_buffer
 
 _EMPTY_F32 = np.zeros((1, 1), dtype=np.float32)
 _EMPTY_I32 = np.zeros((1, 1), dtype=np.int32)
-
-
-@dataclass(frozen=True)
-class CorrelationResult:
-    """``corr`` (float32 N × N) and ``overlap`` (smallest signed int holding T, N × N)."""
-
-    corr: np.ndarray
-    overlap: np.ndarray
 
 
 class PairCorrelator:
@@ -184,45 +152,6 @@ def block_row_bytes(n_cols: int, overlap_itemsize: int) -> int:
     return n_cols * (4 + overlap_itemsize)
 
 
-def pairwise_correlation(
-    R: np.ndarray,
-    *,
-    min_overlap: int,
-    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
-    block_rows: int | None = None,
-    out_corr: np.ndarray | None = None,
-    out_overlap: np.ndarray | None = None,
-    progress: Progress | None = None,
-) -> CorrelationResult:
-    """Pairwise-complete correlation and overlap of the columns of ``R`` (SPEC §3).
-
-    Parameters
-    ----------
-    R : float32 array (T, N), NaN where a return is missing.
-    min_overlap : pairs with fewer common finite rows get NaN (2 <= min_overlap <= T).
-    working_memory_mb : budget for the per-block temporaries; sets the block height.
-    block_rows : explicit block height (overrides the budget); results do not depend on it.
-    out_corr, out_overlap : arrays to fill (e.g. ``np.lib.format.open_memmap``), shapes
-        (N, N), dtypes float32 and ``overlap_dtype(T)``; allocated when not given.
-    progress : called as ``progress(blocks_done, blocks_total)`` after each block.
-    """
-    corr, overlap = check_correlation_args(R, min_overlap, out_corr, out_overlap)
-    n_rows, n_cols = R.shape
-    ov_dtype = overlap.dtype
-    blocks = row_blocks(
-        n_cols, block_row_bytes(n_cols, ov_dtype.itemsize), working_memory_mb, block_rows=block_rows
-    )
-    with worker_pool() as pool:
-        window = standardize(R, pool, transposed=False)
-        side = make_side(window, 0, n_rows)
-        correlator = PairCorrelator(window, side, side, pool)
-        for done, (start, stop) in enumerate(blocks, start=1):
-            _correlate_block(correlator, start, stop, min_overlap, corr, overlap)
-            if progress is not None:
-                progress(done, len(blocks))
-    return CorrelationResult(corr=corr, overlap=overlap)
-
-
 def check_correlation_args(
     R: np.ndarray, min_overlap: int, out_corr: np.ndarray | None, out_overlap: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -235,29 +164,4 @@ def check_correlation_args(
     return corr, overlap
 
 
-def _correlate_block(
-    correlator: PairCorrelator,
-    start: int,
-    stop: int,
-    min_overlap: int,
-    corr: np.ndarray,
-    overlap: np.ndarray,
-) -> None:
-    """Upper triangle of rows ``[start, stop)`` written in place, each chunk then mirrored below."""
-    full_corr, full_overlap = np.asarray(corr), np.asarray(overlap)
-
-    def mirror(row_lo: int, row_hi: int, col_lo: int, col_hi: int) -> None:
-        kernels.mirror_block(full_corr, row_lo, row_hi, col_lo, col_hi)
-        kernels.mirror_block(full_overlap, row_lo, row_hi, col_lo, col_hi)
-
-    correlator.run(
-        (start, stop),
-        symmetric=True,
-        min_overlap=min_overlap,
-        out_corr=full_corr,  # whole (C-contiguous) arrays: the fused pass's row stores vectorise
-        out_overlap=full_overlap,
-        after_chunk=mirror,
-    )
-
-
-__all__ = ["CorrelationResult", "GEMM_TILE", "pairwise_correlation"]
+__all__ = ["PairCorrelator", "block_row_bytes", "check_correlation_args"]

@@ -15,7 +15,7 @@ m·t / F(t)``, ``F(t)`` the number of pairs with a p-value ``<= t``, so q-values
 ``F``, not the sorted p-values. One exact pass over row blocks of leaders computes every pair's
 best-lag correlation (per lag one float64 product ``Z_I(t)ᵀ Z(t + ℓ)`` of the zero-filled
 standardized window, whose entries are the pairs' ``Sxy``, then
-``lead_lag_kernels.lagged_from_sums`` per pair: the exact evaluation's formula) and counts its
+``kernels.lagged_from_sums`` per pair: the exact evaluation's formula) and counts its
 p-value in a histogram whose bins are the float64 p-values' leading bits: exponent and the first
 :data:`MANTISSA_BITS` mantissa bits, so a bin ``[lo, hi)`` has ``hi / lo <= 1 + 2⁻¹⁷``. With
 ``C_b`` the pairs in bins ``<= b``, a pair in bin ``b`` has
@@ -27,7 +27,7 @@ relative width at most ``2⁻¹⁷ ≈ 7.6e-6``; the upper end is reported, so e
 ``7.6e-6·q`` of the exact one, and pairs of equal p-value get equal q-values. P-values below
 :data:`SMALLEST_BINNED` share bin 0: their q-value is at most ``m·2⁻⁵⁰ / C_0 < 1e-6`` for any
 ``m < 2³⁰``, reported as that bound. The reported pairs' p-values are computed exactly from the
-pair alone (``lead_lag_kernels.lagged_value`` at each lag), so they do not depend on the blocks.
+pair alone (``kernels.lagged_value`` at each lag), so they do not depend on the blocks.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from corr_pipeline.compute.kernels import FALLBACK_TAU
-from corr_pipeline.compute.lead_lag_kernels import (
+from corr_pipeline.compute.correlation.kernels import FALLBACK_TAU
+from corr_pipeline.compute.lead_lag.kernels import (
     lagged_from_sums,
     lagged_value,
     overlap_moments,
@@ -185,9 +185,9 @@ def _fold_lag(
     product, start, lag, n_fast, x_side, y_side, min_overlap, tau, data, best
 ):  # pragma: no cover - compiled
     """Keep, per pair of the block, the lag with the largest float32 ``|r|`` so far (ties to
-    the smaller lag, as ``lead_lag_kernels.pair_values``), ``r`` exact from its ``Sxy``: for
+    the smaller lag, as ``kernels.pair_values``), ``r`` exact from its ``Sxy``: for
     two complete, well-conditioned columns ``(Sxy − Sx·Sy/n)·(1/sd_x)·(1/sd_y)``, else
-    ``lead_lag_kernels.lagged_from_sums`` of the pair's own overlap."""
+    ``kernels.lagged_from_sums`` of the pair's own overlap."""
     best_abs, best_r, best_n = best
     fast_x, sum_x, inv_x = x_side
     fast_y, sum_y, inv_y = y_side

@@ -1,0 +1,287 @@
+"""The lead-lag scan in stripes of leaders, for a runner that maps them over other processes.
+
+:func:`lead_lag_stripe` runs the screened scan of :mod:`~corr_pipeline.compute.lead_lag.scan`
+on its leaders and returns their final per-leader top-k pairs, its per-lagger top-k lower
+bounds and its column candidates (pairs whose upper bound reaches both its own per-lagger
+threshold and the :class:`LaggerFloor` of the stripes finished before it), not evaluated;
+:func:`merge_lead_lag_stripes` takes the k-th largest lower bound over every stripe, as the
+threaded scan's threshold, and evaluates the candidates that reach it in this process, as the
+threaded scan evaluates its pool (its pairs less those below the floors): no more exact
+evaluations than the threaded scan's, whatever the stripes and their timing. The per-lagger
+merge is exact because the top-k of a union of disjoint candidate sets under a total order
+((improvement desc, leader asc)) is the top-k of the union of their top-k's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from corr_pipeline.compute.lead_lag.scan import (
+    LEAD_LAG_DTYPE,
+    MAX_BLOCK_ROWS,
+    ColumnPool,
+    check_lead_lag_args,
+    make_screen,
+    max_pool,
+    pair_records,
+    scan_block,
+    union_sorted,
+)
+from corr_pipeline.compute.parallel.runners import (
+    DEFAULT_STRIPE_ROWS,
+    InlineExecutor,
+    MappedFile,
+    StripeContext,
+    StripeRunner,
+    stripe_context,
+    stripes_of,
+)
+from corr_pipeline.compute.standardize import standardize
+from corr_pipeline.compute.tiling import Progress, row_blocks
+from corr_pipeline.compute.workers import thread_buffer, worker_pool
+
+__all__ = [
+    "POOL_DTYPE",
+    "LaggerFloor",
+    "LeadLagStripe",
+    "lead_lag_screen",
+    "lead_lag_stripe",
+    "merge_lead_lag_stripes",
+    "striped_lead_lag",
+]
+
+
+POOL_DTYPE = np.dtype(
+    [("leader", np.int32), ("lagger", np.int32), ("upper", np.float32), ("sync", np.float32)]
+)
+"""A pooled column candidate: its upper improvement bound and ``corr`` there (NaN without it)."""
+
+
+class LeadLagStripe(NamedTuple):
+    """One stripe's share of the selection (see :func:`merge_lead_lag_stripes`)."""
+
+    row_pairs: np.ndarray  # its leaders' k_laggers best (final)
+    pool: np.ndarray  # POOL_DTYPE: its column candidates, not evaluated
+    column_pairs: np.ndarray  # per lagger, the exact k_leaders best of the candidates the
+    # stripe evaluated itself (only when its pool outgrew the cap; usually empty)
+    lower: np.ndarray  # N x k_leaders, ascending: per lagger, its leaders' largest lower bounds
+
+
+class LaggerFloor:
+    """Per lagger, a floor under its final ``k``-th best improvement from the stripes taken in
+    (a :class:`StripeFeedback` for :func:`lead_lag_stripe`):
+
+        floor[j] = max(k-th largest lower bound of (i, j), k-th largest exact improvement of
+                       (i, j) known), over the leaders i of those stripes,
+
+    the exact improvements known being those of the stripes' row selections and evaluated
+    column pairs, each pair once. Stripes have disjoint leaders, so each k-th is over k
+    distinct pairs, and a k-th largest over some of the pairs never exceeds the k-th largest
+    over all of them: a pair whose upper bound is strictly below the floor is in no final
+    top-k (k pairs are strictly before it), whichever stripes were taken in.
+    """
+
+    def __init__(self, n_cols: int, k: int) -> None:
+        self.lower = np.full((n_cols, k), -np.inf, dtype=np.float32)
+        self.exact = np.full((n_cols, k), -np.inf, dtype=np.float32)
+
+    def current(self) -> np.ndarray:
+        return np.maximum(self.lower[:, 0], self.exact[:, 0])
+
+    def update(self, part: LeadLagStripe) -> None:
+        k = self.lower.shape[1]
+        both = np.concatenate([self.lower, part.lower], axis=1)
+        self.lower = np.sort(both, axis=1)[:, -k:]
+        known = np.concatenate([part.row_pairs, part.column_pairs])
+        _, first = np.unique(
+            known["leader"].astype(np.int64) * self.lower.shape[0] + known["lagger"],
+            return_index=True,
+        )
+        known = known[first]  # a pair both in a row's and in a column's selection counts once
+        if known.size == 0:
+            return
+        laggers, inverse, counts = np.unique(
+            known["lagger"], return_inverse=True, return_counts=True
+        )
+        table = np.full((laggers.size, k + int(counts.max())), -np.inf, dtype=np.float32)
+        table[:, :k] = self.exact[laggers]
+        order = np.argsort(inverse, kind="stable")
+        rank = np.arange(order.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        table[inverse[order], k + rank] = known["improvement"][order]
+        self.exact[laggers] = np.sort(table, axis=1)[:, -k:]
+
+
+def _lead_lag_screen(
+    context: StripeContext, max_lag: int, with_sync: bool, min_overlap: int, min_improvement: float
+) -> Any:
+    """The lead-lag screen of the call's window (built once per process and call)."""
+    key = ("lead-lag screen", max_lag, with_sync, min_overlap, min_improvement)
+    found = context.derived.get(key)
+    if found is None:
+        found = make_screen(context.window, max_lag, with_sync, min_overlap, min_improvement)
+        context.derived[key] = found
+    return found
+
+
+def lead_lag_stripe(
+    R: np.ndarray,
+    stripe: tuple[int, int],
+    token: str,
+    corr_file: MappedFile | None,
+    max_lag: int,
+    k_rows: int,
+    k_cols: int,
+    min_overlap: int,
+    min_improvement: float,
+    block_rows: int,
+    floor: np.ndarray | None = None,
+) -> LeadLagStripe:
+    """The lead-lag scan of leaders ``stripe``, block by block as the threaded scan: its rows'
+    final top-k; its column candidates, the pairs whose upper bound reaches their lagger's
+    threshold (the k-th largest lower bound over the stripe's leaders, and ``floor``, a
+    :class:`LaggerFloor` of other stripes), pooled but not evaluated; its table of lower
+    bounds. The pools are evaluated after the last stripe, against the lower bounds of every
+    leader, as the threaded scan evaluates its pool (:func:`merge_lead_lag_stripes`); a pool
+    that outgrows the threaded scan's cap is evaluated here, as there."""
+    context = stripe_context(token, R)
+    corr = None if corr_file is None else corr_file.open("r")
+    n_cols = R.shape[1]
+    screen = _lead_lag_screen(context, max_lag, corr is None, min_overlap, min_improvement)
+    inline = InlineExecutor()
+    columns = ColumnPool(n_cols, k_cols, max_pool=max_pool(n_cols, k_cols), floor=floor)
+    row_pairs: list[np.ndarray] = [np.empty(0, LEAD_LAG_DTYPE)]
+    start0, stop0 = stripe
+    for start, stop in row_blocks(stop0 - start0, 1, block_rows=block_rows):
+        if k_rows > 0 or k_cols > 0:
+            row_pairs.append(
+                scan_block(
+                    start0 + start,
+                    start0 + stop,
+                    corr,
+                    screen,
+                    k_rows,
+                    inline,
+                    columns,
+                    thread_buffer,  # the block's b x N arrays, reused from block to block
+                )
+            )
+    column_pairs = pair_records(columns.top, owner_is_leader=False)
+    if floor is not None:  # below the floor: in no final top-k (see LaggerFloor)
+        column_pairs = column_pairs[column_pairs["improvement"] >= floor[column_pairs["lagger"]]]
+    leaders, laggers, upper, syncs = columns.pooled()
+    pool = np.empty(leaders.size, POOL_DTYPE)
+    pool["leader"], pool["lagger"], pool["upper"], pool["sync"] = leaders, laggers, upper, syncs
+    return LeadLagStripe(
+        np.concatenate(row_pairs), pool, column_pairs, np.sort(columns.lower, axis=1)
+    )
+
+
+def lead_lag_screen(
+    R: np.ndarray, max_lag: int, with_sync: bool, min_overlap: int, min_improvement: float
+) -> Any:
+    """The window and screen :func:`merge_lead_lag_stripes` evaluates pooled candidates on
+    (``R`` standardised on this thread, as in a worker: the same values)."""
+    return make_screen(standardize(R), max_lag, with_sync, min_overlap, min_improvement)
+
+
+def _select_pooled(parts: Sequence[LeadLagStripe], screen: Any, floor: np.ndarray) -> np.ndarray:
+    """Per lagger, the exact top-k of the stripes' pooled candidates whose bound reaches
+    ``floor`` (the :class:`LaggerFloor` of every stripe, so at least the threaded scan's
+    threshold), evaluated in this process on threads as the threaded scan evaluates its pool:
+    the same kernel, in the same threshold order, on its pairs less those below the floor (so
+    no more evaluations than the threaded scan's)."""
+    n_cols, k_cols = parts[0].lower.shape
+    columns = ColumnPool(n_cols, k_cols, max_pool=max_pool(n_cols, k_cols), floor=floor)
+    for part in parts:
+        pool = part.pool
+        columns.take(pool["leader"], pool["lagger"], pool["upper"], pool["sync"])
+    if not any(part.pool.size for part in parts):
+        return np.empty(0, LEAD_LAG_DTYPE)
+    with worker_pool() as threads:
+        return columns.select(screen, threads)
+
+
+def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], screen: Any, k_cols: int) -> np.ndarray:
+    """The lead-lag result from the stripes' shares (``screen``: :func:`lead_lag_screen` of
+    the stripes' arguments).
+
+    Per lagger, the final ``k_cols`` leaders are the first ``k_cols``, in (improvement desc,
+    leader asc) order, the selection rule of the threaded scan, of the stripes' evaluated
+    column pairs and of the best ``k_cols`` of their pooled candidates
+    (:func:`_select_pooled`), side by side: every value is the pair's exact value whoever
+    computes it, and a pair of the final top-k is in one of them (a stripe leaves out only
+    pairs below a :class:`LaggerFloor` or below k exact values of its own, the pools' selection
+    only pairs below its floor or below k exact values), so the best ``k_cols`` of the union
+    are the best ``k_cols`` overall; pairs strictly below the floor of all the stripes are
+    dropped before the sort. The rows' selections are final as they are; the union is sorted
+    and deduplicated as the threaded scan does.
+    """
+    if not parts:
+        return np.empty(0, LEAD_LAG_DTYPE)
+    pairs = [p.row_pairs for p in parts]
+    if k_cols > 0:
+        everyone = LaggerFloor(*parts[0].lower.shape)
+        for part in parts:
+            everyone.update(part)
+        floor = everyone.current()
+        pooled = _select_pooled(parts, screen, floor)
+        column = np.concatenate([*(p.column_pairs for p in parts), pooled])
+        column = column[column["improvement"] >= floor[column["lagger"]]]
+        order = np.lexsort(
+            (column["leader"], -column["improvement"].astype(np.float64), column["lagger"])
+        )
+        column = column[order]
+        laggers = column["lagger"]
+        rank = np.arange(column.size) - np.searchsorted(laggers, laggers, side="left")
+        pairs.append(column[rank < k_cols])
+    return union_sorted(np.concatenate(pairs))
+
+
+def striped_lead_lag(
+    R: np.ndarray,
+    runner: StripeRunner,
+    *,
+    max_lag: int,
+    k_leaders: int,
+    k_laggers: int,
+    min_overlap: int,
+    min_improvement: float = 0.0,
+    corr: np.ndarray | None = None,
+    block_rows: int = MAX_BLOCK_ROWS,
+    stripe_rows: int = DEFAULT_STRIPE_ROWS,
+    progress: Progress | None = None,
+) -> np.ndarray:
+    """:func:`~corr_pipeline.compute.lead_lag.pairs.find_lead_lag_pairs`, one
+    :func:`lead_lag_stripe` per stripe of leaders on ``runner`` (``corr``, when given, a
+    file-backed memory map), each given the :class:`LaggerFloor` of the stripes finished before
+    it was submitted, then the stripes' column candidates evaluated in this process on
+    threads (:func:`merge_lead_lag_stripes`, on ``R`` standardised here while the stripes
+    run); exactly its result."""
+    check_lead_lag_args(R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr)
+    n_cols = R.shape[1]
+    k_rows = min(k_laggers, max(n_cols - 1, 0))
+    k_cols = min(k_leaders, max(n_cols - 1, 0))
+    corr_file = None if corr is None else MappedFile.of(corr)
+    screen_args = (max_lag, corr is None, min_overlap, float(min_improvement))
+    with ThreadPoolExecutor(1, thread_name_prefix="lead-lag-screen") as background:
+        # the window the pools are evaluated on, built here while the stripes run
+        screen = background.submit(lead_lag_screen, R, *screen_args) if k_cols > 0 else None
+        parts = runner.map(
+            lead_lag_stripe,
+            R,
+            stripes_of(n_cols, stripe_rows),
+            corr_file,
+            max_lag,
+            k_rows,
+            k_cols,
+            min_overlap,
+            float(min_improvement),
+            int(block_rows),
+            progress=progress,
+            feedback=LaggerFloor(n_cols, max(k_cols, 1)),
+        )
+        return merge_lead_lag_stripes(parts, None if screen is None else screen.result(), k_cols)
