@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from scipy.cluster import hierarchy
 
-from corr_pipeline.compute import clusters as C
+from corr_pipeline.compute.clusters import linkage as C
 from corr_pipeline.snapshot import steps
 from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline.store.matrix_store import MatrixStore
