@@ -7,7 +7,8 @@ decimals, shares to 4 significant digits, seconds to 0.01 s, MiB to 0.1) and sta
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import dagster as dg
@@ -17,7 +18,7 @@ from corr_pipeline.db.schema import DRIFT_COLUMNS
 from corr_pipeline.db.window import TOO_FEW_RETURNS, ZERO_VARIANCE, ReturnsWindow
 from corr_pipeline.defs import ranges
 from corr_pipeline.snapshot import display, markdown
-from corr_pipeline.snapshot.measure import StageStats
+from corr_pipeline.snapshot.measure import StageStats, measure_stage
 from corr_pipeline.snapshot.verify import CorrelationStats, Verdict
 
 if TYPE_CHECKING:
@@ -38,10 +39,23 @@ def stage(stats: StageStats) -> dict[str, Any]:
     return {key: dg.MetadataValue.float(float(value)) for key, value in stats.metadata().items()}
 
 
-def log_stage(context: dg.AssetExecutionContext, label: str, stats: StageStats) -> None:
-    """One log line with the step's time and peak RSS (:func:`corr_pipeline.defs.ranges.log`)."""
+@contextmanager
+def measured(
+    context: dg.AssetExecutionContext, label: str | Callable[[], str]
+) -> Iterator[StageStats]:
+    """The scaffolding of every stage: time and measure the ``with`` body
+    (:func:`~corr_pipeline.snapshot.measure.measure_stage`), then log one line with its time and
+    peak RSS (:func:`corr_pipeline.defs.ranges.log`). ``label``: the line's subject, or a
+    function giving it after the body (to name what the body found)."""
+    with measure_stage() as stats:
+        yield stats
+    ranges.log(context, stage_line(label() if callable(label) else label, stats))
+
+
+def stage_line(label: str, stats: StageStats) -> str:
+    """``label: 1.23s, peak RSS 456 MiB``: a stage's log line."""
     peak = f", peak RSS {stats.peak_rss_mib:.0f} MiB" if stats.peak_rss_mib is not None else ""
-    ranges.log(context, f"{label}: {stats.seconds:.2f}s{peak}")
+    return f"{label}: {stats.seconds:.2f}s{peak}"
 
 
 def dask_cluster(context: dg.AssetExecutionContext, runner: DaskRunner | None) -> dict[str, Any]:

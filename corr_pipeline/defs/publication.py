@@ -106,10 +106,9 @@ def _results(step: SnapshotStep, session: Session):
 def publication_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.SessionResult]:
     day = session.day
     results, versions = _results(step, session)
-    with measure_stage() as stats:
+    with metadata.measured(step.context, f"published snapshot {day}") as stats:
         report = publish_snapshot(step.engine, results)
         counts = read_snapshot_counts(step.engine, day)
-    metadata.log_stage(step.context, f"published snapshot {day}", stats)
     verdict = verify.verify_published_counts(results, counts)
     window = session.bundles["returns_matrix"].params
     return {
@@ -261,7 +260,9 @@ def changes_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Sess
             return {"snapshot_changes": _nothing_recorded(step, note, refreshed)}
         results, rows, report = published
         refreshed = _refresh_following(step, day, later)
-    metadata.log_stage(step.context, f"changes {day} vs {results.previous_date}", stats)
+    ranges.log(
+        step.context, metadata.stage_line(f"changes {day} vs {results.previous_date}", stats)
+    )
     for part, reason in results.skipped.items():
         step.context.log.warning(f"{part} skipped: {reason}")
     corr = results.correlation

@@ -41,7 +41,7 @@ from corr_pipeline.defs.partitions import snapshot_calendar, snapshot_date
 from corr_pipeline.defs.progress import session_progress
 from corr_pipeline.defs.specs import INJECTED_PAIRS_CHECK
 from corr_pipeline.snapshot import steps, verify
-from corr_pipeline.snapshot.measure import StageStats, measure_stage
+from corr_pipeline.snapshot.measure import StageStats
 from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline.store import writeback
 from corr_pipeline.store.matrix_store import MatrixBundle, StoredArray, sources
@@ -161,7 +161,10 @@ def _window(step: SnapshotStep, key: str) -> ReturnsWindow:
 
 def returns_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.SessionResult]:
     params = step.params
-    with measure_stage() as stats:
+    R: np.ndarray
+    with metadata.measured(
+        step.context, lambda: f"returns_matrix {session.key} {R.shape[0]} x {R.shape[1]}"
+    ) as stats:
         window = _window(step, session.key)
         for note in window.source_notes:
             step.context.log.warning(f"price source: {note}")
@@ -173,9 +176,6 @@ def returns_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Sess
             lookback_days=params.lookback_days,
             working_memory_mb=params.working_memory_mb,
         )
-    metadata.log_stage(
-        step.context, f"returns_matrix {session.key} {R.shape[0]} x {R.shape[1]}", stats
-    )
     verdict.metadata.update(
         {"n_dropped": len(window.dropped), "bad_prices": int(window.bad_prices)}
     )
@@ -237,7 +237,7 @@ def correlation_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.
             in_memory=key in step.in_memory,
         )
 
-    with measure_stage() as stats:
+    with metadata.measured(context, f"correlation {key} {n} x {n}") as stats:
         with (
             allocate("correlation_matrix", "corr", np.dtype(np.float32)) as pending_corr,
             allocate("overlap_matrix", "overlap", overlap_dtype(int(R.shape[0]))) as pending_ov,
@@ -252,8 +252,7 @@ def correlation_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.
             )
             stored_corr = pending_corr.commit()
             stored_overlap = pending_ov.commit()
-    metadata.log_stage(context, f"correlation {key} {n} x {n}", stats)
-    with measure_stage() as check_stats:
+    with metadata.measured(context, f"correlation checks {key}") as check_stats:
         corr_stats = verify.correlation_stats(
             stored_corr.array,
             stored_overlap.array,
@@ -261,7 +260,6 @@ def correlation_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.
             finite_counts=np.isfinite(R).sum(axis=0),
         )
         verdicts = verify.verify_correlation(corr_stats)
-    metadata.log_stage(context, f"correlation checks {key}", check_stats)
     return _correlation_results(
         step, key, window, stored_corr, stored_overlap, corr_stats, stats, check_stats, verdicts
     )
@@ -335,7 +333,7 @@ def neighbors_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Se
     overlap_bundle = session.bundles["overlap_matrix"]
     corr, overlap = corr_bundle["corr"], overlap_bundle["overlap"]
     symbols = _symbols(corr_bundle)
-    with measure_stage() as stats:
+    with metadata.measured(step.context, f"top_k_neighbors {session.key}") as stats:
         found = steps.neighbors(
             corr,
             overlap,
@@ -351,7 +349,6 @@ def neighbors_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Se
             neighbor_overlap=found.overlap,
             overlap=overlap,
         )
-    metadata.log_stage(step.context, f"top_k_neighbors {session.key}", stats)
     arrays: dict[str, np.ndarray | StoredArray] = {"index": found.index, "corr": found.corr}
     if found.overlap is not None:
         arrays["overlap"] = found.overlap
@@ -419,13 +416,12 @@ def clusters_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Ses
         f"clustering {len(symbols)} symbols of {key}: {params.linkage_method} linkage, "
         f"{params.cut}",
     )
-    with measure_stage() as stats:
+    with metadata.measured(context, f"clusters {key}") as stats:
         modes = steps.market_modes(corr, params)
         labels = steps.clusters(
             corr, params, modes=modes, scratch=partial(_distances_scratch, step, key)
         )
         verdict = verify.verify_clusters(labels, len(symbols))
-    metadata.log_stage(context, f"clusters {key}", stats)
     bundle = MatrixBundle(
         {"labels": labels},
         labels={"symbols": symbols},
@@ -467,7 +463,10 @@ def lead_lag_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Ses
     corr_bundle = session.bundles["correlation_matrix"]
     R, corr = window["returns"], corr_bundle["corr"]
     symbols = _symbols(window)
-    with measure_stage() as stats:
+    pairs: np.ndarray
+    with metadata.measured(
+        context, lambda: f"lead_lag_pairs {key} ({pairs.shape[0]} pairs)"
+    ) as stats:
         pairs = steps.lead_lag(
             R,
             corr,
@@ -482,7 +481,6 @@ def lead_lag_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Ses
             min_overlap=params.min_overlap,
             min_improvement=params.min_improvement,
         )
-    metadata.log_stage(context, f"lead_lag_pairs {key} ({pairs.shape[0]} pairs)", stats)
     bundle = MatrixBundle(
         {"pairs": pairs},
         labels={"symbols": symbols},
