@@ -43,13 +43,14 @@ from corr_pipeline.db.window.sql import (
 class _UnionPivot:
     """The union of the windows, pivoted once (:func:`load_returns_windows`): ``returns``
     float32 ``(U - 1) × N`` over the ``U`` union dates (a row spanning a gap between two runs
-    of the union is never used); the symbols with a row in the union; per symbol and date the
-    running count of its rows (``(N, U + 1)`` int32, so a window's symbols are those whose
-    count grows inside it); per date the running count of rows and of bad prices."""
+    of the union is never used); the symbols with a row in the union; per symbol and date
+    whether it has a row (``(N, U)`` bool, so a window's symbols are those with a row inside
+    it: a quarter of the running counts' int32 memory, which the range holds for the whole
+    run); per date the running count of rows and of bad prices."""
 
     symbols: list[str]
     returns: np.ndarray
-    present_cum: np.ndarray
+    present: np.ndarray
     rows_cum: np.ndarray
     bad_cum: np.ndarray
 
@@ -67,9 +68,6 @@ def _pivot_union(
     present = np.zeros(shape, dtype=np.bool_)
     present[col_index, row_index] = True
     present[null_col, null_row] = True  # a row with a NULL price puts its symbol in the window
-    present_cum = np.zeros((shape[0], shape[1] + 1), dtype=np.int32)
-    np.cumsum(present, axis=1, dtype=np.int32, out=present_cum[:, 1:])
-    del present
     bad = ~(np.isfinite(close_values) & (close_values > 0))
     nulls_per_date = np.bincount(null_row, minlength=shape[1])
     rows_per_date = np.bincount(row_index, minlength=shape[1]) + nulls_per_date
@@ -77,7 +75,7 @@ def _pivot_union(
     return _UnionPivot(
         symbols=symbols,
         returns=returns,
-        present_cum=present_cum,
+        present=present,
         rows_cum=np.concatenate(([0], np.cumsum(rows_per_date))),
         bad_cum=np.concatenate(([0], np.cumsum(bad_per_date))),
     )
@@ -141,7 +139,7 @@ class UnionWindows:
         a = int(self.union_row[start])
         b = a + len(dates)  # union rows a..b-1
         union = self.union
-        columns = np.flatnonzero(union.present_cum[:, b] > union.present_cum[:, a])
+        columns = np.flatnonzero(union.present[:, a:b].any(axis=1))
         try:
             returns, symbols, dropped, drop_counts = select_symbols(
                 union.returns[a : b - 1][:, columns],
