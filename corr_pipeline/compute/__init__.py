@@ -1,10 +1,18 @@
 """The numerical core: pure numpy/scipy/numba, no database, no Dagster, no paths (SPEC §9).
 
-pairwise_correlation   SPEC §3   tiled pairwise-complete correlation and overlap
-top_k_neighbors        SPEC §4   per-symbol strongest |corr| neighbors
-hierarchical_clusters  SPEC §5   Mantegna distance, agglomerative linkage, canonical labels
-find_lead_lag_pairs    SPEC §6   exact best-lag scan and per-symbol selection
-pair_significance      SPEC §6   Šidák p-values and Benjamini–Hochberg q-values of pairs
+One subpackage per algorithm, each owning its entry point, its kernels and (where a cluster can
+share the work) its striped variant; the entry points take ``runner=None`` (this process's
+threads) or a :class:`~corr_pipeline.compute.parallel.runners.StripeRunner`:
+
+pairwise_correlation   correlation/   SPEC §3   tiled pairwise-complete correlation and overlap
+top_k_neighbors        neighbors/     SPEC §4   per-symbol strongest |corr| neighbors
+hierarchical_clusters  clusters/      SPEC §5   Mantegna distance, linkage, canonical labels
+find_lead_lag_pairs    lead_lag/      SPEC §6   exact best-lag scan and per-symbol selection
+pair_significance      lead_lag/      SPEC §6   Šidák p-values and Benjamini–Hochberg q-values
+correlation_changes    changes/       SPEC §10  drift and largest moves between two sessions
+
+Shared at the root: validation, tiling (the one chunking helper), the standardised window,
+the worker threads, the register transposes and the running top-k (``top_k.py``).
 """
 
 from corr_pipeline.compute.clusters import hierarchical_clusters
