@@ -35,7 +35,7 @@ def parts(returns: np.ndarray, min_overlap: int) -> dict[str, float]:
     clock = time.thread_time
     spent = dict.fromkeys(("standardise", "side", "products", "fused pass", "mirror"), 0.0)
     start = clock()
-    window = standardize(returns, transposed=False)  # as pairwise_correlation does
+    window = standardize(returns, layout="correlation")  # as pairwise_correlation does
     spent["standardise"] = clock() - start
     start = clock()
     side = make_side(window, 0, window.n_rows)

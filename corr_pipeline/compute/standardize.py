@@ -45,7 +45,6 @@ class Transposed:
     (lead-lag): row ``j`` is column ``j`` of the time-major array."""
 
     present_t: np.ndarray  # N × T uint8
-    raw_t: np.ndarray  # N × T float32, R transposed (for the exact fallback)
     prefix_t: np.ndarray  # N × (T + 1) float64, PZ transposed
     prefix_sq_t: np.ndarray  # N × (T + 1) float64, PZ2 transposed
     prefix_count_t: np.ndarray  # N × (T + 1) int32, PM transposed
@@ -61,8 +60,8 @@ class Standardized:
     present: np.ndarray  # T × N uint8, 1 where R is finite
     prefix: np.ndarray  # (T + 1) × N float64, PZ
     prefix_sq: np.ndarray  # (T + 1) × N float64, PZ2
-    prefix_count: np.ndarray  # (T + 1) × N int32, PM
-    transposed: Transposed | None  # built when asked for (``standardize(transposed=True)``)
+    prefix_count: np.ndarray  # (T + 1) × N int32, PM; (0, 0) in the layout "lead-lag"
+    transposed: Transposed | None  # built in the layouts "lead-lag" and "both"
 
     @property
     def n_rows(self) -> int:
@@ -74,16 +73,14 @@ class Standardized:
 
     def _transposed(self) -> Transposed:
         if self.transposed is None:
-            raise ValueError("this window was standardized without its transposed arrays")
+            raise ValueError(
+                'this window was standardized without its transposed arrays (layout "correlation")'
+            )
         return self.transposed
 
     @property
     def present_t(self) -> np.ndarray:
         return self._transposed().present_t
-
-    @property
-    def raw_t(self) -> np.ndarray:
-        return self._transposed().raw_t
 
     @property
     def prefix_t(self) -> np.ndarray:
@@ -115,26 +112,38 @@ def column_chunk_size(n_cols: int, workers: int) -> int:
     return max(8, (per_chunk + 7) // 8 * 8)
 
 
+#: The arrays each layout of :func:`standardize` builds, by the algorithm that reads them.
+LAYOUTS = ("correlation", "lead-lag", "both")
+
+
 def standardize(
     returns: np.ndarray,
     pool: Executor | None = None,
     column_chunk: int | None = None,
     *,
-    transposed: bool = True,
+    layout: str = "both",
 ) -> Standardized:
     """Standardize ``returns`` and build the prefix sums, a chunk of columns at a time.
 
     Chunks write disjoint columns, so they run in ``pool`` when one is given (one thread per
     available core, as :func:`~corr_pipeline.compute.workers.worker_pool` makes it); their
     width is :func:`column_chunk_size` unless ``column_chunk`` is given (the values do not
-    depend on it). With ``transposed=False`` the column-major copies (:class:`Transposed`, 45 %
-    of the memory, needed by lead-lag only) are not built.
+    depend on it). ``layout`` says which arrays are kept (the values are the same in each):
+
+    - ``"correlation"``: the time-major ones (``z``, ``z_t``, ``present``, ``prefix``,
+      ``prefix_sq``, ``prefix_count``), no :class:`Transposed`;
+    - ``"lead-lag"``: the time-major ones but ``prefix_count`` (a ``(0, 0)`` placeholder: each
+      chunk counts in a scratch of its own), and the column-major copies;
+    - ``"both"``: all of them (a stripe context serves both algorithms).
     """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     n_rows, n_cols = returns.shape
+    transposed = layout != "correlation"
+    time_major_counts = layout != "lead-lag"
     if transposed:
         copies = Transposed(
             present_t=np.empty((n_cols, n_rows), dtype=np.uint8),
-            raw_t=np.empty((n_cols, n_rows), dtype=np.float32),
             prefix_t=np.empty((n_cols, n_rows + 1), dtype=np.float64),
             prefix_sq_t=np.empty((n_cols, n_rows + 1), dtype=np.float64),
             prefix_count_t=np.empty((n_cols, n_rows + 1), dtype=np.int32),
@@ -142,11 +151,11 @@ def standardize(
     else:  # placeholders the kernel never writes
         copies = Transposed(
             present_t=np.empty((0, 0), dtype=np.uint8),
-            raw_t=np.empty((0, 0), dtype=np.float32),
             prefix_t=np.empty((0, 0), dtype=np.float64),
             prefix_sq_t=np.empty((0, 0), dtype=np.float64),
             prefix_count_t=np.empty((0, 0), dtype=np.int32),
         )
+    counts_shape = (n_rows + 1, n_cols) if time_major_counts else (0, 0)
     window = Standardized(
         raw=returns,
         z=np.empty((n_rows, n_cols), dtype=np.float32),
@@ -154,7 +163,7 @@ def standardize(
         present=np.empty((n_rows, n_cols), dtype=np.uint8),
         prefix=np.empty((n_rows + 1, n_cols), dtype=np.float64),
         prefix_sq=np.empty((n_rows + 1, n_cols), dtype=np.float64),
-        prefix_count=np.empty((n_rows + 1, n_cols), dtype=np.int32),
+        prefix_count=np.empty(counts_shape, dtype=np.int32),
         transposed=copies if transposed else None,
     )
 
@@ -174,8 +183,8 @@ def standardize(
             window.prefix_sq,
             window.prefix_count,
             transposed,
+            time_major_counts,
             copies.present_t,
-            copies.raw_t,
             copies.prefix_t,
             copies.prefix_sq_t,
             copies.prefix_count_t,
@@ -198,14 +207,15 @@ def _standardize_columns(
     prefix_sq,
     prefix_count,
     transposed,
+    time_major_counts,
     present_t,
-    raw_t,
     prefix_t,
     prefix_sq_t,
     prefix_count_t,
 ):  # pragma: no cover - compiled
     """Standardize columns ``[first, last)`` of ``returns`` into ``z``, ``z_t`` and the prefix
-    sums (and, if ``transposed``, the column-major copies).
+    sums (and, if ``transposed``, the column-major copies; without ``time_major_counts``, the
+    chunk's running counts go to a scratch of its own, transposed into ``prefix_count_t``).
 
     Per column, float64 two-pass moments over the finite values (sequential sums, row 0 first),
     then ``Z = float32((R − mean) · (1 / std))`` (0 where R is not finite) and the running sums
@@ -253,16 +263,22 @@ def _standardize_columns(
     running = np.zeros(m)
     running_sq = np.zeros(m)
     running_count = np.zeros(m, dtype=np.int32)
+    if time_major_counts:
+        counts = prefix_count
+        counts_first = first
+    else:
+        counts = np.empty((n_rows + 1, m), dtype=np.int32)
+        counts_first = 0
     prefix[0, first:last] = 0.0
     prefix_sq[0, first:last] = 0.0
-    prefix_count[0, first:last] = 0
+    counts[0, counts_first : counts_first + m] = 0
     for t in range(n_rows):
         row = returns[t, first:last]
         here = present[t, first:last]
         z_row = z[t, first:last]
         prefix_row = prefix[t + 1, first:last]
         prefix_sq_row = prefix_sq[t + 1, first:last]
-        prefix_count_row = prefix_count[t + 1, first:last]
+        prefix_count_row = counts[t + 1, counts_first : counts_first + m]
         for c in range(m):
             standardized = (
                 np.float32((np.float64(row[c]) - mean[c]) * scale[c])
@@ -282,10 +298,7 @@ def _standardize_columns(
         transpose_columns(present, first, present_t[first:last])
         transpose_columns(prefix, first, prefix_t[first:last])
         transpose_columns(prefix_sq, first, prefix_sq_t[first:last])
-        transpose_columns(prefix_count, first, prefix_count_t[first:last])
-        for j in range(first, last):
-            for t in range(n_rows):
-                raw_t[j, t] = returns[t, j]
+        transpose_columns(counts, counts_first, prefix_count_t[first:last])
 
 
 @dataclass(frozen=True)

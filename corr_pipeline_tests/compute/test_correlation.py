@@ -475,30 +475,40 @@ def test_full_history_columns(layout: str) -> None:
         _assert_identical(baseline, other, f"{universe.name}, block_rows={block_rows}")
 
 
-def test_standardized_window_without_transposed_copies() -> None:
-    """``standardize(transposed=False)`` (the correlation's window) fills the same time-major
-    arrays as the full window, whose column-major copies are exactly their transposes, and
-    refuses to hand out copies it did not build. Checked against numpy: Z is zero where R is
-    missing, each column's Z has mean 0 and variance 1 over its finite rows, and the prefix
-    sums are the running sums of float64(Z), Z² and the presence."""
+def test_standardized_window_layouts() -> None:
+    """Each layout of ``standardize`` holds the same values: ``"correlation"`` (the
+    correlation's window) the time-major arrays of the full window, whose column-major copies
+    are exactly their transposes, and refuses to hand out copies it did not build;
+    ``"lead-lag"`` the same but the time-major counts, and the same copies (its chunks count in
+    scratches of their own). Checked against numpy: Z is zero where R is missing, each column's
+    Z has mean 0 and variance 1 over its finite rows, and the prefix sums are the running sums
+    of float64(Z), Z² and the presence."""
     from corr_pipeline.compute.standardize import standardize
 
     universe = realistic_universe(11, 70, 530, 20, name="T70_N530")
     R = universe.R
     R[:, 5] = 0.25  # a constant column: Z is 0
     full = standardize(R, column_chunk=128)
-    lean = standardize(R, column_chunk=100, transposed=False)
+    lean = standardize(R, column_chunk=100, layout="correlation")
+    lead_lag = standardize(R, column_chunk=88, layout="lead-lag")
     for name in ("z", "z_t", "present", "prefix", "prefix_sq", "prefix_count"):
         assert getattr(full, name).tobytes() == getattr(lean, name).tobytes(), name
+        if name != "prefix_count":
+            assert getattr(full, name).tobytes() == getattr(lead_lag, name).tobytes(), name
+    assert lead_lag.prefix_count.shape == (0, 0)
     copies = full.transposed
     assert copies is not None and lean.transposed is None
     assert np.array_equal(copies.present_t, full.present.T)
-    assert np.array_equal(copies.raw_t, R.T, equal_nan=True)
     assert np.array_equal(copies.prefix_t, full.prefix.T)
     assert np.array_equal(copies.prefix_sq_t, full.prefix_sq.T)
     assert np.array_equal(copies.prefix_count_t, full.prefix_count.T)
+    assert lead_lag.transposed is not None
+    for name in ("present_t", "prefix_t", "prefix_sq_t", "prefix_count_t"):
+        assert getattr(copies, name).tobytes() == getattr(lead_lag, name).tobytes(), name
     with pytest.raises(ValueError, match="without its transposed arrays"):
         _ = lean.prefix_t
+    with pytest.raises(ValueError, match="layout must be one of"):
+        standardize(R, layout="columns")
 
     finite = np.isfinite(R)
     z = full.z.astype(np.float64)
@@ -545,7 +555,7 @@ def test_side_intervals_and_gaps() -> None:
     R[:, 1] = 0.5  # always present
     R[:25, 2] = np.nan  # listed late
     R[10:, 3] = np.nan  # delisted early
-    window = standardize(R, transposed=False)
+    window = standardize(R, layout="correlation")
     for row0, row1 in [(0, T), (0, 1), (5, 30), (39, 40), (20, 40)]:
         side = make_side(window, row0, row1)
         finite = np.isfinite(R[row0:row1])
@@ -585,7 +595,7 @@ def test_guard_bound_keeps_the_fast_formula() -> None:
     R[33, 5] = np.nan
     result = pairwise_correlation(R, min_overlap=min_overlap)
 
-    window = standardize(R, transposed=False)
+    window = standardize(R, layout="correlation")
     side = make_side(window, 0, T)
     sxy = PairCorrelator(window, side, side, None).tile_product(0, N, 0, N)
     f32 = np.float32

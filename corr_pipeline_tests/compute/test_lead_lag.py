@@ -533,7 +533,7 @@ def test_screen_bounds_enclose_exact_values(name: str) -> None:
     corr = pairwise_correlation(R, min_overlap=m).corr
     for given_corr in (None, corr):
         with worker_pool() as pool:
-            window = standardize(R, pool)
+            window = standardize(R, pool, layout="lead-lag")
             screen = lead_lag.make_screen(window, 5, given_corr is None, m, 0.0)
             upper, lower, sync_block = lead_lag._screen_block(0, N, given_corr, screen, pool)
         checked = 0

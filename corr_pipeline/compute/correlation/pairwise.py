@@ -96,7 +96,7 @@ def pairwise_correlation(
         n_cols, block_row_bytes(n_cols, ov_dtype.itemsize), working_memory_mb, block_rows=block_rows
     )
     with worker_pool() as pool:
-        window = standardize(R, pool, transposed=False)
+        window = standardize(R, pool, layout="correlation")
         side = make_side(window, 0, n_rows)
         correlator = PairCorrelator(window, side, side, pool)
         for done, (start, stop) in enumerate(blocks, start=1):

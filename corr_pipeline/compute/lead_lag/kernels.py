@@ -208,7 +208,7 @@ def screen_tile(products, tile, params, window, out):  # pragma: no cover - comp
 
     ``products[ℓ]`` is the float32 product of lag ℓ for the tile (rows from ``tile_start``;
     slot 0, lag 0, only when ``with_sync``, else ``|sync|`` is read from ``sync_block``, NaN as 0).
-    ``ahead[t, j] = max_{ℓ=1..L} |Z[t + ℓ, j]|``; ``lag_y`` holds the dense leaders'
+    ``lag_y`` holds the dense leaders'
     lagger-side sums (rows ``max_ℓ |PZ_j[T] − PZ_j[ℓ]|``, ``PZ2_j[T] − PZ2_j[L]``,
     ``PZ2_j[T] − PZ2_j[1]``); ``ragged_cols`` lists the columns that are not dense.
 
@@ -219,18 +219,19 @@ def screen_tile(products, tile, params, window, out):  # pragma: no cover - comp
     at each end: sums over the core plus the absolute values (squares) of the fringe rows bound
     every lag at once (one bound per pair for all lags, with the largest |P|). A row ``w`` where the lagger is missing
     removes the leader's ``Z_i(w − ℓ)`` from the leader's sums: at most ``max_ℓ |Z_i(w − ℓ)|``
-    (and its square); the leader's missing rows ``t`` likewise remove at most ``ahead[t, j]``
-    from the lagger's. For the synchronous pair these corrections are exact.
+    (and its square); the leader's missing rows ``t`` likewise remove at most
+    ``max_ℓ |Z_j(t + ℓ)|`` (float32, over ``ℓ <= min(L, T − 1 − t)``; 0 at the last row) from
+    the lagger's. For the synchronous pair these corrections are exact.
 
     Arguments, grouped (one kernel call per tile and chunk): ``tile`` = (tile_start, row_lo,
     row_hi, block_start, col0); ``params`` = (with_sync, max_lag, min_overlap, min_improvement,
-    gamma, tau_screen); ``window`` = the window's and screen's arrays (z, z_t, ahead, prefix,
+    gamma, tau_screen); ``window`` = the window's and screen's arrays (z, z_t, prefix,
     prefix_sq, prefix_t, prefix_sq_t, lo, hi, gaps, miss_ptr, miss_rows, miss_cols,
     ragged_cols, lag_y); ``out`` = (out_upper, out_lower, sync_block)."""
     tile_start, row_lo, row_hi, block_start, col0 = tile
     with_sync, max_lag, min_overlap, min_improvement, gamma, tau_screen = params
-    z, z_t, ahead, prefix, prefix_sq, prefix_t, prefix_sq_t = window[:7]
-    lo, hi, gaps, miss_ptr, miss_rows, miss_cols, ragged_cols, lag_y = window[7:]
+    z, z_t, prefix, prefix_sq, prefix_t, prefix_sq_t = window[:6]
+    lo, hi, gaps, miss_ptr, miss_rows, miss_cols, ragged_cols, lag_y = window[6:]
     out_upper, out_lower, sync_block = out
     width = products.shape[2]
     n_rows = prefix.shape[0] - 1
@@ -249,6 +250,7 @@ def screen_tile(products, tile, params, window, out):  # pragma: no cover - comp
     x0q_v = np.empty(width)
     n0_v = np.empty(width)
     behind = np.empty(n_rows)
+    ahead = np.empty(width, dtype=np.float32)
     p_max32 = np.empty(width, dtype=np.float32)
     p_sync_v = np.empty(width)
     sync_v = np.empty(width)
@@ -304,8 +306,12 @@ def screen_tile(products, tile, params, window, out):  # pragma: no cover - comp
             y0_sq[c] = prefix_sq[hi_i, j] - prefix_sq[lo_i, j]
         for q in range(miss_ptr[i], miss_ptr[i + 1]):
             t = miss_rows[q]
+            ahead[:] = 0.0  # max over lags of |Z_j(t + ℓ)|
+            for lag in range(1, min(L, n_rows - 1 - t) + 1):
+                for c in range(width):
+                    ahead[c] = max(ahead[c], abs(z[t + lag, col0 + c]))
             for c in range(width):
-                a = np.float64(ahead[t, col0 + c])
+                a = np.float64(ahead[c])
                 y_sum[c] += a
                 y_sq_lo[c] -= a * a
                 v = np.float64(z[t, col0 + c])
@@ -442,7 +448,7 @@ def pair_data(window: Standardized) -> tuple:
     return (
         window.z_t,
         window.present_t,
-        window.raw_t,
+        window.raw.T,  # the exact fallback's column-major view of the returns
         window.prefix_t,
         window.prefix_sq_t,
         window.prefix_count_t,
@@ -458,7 +464,7 @@ def overlap_moments(i, j, lag, data):  # pragma: no cover - compiled
     """The overlap ``K`` of (R[t, i], R[t + lag, j]) and its sums, as in the module docstring:
     ``(k_lo, k_hi, sx, sy, sxx, syy, base_x, base_y, n)``; ``n = 0`` when ``K`` is empty.
 
-    ``data`` = (z_t, present_t, raw_t, prefix_t, prefix_sq_t, prefix_count_t, gap_ptr,
+    ``data`` = (z_t, present_t, R.T, prefix_t, prefix_sq_t, prefix_count_t, gap_ptr,
     gap_rows, lo, hi): the whole window's presence intervals and interior gaps (CSR)."""
     z_t = data[0]
     present_t = data[1]

@@ -96,7 +96,7 @@ def find_lead_lag_pairs(
 
     blocks = row_blocks(n_cols, row_bytes, working_memory_mb, block_rows=block_rows)
     with worker_pool() as pool:
-        window = standardize(R, pool)
+        window = standardize(R, pool, layout="lead-lag")
         screen = make_screen(window, max_lag, corr is None, min_overlap, min_improvement)
         for done, (start, stop) in enumerate(blocks, start=1):
             if k_rows > 0 or k_cols > 0:

@@ -128,7 +128,6 @@ class _Screen:
     with_sync: bool
     min_overlap: int
     min_improvement: float
-    ahead: np.ndarray  # T × N float32: max over lags of |Z[t + ℓ, j]|
     extents: tuple[np.ndarray, ...]  # lo, hi, gaps, miss_ptr, miss_rows, miss_cols
     ragged_cols: np.ndarray
     lag_y: np.ndarray  # (3, N): dense leaders' lagger-side sums
@@ -146,17 +145,12 @@ def make_screen(
     np.max(np.abs(end - window.prefix[1 : max_lag + 1]), axis=0, out=lag_y[0])
     lag_y[1] = end_sq - window.prefix_sq[max_lag]
     lag_y[2] = end_sq - window.prefix_sq[1]
-    magnitude = np.abs(window.z)
-    ahead = np.zeros_like(magnitude)
-    for lag in range(1, max_lag + 1):
-        np.maximum(ahead[: n_rows - lag], magnitude[lag:], out=ahead[: n_rows - lag])
     return _Screen(
         window=window,
         max_lag=max_lag,
         with_sync=with_sync,
         min_overlap=min_overlap,
         min_improvement=min_improvement,
-        ahead=ahead,
         extents=(lo, hi, gaps, miss_ptr, miss_rows, miss_cols),
         ragged_cols=np.flatnonzero(~dense).astype(np.int64),
         lag_y=lag_y,
@@ -337,7 +331,6 @@ def _screen_block(
     arrays = (
         window.z,
         window.z_t,
-        screen.ahead,
         window.prefix,
         window.prefix_sq,
         window.prefix_t,

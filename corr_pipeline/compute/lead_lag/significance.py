@@ -98,7 +98,7 @@ def pair_significance(
     _check_pairs(leaders, laggers, n_cols)
     if window is None:
         with worker_pool() as pool:
-            window = standardize(R, pool)
+            window = standardize(R, pool, layout="lead-lag")
     data = pair_data(window)
     p_value = _pair_p_values(leaders, laggers, max_lag, min_overlap, FALLBACK_TAU, data)
     if np.isnan(p_value).any():

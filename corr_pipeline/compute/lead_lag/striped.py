@@ -185,7 +185,9 @@ def lead_lag_screen(
 ) -> Any:
     """The window and screen :func:`merge_lead_lag_stripes` evaluates pooled candidates on
     (``R`` standardised on this thread, as in a worker: the same values)."""
-    return make_screen(standardize(R), max_lag, with_sync, min_overlap, min_improvement)
+    return make_screen(
+        standardize(R, layout="lead-lag"), max_lag, with_sync, min_overlap, min_improvement
+    )
 
 
 def _select_pooled(parts: Sequence[LeadLagStripe], screen: Any, floor: np.ndarray) -> np.ndarray:
