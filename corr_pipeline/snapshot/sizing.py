@@ -20,8 +20,8 @@ needs at most, in bytes:
 
 ``64 · T · N`` bounds what a table stage holds besides its block temporaries: the window
 measured 344 MiB above the interpreter at T × N = 252 × 22,465 (61 bytes per cell: the fetched
-price blobs, the float64 pivot, the float32 returns); the correlation and lead-lag stages keep
-about 49 bytes per cell. The matrices' pages are page cache or the store's memory area, not
+price blobs, the float64 pivot, the float32 returns); the lead-lag keeps 46 bytes per cell (its
+standardised window), the correlation less. The matrices' pages are page cache or the store's memory area, not
 heap: under a cgroup (a Kubernetes pod) they count towards its memory limit, hence they are
 part of what a run is given. A run over a range adds the union of its windows, 17 bytes per
 symbol and date (41 MB per 100 dates at N = 24,000), and no more matrices: only one session is
