@@ -457,6 +457,7 @@ class _Chain:
                     max_lag=params.max_lag,
                     min_overlap=params.min_overlap,
                     min_improvement=params.min_improvement,
+                    max_q_value=params.max_q_value,
                 )
             )
         return int(pairs.size), f"max_lag = {params.max_lag}"

@@ -113,6 +113,11 @@ class SnapshotParams(dg.ConfigurableResource):
         description="A lead-lag candidate needs |lagged corr| - |sync corr| > min_improvement "
         "(SPEC §6).",
     )
+    max_q_value: float = Field(
+        default=DEFAULTS.max_q_value,
+        description="A lead-lag candidate needs a Benjamini-Hochberg q-value <= max_q_value "
+        "(SPEC §6 Significance); 1 keeps every candidate, 0.05 only the significant ones.",
+    )
     linkage_method: str = Field(
         default=DEFAULTS.linkage_method,
         description="Agglomerative linkage: average, single, complete or weighted (SPEC §5).",

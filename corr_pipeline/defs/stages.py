@@ -480,6 +480,7 @@ def lead_lag_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Ses
             max_lag=params.max_lag,
             min_overlap=params.min_overlap,
             min_improvement=params.min_improvement,
+            max_q_value=params.max_q_value,
         )
     bundle = MatrixBundle(
         {"pairs": pairs},
@@ -490,6 +491,7 @@ def lead_lag_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Ses
             "k_laggers": params.k_laggers,
             "min_overlap": params.min_overlap,
             "min_improvement": params.min_improvement,
+            "max_q_value": params.max_q_value,
         },
         inputs=sources(window, corr_bundle),
     )

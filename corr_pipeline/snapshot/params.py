@@ -28,7 +28,8 @@ class SnapshotParameters:
     ``lookback_days``: returns in the window (SPEC §2); ``min_history_days``: finite returns a
     symbol needs to be kept; ``min_overlap``: common finite returns for a defined correlation
     (SPEC §3, §6); ``k_neighbors``: neighbors per symbol (SPEC §4); ``max_lag``, ``k_leaders``,
-    ``k_laggers``, ``min_improvement``: the lead-lag scan and selection (SPEC §6);
+    ``k_laggers``, ``min_improvement``, ``max_q_value``: the lead-lag scan and selection
+    (SPEC §6; a candidate needs a q-value at most ``max_q_value``, 1: no condition);
     ``linkage_method``, exactly one of ``distance_threshold`` / ``n_clusters`` and
     ``market_modes_removed`` (the strongest eigenmodes taken out of the correlation first): the
     clusters (SPEC §5); ``working_memory_mb``: the budget for each step's temporaries.
@@ -57,6 +58,7 @@ class SnapshotParameters:
     k_leaders: int = 10
     k_laggers: int = 10
     min_improvement: float = 0.0
+    max_q_value: float = 1.0
     linkage_method: str = "average"
     distance_threshold: float | None = 1.2
     n_clusters: int | None = None
@@ -88,6 +90,7 @@ class SnapshotParameters:
             "k_leaders": int(self.k_leaders),
             "k_laggers": int(self.k_laggers),
             "min_improvement": float(self.min_improvement),
+            "max_q_value": float(self.max_q_value),
             "linkage_method": str(self.linkage_method),
             "distance_threshold": (
                 None if self.distance_threshold is None else float(self.distance_threshold)
@@ -116,6 +119,7 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
     min_overlap common returns, SPEC §6); a known linkage method; exactly one of
     ``distance_threshold`` (finite, > 0) and ``n_clusters`` (>= 1); ``market_modes_removed``
     >= 0 (and below the kept symbols, checked by the clusters step); a finite min_improvement;
+    ``0 < max_q_value <= 1``;
     ``dask_scheduler``, when given, an address ``scheme://host:port``;
     ``clusters_memory_mb`` >= 0.
     """
@@ -185,6 +189,10 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
         )
     if not math.isfinite(p["min_improvement"]):
         problems.append(f"min_improvement must be finite (got {p['min_improvement']})")
+    if not 0.0 < p.get("max_q_value", 1.0) <= 1.0:
+        problems.append(
+            f"max_q_value must lie in (0, 1] (got {p['max_q_value']}); 1 keeps every candidate"
+        )
     if p.get("clusters_memory_mb", 0) < 0:
         problems.append(f"clusters_memory_mb must be >= 0 (got {p['clusters_memory_mb']})")
     scheduler = p.get("dask_scheduler")

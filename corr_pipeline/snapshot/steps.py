@@ -275,6 +275,7 @@ def lead_lag(
         k_laggers=params.k_laggers,
         min_overlap=params.min_overlap,
         min_improvement=params.min_improvement,
+        max_q_value=params.max_q_value,
         corr=corr,
         working_memory_mb=params.working_memory_mb,
         progress=progress,

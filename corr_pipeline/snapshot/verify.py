@@ -384,11 +384,13 @@ def verify_lead_lag_pairs(
     max_lag: int,
     min_overlap: int,
     min_improvement: float,
+    max_q_value: float = 1.0,
 ) -> Verdict:
     """SPEC §6 on the selected pairs: ``1 <= lag <= max_lag``; leader and lagger distinct
     indices in ``[0, N)``; each ordered pair once; ``|lagged_corr| <= 1``; ``overlap >=
     min_overlap``; ``improvement > min_improvement`` and equal to ``|lagged_corr| - |sync_corr|``
-    (NaN sync as 0) within 1e-6; rows sorted by improvement descending, then leader, lagger."""
+    (NaN sync as 0) within 1e-6; ``0 <= p_value <= q_value <= max_q_value`` (Benjamini–Hochberg
+    never lowers a p-value); rows sorted by improvement descending, then leader, lagger."""
     verdict = Verdict(passed=True)
     n_pairs = int(pairs.shape[0])
     verdict.metadata["n_pairs"] = n_pairs
@@ -419,6 +421,9 @@ def verify_lead_lag_pairs(
     count(~np.isfinite(lagged) | (np.abs(lagged) > 1.0), "lagged corr not in [-1, 1]")
     count(overlap < min_overlap, "overlap below min_overlap")
     count(~(improvement > min_improvement), "improvement not above min_improvement")
+    p_value, q_value = pairs["p_value"], pairs["q_value"]
+    count(~((p_value >= 0.0) & (p_value <= q_value)), "p_value not in [0, q_value]")
+    count(~(q_value <= max_q_value), "q_value above max_q_value")
     expected = np.abs(lagged) - np.abs(np.nan_to_num(sync, nan=0.0))
     count(np.abs(expected - improvement) > 1e-6, "improvement inconsistent")
     order = np.lexsort((lagger, leader, -improvement))

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 from scipy.cluster import hierarchy
 from scipy.spatial.distance import squareform
+from scipy.special import erfc
 
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 
@@ -314,6 +315,29 @@ class LeadLagReference:
     k_leaders: int
     k_laggers: int
     min_improvement: float
+    p_value: np.ndarray  # (N, N) float64 Šidák p-value of the best lag, NaN where none
+    q_value: np.ndarray  # (N, N) float64 Benjamini–Hochberg over every pair with a best lag
+    max_q_value: float = 1.0
+
+
+def reference_significance(
+    best_abs: np.ndarray, best_overlap: np.ndarray, has_best: np.ndarray, max_lag: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """SPEC §6 "Significance", literally: ``z = atanh(|r|)·sqrt(n − 3)``, ``p = erfc(z / √2)`` (1 for
+    ``n <= 3``), ``p_value = 1 − (1 − p)^max_lag``; ``q`` by sorting the ``m`` p-values of ``has_best``
+    ascending, ``q_(k) = min over l >= k of p_(l)·m / l``, capped at 1 (NaN elsewhere)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.arctanh(np.minimum(best_abs, 1.0)) * np.sqrt(np.maximum(best_overlap - 3.0, 0.0))
+        p = np.where(best_overlap > 3, erfc(z / np.sqrt(2.0)), 1.0)  # no test on n <= 3
+        p_value = np.where(has_best, -np.expm1(max_lag * np.log1p(-p)), np.nan)
+    flat = p_value[has_best]
+    order = np.argsort(flat, kind="stable")
+    ranked = flat[order] * flat.size / np.arange(1, flat.size + 1)
+    q = np.empty(flat.size)
+    q[order] = np.minimum(np.minimum.accumulate(ranked[::-1])[::-1], 1.0)
+    q_value = np.full(p_value.shape, np.nan)
+    q_value[has_best] = q
+    return p_value, q_value
 
 
 def reference_lagged_correlations(
@@ -340,6 +364,7 @@ def reference_lead_lag(
     min_overlap: int,
     min_improvement: float = 0.0,
     corr: np.ndarray | None = None,
+    max_q_value: float = 1.0,
 ) -> LeadLagReference:
     """SPEC §6, literally, over the full N × N matrix of every lag.
 
@@ -348,7 +373,8 @@ def reference_lead_lag(
       no finite lag → not a candidate.
     * ``improvement = |lagged[l*]| − |corr|`` with NaN ``corr`` read as 0; ``corr`` is the given
       synchronous matrix, or the float64 pandas reference when ``None``.
-    * candidate iff ``i != j`` and ``improvement > min_improvement``.
+    * p- and q-values by :func:`reference_significance` over the pairs ``i != j`` with a best lag.
+    * candidate iff ``i != j``, ``improvement > min_improvement`` and ``q <= max_q_value``.
     * per symbol ``s``: its ``k_laggers`` best candidates in row ``s`` (ties → smaller lagger) and
       its ``k_leaders`` best candidates in column ``s`` (ties → smaller leader); union; sorted by
       improvement desc, leader, lagger.
@@ -373,8 +399,13 @@ def reference_lead_lag(
     sync_abs = np.where(np.isfinite(sync), np.abs(sync), 0.0)
     improvement = np.where(has_finite, best_abs - sync_abs, np.nan)
     off_diagonal = ~np.eye(N, dtype=bool)
+    best_overlap = np.take_along_axis(lagged_overlap, np.maximum(best_lag - 1, 0)[None], 0)[0]
+    p_value, q_value = reference_significance(
+        best_abs, best_overlap, has_finite & off_diagonal, max_lag
+    )
     with np.errstate(invalid="ignore"):
         candidate = has_finite & off_diagonal & (improvement > min_improvement)
+        candidate &= (q_value <= max_q_value) | (max_q_value >= 1.0)
 
     selected: set[tuple[int, int]] = set()
     for s in range(N):
@@ -397,6 +428,8 @@ def reference_lead_lag(
             sync[i, j],
             improvement[i, j],
             lagged_overlap[lag - 1, i, j],
+            p_value[i, j],
+            q_value[i, j],
         )
     return LeadLagReference(
         lagged=lagged,
@@ -411,6 +444,9 @@ def reference_lead_lag(
         k_leaders=k_leaders,
         k_laggers=k_laggers,
         min_improvement=min_improvement,
+        p_value=p_value,
+        q_value=q_value,
+        max_q_value=max_q_value,
     )
 
 
@@ -419,8 +455,8 @@ class LeadLagExcuses:
     """Which reference decisions a float32 implementation may legitimately flip (SPEC §6).
 
     ``surely_in``: selected whatever happens to values within ``tol``; ``surely_out``: never
-    selected; anything else is excused (a near-tie at a rank boundary, or an improvement within
-    ``tol`` of ``min_improvement``). ``lag_tie``: a second lag within ``tol`` of the best.
+    selected; anything else is excused (a near-tie at a rank boundary, an improvement within
+    ``tol`` of ``min_improvement`` or a q-value within ``tol`` relative of ``max_q_value``). ``lag_tie``: a second lag within ``tol`` of the best.
     """
 
     surely_in: np.ndarray  # (N, N) bool
@@ -465,6 +501,9 @@ def lead_lag_excuses(reference: LeadLagReference, tol: float = 1e-5) -> LeadLagE
     with np.errstate(invalid="ignore"):
         sure = finite & (imp > reference.min_improvement + tol)
         maybe = finite & (imp > reference.min_improvement - tol)
+        if reference.max_q_value < 1.0:  # q-values agree to within tol relative (SPEC §6)
+            sure &= reference.q_value <= reference.max_q_value * (1.0 - tol)
+            maybe &= reference.q_value <= reference.max_q_value * (1.0 + tol)
     values = np.where(finite, imp, -np.inf)
     in_row = np.zeros((N, N), dtype=bool)
     out_row = np.ones((N, N), dtype=bool)

@@ -234,6 +234,16 @@ def test_lead_lag_stripes_are_the_threads(two_workers, lead_lag_inputs, with_cor
         assert hit.size == 1 and hit["lag"][0] == lag
 
 
+def test_significant_lead_lag_stripes_are_the_threads(two_workers, lead_lag_inputs):
+    """With ``max_q_value`` the stripes count the p-values first, then screen with the same
+    limit: the threaded scan's pairs, p- and q-values, byte for byte."""
+    expected = _lead_lag(LEAD_LAG.R, lead_lag_inputs, max_q_value=0.05)
+    found = _lead_lag(LEAD_LAG.R, lead_lag_inputs, two_workers, max_q_value=0.05)
+    everything = _lead_lag(LEAD_LAG.R, lead_lag_inputs)
+    assert 0 < expected.size < everything.size
+    assert found.tobytes() == expected.tobytes()
+
+
 def test_lead_lag_ties_across_stripes_go_to_the_smaller_leader(two_workers):
     """Copies of one leader in different stripes tie exactly for every lagger: the merge of
     the stripes' per-lagger tables must keep the smaller leaders, as the threaded scan does."""
@@ -320,13 +330,14 @@ def test_lead_lag_stripes_stay_exact_under_the_tightest_floor(two_workers, lead_
             floor[lagger] = best.min()
     assert np.isfinite(floor).sum() > R.shape[1] // 2
     args = (MappedFile.of(lead_lag_inputs), 4, k_laggers, k_leaders, LEAD_LAG.min_overlap)
-    args += (0.0, MAX_BLOCK_ROWS)
+    args += (0.0, np.inf, MAX_BLOCK_ROWS)
     stripes = stripes_of(R.shape[1], 128)
     free, floored = (
         two_workers.map(lead_lag_stripe, R, stripes, *args, feedback=_FixedFloor(given))
         for given in (None, floor)
     )
     expected = _lead_lag(R, lead_lag_inputs)
+    expected["p_value"] = expected["q_value"] = np.nan  # the merge leaves them to the caller
     screen = lead_lag_screen(R, 4, False, LEAD_LAG.min_overlap, 0.0)
     for parts in (free, floored):
         assert merge_lead_lag_stripes(parts, screen, k_leaders).tobytes() == expected.tobytes()

@@ -27,7 +27,17 @@ from corr_pipeline_tests.compute.universes import (
 )
 
 TOL = 1e-5
-FIELDS = ("leader", "lagger", "lag", "lagged_corr", "sync_corr", "improvement", "overlap")
+FIELDS = (
+    "leader",
+    "lagger",
+    "lag",
+    "lagged_corr",
+    "sync_corr",
+    "improvement",
+    "overlap",
+    "p_value",
+    "q_value",
+)
 
 
 def _columns(pairs) -> dict[str, np.ndarray]:
@@ -106,6 +116,18 @@ def assert_lead_lag_matches(
             same_nan = np.isnan(got_value) and np.isnan(value)
             if not same_nan and not abs(got_value - value) <= TOL:
                 problems.append(f"{name} {got_value!r} vs {value!r} for {describe(i, j)}")
+        # p and q within SPEC's 1e-5, and to 1e-3 relative (the float32 window moves r by
+        # ~1e-8, which moves a p-value of 1e-90 by ~1e-5 relative).
+        if lag_ij == reference.best_lag[i, j]:
+            for name in ("p_value", "q_value"):
+                value, expected_value = float(got[name][row]), getattr(reference, name)[i, j]
+                error = abs(value - expected_value)
+                if not (error <= TOL and error <= 1e-3 * expected_value):
+                    problems.append(f"{name} {value!r} vs {expected_value!r} for {describe(i, j)}")
+        if not got["q_value"][row] <= reference.max_q_value:
+            problems.append(
+                f"q_value {got['q_value'][row]!r} above max_q_value for {describe(i, j)}"
+            )
         if got["overlap"][row] != reference.lagged_overlap[lag_ij - 1, i, j]:
             problems.append(
                 f"overlap {got['overlap'][row]} vs "
@@ -181,6 +203,40 @@ def test_matches_brute_force(case) -> None:
     assert_lead_lag_matches(pairs, reference, max_lag, f"{universe} {params} corr={corr_mode}")
     if k_leaders >= N - 1 and k_laggers >= N - 1:
         assert len(pairs) == np.count_nonzero(reference.candidate), "k = N-1 keeps every candidate"
+
+
+# (seed, N, T, min_overlap, corr_mode, max_lag, k_leaders, k_laggers, max_q_value)
+SIGNIFICANT_CASES = [
+    (20, 150, 252, 60, "computed", 3, 2, 3, 0.05),
+    (21, 150, 252, 60, "kernel", 5, 5, 5, 0.5),
+    (22, 211, 80, 20, "computed", 7, 3, 2, 0.01),
+    (23, 120, 252, 60, "computed", 2, 119, 119, 0.2),
+    (24, 150, 252, 60, "computed", 4, 2, 2, 1e-9),
+]
+
+
+@pytest.mark.parametrize(
+    "case", SIGNIFICANT_CASES, ids=lambda c: f"s{c[0]}_N{c[1]}_T{c[2]}_L{c[5]}_q{c[8]}"
+)
+def test_max_q_value_matches_brute_force(case) -> None:
+    """Candidates need q <= max_q_value (SPEC §6): the screened scan keeps exactly the brute
+    force's pairs, and the bounded screen never drops one."""
+    seed, N, T, m, corr_mode, max_lag, k_leaders, k_laggers, max_q_value = case
+    universe = realistic_universe(seed, T, N, m, injected=_injected(seed, N, 4, max_lag))
+    params = dict(
+        max_lag=max_lag, k_leaders=k_leaders, k_laggers=k_laggers, max_q_value=max_q_value
+    )
+    pairs, reference = _run(universe, corr_mode, **params)
+    assert_lead_lag_matches(pairs, reference, max_lag, f"{universe} {params} corr={corr_mode}")
+    unfiltered = find_lead_lag_pairs(
+        universe.R, min_overlap=m, max_lag=max_lag, k_leaders=k_leaders, k_laggers=k_laggers
+    )
+    assert len(pairs) < len(unfiltered), "the condition must bite on these universes"
+    assert len(pairs) > 0 and np.all(pairs["q_value"] <= max_q_value)
+    if k_leaders >= N - 1 and k_laggers >= N - 1:
+        assert len(pairs) == np.count_nonzero(reference.candidate), "k = N-1 keeps every candidate"
+        kept = unfiltered[unfiltered["q_value"] <= max_q_value]
+        _assert_same_pairs(pairs, kept, "with every candidate kept, the filter is a selection")
 
 
 @st.composite

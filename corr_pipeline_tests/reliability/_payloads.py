@@ -31,6 +31,8 @@ def publish_arguments(
     pairs["sync_corr"] = rng.uniform(-0.1, 0.1, m)
     pairs["improvement"] = np.abs(pairs["lagged_corr"]) - np.abs(pairs["sync_corr"])
     pairs["overlap"] = rng.integers(20, 250, m)
+    pairs["p_value"] = 10.0 ** -rng.uniform(0, 12, m)
+    pairs["q_value"] = np.minimum(1.0, pairs["p_value"] * 1e3)
     return dict(
         snapshot_date=day,
         as_of_trade_date=day,

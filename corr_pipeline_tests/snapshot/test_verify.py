@@ -219,8 +219,10 @@ def test_cluster_check():
 
 
 def _pairs(rows):
-    out = np.array(rows, dtype=LEAD_LAG_DTYPE)
-    return out
+    """Rows of the seven SPEC §6 columns (p_value 1e-3 and q_value 1e-2 added) or all nine."""
+    return np.array(
+        [tuple(r) + ((1e-3, 1e-2) if len(r) == 7 else ()) for r in rows], dtype=LEAD_LAG_DTYPE
+    )
 
 
 def test_lead_lag_check():
@@ -247,6 +249,15 @@ def test_lead_lag_check():
     low["overlap"][1] = 59
     assert not verify.verify_lead_lag_pairs(low, 4, **kwargs).passed
     assert not verify.verify_lead_lag_pairs(good, 3, **kwargs).passed  # index 3 out of range
+    above_q = verify.verify_lead_lag_pairs(good, 4, **kwargs, max_q_value=0.005)
+    assert not above_q.passed and above_q.metadata["q_value_above_max_q_value"] == 3
+    lowered = good.copy()
+    lowered["q_value"][1] = 1e-4  # below its p-value: no Benjamini-Hochberg value is
+    verdict = verify.verify_lead_lag_pairs(lowered, 4, **kwargs)
+    assert not verdict.passed and verdict.metadata["p_value_not_in_[0,_q_value]"] == 1
+    unset = good.copy()
+    unset["p_value"][0] = np.nan
+    assert not verify.verify_lead_lag_pairs(unset, 4, **kwargs).passed
 
 
 def test_injected_pairs_check():
@@ -266,7 +277,7 @@ def test_injected_pairs_check():
     real = verify.verify_injected_pairs(pairs, symbols, [])
     assert real.passed and "no synthetic truth" in real.metadata["note"]
     md = markdown.strongest_pairs(pairs, symbols, top=1)
-    assert "| A | B | 2 | +0.8000 | +0.0000 | 0.8000 | 80 |" in md
+    assert "| A | B | 2 | +0.8000 | +0.0000 | 0.8000 | 80 | 0.0100 |" in md
 
 
 def test_returns_check():

@@ -60,7 +60,11 @@ def temp_files(directory: Path) -> list[str]:
         np.asfortranarray(np.arange(6, dtype=np.int32).reshape(2, 3)),
         np.array(3.25),
         np.array(
-            [(1, 2, 3, 0.5, np.nan, 0.25, 40), (4, 5, 1, -0.75, 0.1, 0.5, 41)], dtype=LEAD_LAG_DTYPE
+            [
+                (1, 2, 3, 0.5, np.nan, 0.25, 40, 1e-9, 1e-7),
+                (4, 5, 1, -0.75, 0.1, 0.5, 41, 0.5, 1.0),
+            ],
+            dtype=LEAD_LAG_DTYPE,
         ),
         np.array(["AAPL", "ÉTÉ"], dtype="<U4"),
     ],

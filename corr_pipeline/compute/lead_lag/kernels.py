@@ -49,6 +49,14 @@ or ``|sync|`` exactly when ``corr`` is given. Finally
 1e-6), each ``−∞`` when at most ``min_improvement`` (then the pair is no candidate, resp. the
 bound says nothing) and for ``i = j``.
 
+**Significance** (``max_q_value`` < 1: a candidate's best lag also needs a lag p-value
+``lag_p_value(r, n) < p_limit``, ``significance.candidate_p_limit``). The p-value decreases in
+``|r|`` and in ``n``; the best lag has ``D <= |r| <= U`` and ``n_lo <= n <= n_hull``, so a pair
+with ``lag_p_value(U, n_hull) >= p_limit`` is no candidate (upper = −∞) and a lower bound
+stands only when ``lag_p_value(D, n_lo) < p_limit`` (:func:`~corr_pipeline.compute.lead_lag.p_values.significance_bounds`, with ``U`` and
+``D`` widened by its margin). The exact evaluation applies the condition
+itself (:func:`pair_values`).
+
 **Selection** (:func:`select_rows`, :func:`select_columns`), exact by the threshold argument:
 if k pairs of a row (or column) have lower bounds ``≥ θ``, its k-th best exact improvement is
 ``≥ θ``, so a pair whose upper bound is *strictly* below ``θ`` — or strictly below the k-th
@@ -66,6 +74,7 @@ import numpy as np
 from numba import njit
 
 from corr_pipeline.compute.correlation.kernels import exact_pair_correlation
+from corr_pipeline.compute.lead_lag.p_values import lag_p_value, significance_bounds
 from corr_pipeline.compute.standardize import Standardized, make_side
 from corr_pipeline.compute.top_k import before, insert_value
 
@@ -198,7 +207,7 @@ def _pair_bounds(
     bound_lo = lower - sync_hi - BOUND_MARGIN
     bound_hi = bound_hi if (upper > -np.inf) & (bound_hi > min_improvement) else -np.inf
     bound_lo = bound_lo if bound_lo > min_improvement else -np.inf
-    return bound_hi, bound_lo
+    return bound_hi, bound_lo, up if ok else 1.0, lw, n_lo
 
 
 @njit(cache=True, nogil=True)
@@ -225,11 +234,11 @@ def screen_tile(products, tile, params, window, out):  # pragma: no cover - comp
 
     Arguments, grouped (one kernel call per tile and chunk): ``tile`` = (tile_start, row_lo,
     row_hi, block_start, col0); ``params`` = (with_sync, max_lag, min_overlap, min_improvement,
-    gamma, tau_screen); ``window`` = the window's and screen's arrays (z, z_t, prefix,
+    gamma, tau_screen, p_limit); ``window`` = the window's and screen's arrays (z, z_t, prefix,
     prefix_sq, prefix_t, prefix_sq_t, lo, hi, gaps, miss_ptr, miss_rows, miss_cols,
     ragged_cols, lag_y); ``out`` = (out_upper, out_lower, sync_block)."""
     tile_start, row_lo, row_hi, block_start, col0 = tile
-    with_sync, max_lag, min_overlap, min_improvement, gamma, tau_screen = params
+    with_sync, max_lag, min_overlap, min_improvement, gamma, tau_screen, p_limit = params
     z, z_t, prefix, prefix_sq, prefix_t, prefix_sq_t = window[:6]
     lo, hi, gaps, miss_ptr, miss_rows, miss_cols, ragged_cols, lag_y = window[6:]
     out_upper, out_lower, sync_block = out
@@ -255,6 +264,9 @@ def screen_tile(products, tile, params, window, out):  # pragma: no cover - comp
     p_sync_v = np.empty(width)
     sync_v = np.empty(width)
     gaps_v = np.empty(width)
+    corr_hi_v = np.empty(width)
+    corr_lo_v = np.empty(width)
+    n_lo_v = np.empty(width)
     for c in range(width):
         gaps_v[c] = np.float64(gaps[col0 + c])
     r_first = np.searchsorted(ragged_cols, col0)
@@ -391,7 +403,7 @@ def screen_tile(products, tile, params, window, out):  # pragma: no cover - comp
                 v = abs(np.float64(sync_block[r, col0 + c]))
                 sync_v[c] = 0.0 if math.isnan(v) else v
         for c in range(width):
-            upper, lower = _pair_bounds(
+            upper, lower, corr_hi_v[c], corr_lo_v[c], n_lo_v[c] = _pair_bounds(
                 np.float64(p_max32[c]),
                 p_sync_v[c],
                 with_sync,
@@ -418,6 +430,19 @@ def screen_tile(products, tile, params, window, out):  # pragma: no cover - comp
             )
             out_upper[r, col0 + c] = upper
             out_lower[r, col0 + c] = lower
+        if p_limit < np.inf:
+            for c in range(width):
+                upper, lower = significance_bounds(
+                    out_upper[r, col0 + c],
+                    out_lower[r, col0 + c],
+                    corr_hi_v[c],
+                    corr_lo_v[c],
+                    n_lo_v[c],
+                    nh_v[c],
+                    p_limit,
+                )
+                out_upper[r, col0 + c] = upper
+                out_lower[r, col0 + c] = lower
         if col0 <= i < col0 + width:
             out_upper[r, i] = -np.inf
             out_lower[r, i] = -np.inf
@@ -550,25 +575,28 @@ def pair_values(i, j, given_sync, params, data):  # pragma: no cover - compiled
     """Exact (improvement, best_corr, best_lag, best_overlap, sync) of the pair (i, j), SPEC §6;
     the improvement is float32, −inf for a non-candidate.
 
-    ``params`` = (max_lag, min_overlap, tau, min_improvement as float32, with_sync); without
-    ``with_sync`` the synchronous correlation is ``given_sync`` (float32, NaN allowed)."""
+    ``params`` = (max_lag, min_overlap, tau, min_improvement as float32, with_sync, p_limit);
+    without ``with_sync`` the synchronous correlation is ``given_sync`` (float32, NaN allowed).
+    A candidate also needs the p-value of its best lag (:func:`lag_p_value` of its float64
+    correlation and overlap) strictly below ``p_limit`` (``inf``: no condition)."""
     max_lag = params[0]
     min_overlap = params[1]
     tau = params[2]
     min_improvement = params[3]
+    p_limit = params[5]
     best_abs = np.float32(-1.0)
-    best_corr = np.float32(np.nan)
+    best_value = np.nan
     best_lag = 0
     best_overlap = 0
     for lag in range(1, max_lag + 1):
         value, count = lagged_value(i, j, lag, min_overlap, tau, data)
-        v32 = np.float32(value)
-        magnitude = abs(v32)
+        magnitude = abs(np.float32(value))
         if magnitude > best_abs:
             best_abs = magnitude
-            best_corr = v32
+            best_value = value
             best_lag = lag
             best_overlap = count
+    best_corr = np.float32(best_value)
     sync = given_sync
     if params[4]:
         sync = np.float32(lagged_value(i, j, 0, min_overlap, tau, data)[0])
@@ -577,6 +605,8 @@ def pair_values(i, j, given_sync, params, data):  # pragma: no cover - compiled
         sync_abs = np.float32(0.0)
     improvement = best_abs - sync_abs
     if not (best_abs >= 0 and improvement > min_improvement):
+        improvement = np.float32(-np.inf)
+    elif p_limit < np.inf and not lag_p_value(best_value, best_overlap) < p_limit:
         improvement = np.float32(-np.inf)
     return improvement, best_corr, best_lag, best_overlap, sync
 

@@ -18,6 +18,11 @@ from corr_pipeline.compute.lead_lag.scan import (
     scan_block,
     union_sorted,
 )
+from corr_pipeline.compute.lead_lag.significance import (
+    annotate,
+    candidate_p_limit,
+    count_p_values,
+)
 from corr_pipeline.compute.lead_lag.striped import striped_lead_lag
 from corr_pipeline.compute.standardize import standardize
 from corr_pipeline.compute.tiling import (
@@ -42,6 +47,7 @@ def find_lead_lag_pairs(
     k_laggers: int,
     min_overlap: int,
     min_improvement: float = 0.0,
+    max_q_value: float = 1.0,
     corr: np.ndarray | None = None,
     working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
     block_rows: int | None = None,
@@ -58,6 +64,7 @@ def find_lead_lag_pairs(
     k_leaders, k_laggers : per symbol, how many best leaders of it / laggers of it to keep (>= 0).
     min_overlap : minimum common finite rows for any correlation (2 <= min_overlap <= T).
     min_improvement : a pair is a candidate iff its improvement is strictly above this.
+    max_q_value : and iff its q-value (SPEC §6 "Significance") is at most this; 1: no condition.
     corr : the synchronous correlation (N × N float32, e.g. a read-only memory map);
         computed for the pairs that need it when not given.
     working_memory_mb, block_rows : block sizing; the result does not depend on them.
@@ -68,10 +75,14 @@ def find_lead_lag_pairs(
         given, a file-backed memory map). The same pairs either way.
 
     Returns a structured array with fields ``leader, lagger, lag, lagged_corr,
-    sync_corr, improvement, overlap`` (:data:`LEAD_LAG_DTYPE`), leader/lagger being
-    column indices of ``R``, sorted by improvement desc, then leader, then lagger.
+    sync_corr, improvement, overlap, p_value, q_value`` (:data:`LEAD_LAG_DTYPE`),
+    leader/lagger being column indices of ``R``, sorted by improvement desc, then leader, then
+    lagger. The q-values come from one exact count of every pair's p-value
+    (:mod:`~corr_pipeline.compute.lead_lag.significance`) before the scan.
     """
-    check_lead_lag_args(R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr)
+    check_lead_lag_args(
+        R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr, max_q_value
+    )
     n_rows, n_cols = R.shape
     row_bytes = block_row_bytes(n_cols)
     if block_rows is None:
@@ -85,6 +96,7 @@ def find_lead_lag_pairs(
             k_laggers=k_laggers,
             min_overlap=min_overlap,
             min_improvement=min_improvement,
+            max_q_value=max_q_value,
             corr=corr,
             block_rows=block_rows,
             progress=progress,
@@ -97,7 +109,9 @@ def find_lead_lag_pairs(
     blocks = row_blocks(n_cols, row_bytes, working_memory_mb, block_rows=block_rows)
     with worker_pool() as pool:
         window = standardize(R, pool, layout="lead-lag")
-        screen = make_screen(window, max_lag, corr is None, min_overlap, min_improvement)
+        counts = count_p_values(window, max_lag, min_overlap, pool)
+        p_limit = candidate_p_limit(counts, max_q_value, max_lag)
+        screen = make_screen(window, max_lag, corr is None, min_overlap, min_improvement, p_limit)
         for done, (start, stop) in enumerate(blocks, start=1):
             if k_rows > 0 or k_cols > 0:
                 row_pairs.append(scan_block(start, stop, corr, screen, k_rows, pool, pool_state))
@@ -106,4 +120,5 @@ def find_lead_lag_pairs(
         if k_cols > 0:
             row_pairs.append(pool_state.select(screen, pool))
 
-    return union_sorted(np.concatenate(row_pairs) if row_pairs else np.empty(0, LEAD_LAG_DTYPE))
+    pairs = union_sorted(np.concatenate(row_pairs) if row_pairs else np.empty(0, LEAD_LAG_DTYPE))
+    return annotate(pairs, window, counts, max_lag, min_overlap)

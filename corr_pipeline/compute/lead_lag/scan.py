@@ -76,9 +76,13 @@ LEAD_LAG_DTYPE = np.dtype(
         ("sync_corr", np.float32),
         ("improvement", np.float32),
         ("overlap", np.int32),
+        ("p_value", np.float64),
+        ("q_value", np.float64),
     ]
 )
-"""Columns of :func:`find_lead_lag_pairs`' result (SPEC §6, §9)."""
+"""Columns of :func:`find_lead_lag_pairs`' result (SPEC §6, §9); ``p_value`` and ``q_value``
+(SPEC §6 "Significance") are NaN until
+:func:`~corr_pipeline.compute.lead_lag.significance.annotate` fills them."""
 
 MAX_BLOCK_ROWS = 2 * GEMM_TILE
 """Default cap on the block height: the b × N arrays stay small and blocks align with tiles."""
@@ -116,6 +120,8 @@ def pair_records(top: tuple[np.ndarray, ...], owner_is_leader: bool, offset: int
     out["lag"] = top[3][owner, slot]
     out["overlap"] = top[4][owner, slot]
     out["sync_corr"] = top[5][owner, slot]
+    out["p_value"] = np.nan
+    out["q_value"] = np.nan
     return out
 
 
@@ -136,8 +142,15 @@ class _Screen:
 
 
 def make_screen(
-    window: Standardized, max_lag: int, with_sync: bool, min_overlap: int, min_improvement: float
+    window: Standardized,
+    max_lag: int,
+    with_sync: bool,
+    min_overlap: int,
+    min_improvement: float,
+    p_limit: float = np.inf,
 ) -> _Screen:
+    """What the scan reads; ``p_limit``: a candidate's best lag has a p-value strictly below it
+    (``significance.candidate_p_limit`` of ``max_q_value``; ``inf``: no condition)."""
     n_rows = window.n_rows
     lo, hi, gaps, miss_ptr, miss_rows, miss_cols, dense = llk.column_extents(window.present_t)
     end, end_sq = window.prefix[n_rows], window.prefix_sq[n_rows]
@@ -154,7 +167,14 @@ def make_screen(
         extents=(lo, hi, gaps, miss_ptr, miss_rows, miss_cols),
         ragged_cols=np.flatnonzero(~dense).astype(np.int64),
         lag_y=lag_y,
-        params=(max_lag, min_overlap, FALLBACK_TAU, np.float32(min_improvement), with_sync),
+        params=(
+            max_lag,
+            min_overlap,
+            FALLBACK_TAU,
+            np.float32(min_improvement),
+            with_sync,
+            float(p_limit),
+        ),
         data=llk.pair_data(window),
     )
 
@@ -327,6 +347,7 @@ def _screen_block(
         screen.min_improvement,
         _gemm_rounding(n_rows),
         FALLBACK_TAU * llk.TAU_SCREEN_FACTOR,
+        screen.params[5],
     )
     arrays = (
         window.z,
@@ -388,6 +409,7 @@ def check_lead_lag_args(
     min_overlap: int,
     min_improvement: float,
     corr: np.ndarray | None,
+    max_q_value: float = 1.0,
 ) -> None:
     """Raise on arguments :func:`find_lead_lag_pairs` does not accept."""
     check_returns(R)
@@ -400,6 +422,8 @@ def check_lead_lag_args(
     check_min_overlap(min_overlap, n_rows)
     if not np.isfinite(min_improvement):
         raise ValueError(f"min_improvement must be finite, got {min_improvement}")
+    if not 0.0 < max_q_value <= 1.0:
+        raise ValueError(f"max_q_value must lie in (0, 1], got {max_q_value}")
     if corr is not None:
         check_square_corr(corr)
         if corr.shape[0] != n_cols:

@@ -12,27 +12,40 @@ with the p-values sorted ascending,
 
 **How, in O(block × N) memory.** The q-value of a p-value ``p`` is ``inf over t >= p of
 m·t / F(t)``, ``F(t)`` the number of pairs with a p-value ``<= t``, so q-values need the counts
-``F``, not the sorted p-values. One exact pass over row blocks of leaders computes every pair's
-best-lag correlation (per lag one float64 product ``Z_I(t)ᵀ Z(t + ℓ)`` of the zero-filled
-standardized window, whose entries are the pairs' ``Sxy``, then
-``kernels.lagged_from_sums`` per pair: the exact evaluation's formula) and counts its
-p-value in a histogram whose bins are the float64 p-values' leading bits: exponent and the first
-:data:`MANTISSA_BITS` mantissa bits, so a bin ``[lo, hi)`` has ``hi / lo <= 1 + 2⁻¹⁷``. With
-``C_b`` the pairs in bins ``<= b``, a pair in bin ``b`` has
+``F``, not the sorted p-values. One exact pass over product tiles of leaders computes every
+pair's best-lag correlation (per tile one float64 product of the tile's leaders shifted by every
+lag against a chunk of laggers, whose entries are the pairs' ``Sxy``, then
+``kernels.lagged_from_sums`` per pair: the exact evaluation's formula) and counts its lag
+p-value ``p`` (before Šidák, which is increasing) in a histogram whose bins are the float64
+values' leading bits: exponent and the first :data:`MANTISSA_BITS` mantissa bits, so a bin
+``[lo, hi)`` has ``hi / lo <= 1 + 2⁻¹⁷``, and so has its image under Šidák (concave through 0).
+With ``C_b`` the pairs in bins ``<= b`` and ``hi'_b`` the Šidák p-value of ``hi_b``, a pair in
+bin ``b`` has
 
-    q ∈ [min(m·p / C_b, min over b' > b of m·lo_b' / C_b'),  min over b' >= b of m·hi_b' / C_b']
+    q ∈ [min(m·p_value / C_b, min over b' > b of m·lo'_b' / C_b'),  min over b' >= b of m·hi'_b' / C_b']
 
 (every pair of bin ``b'`` has rank ``<= C_b'`` and the last one rank ``C_b'``), an interval of
 relative width at most ``2⁻¹⁷ ≈ 7.6e-6``; the upper end is reported, so every q-value is within
-``7.6e-6·q`` of the exact one, and pairs of equal p-value get equal q-values. P-values below
-:data:`SMALLEST_BINNED` share bin 0: their q-value is at most ``m·2⁻⁵⁰ / C_0 < 1e-6`` for any
-``m < 2³⁰``, reported as that bound. The reported pairs' p-values are computed exactly from the
-pair alone (``kernels.lagged_value`` at each lag), so they do not depend on the blocks.
+``7.6e-6·q`` of the exact one, and pairs of equal p-value get equal q-values. Lag p-values below
+:data:`SMALLEST_FINE` (``|z| > 8.5``) have bins of :data:`COARSE_MANTISSA_BITS` bits (relative
+width ``2⁻¹²``; their q-values are below ``m·2⁻⁵⁶·L < 1e-6`` anyway) and p = 0 a bin of its own
+(q = 0). The histogram is kept sparse (the bins that hold pairs) and does not depend on the
+tiles' order, the threads or the stripes.
+
+**Significant candidates** (``max_q_value`` < 1). The reported q-value is a non-decreasing step
+function of the bin, so ``q <= max_q_value`` exactly when the lag p-value is strictly below the
+upper edge of the last bin whose q-value is ``<= max_q_value`` (:func:`candidate_p_limit`): the
+scan's candidacy condition (``kernels.pair_values``), bounded by its screen.
+
+The reported pairs' p-values are computed exactly from the pair alone (``kernels.lagged_value``
+at each lag), so they do not depend on the tiles.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,25 +55,57 @@ from corr_pipeline.compute.correlation.kernels import FALLBACK_TAU
 from corr_pipeline.compute.lead_lag.kernels import (
     lagged_from_sums,
     lagged_value,
-    overlap_moments,
     pair_data,
 )
+from corr_pipeline.compute.lead_lag.p_values import lag_p_value
 from corr_pipeline.compute.standardize import Standardized, standardize
-from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, row_blocks
+from corr_pipeline.compute.tiling import PRODUCT_COLUMNS, tiles_covering
 from corr_pipeline.compute.validation import check_min_overlap, check_positive_int, check_returns
-from corr_pipeline.compute.workers import worker_pool
+from corr_pipeline.compute.workers import thread_buffer, worker_pool
 
 MANTISSA_BITS = 17
 """Mantissa bits of a p-value that pick its histogram bin: bins of relative width ``2⁻¹⁷``."""
 
-_SHIFT = 52 - MANTISSA_BITS
-_SMALLEST_EXPONENT = -50
-SMALLEST_BINNED = 2.0**_SMALLEST_EXPONENT
-"""P-values below this share bin 0 (their q-values are below 1e-6 whatever the universe)."""
+COARSE_MANTISSA_BITS = 12
+"""Below :data:`SMALLEST_FINE`, bins of relative width ``2⁻¹²`` (their q-values are below 1e-6)."""
 
-_BASE_KEY = int(np.float64(SMALLEST_BINNED).view(np.int64)) >> _SHIFT
-N_BINS = (int(np.float64(1.0).view(np.int64)) >> _SHIFT) - _BASE_KEY + 2
-"""Bin 0 below :data:`SMALLEST_BINNED`, then one bin per 17-bit mantissa prefix up to 1.0."""
+SMALLEST_FINE = 2.0**-56
+"""The smallest lag p-value binned to 17 mantissa bits."""
+
+_FINE_SHIFT = 52 - MANTISSA_BITS
+_COARSE_SHIFT = 52 - COARSE_MANTISSA_BITS
+_COARSE_END = int(np.float64(SMALLEST_FINE).view(np.int64)) >> _COARSE_SHIFT
+_FINE_BASE = int(np.float64(SMALLEST_FINE).view(np.int64)) >> _FINE_SHIFT
+N_BINS = 1 + _COARSE_END + (int(np.float64(1.0).view(np.int64)) >> _FINE_SHIFT) - _FINE_BASE + 1
+"""Bin 0 for p = 0, the coarse bins of ``(0, 2⁻⁵⁶)``, then the fine bins up to 1.0."""
+
+TILES_PER_ITEM = 2
+"""Leader tiles per work item of the count: one float64 product of ``2 × GEMM_TILE × L`` rows
+(``L × 256 × 2048`` float64, 21 MB at L = 5, per thread)."""
+
+
+@dataclass(frozen=True)
+class PValueCounts:
+    """The histogram of the lag p-values of every ordered pair with a best lag, sparse: the bins
+    that hold pairs (ascending) and how many each."""
+
+    bins: np.ndarray  # int64
+    counts: np.ndarray  # int64
+
+    @property
+    def m(self) -> int:
+        """The pairs counted."""
+        return int(self.counts.sum())
+
+    @classmethod
+    def merge(cls, parts: list[PValueCounts]) -> PValueCounts:
+        """One histogram of several (of disjoint sets of pairs)."""
+        if not parts:
+            return cls(np.empty(0, np.int64), np.empty(0, np.int64))
+        bins, where = np.unique(np.concatenate([p.bins for p in parts]), return_inverse=True)
+        weights = np.concatenate([p.counts for p in parts]).astype(np.float64)  # < 2⁵³: exact
+        counts = np.bincount(where, weights=weights, minlength=bins.size)
+        return cls(bins, counts.astype(np.int64))
 
 
 @dataclass(frozen=True)
@@ -72,6 +117,12 @@ class Significance:
     m: int
 
 
+def sidak(p: np.ndarray | float, max_lag: int) -> np.ndarray:
+    """``1 − (1 − p)^max_lag``, in float64."""
+    with np.errstate(divide="ignore"):  # p = 1: log1p(−1) = −inf, and the result 1
+        return -np.expm1(max_lag * np.log1p(-np.asarray(p, dtype=np.float64)))
+
+
 def pair_significance(
     R: np.ndarray,
     leaders: np.ndarray,
@@ -79,14 +130,12 @@ def pair_significance(
     *,
     max_lag: int,
     min_overlap: int,
-    working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
     block_rows: int | None = None,
-    window: Standardized | None = None,
 ) -> Significance:
     """P- and q-values (see the module docstring) of the ordered pairs ``(leaders[k],
     laggers[k])`` of the columns of ``R`` (float32 T × N returns, NaN where missing), each with a
-    best lag over lags ``1 .. max_lag``. ``window``: ``standardize(R)`` when the caller has it.
-    The result does not depend on ``working_memory_mb`` or ``block_rows``."""
+    best lag over lags ``1 .. max_lag``. ``block_rows``: count the pairs in calls over that many
+    leaders at a time, as stripes do; the values do not depend on it."""
     check_returns(R)
     n_rows, n_cols = R.shape
     check_positive_int(max_lag, "max_lag")
@@ -96,20 +145,37 @@ def pair_significance(
     leaders = np.asarray(leaders, dtype=np.int64)
     laggers = np.asarray(laggers, dtype=np.int64)
     _check_pairs(leaders, laggers, n_cols)
-    if window is None:
-        with worker_pool() as pool:
-            window = standardize(R, pool, layout="lead-lag")
-    data = pair_data(window)
-    p_value = _pair_p_values(leaders, laggers, max_lag, min_overlap, FALLBACK_TAU, data)
-    if np.isnan(p_value).any():
-        k = int(np.flatnonzero(np.isnan(p_value))[0])
+    with worker_pool() as pool:
+        window = standardize(R, pool, layout="lead-lag")
+        step = n_cols if block_rows is None else max(1, int(block_rows))
+        counts = PValueCounts.merge(
+            [
+                count_p_values(window, max_lag, min_overlap, pool, (lo, min(lo + step, n_cols)))
+                for lo in range(0, n_cols, step)
+            ]
+        )
+    p = _pair_lag_p_values(leaders, laggers, max_lag, min_overlap, FALLBACK_TAU, pair_data(window))
+    if np.isnan(p).any():
+        k = int(np.flatnonzero(np.isnan(p))[0])
         raise ValueError(
             f"pair {k} ({leaders[k]}, {laggers[k]}) has no finite lagged correlation "
             f"at lags 1..{max_lag} with min_overlap = {min_overlap}: it has no best lag"
         )
-    counts = p_value_histogram(window, data, max_lag, min_overlap, working_memory_mb, block_rows)
-    m = int(counts.sum())
-    return Significance(p_value, _q_values(p_value, counts, m), m)
+    return Significance(sidak(p, max_lag), q_values(p, counts, max_lag), counts.m)
+
+
+def annotate(
+    pairs: np.ndarray, window: Standardized, counts: PValueCounts, max_lag: int, min_overlap: int
+) -> np.ndarray:
+    """``pairs`` (``LEAD_LAG_DTYPE``, each with a best lag) with their ``p_value`` and
+    ``q_value`` filled in, from the pairs alone and the histogram ``counts`` of every pair."""
+    leaders = pairs["leader"].astype(np.int64)
+    laggers = pairs["lagger"].astype(np.int64)
+    p = _pair_lag_p_values(leaders, laggers, max_lag, min_overlap, FALLBACK_TAU, pair_data(window))
+    out = pairs.copy()
+    out["p_value"] = sidak(p, max_lag)
+    out["q_value"] = q_values(p, counts, max_lag)
+    return out
 
 
 def _check_pairs(leaders: np.ndarray, laggers: np.ndarray, n_cols: int) -> None:
@@ -126,133 +192,241 @@ def _check_pairs(leaders: np.ndarray, laggers: np.ndarray, n_cols: int) -> None:
         raise ValueError(f"pair {same[0]} is a symbol with itself ({leaders[same[0]]})")
 
 
-def p_value_histogram(
+def count_p_values(
     window: Standardized,
-    data: tuple,
     max_lag: int,
     min_overlap: int,
-    working_memory_mb: float,
-    block_rows: int | None,
-) -> np.ndarray:
-    """Counts (int64, :data:`N_BINS`) of the best-lag p-values of every ordered pair ``i != j``
-    that has a best lag, by one pass over row blocks of leaders (module docstring)."""
+    pool: Executor,
+    leaders: tuple[int, int] | None = None,
+) -> PValueCounts:
+    """The histogram (module docstring) of the lag p-values of the best lags of the ordered
+    pairs ``i != j`` with a best lag, for the leaders ``i`` in ``leaders`` (all by default) and
+    every lagger ``j``: work items of :data:`TILES_PER_ITEM` leader tiles × one chunk of
+    laggers on ``pool``'s threads, each counting into its thread's histogram."""
     n_rows, n_cols = window.n_rows, window.n_cols
-    # per block row: the lag's product (8 bytes a pair), the best |r| (4), r (8) and n (4)
-    blocks = row_blocks(n_cols, 24 * n_cols, working_memory_mb, block_rows=block_rows)
-    z64 = window.z.astype(np.float64)
-    counts = np.zeros(N_BINS, dtype=np.int64)
-    sides = [_complete_sides(window, data, lag) for lag in range(1, max_lag + 1)]
-    for start, stop in blocks:
-        rows = stop - start
-        best = (
-            np.full((rows, n_cols), -1.0, dtype=np.float32),
-            np.zeros((rows, n_cols), dtype=np.float64),
-            np.zeros((rows, n_cols), dtype=np.int64),
+    start, stop = (0, n_cols) if leaders is None else leaders
+    data = pair_data(window)
+    arrays = (window.z, window.prefix, window.prefix_sq)
+    tiles = tiles_covering(start, stop)
+    groups = [tiles[k : k + TILES_PER_ITEM] for k in range(0, len(tiles), TILES_PER_ITEM)]
+    histograms: dict[int, np.ndarray] = {}
+    # int32 counts (half the cache footprint) when no bin can reach 2³¹ pairs
+    counter = np.int32 if (stop - start) * n_cols < 2**31 else np.int64
+    lock = threading.Lock()
+
+    def count_item(item: tuple[int, int, int]) -> None:
+        group, col0, col1 = item
+        first, last = groups[group][0][0], min(groups[group][-1][1], n_cols)
+        height, width = last - first, col1 - col0
+        shifted = thread_buffer("significance-leaders", (max_lag, height, n_rows), np.float64)
+        _shift_leaders(window.z_t, first, last, shifted)
+        columns = thread_buffer("significance-laggers", (n_rows, width), np.float64)
+        np.copyto(columns, window.z[:, col0:col1])
+        products = thread_buffer("significance-products", (max_lag, height, width), np.float64)
+        np.matmul(shifted.reshape(-1, n_rows), columns, out=products.reshape(-1, width))
+        key = threading.get_ident()
+        with lock:
+            if key not in histograms:
+                histograms[key] = np.zeros(N_BINS, dtype=counter)  # pages as touched
+        _count_tile(
+            products,
+            (first, max(start, first), min(stop, last), col0),
+            arrays,
+            min_overlap,
+            FALLBACK_TAU,
+            data,
+            histograms[key],
         )
-        for lag, (n_fast, x_side, y_side) in enumerate(sides, start=1):
-            product = z64[: n_rows - lag, start:stop].T @ z64[lag:, :]
-            _fold_lag(
-                product, start, lag, n_fast, x_side, y_side, min_overlap, FALLBACK_TAU, data, best
-            )
-        _count_p_values(*best, max_lag, counts)
-    return counts
 
-
-def _complete_sides(window: Standardized, data: tuple, lag: int) -> tuple:
-    """Per column, for lag ``lag``: whether it is present on every row of the window (then a
-    pair of two such columns has the overlap ``n = T − lag`` and per-column sums), its sum
-    over the leader's rows ``[0, T − lag)`` and the lagger's ``[lag, T)`` and the inverse square
-    roots of the variances there (0 when a variance needs the float64 fallback)."""
-    n_rows = window.n_rows
-    gap_ptr, lo, hi = data[6], data[8], data[9]
-    complete = (lo == 0) & (hi == n_rows) & (np.diff(gap_ptr) == 0)
-    n = n_rows - lag
-    prefix, prefix_sq = window.prefix, window.prefix_sq
-    sides = []
-    for row0, row1 in ((0, n), (lag, n_rows)):
-        total = prefix[row1] - prefix[row0]
-        base = prefix_sq[row1] - prefix_sq[row0]
-        var = base - total * total / n
-        conditioned = var > FALLBACK_TAU * base
-        inv_sd = np.zeros(window.n_cols)
-        inv_sd[conditioned] = 1.0 / np.sqrt(var[conditioned])
-        sides.append((complete & conditioned, total, inv_sd))
-    return n, sides[0], sides[1]
+    items = [
+        (g, col0, min(col0 + PRODUCT_COLUMNS, n_cols))
+        for g in range(len(groups))
+        for col0 in range(0, n_cols, PRODUCT_COLUMNS)
+    ]
+    list(pool.map(count_item, items))  # list() re-raises a worker's error
+    if not histograms:
+        return PValueCounts.merge([])
+    first_histogram, *others = histograms.values()
+    for histogram in others:  # in place: no bin holds more than the pairs counted
+        first_histogram += histogram
+    histograms.clear()
+    others.clear()
+    bins = np.flatnonzero(first_histogram)
+    return PValueCounts(bins, first_histogram[bins].astype(np.int64))
 
 
 @njit(cache=True, nogil=True)
-def _fold_lag(
-    product, start, lag, n_fast, x_side, y_side, min_overlap, tau, data, best
-):  # pragma: no cover - compiled
-    """Keep, per pair of the block, the lag with the largest float32 ``|r|`` so far (ties to
-    the smaller lag, as ``kernels.pair_values``), ``r`` exact from its ``Sxy``: for
-    two complete, well-conditioned columns ``(Sxy − Sx·Sy/n)·(1/sd_x)·(1/sd_y)``, else
-    ``kernels.lagged_from_sums`` of the pair's own overlap."""
-    best_abs, best_r, best_n = best
-    fast_x, sum_x, inv_x = x_side
-    fast_y, sum_y, inv_y = y_side
-    inv_n = 1.0 / n_fast
-    rows, n_cols = product.shape
-    for r in range(rows):
-        i = start + r
-        for j in range(n_cols):
-            if j == i:
-                continue
-            if fast_x[i] and fast_y[j]:
-                value = (product[r, j] - sum_x[i] * sum_y[j] * inv_n) * inv_x[i] * inv_y[j]
-                value = min(1.0, max(-1.0, value))
-                count = n_fast
-            else:
-                sums = overlap_moments(i, j, lag, data)
-                if sums[8] < min_overlap:
-                    continue
-                value, count = lagged_from_sums(
-                    i, j, lag, product[r, j], sums, min_overlap, tau, data
-                )
-                if math.isnan(value):
-                    continue
-            magnitude = abs(np.float32(value))
-            if magnitude > best_abs[r, j]:
-                best_abs[r, j] = magnitude
-                best_r[r, j] = value
-                best_n[r, j] = count
-
-
-@njit(cache=True, nogil=True, inline="always")
-def sidak_p_value(r, n, max_lag):  # pragma: no cover - compiled
-    """``1 − (1 − erfc(|atanh(r)|·sqrt(n − 3) / √2))^max_lag`` (0 for ``|r| = 1``)."""
-    magnitude = min(abs(r), 1.0)
-    if magnitude >= 1.0:
-        return 0.0
-    z = math.atanh(magnitude) * math.sqrt(max(n - 3.0, 0.0))
-    p = math.erfc(z / math.sqrt(2.0))
-    if p >= 1.0:
-        return 1.0
-    return -math.expm1(max_lag * math.log1p(-p))
+def _shift_leaders(z_t, first, last, out):  # pragma: no cover - compiled
+    """``out[ℓ − 1, i − first, u] = Z[u − ℓ, i]`` in float64 (0 for ``u < ℓ``): one product with
+    ``Z`` gives every lag's ``Σ_{t < T−ℓ} Z[t, i]·Z[t + ℓ, j]`` (the added terms are zeros)."""
+    max_lag, _, n_rows = out.shape
+    for lag in range(1, max_lag + 1):
+        for i in range(first, last):
+            row = out[lag - 1, i - first]
+            row[:lag] = 0.0
+            for u in range(lag, n_rows):
+                row[u] = np.float64(z_t[i, u - lag])
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _bin_of(p):  # pragma: no cover - compiled
-    if p < SMALLEST_BINNED:
+    """The histogram bin of a p-value in [0, 1] (module docstring)."""
+    if p <= 0.0:
         return 0
-    key = np.int64(np.float64(p).view(np.int64)) >> _SHIFT
-    return key - _BASE_KEY + 1
+    bits = np.int64(np.float64(p).view(np.int64))
+    if p < SMALLEST_FINE:
+        return 1 + (bits >> _COARSE_SHIFT)
+    return 1 + _COARSE_END + (bits >> _FINE_SHIFT) - _FINE_BASE
 
 
 @njit(cache=True, nogil=True)
-def _count_p_values(best_abs, best_r, best_n, max_lag, counts):  # pragma: no cover - compiled
-    rows, n_cols = best_abs.shape
-    for r in range(rows):
-        for j in range(n_cols):
-            if best_abs[r, j] >= 0.0:
-                counts[_bin_of(sidak_p_value(best_r[r, j], best_n[r, j], max_lag))] += 1
+def _count_tile(products, tile, window, min_overlap, tau, data, histogram):  # pragma: no cover
+    """Count the lag p-value of each pair's best lag (the largest float32 ``|r|``, ties to the
+    smaller lag, as ``kernels.pair_values``) for leaders ``[row_lo, row_hi)`` and the laggers
+    ``col0 ..`` of the products (``products[ℓ − 1]``: the pairs' ``Sxy``, rows from
+    ``first``). Per leader and lag, the pairs' overlap sums are those of
+    ``kernels.overlap_moments``, the same operations in the same order, vectorised over the
+    laggers: the interval sums of both columns over ``K`` from the prefix sums, less the
+    leader's values where the lagger is missing (its gaps) and the lagger's values where the
+    leader is missing; ``r`` is then ``kernels.lagged_from_sums``' (its float64 fallback for an
+    ill-conditioned variance included).
+
+    ``tile`` = (first, row_lo, row_hi, col0); ``window`` = (z, prefix, prefix_sq), time-major."""
+    first, row_lo, row_hi, col0 = tile
+    z, prefix, prefix_sq = window
+    z_t, present_t = data[0], data[1]
+    prefix_t, prefix_sq_t, prefix_count_t = data[3], data[4], data[5]
+    gap_ptr, gap_rows, lo, hi = data[6], data[7], data[8], data[9]
+    max_lag, _, width = products.shape
+    n_rows = z.shape[0]
+    k_lo = np.empty(width, dtype=np.int64)
+    k_hi = np.empty(width, dtype=np.int64)
+    count = np.empty(width, dtype=np.int64)
+    sx = np.empty(width)
+    sy = np.empty(width)
+    sxx = np.empty(width)
+    syy = np.empty(width)
+    base_x = np.empty(width)
+    base_y = np.empty(width)
+    best_abs = np.empty(width, dtype=np.float32)
+    best_r = np.empty(width)
+    best_n = np.empty(width, dtype=np.int64)
+    fallback = np.empty(width, dtype=np.bool_)
+    gap_first = gap_ptr[col0]
+    gap_last = gap_ptr[col0 + width]
+    gap_cols = np.empty(gap_last - gap_first, dtype=np.int64)  # each gap's lagger, as c
+    for c in range(width):
+        gap_cols[gap_ptr[col0 + c] - gap_first : gap_ptr[col0 + c + 1] - gap_first] = c
+    partial = np.flatnonzero((lo[col0 : col0 + width] != 0) | (hi[col0 : col0 + width] != n_rows))
+    for i in range(row_lo, row_hi):
+        r = i - first
+        best_abs[:] = -1.0
+        for lag in range(1, max_lag + 1):
+            top = n_rows - lag
+            # K for a lagger that spans the window, one interval for the row ...
+            a = max(lo[i], 0)
+            b = max(min(hi[i], top), a)
+            x_sum = prefix_t[i, b] - prefix_t[i, a]
+            x_sq = prefix_sq_t[i, b] - prefix_sq_t[i, a]
+            x_count = prefix_count_t[i, b] - prefix_count_t[i, a]
+            y_hi = prefix[b + lag, col0 : col0 + width]
+            y_lo = prefix[a + lag, col0 : col0 + width]
+            y_sq_hi = prefix_sq[b + lag, col0 : col0 + width]
+            y_sq_lo = prefix_sq[a + lag, col0 : col0 + width]
+            for c in range(width):
+                k_lo[c] = a
+                k_hi[c] = b
+                sx[c] = x_sum
+                base_x[c] = x_sq
+                sxx[c] = x_sq
+                count[c] = x_count
+                sy[c] = y_hi[c] - y_lo[c]
+                base_y[c] = y_sq_hi[c] - y_sq_lo[c]
+                syy[c] = base_y[c]
+            # ... and its own for a lagger listed late or gone early.
+            for c in partial:
+                j = col0 + c
+                a = max(lo[i], lo[j] - lag, 0)
+                b = max(min(hi[i], hi[j] - lag, top), a)
+                k_lo[c] = a
+                k_hi[c] = b
+                sx[c] = prefix_t[i, b] - prefix_t[i, a]
+                base_x[c] = prefix_sq_t[i, b] - prefix_sq_t[i, a]
+                sxx[c] = base_x[c]
+                count[c] = prefix_count_t[i, b] - prefix_count_t[i, a]
+                sy[c] = prefix[b + lag, j] - prefix[a + lag, j]
+                base_y[c] = prefix_sq[b + lag, j] - prefix_sq[a + lag, j]
+                syy[c] = base_y[c]
+            for e in range(gap_first, gap_last):  # rows where the lagger is missing
+                c = gap_cols[e - gap_first]
+                t = gap_rows[e] - lag
+                if k_lo[c] <= t < k_hi[c]:
+                    v = np.float64(z_t[i, t])
+                    sx[c] -= v
+                    sxx[c] -= v * v
+                    count[c] -= present_t[i, t]
+            for k in range(gap_ptr[i], gap_ptr[i + 1]):  # rows where the leader is missing
+                t = gap_rows[k]
+                if t >= top:
+                    continue
+                row = z[t + lag]
+                for c in range(width):
+                    if k_lo[c] <= t < k_hi[c]:
+                        v = np.float64(row[col0 + c])
+                        sy[c] -= v
+                        syy[c] -= v * v
+            # Every pair's formula value at once (branch-free, so it vectorises), then the few
+            # ill-conditioned ones from the float64 fallback.
+            for c in range(width):
+                n = count[c]
+                inv_n = 1.0 / max(n, 1)
+                var_x = sxx[c] - sx[c] * sx[c] * inv_n
+                var_y = syy[c] - sy[c] * sy[c] * inv_n
+                value = (products[lag - 1, r, c] - sx[c] * sy[c] * inv_n) / math.sqrt(
+                    max(var_x * var_y, 1e-300)
+                )
+                value = min(1.0, max(-1.0, value))
+                enough = n >= min_overlap
+                conditioned = (var_x > tau * base_x[c]) & (var_y > tau * base_y[c])
+                fallback[c] = enough & ~conditioned
+                magnitude = abs(np.float32(value))
+                better = enough & conditioned & (magnitude > best_abs[c])
+                best_abs[c] = magnitude if better else best_abs[c]
+                best_r[c] = value if better else best_r[c]
+                best_n[c] = n if better else best_n[c]
+            for c in range(width):
+                if fallback[c]:
+                    sums = (
+                        k_lo[c],
+                        k_hi[c],
+                        sx[c],
+                        sy[c],
+                        sxx[c],
+                        syy[c],
+                        base_x[c],
+                        base_y[c],
+                        count[c],
+                    )
+                    j = col0 + c
+                    sxy = products[lag - 1, r, c]
+                    value = lagged_from_sums(i, j, lag, sxy, sums, min_overlap, tau, data)[0]
+                    magnitude = abs(np.float32(value))
+                    if magnitude > best_abs[c]:  # False for NaN
+                        best_abs[c] = magnitude
+                        best_r[c] = value
+                        best_n[c] = count[c]
+        if col0 <= i < col0 + width:
+            best_abs[i - col0] = -1.0  # not a pair
+        for c in range(width):
+            if best_abs[c] >= 0.0:
+                histogram[_bin_of(lag_p_value(best_r[c], best_n[c]))] += 1
 
 
 @njit(cache=True, nogil=True)
-def _pair_p_values(
+def _pair_lag_p_values(
     leaders, laggers, max_lag, min_overlap, tau, data
 ):  # pragma: no cover - compiled
-    """Per pair, the p-value of its best lag (NaN without one), the pair alone evaluated."""
+    """Per pair, the lag p-value of its best lag (NaN without one), the pair alone evaluated."""
     out = np.empty(leaders.size, dtype=np.float64)
     for k in range(leaders.size):
         best_abs = np.float32(-1.0)
@@ -265,26 +439,47 @@ def _pair_p_values(
                 best_abs = magnitude
                 best_r = value
                 best_n = count
-        out[k] = sidak_p_value(best_r, best_n, max_lag) if best_abs >= 0 else np.nan
+        out[k] = lag_p_value(best_r, best_n) if best_abs >= 0 else np.nan
     return out
 
 
-def _bin_upper_edges() -> np.ndarray:
-    """``hi_b`` of every bin: bin 0 ends at :data:`SMALLEST_BINNED`, bin ``b >= 1`` holds the
-    float64 values whose leading bits are ``_BASE_KEY + b − 1``."""
-    keys = np.arange(_BASE_KEY + 1, _BASE_KEY + N_BINS, dtype=np.int64) << _SHIFT
-    return np.concatenate([[SMALLEST_BINNED], keys.view(np.float64)])
+def _bin_upper_edges(bins: np.ndarray) -> np.ndarray:
+    """``hi_b`` of the bins ``bins`` (:func:`_bin_of`): 0 for bin 0 (p = 0), then the first value
+    past each bin's leading bits."""
+    bins = np.asarray(bins, dtype=np.int64)
+    coarse = (bins + 0) << _COARSE_SHIFT  # key b − 1, plus one
+    fine = (bins - _COARSE_END + _FINE_BASE) << _FINE_SHIFT
+    edges = np.where(bins <= _COARSE_END, coarse, fine).view(np.float64)
+    return np.where(bins == 0, 0.0, np.minimum(edges, 1.0))  # no p-value exceeds 1
 
 
-def _q_values(p_value: np.ndarray, counts: np.ndarray, m: int) -> np.ndarray:
-    """The upper end of each p-value's q interval (module docstring), capped at 1."""
-    if p_value.size == 0:
+def _bins_of(p: np.ndarray) -> np.ndarray:
+    p = np.ascontiguousarray(p, np.float64)
+    bits = p.view(np.int64)
+    fine = 1 + _COARSE_END + (bits >> _FINE_SHIFT) - _FINE_BASE
+    return np.where(p <= 0.0, 0, np.where(p < SMALLEST_FINE, 1 + (bits >> _COARSE_SHIFT), fine))
+
+
+def _bin_q_values(counts: PValueCounts, max_lag: int) -> np.ndarray:
+    """Per bin of ``counts``, the reported q-value of its pairs (module docstring), capped at 1."""
+    ratio = counts.m * sidak(_bin_upper_edges(counts.bins), max_lag) / np.cumsum(counts.counts)
+    return np.minimum(np.minimum.accumulate(ratio[::-1])[::-1], 1.0)
+
+
+def q_values(p: np.ndarray, counts: PValueCounts, max_lag: int) -> np.ndarray:
+    """The q-values (module docstring) of pairs of lag p-values ``p`` counted in ``counts``."""
+    if p.size == 0:
         return np.empty(0, dtype=np.float64)
-    cumulative = np.cumsum(counts)
-    filled = counts > 0
-    ratio = np.full(counts.size, np.inf)
-    ratio[filled] = m * _bin_upper_edges()[filled] / cumulative[filled]
-    suffix_min = np.minimum.accumulate(ratio[::-1])[::-1]
-    bins = (np.ascontiguousarray(p_value, np.float64).view(np.int64) >> _SHIFT) - _BASE_KEY + 1
-    bins[p_value < SMALLEST_BINNED] = 0
-    return np.minimum(suffix_min[bins], 1.0)
+    per_bin = np.concatenate([_bin_q_values(counts, max_lag), [1.0]])
+    return per_bin[np.searchsorted(counts.bins, _bins_of(p))]
+
+
+def candidate_p_limit(counts: PValueCounts, max_q_value: float, max_lag: int) -> float:
+    """The lag p-value below which a pair's q-value is ``<= max_q_value`` (module docstring):
+    ``inf`` for ``max_q_value >= 1`` (no condition), 0 when no pair qualifies."""
+    if max_q_value >= 1.0:
+        return math.inf
+    passing = np.flatnonzero(_bin_q_values(counts, max_lag) <= max_q_value)
+    if passing.size == 0:
+        return 0.0
+    return float(_bin_upper_edges(counts.bins[passing[-1:]])[0])

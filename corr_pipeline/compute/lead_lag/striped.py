@@ -31,6 +31,12 @@ from corr_pipeline.compute.lead_lag.scan import (
     scan_block,
     union_sorted,
 )
+from corr_pipeline.compute.lead_lag.significance import (
+    PValueCounts,
+    annotate,
+    candidate_p_limit,
+    count_p_values,
+)
 from corr_pipeline.compute.parallel.runners import (
     DEFAULT_STRIPE_ROWS,
     InlineExecutor,
@@ -41,7 +47,7 @@ from corr_pipeline.compute.parallel.runners import (
     stripes_of,
 )
 from corr_pipeline.compute.standardize import standardize
-from corr_pipeline.compute.tiling import Progress, row_blocks
+from corr_pipeline.compute.tiling import GEMM_TILE, Progress, row_blocks
 from corr_pipeline.compute.workers import thread_buffer, worker_pool
 
 __all__ = [
@@ -51,8 +57,13 @@ __all__ = [
     "lead_lag_screen",
     "lead_lag_stripe",
     "merge_lead_lag_stripes",
+    "significance_stripe",
     "striped_lead_lag",
 ]
+
+SIGNIFICANCE_STRIPES = 8
+"""The count of p-values runs in at most this many stripes: each returns its histogram (the
+bins its pairs fill, a few MB), so fewer, larger stripes ship less."""
 
 
 POOL_DTYPE = np.dtype(
@@ -116,15 +127,31 @@ class LaggerFloor:
 
 
 def _lead_lag_screen(
-    context: StripeContext, max_lag: int, with_sync: bool, min_overlap: int, min_improvement: float
+    context: StripeContext,
+    max_lag: int,
+    with_sync: bool,
+    min_overlap: int,
+    min_improvement: float,
+    p_limit: float,
 ) -> Any:
     """The lead-lag screen of the call's window (built once per process and call)."""
-    key = ("lead-lag screen", max_lag, with_sync, min_overlap, min_improvement)
+    key = ("lead-lag screen", max_lag, with_sync, min_overlap, min_improvement, p_limit)
     found = context.derived.get(key)
     if found is None:
-        found = make_screen(context.window, max_lag, with_sync, min_overlap, min_improvement)
+        found = make_screen(
+            context.window, max_lag, with_sync, min_overlap, min_improvement, p_limit
+        )
         context.derived[key] = found
     return found
+
+
+def significance_stripe(
+    R: np.ndarray, stripe: tuple[int, int], token: str, max_lag: int, min_overlap: int
+) -> PValueCounts:
+    """The histogram of the p-values of the pairs whose leader is in ``stripe``
+    (:func:`~corr_pipeline.compute.lead_lag.significance.count_p_values`)."""
+    context = stripe_context(token, R)
+    return count_p_values(context.window, max_lag, min_overlap, InlineExecutor(), stripe)
 
 
 def lead_lag_stripe(
@@ -137,6 +164,7 @@ def lead_lag_stripe(
     k_cols: int,
     min_overlap: int,
     min_improvement: float,
+    p_limit: float,
     block_rows: int,
     floor: np.ndarray | None = None,
 ) -> LeadLagStripe:
@@ -150,7 +178,7 @@ def lead_lag_stripe(
     context = stripe_context(token, R)
     corr = None if corr_file is None else corr_file.open("r")
     n_cols = R.shape[1]
-    screen = _lead_lag_screen(context, max_lag, corr is None, min_overlap, min_improvement)
+    screen = _lead_lag_screen(context, max_lag, corr is None, min_overlap, min_improvement, p_limit)
     inline = InlineExecutor()
     columns = ColumnPool(n_cols, k_cols, max_pool=max_pool(n_cols, k_cols), floor=floor)
     row_pairs: list[np.ndarray] = [np.empty(0, LEAD_LAG_DTYPE)]
@@ -181,12 +209,17 @@ def lead_lag_stripe(
 
 
 def lead_lag_screen(
-    R: np.ndarray, max_lag: int, with_sync: bool, min_overlap: int, min_improvement: float
+    R: np.ndarray,
+    max_lag: int,
+    with_sync: bool,
+    min_overlap: int,
+    min_improvement: float,
+    p_limit: float = np.inf,
 ) -> Any:
     """The window and screen :func:`merge_lead_lag_stripes` evaluates pooled candidates on
     (``R`` standardised on this thread, as in a worker: the same values)."""
     return make_screen(
-        standardize(R, layout="lead-lag"), max_lag, with_sync, min_overlap, min_improvement
+        standardize(R, layout="lead-lag"), max_lag, with_sync, min_overlap, min_improvement, p_limit
     )
 
 
@@ -252,26 +285,36 @@ def striped_lead_lag(
     k_laggers: int,
     min_overlap: int,
     min_improvement: float = 0.0,
+    max_q_value: float = 1.0,
     corr: np.ndarray | None = None,
     block_rows: int = MAX_BLOCK_ROWS,
     stripe_rows: int = DEFAULT_STRIPE_ROWS,
     progress: Progress | None = None,
 ) -> np.ndarray:
-    """:func:`~corr_pipeline.compute.lead_lag.pairs.find_lead_lag_pairs`, one
-    :func:`lead_lag_stripe` per stripe of leaders on ``runner`` (``corr``, when given, a
-    file-backed memory map), each given the :class:`LaggerFloor` of the stripes finished before
-    it was submitted, then the stripes' column candidates evaluated in this process on
-    threads (:func:`merge_lead_lag_stripes`, on ``R`` standardised here while the stripes
-    run); exactly its result."""
-    check_lead_lag_args(R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr)
+    """:func:`~corr_pipeline.compute.lead_lag.pairs.find_lead_lag_pairs` on ``runner``: the
+    p-values counted in :func:`significance_stripe` (at most :data:`SIGNIFICANCE_STRIPES`), then
+    one :func:`lead_lag_stripe` per stripe of leaders (``corr``, when given, a file-backed
+    memory map), each given the :class:`LaggerFloor` of the stripes finished before it was
+    submitted, then the stripes' column candidates evaluated in this process on threads
+    (:func:`merge_lead_lag_stripes`, on ``R`` standardised here while the stripes run) and the
+    pairs' p- and q-values; exactly its result."""
+    check_lead_lag_args(
+        R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr, max_q_value
+    )
     n_cols = R.shape[1]
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))
     corr_file = None if corr is None else MappedFile.of(corr)
-    screen_args = (max_lag, corr is None, min_overlap, float(min_improvement))
+    tiles = -(-n_cols // GEMM_TILE)
+    counted_rows = max(1, -(-tiles // SIGNIFICANCE_STRIPES)) * GEMM_TILE
+    counts = PValueCounts.merge(
+        runner.map(significance_stripe, R, stripes_of(n_cols, counted_rows), max_lag, min_overlap)
+    )
+    p_limit = candidate_p_limit(counts, max_q_value, max_lag)
+    screen_args = (max_lag, corr is None, min_overlap, float(min_improvement), p_limit)
     with ThreadPoolExecutor(1, thread_name_prefix="lead-lag-screen") as background:
         # the window the pools are evaluated on, built here while the stripes run
-        screen = background.submit(lead_lag_screen, R, *screen_args) if k_cols > 0 else None
+        screen = background.submit(lead_lag_screen, R, *screen_args)
         parts = runner.map(
             lead_lag_stripe,
             R,
@@ -282,8 +325,11 @@ def striped_lead_lag(
             k_cols,
             min_overlap,
             float(min_improvement),
+            p_limit,
             int(block_rows),
             progress=progress,
             feedback=LaggerFloor(n_cols, max(k_cols, 1)),
         )
-        return merge_lead_lag_stripes(parts, None if screen is None else screen.result(), k_cols)
+        window_screen = screen.result()
+        pairs = merge_lead_lag_stripes(parts, window_screen, k_cols)
+    return annotate(pairs, window_screen.window, counts, max_lag, min_overlap)
