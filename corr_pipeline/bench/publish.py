@@ -101,6 +101,8 @@ def synthetic_results(
     pairs["lagged_corr"] = pairs["sync_corr"] + pairs["improvement"]
     pairs["sync_corr"][rng.random(first.size) < 0.001] = np.nan
     pairs["overlap"] = rng.integers(max(2, t // 4), t + 1, first.size)
+    pairs["p_value"] = 10.0 ** -rng.uniform(0, 12, first.size)
+    pairs["q_value"] = np.minimum(1.0, pairs["p_value"] * rng.uniform(1, 1e3, first.size))
     order = np.lexsort((pairs["lagger"], pairs["leader"], -pairs["improvement"].astype(np.float64)))
     return SyntheticResults(symbols, index, corr, overlap, labels, pairs[order])
 

@@ -44,6 +44,17 @@ def _limit(text: str) -> int | None:
     return None if value == 0 else value
 
 
+def _q_value(text: str) -> float:
+    """A q-value bound: a number ``q`` with ``0 < q <= 1``."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0.0 < value <= 1.0:  # False for NaN as well
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
 def _emit(result: Answer, as_json: bool, out: TextIO) -> None:
     if as_json:
         out.write(json.dumps(result.to_json(), ensure_ascii=False, indent=2) + "\n")
@@ -90,7 +101,7 @@ def run_query(
         elif what == "cluster":
             result = cluster(engine, args.symbol, args.date, members=args.members)
         elif what == "lead-lag":
-            result = lead_lag(engine, args.symbol, args.date, limit=args.limit)
+            result = lead_lag(engine, args.symbol, args.date, limit=args.limit, max_q=args.max_q)
         elif what == "corr":
             result = corr(engine, args.a, args.b, args.date)
         elif what == "changes" and args.symbol is None:
@@ -161,7 +172,11 @@ def add_query_commands(
         help="list the first N members by symbol (default 20, 0 = all)",
     )
 
-    p = common(sub.add_parser("lead-lag", help="pairs where a symbol leads or lags"))
+    p = common(
+        sub.add_parser(
+            "lead-lag", help="pairs where a symbol leads or lags, with their p- and q-values"
+        )
+    )
     p.add_argument("symbol", metavar="SYMBOL")
     p.add_argument(
         "--limit",
@@ -169,6 +184,14 @@ def add_query_commands(
         default=20,
         metavar="N",
         help="the N strongest by improvement (default 20, 0 = all)",
+    )
+    p.add_argument(
+        "--max-q",
+        type=_q_value,
+        default=None,
+        metavar="Q",
+        help="only pairs whose q-value (Benjamini-Hochberg, over all ordered pairs) is at most "
+        "Q, 0 < Q <= 1 (default: every pair; a pair without a q-value never passes)",
     )
 
     p = common(

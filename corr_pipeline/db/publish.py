@@ -30,9 +30,11 @@ Row rules:
   (SPEC §6 allows it: the synchronous correlation was undefined) is stored as **NULL** — SQL's
   "unknown", which aggregates and comparisons handle correctly, whereas a float NaN sorts above
   every number in PostgreSQL and poisons ``avg``. ``lagged_corr`` and ``improvement`` must be
-  finite.
+  finite. ``p_value`` and ``q_value`` (float64, SPEC §6 "Significance": the Šidák p-value of
+  the best lag and its Benjamini–Hochberg q-value) must be finite and lie in ``[0, 1]``.
 
-Float32 values go into ``real`` columns bit for bit (binary COPY of float4).
+Float32 values go into ``real`` columns bit for bit (binary COPY of float4), float64 values into
+``double precision`` columns likewise (float8).
 
 Speed: docs/benchmarks.md, Publishing (``corr-pipeline bench --publish-only``). Replacing a
 date costs more than a new one: the old rows' index entries are still there during the unique
@@ -70,6 +72,7 @@ from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES, SNAPSHOT_CH
 
 __all__ = [
     "LEAD_LAG_FIELDS",
+    "SIGNIFICANCE_FIELDS",
     "PublishableSnapshot",
     "PublishError",
     "PublishReport",
@@ -82,6 +85,8 @@ __all__ = [
 
 #: Fields a lead-lag structured array must have (SPEC §6 / §9).
 LEAD_LAG_FIELDS: tuple[str, ...] = LEAD_LAG_DTYPE.names or ()
+#: The float64 significance fields of a lead-lag pair (SPEC §6 "Significance"), each in [0, 1].
+SIGNIFICANCE_FIELDS = ("p_value", "q_value")
 
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _COPY_TRAILER = struct.pack(">h", -1)
@@ -212,6 +217,12 @@ def _pair_rows(n: int, pairs: Any) -> dict[str, np.ndarray]:
     for f in ("lagged_corr", "improvement"):
         if not np.all(np.isfinite(cols[f])):
             raise PublishError(f"lead_lag_pairs.{f} must be finite")
+    for f in SIGNIFICANCE_FIELDS:
+        if cols[f].size and cols[f].dtype.kind != "f":
+            raise PublishError(f"lead_lag_pairs.{f} must be floats, got {cols[f].dtype}")
+        cols[f] = cols[f].astype(np.float64)
+        if not np.all((cols[f] >= 0.0) & (cols[f] <= 1.0)):  # False for NaN as well
+            raise PublishError(f"lead_lag_pairs.{f} must be finite and lie in [0, 1]")
     return cols
 
 
@@ -227,7 +238,8 @@ _PG_EPOCH = dt.date(2000, 1, 1)  # binary ``date`` = int32 days since then
 
 @dataclass(frozen=True)
 class _Fixed:
-    """A fixed-width column: big-endian numpy format ``fmt``, one value per row (or a scalar)."""
+    """A fixed-width column: big-endian numpy format ``fmt`` (``>i2``/``>i4`` integers, ``>f4``
+    real, ``>f8`` double precision), one value per row (or a scalar)."""
 
     fmt: str
     values: Any
@@ -339,7 +351,8 @@ _COPY_COLUMNS = {
     "peer_neighbors": "snapshot_date, symbol, rank, neighbor, corr, overlap",
     "symbol_clusters": "snapshot_date, symbol, cluster_id",
     "lead_lag_pairs": (
-        "snapshot_date, leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap"
+        "snapshot_date, leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap, "
+        "p_value, q_value"
     ),
 }
 
@@ -509,6 +522,8 @@ def _copies(
                 _NullableReal(pairs["sync_corr"][pr_order]),
                 _Fixed(">f4", pairs["improvement"][pr_order]),
                 _Fixed(">i4", pairs["overlap"][pr_order]),
+                _Fixed(">f8", pairs["p_value"][pr_order]),
+                _Fixed(">f8", pairs["q_value"][pr_order]),
             ],
             int(pairs["leader"].size),
         ),

@@ -200,7 +200,8 @@ class PublishedRows:
     ``neighbor_index`` int32 N x k (−1 = padding; k = the largest published rank),
     ``cluster_labels`` int32 (N,), ``lead_lag_pairs`` a structured array of
     :data:`~corr_pipeline.compute.lead_lag.LEAD_LAG_DTYPE` (a NULL ``sync_corr`` read back as
-    NaN), ``params``, ``matrix_versions`` (SPEC §8) and ``published_at`` (``created_at``: which
+    NaN, as are the NULL ``p_value``/``q_value`` of a snapshot published before migration
+    0007), ``params``, ``matrix_versions`` (SPEC §8) and ``published_at`` (``created_at``: which
     publication of the date this is) the ``snapshots`` row's."""
 
     snapshot_date: dt.date
@@ -247,8 +248,10 @@ _PAIR_COLUMNS = (
     ("sync_corr", "coalesce(x.sync_corr, 'NaN'::real)", ">f4"),
     ("improvement", "x.improvement", ">f4"),
     ("overlap", "x.overlap", ">i4"),
+    ("p_value", "coalesce(x.p_value, 'NaN'::float8)", ">f8"),
+    ("q_value", "coalesce(x.q_value, 'NaN'::float8)", ">f8"),
 )
-#: The lead-lag pairs as one row of seven arrays, each in PostgreSQL's binary array format
+#: The lead-lag pairs as one row of nine arrays, each in PostgreSQL's binary array format
 #: (``array_send``: a bytea the client reads straight into numpy, no Python object per value).
 _PAIRS_SQL = (
     _POSITIONS
@@ -257,33 +260,34 @@ _PAIRS_SQL = (
     + " FROM lead_lag_pairs x JOIN s a ON a.symbol = x.leader JOIN s b ON b.symbol = x.lagger "
     "WHERE x.snapshot_date = :d"
 )
-#: PostgreSQL's type OIDs of the arrays' elements.
-_ELEMENT_OID = {">i4": 23, ">f4": 700}
+#: PostgreSQL's type OIDs of the arrays' elements (int4, float4, float8).
+_ELEMENT_OID = {">i4": 23, ">f4": 700, ">f8": 701}
 
 
 def _from_array_send(data: bytes | None, kind: str) -> np.ndarray:
-    """A one-dimensional array of four-byte ``kind`` values from ``array_send``'s bytes (the
-    header: dimensions, has-nulls flag, element OID, then per dimension its length and lower
-    bound; then per element its byte length and big-endian value). None (an empty
-    ``array_agg``) is an empty array."""
+    """A one-dimensional array of fixed-width ``kind`` values (``>i4``, ``>f4``, ``>f8``) from
+    ``array_send``'s bytes (the header: dimensions, has-nulls flag, element OID, then per
+    dimension its length and lower bound; then per element its byte length and big-endian
+    value). None (an empty ``array_agg``) is an empty array."""
     if data is None:
         return np.zeros(0, kind)
     data = bytes(data)
-    if len(data) < 20 or (len(data) - 20) % 8:
+    width = np.dtype(kind).itemsize
+    if len(data) < 20 or (len(data) - 20) % (4 + width):
         raise ValueError(f"unexpected array_send output: {len(data)} bytes")
     ndim, has_nulls, oid = np.frombuffer(data, ">i4", 3)
     if ndim != 1 or has_nulls or oid != _ELEMENT_OID[kind]:
         raise ValueError(f"unexpected array_send output: {ndim} dims, nulls {has_nulls}, oid {oid}")
     n = int(np.frombuffer(data, ">i4", 1, 12)[0])
     items = np.frombuffer(data, [("length", ">i4"), ("value", kind)], offset=20)
-    if items.size != n or (items["length"] != 4).any():
-        raise ValueError("unexpected array_send output: not one four-byte value per element")
+    if items.size != n or (items["length"] != width).any():
+        raise ValueError(f"unexpected array_send output: not one {width}-byte value per element")
     return items["value"]
 
 
 def _read_pairs(conn: sa.Connection, d: str) -> np.ndarray:
     """The lead-lag pairs of ``d`` in SPEC §6 order, leader and lagger as positions in the
-    sorted symbols (NaN improvements first, as PostgreSQL sorts them): one row of seven binary
+    sorted symbols (NaN improvements first, as PostgreSQL sorts them): one row of nine binary
     arrays (``array_send``) on ``conn`` (its transaction), read straight into numpy (a binary
     ``COPY`` of the rows cost the client ~1 µs per row in psycopg, 0.5 s per 4·10⁵ pairs;
     these arrays 0.05 s)."""

@@ -18,8 +18,11 @@ Tables
 ``symbol_clusters``          (snapshot_date, symbol) -> cluster_id; indexed by (snapshot_date, cluster_id)
                              for "members of this cluster".
 ``lead_lag_pairs``           (snapshot_date, leader, lagger) -> lag, lagged_corr, sync_corr (NULL-able,
-                             NaN allowed), improvement, overlap; indexed by (snapshot_date, lagger)
-                             for "who leads this symbol".
+                             NaN allowed), improvement, overlap, p_value and q_value (double
+                             precision: the Šidák p-value of the best lag and its
+                             Benjamini–Hochberg q-value, SPEC §6 "Significance"; NULL in
+                             snapshots published before migration 0007); indexed by
+                             (snapshot_date, lagger) for "who leads this symbol".
 ``change_summaries``         one row per snapshot_date whose changes against the previous
                              published session were computed (SPEC §10): the market-level drift,
                              the parts skipped, the publications (``created_at``) of both dates
@@ -44,7 +47,8 @@ SPEC §7: never duplicated, never half-written).
 
 Symbol columns use ``COLLATE "C"`` (code-point order, see ``SYMBOL``).
 Correlations are float32 in the pipeline (SPEC §3), so they are stored as ``real``: exact, and half
-the size of ``double precision``.
+the size of ``double precision``. The p- and q-values are float64 (a strong pair's p-value is far
+below float32's range) and stored as ``double precision``.
 """
 
 from __future__ import annotations
@@ -119,6 +123,9 @@ lead_lag_pairs = sa.Table(
     sa.Column("improvement", sa.REAL, nullable=False),
     sa.Column("overlap", sa.Integer, nullable=False),
     sa.Index("ix_lead_lag_pairs_lagger", "snapshot_date", "lagger"),
+    # the significance of the best lag (SPEC §6; migration 0007; NULL before)
+    sa.Column("p_value", sa.Double, nullable=True),
+    sa.Column("q_value", sa.Double, nullable=True),
 )
 
 # ---- the changes against the previous session (SPEC §10, migration 0005) ----------------------

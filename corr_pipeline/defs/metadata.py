@@ -184,11 +184,28 @@ def clusters(
     return {**out, **stage(stats)}
 
 
+#: The q-value levels of the ``significant_pairs_q*`` metadata of ``lead_lag_pairs``.
+SIGNIFICANCE_LEVELS = {"significant_pairs_q05": 0.05, "significant_pairs_q01": 0.01}
+
+
+def significant_pairs(pairs: np.ndarray) -> dict[str, int]:
+    """``significant_pairs_q05`` / ``significant_pairs_q01``: how many of ``pairs`` have a
+    ``q_value`` (Benjamini–Hochberg, SPEC §6 "Significance") at most 0.05 / 0.01; a NaN
+    q-value counts as not significant."""
+    q_value = np.asarray(pairs["q_value"], dtype=np.float64)
+    return {
+        key: int(np.count_nonzero(q_value <= level)) for key, level in SIGNIFICANCE_LEVELS.items()
+    }
+
+
 def lead_lag(pairs: np.ndarray, symbols: list[str], stats: StageStats) -> dict[str, Any]:
-    """Number of pairs, the strongest ones, the largest and median improvement (the recall of
-    injected pairs on synthetic data is the ``injected_pairs_found`` check's)."""
+    """Number of pairs, how many are significant at q <= 0.05 and q <= 0.01
+    (:func:`significant_pairs`; plotted across partitions), the strongest ones, the largest and
+    median improvement (the recall of injected pairs on synthetic data is the
+    ``injected_pairs_found`` check's)."""
     out: dict[str, Any] = {
         "n_pairs": dg.MetadataValue.int(int(pairs.shape[0])),
+        **{key: dg.MetadataValue.int(count) for key, count in significant_pairs(pairs).items()},
         "n_symbols": dg.MetadataValue.int(len(symbols)),
         "strongest_pairs": dg.MetadataValue.md(markdown.strongest_pairs(pairs, symbols)),
         **stage(stats),

@@ -155,7 +155,9 @@ class SnapshotRunSummary:
             f"  mean |corr| {_fmt(self.value('correlation_matrix', 'mean_abs_corr'))}, "
             f"{self.value('clusters', 'n_clusters', '?')} clusters "
             f"(largest {self.value('clusters', 'largest_cluster_size', '?')}), "
-            f"{self.value('lead_lag_pairs', 'n_pairs', '?')} lead-lag pairs",
+            f"{self.value('lead_lag_pairs', 'n_pairs', '?')} lead-lag pairs, "
+            f"{self.value('lead_lag_pairs', 'significant_pairs_q05', '?')} significant at "
+            "q ≤ 0.05",
             f"  published: {self.value('snapshot_publication', 'peer_neighbors_rows', '?')} "
             f"neighbor rows, {self.value('snapshot_publication', 'symbol_clusters_rows', '?')} "
             f"cluster rows, {self.value('snapshot_publication', 'lead_lag_pairs_rows', '?')} "

@@ -42,6 +42,15 @@ def _json_float(value: Any) -> float | None:
     return float(str(np.float32(value)))
 
 
+def _json_double(value: Any) -> float | None:
+    """float64 values (``double precision`` columns: p- and q-values) as they are; NULL or
+    NaN → None."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """One row of ``snapshots`` (SPEC §7)."""
@@ -150,8 +159,12 @@ class ClusterResult:
 class LeadLagResult:
     """Lead-lag pairs (SPEC §6) in which ``symbol`` is the leader or the lagger, by improvement.
 
-    ``pairs`` are rows of ``lead_lag_pairs``; ``n_leads``/``n_lags`` count all the snapshot's
-    pairs with ``leader = symbol``/``lagger = symbol``, listed or not.
+    ``pairs`` are rows of ``lead_lag_pairs`` (``p_value``/``q_value``: the Šidák p-value of the
+    best lag and its Benjamini–Hochberg q-value, SPEC §6 "Significance"; None in a snapshot
+    published before they were recorded). ``max_q``: only pairs with ``q_value <= max_q`` are
+    answered (None: all). ``n_leads``/``n_lags`` count all the snapshot's pairs with
+    ``leader = symbol``/``lagger = symbol`` that pass ``max_q``, listed or not;
+    ``n_without_q`` those left out by ``max_q`` because they have no q-value.
     """
 
     snapshot: Snapshot
@@ -159,6 +172,8 @@ class LeadLagResult:
     pairs: list[dict[str, Any]]
     n_leads: int
     n_lags: int
+    max_q: float | None = None
+    n_without_q: int = 0
 
     @property
     def truncated(self) -> bool:
@@ -174,8 +189,10 @@ class LeadLagResult:
             "query": "lead-lag",
             **self.snapshot.to_json(),
             "symbol": self.symbol,
+            "max_q": self.max_q,
             "n_leads": self.n_leads,
             "n_lags": self.n_lags,
+            "n_without_q": self.n_without_q,
             "truncated": self.truncated,
             "pairs": [
                 {
@@ -187,6 +204,8 @@ class LeadLagResult:
                     "sync_corr": _json_float(p["sync_corr"]),
                     "improvement": _json_float(p["improvement"]),
                     "overlap": p["overlap"],
+                    "p_value": _json_double(p["p_value"]),
+                    "q_value": _json_double(p["q_value"]),
                 }
                 for p in self.pairs
             ],

@@ -330,10 +330,17 @@ def lead_lag(
     date: dt.date | str | None = None,
     *,
     limit: int | None = None,
+    max_q: float | None = None,
     price_source: PriceSource | None = None,
 ) -> LeadLagResult:
     """Pairs of ``lead_lag_pairs`` (SPEC §6) with ``leader = symbol`` or ``lagger = symbol``,
-    by improvement descending (then leader, lagger), at most ``limit`` (None = all)."""
+    by improvement descending (then leader, lagger), at most ``limit`` (None = all); with
+    ``max_q`` (``0 < max_q <= 1``, else :class:`QueryError`) only those with
+    ``q_value <= max_q`` (a pair without a q-value, NULL, never passes)."""
+    if max_q is not None and not 0.0 < max_q <= 1.0:  # False for NaN as well
+        raise QueryError(f"--max-q: expected a q-value in (0, 1], got {max_q}")
+    involved = sa.or_(t_lead_lag.c.leader == symbol, t_lead_lag.c.lagger == symbol)
+    passing = involved if max_q is None else sa.and_(involved, t_lead_lag.c.q_value <= max_q)
     with consistent_read(engine) as conn:
         snap = resolve_snapshot(conn, date)
         require_symbol(conn, snap, symbol, price_source)
@@ -346,23 +353,28 @@ def lead_lag(
                 t_lead_lag.c.sync_corr,
                 t_lead_lag.c.improvement,
                 t_lead_lag.c.overlap,
+                t_lead_lag.c.p_value,
+                t_lead_lag.c.q_value,
             )
-            .where(
-                t_lead_lag.c.snapshot_date == snap.snapshot_date,
-                sa.or_(t_lead_lag.c.leader == symbol, t_lead_lag.c.lagger == symbol),
-            )
+            .where(t_lead_lag.c.snapshot_date == snap.snapshot_date, passing)
             .order_by(t_lead_lag.c.improvement.desc(), t_lead_lag.c.leader, t_lead_lag.c.lagger)
         )
         if limit is not None:
             query = query.limit(max(0, int(limit)))
         rows = [dict(r._mapping) for r in conn.execute(query)]
-        n_leads, n_lags = conn.execute(
+        n_leads, n_lags, n_without_q = conn.execute(
             sa.select(
-                sa.func.count().filter(t_lead_lag.c.leader == symbol),
-                sa.func.count().filter(t_lead_lag.c.lagger == symbol),
-            ).where(
-                t_lead_lag.c.snapshot_date == snap.snapshot_date,
-                sa.or_(t_lead_lag.c.leader == symbol, t_lead_lag.c.lagger == symbol),
-            )
+                sa.func.count().filter(passing, t_lead_lag.c.leader == symbol),
+                sa.func.count().filter(passing, t_lead_lag.c.lagger == symbol),
+                sa.func.count().filter(t_lead_lag.c.q_value.is_(None)),
+            ).where(t_lead_lag.c.snapshot_date == snap.snapshot_date, involved)
         ).one()
-    return LeadLagResult(snap, symbol, rows, int(n_leads), int(n_lags))
+    return LeadLagResult(
+        snap,
+        symbol,
+        rows,
+        int(n_leads),
+        int(n_lags),
+        max_q=max_q,
+        n_without_q=int(n_without_q) if max_q is not None else 0,
+    )

@@ -6,7 +6,8 @@ borders: columns two spaces apart, widths in terminal cells, East Asian wide and
 characters counting two, combining characters none), rendered to plain text (no colours, no
 markup or emoji codes read from the data). Kept here: :func:`printable`, since rich would print a
 symbol's newline or tab as such (breaking a row over lines) where we want it shown escaped, and
-the stripping of the trailing spaces rich pads each row with. NaN prints as ``NaN``.
+the stripping of the trailing spaces rich pads each row with. NaN prints as ``NaN``; a p- or
+q-value as ``0.0123`` or ``3.2e-07``, and ``-`` where a pair has none.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from corr_pipeline.query.answers import (
     SnapshotsResult,
     SymbolChangesResult,
 )
+from corr_pipeline.snapshot import display
 
 __all__ = ["display_width", "format_table", "printable", "to_text"]
 
@@ -182,12 +184,15 @@ def _render_cluster(result: ClusterResult) -> str:
 
 
 def _render_lead_lag(result: LeadLagResult) -> str:
+    within = "" if result.max_q is None else f" with q_value <= {result.max_q:g}"
     head = (
         f"lead-lag pairs of {printable(result.symbol)} in {_describe(result.snapshot)}: "
-        f"leads {result.n_leads}, lags {result.n_lags}"
+        f"leads {result.n_leads}, lags {result.n_lags}{within}"
     )
+    if result.n_without_q:
+        head += f"\n({result.n_without_q} pair(s) without a q-value left out)"
     if not result.pairs:
-        return head + "\n(no lead-lag pair involves this symbol)"
+        return head + f"\n(no lead-lag pair{within} involves this symbol)"
     rows = [
         [
             result.role(p),
@@ -198,6 +203,8 @@ def _render_lead_lag(result: LeadLagResult) -> str:
             _fmt(p["sync_corr"]),
             _fmt(p["improvement"], ".4f"),
             p["overlap"],
+            display.probability_text(p["p_value"]),
+            display.probability_text(p["q_value"]),
         ]
         for p in result.pairs
     ]
@@ -214,11 +221,15 @@ def _render_lead_lag(result: LeadLagResult) -> str:
                 "sync_corr",
                 "improvement",
                 "overlap",
+                "p_value",
+                "q_value",
             ],
             rows,
-            "lllrrrrr",
+            "lllrrrrrrr",
         )
         + "\n(leader's return on day t vs lagger's on day t + lag)"
+        + "\n(p_value: the best lag's, Šidák over the lags; q_value: Benjamini–Hochberg over all "
+        "ordered pairs)"
         + (
             f"\nshowing the {len(result.pairs)} strongest of {result.n_leads + result.n_lags} "
             "pairs; --limit 0 lists all"

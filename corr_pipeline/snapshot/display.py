@@ -99,6 +99,18 @@ def corr_text(value: Any, *, signed: bool = True) -> str:
     return f"{x:+.{CORR_DECIMALS}f}" if signed else f"{x:.{CORR_DECIMALS}f}"
 
 
+def probability_text(value: Any) -> str:
+    """A p- or q-value: four decimals from 0.001 up (``0.0123``, ``1.0000``), two significant
+    digits in scientific notation below (``3.2e-07``), ``0`` for zero, ``-`` for none (NULL or
+    NaN: a pair published before the values were recorded)."""
+    if value is None or math.isnan(float(value)):
+        return "-"
+    value = float(value)
+    if value == 0.0:
+        return "0"
+    return format(value, ".4f") if value >= 1e-3 else format(value, ".1e")
+
+
 def dtype_text(dtype: Any) -> str:
     """``dtype`` as a reader names it: ``float32``, ``int16``, ``bool``, ``str[12]`` (numpy
     ``<U12``), ``bytes[8]`` (``|S8``), ``float32[3]`` for a sub-array, and a structured dtype as

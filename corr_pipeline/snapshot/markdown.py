@@ -39,7 +39,7 @@ def table(headers: Sequence[str], aligns: str, rows: Sequence[Sequence[str]], *,
 
 def strongest_pairs(pairs: np.ndarray, symbols: Sequence[str], *, top: int = 15) -> str:
     """The first ``top`` lead-lag pairs (already in SPEC §6 order: improvement descending):
-    leader, lagger, lag, lagged corr, sync corr (NaN allowed), improvement, overlap."""
+    leader, lagger, lag, lagged corr, sync corr (NaN allowed), improvement, overlap, q-value."""
     rows = [
         [
             escape(symbols[int(row["leader"])]),
@@ -49,11 +49,21 @@ def strongest_pairs(pairs: np.ndarray, symbols: Sequence[str], *, top: int = 15)
             display.corr_text(row["sync_corr"]),
             display.corr_text(row["improvement"], signed=False),
             str(int(row["overlap"])),
+            display.probability_text(row["q_value"]),
         ]
         for row in pairs[:top]
     ]
-    headers = ("leader", "lagger", "lag", "lagged corr", "sync corr", "improvement", "overlap")
-    return table(headers, "llrrrrr", rows, empty="_no lead-lag pairs_")
+    headers = (
+        "leader",
+        "lagger",
+        "lag",
+        "lagged corr",
+        "sync corr",
+        "improvement",
+        "overlap",
+        "q value",
+    )
+    return table(headers, "llrrrrrr", rows, empty="_no lead-lag pairs_")
 
 
 def largest_clusters(

@@ -192,6 +192,8 @@ def test_init_schema_is_idempotent_and_matches_spec(engine: sa.Engine) -> None:
                     "sync_corr",
                     "improvement",
                     "overlap",
+                    "p_value",
+                    "q_value",
                 },
                 ["snapshot_date", "leader", "lagger"],
             ),
@@ -202,6 +204,8 @@ def test_init_schema_is_idempotent_and_matches_spec(engine: sa.Engine) -> None:
             assert _primary_key(conn, table) == key, table
         # the synthetic ground truth is not among the production tables
         assert _columns(conn, "synthetic_lead_lag_truth") == {}
+        significance = _columns(conn, "lead_lag_pairs")
+        assert (significance["p_value"], significance["q_value"]) == ("double precision",) * 2
 
 
 def test_snapshot_children_cascade_and_created_at_default(clean_db: sa.Engine) -> None:

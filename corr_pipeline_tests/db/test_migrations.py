@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
@@ -18,6 +19,7 @@ from alembic.migration import MigrationContext
 
 from corr_pipeline.db import migrate, schema
 from corr_pipeline.db.migrate import SchemaVersionError
+from corr_pipeline.db.published_reads import published_rows
 from corr_pipeline_tests.db.legacy import schema_6a95e5e, schema_40db00b
 from corr_pipeline_tests.db.test_snapshot_reference import _counts as counts_of
 from corr_pipeline_tests.db.test_snapshot_reference import _publish as publish
@@ -212,7 +214,14 @@ def test_oldest_schema_with_data_upgrades_to_head_with_nothing_lost(
 
         report = migrate.upgrade(old)
         assert (report.before, report.after) == ("0001", HEAD)
-        assert [rev.id for rev in report.applied] == ["0002", "0003", "0004", "0005", "0006"]
+        assert [rev.id for rev in report.applied] == [
+            "0002",
+            "0003",
+            "0004",
+            "0005",
+            "0006",
+            "0007",
+        ]
         with old.connect() as conn:
             assert count_rows(conn, moved=True) == counts
             assert dump(conn, moved=True) == before
@@ -381,7 +390,14 @@ def test_downgrade_to_the_oldest_and_back_keeps_the_rows(new_database: Callable[
         migrate.upgrade(db)
         report = migrate.downgrade(db, "0001")
         assert (report.before, report.after) == (HEAD, "0001")
-        assert [rev.id for rev in report.applied] == ["0006", "0005", "0004", "0003", "0002"]
+        assert [rev.id for rev in report.applied] == [
+            "0007",
+            "0006",
+            "0005",
+            "0004",
+            "0003",
+            "0002",
+        ]
         schema_6a95e5e.init_schema(released)
         assert_same_structure(structure_of(db), structure_of(released))
         with db.connect() as conn:
@@ -415,7 +431,7 @@ def test_upgrade_is_idempotent_and_serialised(new_database: Callable[[], str]) -
         for thread in threads:
             thread.join()
         assert not errors, errors
-        assert sorted(len(r.applied) for r in reports) == [0, 0, 0, 6]
+        assert sorted(len(r.applied) for r in reports) == [0, 0, 0, len(migrate.revisions())]
         assert migrate.upgrade(db).summary() == f"already at {HEAD}, nothing to do"
 
 
@@ -441,7 +457,7 @@ def test_fresh_database(new_database: Callable[[], str]) -> None:
     with opened(new_database()) as db:
         status = migrate.schema_status(db)
         pending = [rev.id for rev in status.pending]
-        assert status.fresh and pending == ["0001", "0002", "0003", "0004", "0005", HEAD]
+        assert status.fresh and pending == ["0001", "0002", "0003", "0004", "0005", "0006", HEAD]
         with pytest.raises(SchemaVersionError) as info:
             migrate.require_current(db)
         assert str(info.value) == (
@@ -486,7 +502,7 @@ def test_revision_0006_records_publications_and_keeps_the_change_sets(
                 {"d": D2, "p": D1},
             )
             assert not present(conn) & set(columns)
-        assert [rev.id for rev in migrate.upgrade(db).applied] == ["0006"]
+        assert [rev.id for rev in migrate.upgrade(db, "0006").applied] == ["0006"]
         with db.connect() as conn:
             assert set(columns) <= present(conn)
             row = conn.execute(sa.text(f"SELECT {', '.join(columns)} FROM change_summaries")).one()
@@ -495,6 +511,108 @@ def test_revision_0006_records_publications_and_keeps_the_change_sets(
         with db.connect() as conn:
             assert not present(conn) & set(columns)
             assert conn.execute(sa.text("SELECT count(*) FROM change_summaries")).scalar_one() == 1
+
+
+def _lead_lag_columns(conn: sa.Connection) -> dict[str, tuple[str, str]]:
+    """The columns of ``lead_lag_pairs``: name -> (data type, is nullable)."""
+    return {
+        name: (kind, nullable)
+        for name, kind, nullable in conn.execute(
+            sa.text(
+                "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
+                "WHERE table_name = 'lead_lag_pairs'"
+            )
+        )
+    }
+
+
+def test_revision_0007_adds_the_significance_and_keeps_the_pairs(
+    new_database: Callable[[], str],
+) -> None:
+    """0006 -> 0007 adds lead_lag_pairs.p_value / q_value (double precision, NULL for the pairs
+    published before: their significance was never computed), which the pipeline's reader
+    returns as NaN; a publication fills them; 0007 -> 0006 drops them and keeps every row. The
+    upgrade also passes on a database that already has one of them."""
+    columns = ("p_value", "q_value")
+    pair_columns = "leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap"
+
+    def pairs_text(conn: sa.Connection) -> list[str]:
+        return list(
+            conn.execute(
+                sa.text(
+                    f"SELECT CAST(ROW(snapshot_date, {pair_columns}) AS text) FROM lead_lag_pairs "
+                    "ORDER BY snapshot_date, leader, lagger"
+                )
+            ).scalars()
+        )
+
+    with opened(new_database()) as db:
+        migrate.upgrade(db, "0006")
+        with db.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO snapshots (snapshot_date, as_of_trade_date, n_symbols, "
+                    "n_dropped, lookback_days) VALUES (:d, :d, 7, 0, 40)"
+                ),
+                {"d": D1},
+            )
+            conn.execute(
+                sa.text("INSERT INTO symbol_clusters VALUES (:d, :s, 0)"),
+                [{"d": D1, "s": s} for s in SYMBOLS],
+            )
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO lead_lag_pairs (snapshot_date, {pair_columns}) "
+                    "VALUES (:d, :a, :b, :l, 0.625, :sync, 0.5, 39)"
+                ),
+                [
+                    {"d": D1, "a": "AAA", "b": "日本株", "l": 1, "sync": None},
+                    {"d": D1, "a": "Caf\u00e9", "b": "z", "l": 2, "sync": float("nan")},
+                    {"d": D1, "a": "z", "b": "AAA", "l": 3, "sync": -0.125},
+                ],
+            )
+            before = pairs_text(conn)
+            assert not set(_lead_lag_columns(conn)) & set(columns)
+        assert [rev.id for rev in migrate.upgrade(db).applied] == ["0007"]
+        with db.connect() as conn:
+            found = _lead_lag_columns(conn)
+            assert {c: found[c] for c in columns} == {
+                c: ("double precision", "YES") for c in columns
+            }
+            assert pairs_text(conn) == before
+            nulls = conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM lead_lag_pairs WHERE p_value IS NULL AND q_value IS NULL"
+                )
+            ).scalar_one()
+            assert nulls == 3
+
+        old = published_rows(db, D1)
+        assert old is not None and old.lead_lag_pairs.size == 3
+        assert np.isnan(old.lead_lag_pairs["p_value"]).all()
+        assert np.isnan(old.lead_lag_pairs["q_value"]).all()
+
+        publish(db, D2, n=10)
+        with db.connect() as conn:
+            counts = conn.execute(
+                sa.text(
+                    "SELECT count(*), count(p_value), count(q_value) FROM lead_lag_pairs "
+                    "WHERE snapshot_date = :d"
+                ),
+                {"d": D2},
+            ).one()
+        assert tuple(counts) == (10, 10, 10)
+
+        assert [rev.id for rev in migrate.downgrade(db, "0006").applied] == ["0007"]
+        with db.connect() as conn:
+            assert not set(_lead_lag_columns(conn)) & set(columns)
+            assert pairs_text(conn)[:3] == before
+            assert conn.execute(sa.text("SELECT count(*) FROM lead_lag_pairs")).scalar_one() == 13
+        with db.begin() as conn:  # a development database that already has one of them
+            conn.execute(sa.text("ALTER TABLE lead_lag_pairs ADD COLUMN p_value double precision"))
+        assert [rev.id for rev in migrate.upgrade(db).applied] == ["0007"]
+        with db.connect() as conn:
+            assert set(columns) <= set(_lead_lag_columns(conn))
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,10 @@ def make_results(n: int, k: int, seed: int, n_pairs: int = 20) -> dict:
     pairs["sync_corr"][::4] = np.nan
     pairs["improvement"] = np.abs(pairs["lagged_corr"]) - np.nan_to_num(np.abs(pairs["sync_corr"]))
     pairs["overlap"] = rng.integers(30, 250, keys.size)
+    # float64 p-values spanning magnitudes far below float32's range, q >= p, both in [0, 1]
+    pairs["p_value"] = 10.0 ** -rng.uniform(0, 300, keys.size)
+    pairs["p_value"][::5] = 1.0
+    pairs["q_value"] = np.minimum(1.0, pairs["p_value"] * rng.uniform(1, 1e4, keys.size))
     return {
         "symbols": symbols,
         "neighbor_index": index,
@@ -103,6 +107,8 @@ def expected_rows(results: dict, snapshot_date=D) -> dict[str, set]:
                 None if np.isnan(sync) else sync,
                 float(p["improvement"]),
                 int(p["overlap"]),
+                float(p["p_value"]),
+                float(p["q_value"]),
             )
         )
     return {"peer_neighbors": neighbors, "symbol_clusters": clusters, "lead_lag_pairs": pairs}
@@ -116,12 +122,18 @@ def read_rows(engine, snapshot_date=D) -> dict[str, set]:
             ("symbol_clusters", "snapshot_date, symbol, cluster_id"),
             (
                 "lead_lag_pairs",
-                "snapshot_date, leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap",
+                "snapshot_date, leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap, "
+                "p_value, q_value",
             ),
         ):
             # real columns come back as the shortest decimal of the float4; widen exactly
+            # (the double precision p_value and q_value, the last two, are exact as they are)
+            doubles = 2 if table == "lead_lag_pairs" else 0
             out[table] = {
-                tuple(float(np.float32(v)) if isinstance(v, float) else v for v in r)
+                tuple(
+                    float(np.float32(v)) if isinstance(v, float) and i < len(r) - doubles else v
+                    for i, v in enumerate(r)
+                )
                 for r in conn.execute(
                     sa.text(f"SELECT {cols} FROM {table} WHERE snapshot_date = :d"),
                     {"d": snapshot_date},
@@ -196,8 +208,8 @@ def test_published_rows_are_exact(clean_db):
 
 
 def test_published_rows_reads_the_pairs_back_in_spec_order(clean_db):
-    """``published_rows`` (seven binary arrays, sorted here) gives back exactly the published
-    lead-lag pairs, NaN sync_corr included, in SPEC §6 order: improvement descending, then
+    """``published_rows`` (nine binary arrays, sorted here) gives back exactly the published
+    lead-lag pairs, NaN sync_corr and float64 p/q values included, in SPEC §6 order: improvement descending, then
     leader and lagger names. Tied improvements (a quarter of the pairs share one value) and
     symbols whose names do not sort like their input positions exercise the ties."""
     results = make_results(n=50, k=3, seed=5, n_pairs=40)
@@ -330,6 +342,11 @@ def test_concurrent_publishers_end_with_one_whole_snapshot(clean_db):
             "twice",
         ),
         (lambda r: r["lead_lag_pairs"]["lagged_corr"].__setitem__(0, np.nan), "finite"),
+        (lambda r: r["lead_lag_pairs"]["p_value"].__setitem__(1, np.nan), r"p_value must be fin"),
+        (lambda r: r["lead_lag_pairs"]["q_value"].__setitem__(2, np.nan), r"q_value must be fin"),
+        (lambda r: r["lead_lag_pairs"]["p_value"].__setitem__(0, -1e-9), r"p_value .* \[0, 1\]"),
+        (lambda r: r["lead_lag_pairs"]["q_value"].__setitem__(3, 1.5), r"q_value .* \[0, 1\]"),
+        (lambda r: r["lead_lag_pairs"]["q_value"].__setitem__(4, np.inf), r"q_value must be fin"),
         (lambda r: r.__setitem__("neighbor_overlap", None), "required"),
         (
             lambda r: r.__setitem__("lead_lag_pairs", r["lead_lag_pairs"][["leader", "lagger"]]),
@@ -361,6 +378,37 @@ def test_empty_lead_lag_and_string_dates(clean_db):
     assert json.loads(json.dumps(snapshot_row(clean_db)[0]["params"]))["k"] == 2
 
 
+def test_significance_round_trips_bit_for_bit(clean_db):
+    """p_value and q_value go into double precision columns as float8 (binary COPY) and read
+    back exactly, both through SQL and through ``published_rows``' binary arrays: the extremes
+    of [0, 1], subnormal and smallest positive doubles, values with all 53 bits used."""
+    results = make_results(n=12, k=2, seed=15, n_pairs=8)
+    special = np.array([0.0, 5e-324, 2.2250738585072014e-308, 1e-300, 1 / 3, np.nextafter(1, 0)])
+    pairs = results["lead_lag_pairs"]
+    pairs["p_value"][: special.size] = special
+    pairs["q_value"][: special.size] = np.minimum(1.0, special * 3)
+    pairs["p_value"][-1] = pairs["q_value"][-1] = 1.0
+    publish(clean_db, results)
+    assert read_rows(clean_db) == expected_rows(results)
+    got = published_rows(clean_db, D)
+    assert got is not None
+    by_pair = {
+        (got.symbols[a], got.symbols[b]): (p, q)
+        for a, b, p, q in got.lead_lag_pairs[["leader", "lagger", "p_value", "q_value"]].tolist()
+    }
+    symbols = results["symbols"]
+    for a, b, p, q in pairs[["leader", "lagger", "p_value", "q_value"]].tolist():
+        assert by_pair[symbols[a], symbols[b]] == (p, q)
+    with clean_db.connect() as conn:
+        types = conn.execute(
+            sa.text(
+                "SELECT DISTINCT pg_typeof(p_value)::text, pg_typeof(q_value)::text "
+                "FROM lead_lag_pairs"
+            )
+        ).all()
+    assert types == [("double precision", "double precision")]
+
+
 def test_binary_arrays_are_read_exactly_or_refused(clean_db):
     """``array_send`` bytes from the server read back as numpy arrays (an empty aggregate's NULL
     as an empty array); another element type, NULL elements or a truncated body are refused."""
@@ -369,10 +417,11 @@ def test_binary_arrays_are_read_exactly_or_refused(clean_db):
     from corr_pipeline.db.published_reads import _from_array_send
 
     with clean_db.connect() as conn:
-        ints, floats, nulls, none = conn.execute(
+        ints, floats, doubles, nulls, none = conn.execute(
             sa.text(
                 "SELECT array_send(ARRAY[1, -2, 2147483647]::int4[]), "
                 "array_send(ARRAY[0.5, 'NaN', '-Infinity']::float4[]), "
+                "array_send(ARRAY[5e-324, 'NaN', 0.1]::float8[]), "
                 "array_send(ARRAY[1, NULL]::int4[]), "
                 "array_send((SELECT array_agg(x) FROM generate_series(1, 0) x))"
             )
@@ -380,7 +429,17 @@ def test_binary_arrays_are_read_exactly_or_refused(clean_db):
     assert _from_array_send(ints, ">i4").tolist() == [1, -2, 2147483647]
     got = _from_array_send(floats, ">f4")
     assert got[0] == 0.5 and np.isnan(got[1]) and got[2] == -np.inf
+    got = _from_array_send(doubles, ">f8")
+    assert got[0] == 5e-324 and np.isnan(got[1]) and got[2] == 0.1
     assert _from_array_send(none, ">i4").size == 0
-    for bad, kind in ((ints, ">f4"), (nulls, ">i4"), (bytes(ints)[:-2], ">i4")):
+    assert _from_array_send(none, ">f8").size == 0
+    for bad, kind in (
+        (ints, ">f4"),
+        (nulls, ">i4"),
+        (bytes(ints)[:-2], ">i4"),
+        (floats, ">f8"),
+        (doubles, ">f4"),
+        (bytes(doubles)[:-4], ">f8"),
+    ):
         with pytest.raises(ValueError, match="unexpected array_send output"):
             _from_array_send(bad, kind)

@@ -204,6 +204,25 @@ def test_full_graph_for_two_partitions(two_partitions, engine):
         }
     for leader, lagger, lag in truth:
         assert published.get((leader, lagger)) == lag, (leader, lagger, lag)
+    # every published pair has its significance; the injected ones are significant, and the
+    # asset's metadata counts the pairs at q <= 0.05 and q <= 0.01 as published
+    with engine.connect() as conn:
+        q_values = {
+            (r.leader, r.lagger): (r.p_value, r.q_value)
+            for r in conn.execute(
+                sa.text(
+                    "SELECT leader, lagger, p_value, q_value FROM lead_lag_pairs "
+                    "WHERE snapshot_date = :d"
+                ),
+                {"d": LAST},
+            )
+        }
+    assert all(0.0 <= p <= q <= 1.0 for p, q in q_values.values()), q_values
+    for leader, lagger, _ in truth:
+        assert q_values[leader, lagger][1] <= 0.05, (leader, lagger, q_values[leader, lagger])
+    shown = materializations(results[LAST], "lead_lag_pairs")[0].metadata
+    for key, level in (("significant_pairs_q05", 0.05), ("significant_pairs_q01", 0.01)):
+        assert shown[key].value == sum(q <= level for _, q in q_values.values()), key
     check = next(
         e.event_specific_data
         for e in results[LAST].all_events

@@ -80,11 +80,12 @@ def _publish(engine: sa.Engine, day: dt.date, seed: int, store: MatrixStore) -> 
     labels = [i % 2 if SYMBOLS[i] != "BRK.B" else 2 for i in range(N)]  # BRK.B alone
     neighbors = _neighbors(corr, K)
     pairs = [
-        # leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap
-        ("AAPL", "MSFT", 2, 0.41, 0.05, 0.36, 58),
-        ("O'REILLY", "AAPL", 1, -0.33, float("nan"), 0.33, 59),
-        ("AAPL", "日本株", 3, 0.30, 0.10, 0.20, 57),
-        ("MSFT", "NVDA", 1, 0.25, 0.20, 0.05, 59),
+        # leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap, p_value, q_value
+        # (None: no significance recorded, as in a snapshot published before migration 0007)
+        ("AAPL", "MSFT", 2, 0.41, 0.05, 0.36, 58, 3.2e-07, 4.1e-05),
+        ("O'REILLY", "AAPL", 1, -0.33, float("nan"), 0.33, 59, 0.0011, 0.0123),
+        ("AAPL", "日本株", 3, 0.30, 0.10, 0.20, 57, None, None),
+        ("MSFT", "NVDA", 1, 0.25, 0.20, 0.05, 59, 0.3, 0.9),
     ]
     with engine.begin() as conn:
         conn.execute(sa.delete(schema.snapshots).where(schema.snapshots.c.snapshot_date == day))
@@ -132,6 +133,8 @@ def _publish(engine: sa.Engine, day: dt.date, seed: int, store: MatrixStore) -> 
                             "sync_corr",
                             "improvement",
                             "overlap",
+                            "p_value",
+                            "q_value",
                         ),
                         p,
                         strict=True,
@@ -327,6 +330,61 @@ def test_lead_lag_both_roles_ordered_by_improvement(published):
     assert none.pairs == [] and "no lead-lag pair" in q.to_text(none)
 
 
+def test_lead_lag_shows_the_significance(published):
+    """p_value and q_value come back as published (float64, exact), print readably (``3.2e-07``,
+    ``0.0123``) and as ``-`` where a pair has none (NULL, null in JSON)."""
+    result = q.lead_lag(published["engine"], "AAPL")
+    data = result.to_json()
+    assert data["max_q"] is None and data["n_without_q"] == 0
+    assert [(p["p_value"], p["q_value"]) for p in data["pairs"]] == [
+        (3.2e-07, 4.1e-05),
+        (0.0011, 0.0123),
+        (None, None),
+    ]
+    lines = q.to_text(result).splitlines()
+    assert lines[1].split()[-2:] == ["p_value", "q_value"]
+    assert lines[2].split()[-2:] == ["3.2e-07", "4.1e-05"]
+    assert lines[3].split()[-2:] == ["0.0011", "0.0123"]
+    assert lines[4].split()[-2:] == ["-", "-"]
+    assert "Benjamini–Hochberg" in q.to_text(result)
+
+
+def test_lead_lag_max_q_keeps_the_pairs_at_most_q(published):
+    """``max_q``: only pairs with q_value <= max_q (the bound included), counted and listed;
+    a pair without a q-value never passes and is reported as left out."""
+    engine = published["engine"]
+    result = q.lead_lag(engine, "AAPL", max_q=0.05)
+    assert [(p["leader"], p["lagger"]) for p in result.pairs] == [
+        ("AAPL", "MSFT"),
+        ("O'REILLY", "AAPL"),
+    ]
+    assert (result.n_leads, result.n_lags, result.n_without_q) == (1, 1, 1)
+    assert not result.truncated
+    data = result.to_json()
+    assert data["max_q"] == 0.05 and data["n_without_q"] == 1
+    text = q.to_text(result)
+    assert "leads 1, lags 1 with q_value <= 0.05" in text
+    assert "(1 pair(s) without a q-value left out)" in text
+    edge = q.lead_lag(engine, "AAPL", max_q=0.0123)
+    assert [p["q_value"] for p in edge.pairs] == [4.1e-05, 0.0123]
+    strict = q.lead_lag(engine, "AAPL", max_q=0.001, limit=5)
+    assert [p["lagger"] for p in strict.pairs] == ["MSFT"]
+    assert (strict.n_leads, strict.n_lags) == (1, 0)
+    top = q.lead_lag(engine, "AAPL", max_q=0.05, limit=1)
+    assert top.truncated and "showing the 1 strongest of 2 pairs" in q.to_text(top)
+    everything = q.lead_lag(engine, "AAPL", max_q=1.0)
+    assert len(everything.pairs) == 2  # 1 still leaves out the pair without a q-value
+    nothing = q.lead_lag(engine, "MSFT", max_q=1e-9)
+    assert nothing.pairs == [] and (nothing.n_leads, nothing.n_lags) == (0, 0)
+    assert "(no lead-lag pair with q_value <= 1e-09 involves this symbol)" in q.to_text(nothing)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, float("nan"), float("inf")])
+def test_lead_lag_max_q_must_lie_in_zero_one(published, bad):
+    with pytest.raises(q.QueryError, match=r"--max-q: expected a q-value in \(0, 1\]"):
+        q.lead_lag(published["engine"], "AAPL", max_q=bad)
+
+
 def test_snapshots_listing(published):
     result = q.snapshots(published["engine"])
     assert [s.snapshot_date for s in result.snapshots] == [D2, D1] and result.total == 2
@@ -447,6 +505,25 @@ def test_cli_errors_exit_2_with_message_and_json(published, capsys):
     error = json.loads(out)["error"]
     assert error["type"] == "snapshot_not_found" and error["latest"] == ["2024-03-28", "2024-03-27"]
     assert "no snapshot for 2024-03-30" in err
+
+
+def test_cli_lead_lag_max_q(published, capsys):
+    """``query lead-lag --max-q Q`` filters by q-value; a Q outside (0, 1] or not a number is
+    refused by the parser with the reason (exit status 2, nothing queried)."""
+    engine = published["engine"]
+    code, out, err = _run(engine, ["query", "lead-lag", "AAPL", "--max-q", "0.01"], capsys)
+    assert code == 0 and err == ""
+    assert "leads 1, lags 0 with q_value <= 0.01" in out and "3.2e-07" in out
+    code, out, _ = _run(engine, ["query", "lead-lag", "AAPL", "--max-q", "5e-2", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["max_q"] == 0.05
+    assert [p["q_value"] for p in data["pairs"]] == [4.1e-05, 0.0123]
+    for bad in ("0", "1.01", "-0.5", "nan", "q"):
+        with pytest.raises(SystemExit) as exit_info:
+            _run(engine, ["query", "lead-lag", "AAPL", "--max-q", bad], capsys)
+        assert exit_info.value.code == 2
+        _, err = capsys.readouterr()
+        assert f"argument --max-q: expected a number in (0, 1], got {bad!r}" in err
 
 
 def test_format_table_aligns_wide_characters():
