@@ -417,6 +417,8 @@ def test_read_only_memory_mapped_corr(tmp_path) -> None:
 
 
 def test_progress_reports_every_block() -> None:
+    """The count of p-values (one item per leader tile and lagger chunk: 1 for N = 100), then
+    the scan's blocks."""
     universe = realistic_universe(66, 60, 100, 20)
     calls: list[tuple[int, int]] = []
     find_lead_lag_pairs(
@@ -428,7 +430,7 @@ def test_progress_reports_every_block() -> None:
         block_rows=40,
         progress=lambda done, total: calls.append((done, total)),
     )
-    assert calls == [(1, 3), (2, 3), (3, 3)]
+    assert calls == [(1, 4), (2, 4), (3, 4), (4, 4)]
 
 
 # --------------------------------------------------------------------------------------------

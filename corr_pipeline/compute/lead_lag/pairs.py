@@ -21,6 +21,7 @@ from corr_pipeline.compute.lead_lag.scan import (
 from corr_pipeline.compute.lead_lag.significance import (
     annotate,
     candidate_p_limit,
+    count_items,
     count_p_values,
 )
 from corr_pipeline.compute.lead_lag.striped import striped_lead_lag
@@ -68,7 +69,8 @@ def find_lead_lag_pairs(
     corr : the synchronous correlation (N × N float32, e.g. a read-only memory map);
         computed for the pairs that need it when not given.
     working_memory_mb, block_rows : block sizing; the result does not depend on them.
-    progress : ``progress(blocks_done, blocks_total)`` after each block (stripe).
+    progress : ``progress(done, total)`` after each work item of the p-values' count, then each
+        block of the scan (on a runner: each stripe of the scan).
     runner : None scans on this process's threads; a
         :class:`~corr_pipeline.compute.parallel.runners.StripeRunner` scans stripes of leaders
         (:func:`~corr_pipeline.compute.lead_lag.striped.striped_lead_lag`; ``corr``, when
@@ -109,16 +111,26 @@ def find_lead_lag_pairs(
     blocks = row_blocks(n_cols, row_bytes, working_memory_mb, block_rows=block_rows)
     with worker_pool() as pool:
         window = standardize(R, pool, layout="lead-lag")
-        counts = count_p_values(window, max_lag, min_overlap, pool)
+        counted = count_items(n_cols, n_cols)
+        steps = counted + len(blocks)  # progress: the count's items, then the scan's blocks
+        counts = count_p_values(
+            window,
+            max_lag,
+            min_overlap,
+            pool,
+            progress=None if progress is None else lambda done, _: progress(done, steps),
+        )
         p_limit = candidate_p_limit(counts, max_q_value, max_lag)
         screen = make_screen(window, max_lag, corr is None, min_overlap, min_improvement, p_limit)
         for done, (start, stop) in enumerate(blocks, start=1):
             if k_rows > 0 or k_cols > 0:
                 row_pairs.append(scan_block(start, stop, corr, screen, k_rows, pool, pool_state))
             if progress is not None:
-                progress(done, len(blocks))
+                progress(counted + done, steps)
         if k_cols > 0:
             row_pairs.append(pool_state.select(screen, pool))
 
-    pairs = union_sorted(np.concatenate(row_pairs) if row_pairs else np.empty(0, LEAD_LAG_DTYPE))
-    return annotate(pairs, window, counts, max_lag, min_overlap)
+        pairs = union_sorted(
+            np.concatenate(row_pairs) if row_pairs else np.empty(0, LEAD_LAG_DTYPE)
+        )
+        return annotate(pairs, window, counts, max_lag, min_overlap, pool)

@@ -59,9 +59,9 @@ from corr_pipeline.compute.lead_lag.kernels import (
 )
 from corr_pipeline.compute.lead_lag.p_values import lag_p_value
 from corr_pipeline.compute.standardize import Standardized, standardize
-from corr_pipeline.compute.tiling import PRODUCT_COLUMNS, tiles_covering
+from corr_pipeline.compute.tiling import GEMM_TILE, PRODUCT_COLUMNS, Progress, tiles_covering
 from corr_pipeline.compute.validation import check_min_overlap, check_positive_int, check_returns
-from corr_pipeline.compute.workers import thread_buffer, worker_pool
+from corr_pipeline.compute.workers import available_cores, worker_pool
 
 MANTISSA_BITS = 17
 """Mantissa bits of a p-value that pick its histogram bin: bins of relative width ``2⁻¹⁷``."""
@@ -79,17 +79,13 @@ _FINE_BASE = int(np.float64(SMALLEST_FINE).view(np.int64)) >> _FINE_SHIFT
 N_BINS = 1 + _COARSE_END + (int(np.float64(1.0).view(np.int64)) >> _FINE_SHIFT) - _FINE_BASE + 1
 """Bin 0 for p = 0, the coarse bins of ``(0, 2⁻⁵⁶)``, then the fine bins up to 1.0."""
 
-TILES_PER_ITEM = 2
-"""Leader tiles per work item of the count: one float64 product of ``2 × GEMM_TILE × L`` rows
-(``L × 256 × 2048`` float64, 21 MB at L = 5, per thread)."""
-
 
 @dataclass(frozen=True)
 class PValueCounts:
     """The histogram of the lag p-values of every ordered pair with a best lag, sparse: the bins
     that hold pairs (ascending) and how many each."""
 
-    bins: np.ndarray  # int64
+    bins: np.ndarray  # int32 (:data:`N_BINS` < 2³¹)
     counts: np.ndarray  # int64
 
     @property
@@ -101,11 +97,11 @@ class PValueCounts:
     def merge(cls, parts: list[PValueCounts]) -> PValueCounts:
         """One histogram of several (of disjoint sets of pairs)."""
         if not parts:
-            return cls(np.empty(0, np.int64), np.empty(0, np.int64))
+            return cls(np.empty(0, np.int32), np.empty(0, np.int64))
         bins, where = np.unique(np.concatenate([p.bins for p in parts]), return_inverse=True)
         weights = np.concatenate([p.counts for p in parts]).astype(np.float64)  # < 2⁵³: exact
         counts = np.bincount(where, weights=weights, minlength=bins.size)
-        return cls(bins, counts.astype(np.int64))
+        return cls(bins.astype(np.int32), counts.astype(np.int64))
 
 
 @dataclass(frozen=True)
@@ -165,13 +161,29 @@ def pair_significance(
 
 
 def annotate(
-    pairs: np.ndarray, window: Standardized, counts: PValueCounts, max_lag: int, min_overlap: int
+    pairs: np.ndarray,
+    window: Standardized,
+    counts: PValueCounts,
+    max_lag: int,
+    min_overlap: int,
+    pool: Executor,
 ) -> np.ndarray:
     """``pairs`` (``LEAD_LAG_DTYPE``, each with a best lag) with their ``p_value`` and
-    ``q_value`` filled in, from the pairs alone and the histogram ``counts`` of every pair."""
+    ``q_value`` filled in, from the pairs alone (on ``pool``'s threads) and the histogram
+    ``counts`` of every pair."""
     leaders = pairs["leader"].astype(np.int64)
     laggers = pairs["lagger"].astype(np.int64)
-    p = _pair_lag_p_values(leaders, laggers, max_lag, min_overlap, FALLBACK_TAU, pair_data(window))
+    data = pair_data(window)
+    p = np.empty(pairs.size)
+    step = max(1024, -(-pairs.size // (4 * available_cores())))
+
+    def evaluate(lo: int) -> None:
+        hi = min(lo + step, pairs.size)
+        p[lo:hi] = _pair_lag_p_values(
+            leaders[lo:hi], laggers[lo:hi], max_lag, min_overlap, FALLBACK_TAU, data
+        )
+
+    list(pool.map(evaluate, range(0, pairs.size, step)))
     out = pairs.copy()
     out["p_value"] = sidak(p, max_lag)
     out["q_value"] = q_values(p, counts, max_lag)
@@ -192,42 +204,58 @@ def _check_pairs(leaders: np.ndarray, laggers: np.ndarray, n_cols: int) -> None:
         raise ValueError(f"pair {same[0]} is a symbol with itself ({leaders[same[0]]})")
 
 
+def count_items(n_leaders: int, n_cols: int) -> int:
+    """The work items of :func:`count_p_values` over ``n_leaders`` leaders from a tile's start."""
+    return -(-n_leaders // GEMM_TILE) * -(-n_cols // PRODUCT_COLUMNS)
+
+
 def count_p_values(
     window: Standardized,
     max_lag: int,
     min_overlap: int,
     pool: Executor,
     leaders: tuple[int, int] | None = None,
+    progress: Progress | None = None,
 ) -> PValueCounts:
     """The histogram (module docstring) of the lag p-values of the best lags of the ordered
     pairs ``i != j`` with a best lag, for the leaders ``i`` in ``leaders`` (all by default) and
-    every lagger ``j``: work items of :data:`TILES_PER_ITEM` leader tiles × one chunk of
-    laggers on ``pool``'s threads, each counting into its thread's histogram."""
+    every lagger ``j``: work items of one leader tile × one chunk of laggers on ``pool``'s
+    threads (per thread ``L × GEMM_TILE × PRODUCT_COLUMNS`` float64 products, 10.5 MB at L = 5),
+    each counting into its thread's histogram; ``progress(items_done, items)`` after each."""
     n_rows, n_cols = window.n_rows, window.n_cols
     start, stop = (0, n_cols) if leaders is None else leaders
     data = pair_data(window)
     arrays = (window.z, window.prefix, window.prefix_sq)
     tiles = tiles_covering(start, stop)
-    groups = [tiles[k : k + TILES_PER_ITEM] for k in range(0, len(tiles), TILES_PER_ITEM)]
-    histograms: dict[int, np.ndarray] = {}
     # int32 counts (half the cache footprint) when no bin can reach 2³¹ pairs
     counter = np.int32 if (stop - start) * n_cols < 2**31 else np.int64
+    most_rows = GEMM_TILE
+    workspaces: dict[int, tuple[np.ndarray, ...]] = {}  # per thread, dropped on return
     lock = threading.Lock()
 
-    def count_item(item: tuple[int, int, int]) -> None:
-        group, col0, col1 = item
-        first, last = groups[group][0][0], min(groups[group][-1][1], n_cols)
-        height, width = last - first, col1 - col0
-        shifted = thread_buffer("significance-leaders", (max_lag, height, n_rows), np.float64)
-        _shift_leaders(window.z_t, first, last, shifted)
-        columns = thread_buffer("significance-laggers", (n_rows, width), np.float64)
-        np.copyto(columns, window.z[:, col0:col1])
-        products = thread_buffer("significance-products", (max_lag, height, width), np.float64)
-        np.matmul(shifted.reshape(-1, n_rows), columns, out=products.reshape(-1, width))
+    def workspace() -> tuple[np.ndarray, ...]:
         key = threading.get_ident()
         with lock:
-            if key not in histograms:
-                histograms[key] = np.zeros(N_BINS, dtype=counter)  # pages as touched
+            if key not in workspaces:
+                workspaces[key] = (
+                    np.zeros(N_BINS, dtype=counter),  # pages as touched
+                    np.empty((max_lag, most_rows, n_rows)),
+                    np.empty((n_rows, PRODUCT_COLUMNS)),
+                    np.empty(max_lag * most_rows * PRODUCT_COLUMNS),
+                )
+            return workspaces[key]
+
+    def count_item(item: tuple[int, int, int]) -> None:
+        first, col0, col1 = item
+        last = min(first + GEMM_TILE, n_cols)
+        height, width = last - first, col1 - col0
+        histogram, shifted_space, columns_space, products_space = workspace()
+        shifted = shifted_space[:, :height]
+        _shift_leaders(window.z_t, first, last, shifted)
+        columns = columns_space[:, :width]
+        np.copyto(columns, window.z[:, col0:col1])
+        products = products_space[: max_lag * height * width].reshape(max_lag, height, width)
+        np.matmul(shifted.reshape(-1, n_rows), columns, out=products.reshape(-1, width))
         _count_tile(
             products,
             (first, max(start, first), min(stop, last), col0),
@@ -235,24 +263,37 @@ def count_p_values(
             min_overlap,
             FALLBACK_TAU,
             data,
-            histograms[key],
+            histogram,
         )
 
     items = [
-        (g, col0, min(col0 + PRODUCT_COLUMNS, n_cols))
-        for g in range(len(groups))
+        (first, col0, min(col0 + PRODUCT_COLUMNS, n_cols))
+        for first, _ in tiles
         for col0 in range(0, n_cols, PRODUCT_COLUMNS)
     ]
-    list(pool.map(count_item, items))  # list() re-raises a worker's error
+    for done, _ in enumerate(pool.map(count_item, items), start=1):  # re-raises an error
+        if progress is not None:
+            progress(done, len(items))
+    histograms = [space[0] for space in workspaces.values()]
+    workspaces.clear()
+    return _sparse(histograms)
+
+
+def _sparse(histograms: list[np.ndarray]) -> PValueCounts:
+    """The sum of dense histograms (added into the first, in place: no bin holds more than the
+    pairs counted), as :class:`PValueCounts`, extracted a slice at a time."""
     if not histograms:
         return PValueCounts.merge([])
-    first_histogram, *others = histograms.values()
-    for histogram in others:  # in place: no bin holds more than the pairs counted
-        first_histogram += histogram
-    histograms.clear()
-    others.clear()
-    bins = np.flatnonzero(first_histogram)
-    return PValueCounts(bins, first_histogram[bins].astype(np.int64))
+    total = histograms[0]
+    for histogram in histograms[1:]:
+        total += histogram
+    del histograms[1:]
+    bins, counts = [], []
+    for lo in range(0, total.size, 1 << 20):
+        found = np.flatnonzero(total[lo : lo + (1 << 20)])
+        bins.append((found + lo).astype(np.int32))
+        counts.append(total[found + lo].astype(np.int64))
+    return PValueCounts(np.concatenate(bins), np.concatenate(counts))
 
 
 @njit(cache=True, nogil=True)
@@ -461,9 +502,35 @@ def _bins_of(p: np.ndarray) -> np.ndarray:
 
 
 def _bin_q_values(counts: PValueCounts, max_lag: int) -> np.ndarray:
-    """Per bin of ``counts``, the reported q-value of its pairs (module docstring), capped at 1."""
-    ratio = counts.m * sidak(_bin_upper_edges(counts.bins), max_lag) / np.cumsum(counts.counts)
-    return np.minimum(np.minimum.accumulate(ratio[::-1])[::-1], 1.0)
+    """Per bin of ``counts``, the reported q-value of its pairs (module docstring), capped at 1:
+    ``min over b' >= b of m·hi'_b' / C_b'``, in one backward pass (no temporaries)."""
+    return _suffix_q_values(counts.bins, counts.counts, counts.m, max_lag)
+
+
+@njit(cache=True, nogil=True)
+def _upper_edge(b):  # pragma: no cover - compiled
+    """:func:`_bin_upper_edges` of one bin."""
+    if b == 0:
+        return 0.0
+    if b <= _COARSE_END:
+        edge = np.int64(b << _COARSE_SHIFT).view(np.float64)
+    else:
+        edge = np.int64((b - _COARSE_END + _FINE_BASE) << _FINE_SHIFT).view(np.float64)
+    return min(edge, 1.0)
+
+
+@njit(cache=True, nogil=True)
+def _suffix_q_values(bins, counts, m, max_lag):  # pragma: no cover - compiled
+    out = np.empty(bins.size)
+    after = 0  # pairs in the bins after this one: C_b = m − after
+    lowest = np.inf
+    for k in range(bins.size - 1, -1, -1):
+        edge = _upper_edge(np.int64(bins[k]))
+        sidak_edge = -math.expm1(max_lag * math.log1p(-edge)) if edge < 1.0 else 1.0
+        lowest = min(lowest, m * sidak_edge / (m - after))
+        out[k] = min(lowest, 1.0)
+        after += counts[k]
+    return out
 
 
 def q_values(p: np.ndarray, counts: PValueCounts, max_lag: int) -> np.ndarray:

@@ -332,4 +332,5 @@ def striped_lead_lag(
         )
         window_screen = screen.result()
         pairs = merge_lead_lag_stripes(parts, window_screen, k_cols)
-    return annotate(pairs, window_screen.window, counts, max_lag, min_overlap)
+    with worker_pool() as threads:
+        return annotate(pairs, window_screen.window, counts, max_lag, min_overlap, threads)
