@@ -30,6 +30,7 @@ from corr_pipeline.compute.correlation.striped import (
     striped_correlation,
 )
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
+from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.lead_lag.scan import MAX_BLOCK_ROWS
 from corr_pipeline.compute.lead_lag.striped import (
     POOL_DTYPE,
@@ -330,7 +331,7 @@ def test_lead_lag_stripes_stay_exact_under_the_tightest_floor(two_workers, lead_
             floor[lagger] = best.min()
     assert np.isfinite(floor).sum() > R.shape[1] // 2
     args = (MappedFile.of(lead_lag_inputs), 4, k_laggers, k_leaders, LEAD_LAG.min_overlap)
-    args += (0.0, np.inf, MAX_BLOCK_ROWS)
+    args += (0.0, N_BINS, MAX_BLOCK_ROWS)
     stripes = stripes_of(R.shape[1], 128)
     free, floored = (
         two_workers.map(lead_lag_stripe, R, stripes, *args, feedback=_FixedFloor(given))

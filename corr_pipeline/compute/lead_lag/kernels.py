@@ -49,13 +49,13 @@ or ``|sync|`` exactly when ``corr`` is given. Finally
 1e-6), each ``−∞`` when at most ``min_improvement`` (then the pair is no candidate, resp. the
 bound says nothing) and for ``i = j``.
 
-**Significance** (``max_q_value`` < 1: a candidate's best lag also needs a lag p-value
-``lag_p_value(r, n) < p_limit``, ``significance.candidate_p_limit``). The p-value decreases in
-``|r|`` and in ``n``; the best lag has ``D <= |r| <= U`` and ``n_lo <= n <= n_hull``, so a pair
-with ``lag_p_value(U, n_hull) >= p_limit`` is no candidate (upper = −∞) and a lower bound
-stands only when ``lag_p_value(D, n_lo) < p_limit`` (:func:`~corr_pipeline.compute.lead_lag.p_values.significance_bounds`, with ``U`` and
-``D`` widened by its margin). The exact evaluation applies the condition
-itself (:func:`pair_values`).
+**Significance** (``max_q_value`` < 1: a candidate's best lag also needs its p-value's bin
+``p_bin(r, n) <= bin_limit``, ``significance.candidate_bin_limit``). The bin does not increase
+with ``|r|`` nor with ``n``; the best lag has ``D <= |r| <= U`` and ``n_lo <= n <= n_hull``, so
+a pair with ``p_bin(U, n_hull) > bin_limit`` is no candidate (upper = −∞) and a lower bound
+stands only when ``p_bin(D, n_lo) <= bin_limit``
+(:func:`~corr_pipeline.compute.lead_lag.p_values.significance_bounds`, with ``U`` and ``D``
+widened by its margin). The exact evaluation applies the condition itself (:func:`pair_values`).
 
 **Selection** (:func:`select_rows`, :func:`select_columns`), exact by the threshold argument:
 if k pairs of a row (or column) have lower bounds ``≥ θ``, its k-th best exact improvement is
@@ -74,7 +74,7 @@ import numpy as np
 from numba import njit
 
 from corr_pipeline.compute.correlation.kernels import exact_pair_correlation
-from corr_pipeline.compute.lead_lag.p_values import lag_p_value, significance_bounds
+from corr_pipeline.compute.lead_lag.p_values import N_BINS, p_bin, significance_bounds
 from corr_pipeline.compute.standardize import Standardized, make_side
 from corr_pipeline.compute.top_k import before, insert_value
 
@@ -234,11 +234,11 @@ def screen_tile(products, tile, params, window, out):  # pragma: no cover - comp
 
     Arguments, grouped (one kernel call per tile and chunk): ``tile`` = (tile_start, row_lo,
     row_hi, block_start, col0); ``params`` = (with_sync, max_lag, min_overlap, min_improvement,
-    gamma, tau_screen, p_limit); ``window`` = the window's and screen's arrays (z, z_t, prefix,
+    gamma, tau_screen, bin_limit); ``window`` = the window's and screen's arrays (z, z_t, prefix,
     prefix_sq, prefix_t, prefix_sq_t, lo, hi, gaps, miss_ptr, miss_rows, miss_cols,
     ragged_cols, lag_y); ``out`` = (out_upper, out_lower, sync_block)."""
     tile_start, row_lo, row_hi, block_start, col0 = tile
-    with_sync, max_lag, min_overlap, min_improvement, gamma, tau_screen, p_limit = params
+    with_sync, max_lag, min_overlap, min_improvement, gamma, tau_screen, bin_limit = params
     z, z_t, prefix, prefix_sq, prefix_t, prefix_sq_t = window[:6]
     lo, hi, gaps, miss_ptr, miss_rows, miss_cols, ragged_cols, lag_y = window[6:]
     out_upper, out_lower, sync_block = out
@@ -430,7 +430,7 @@ def screen_tile(products, tile, params, window, out):  # pragma: no cover - comp
             )
             out_upper[r, col0 + c] = upper
             out_lower[r, col0 + c] = lower
-        if p_limit < np.inf:
+        if bin_limit < N_BINS:
             for c in range(width):
                 upper, lower = significance_bounds(
                     out_upper[r, col0 + c],
@@ -439,7 +439,7 @@ def screen_tile(products, tile, params, window, out):  # pragma: no cover - comp
                     corr_lo_v[c],
                     n_lo_v[c],
                     nh_v[c],
-                    p_limit,
+                    bin_limit,
                 )
                 out_upper[r, col0 + c] = upper
                 out_lower[r, col0 + c] = lower
@@ -575,15 +575,15 @@ def pair_values(i, j, given_sync, params, data):  # pragma: no cover - compiled
     """Exact (improvement, best_corr, best_lag, best_overlap, sync) of the pair (i, j), SPEC §6;
     the improvement is float32, −inf for a non-candidate.
 
-    ``params`` = (max_lag, min_overlap, tau, min_improvement as float32, with_sync, p_limit);
+    ``params`` = (max_lag, min_overlap, tau, min_improvement as float32, with_sync, bin_limit);
     without ``with_sync`` the synchronous correlation is ``given_sync`` (float32, NaN allowed).
-    A candidate also needs the p-value of its best lag (:func:`lag_p_value` of its float64
-    correlation and overlap) strictly below ``p_limit`` (``inf``: no condition)."""
+    A candidate also needs the histogram bin of its best lag's p-value (``p_values.p_bin`` of
+    its float64 correlation and overlap) at most ``bin_limit`` (``N_BINS``: no condition)."""
     max_lag = params[0]
     min_overlap = params[1]
     tau = params[2]
     min_improvement = params[3]
-    p_limit = params[5]
+    bin_limit = params[5]
     best_abs = np.float32(-1.0)
     best_value = np.nan
     best_lag = 0
@@ -606,7 +606,7 @@ def pair_values(i, j, given_sync, params, data):  # pragma: no cover - compiled
     improvement = best_abs - sync_abs
     if not (best_abs >= 0 and improvement > min_improvement):
         improvement = np.float32(-np.inf)
-    elif p_limit < np.inf and not lag_p_value(best_value, best_overlap) < p_limit:
+    elif bin_limit < N_BINS and p_bin(best_value, best_overlap) > bin_limit:
         improvement = np.float32(-np.inf)
     return improvement, best_corr, best_lag, best_overlap, sync
 

@@ -20,7 +20,7 @@ from corr_pipeline.compute.lead_lag.scan import (
 )
 from corr_pipeline.compute.lead_lag.significance import (
     annotate,
-    candidate_p_limit,
+    candidate_bin_limit,
     count_items,
     count_p_values,
 )
@@ -120,8 +120,8 @@ def find_lead_lag_pairs(
             pool,
             progress=None if progress is None else lambda done, _: progress(done, steps),
         )
-        p_limit = candidate_p_limit(counts, max_q_value, max_lag)
-        screen = make_screen(window, max_lag, corr is None, min_overlap, min_improvement, p_limit)
+        bin_limit = candidate_bin_limit(counts, max_q_value, max_lag)
+        screen = make_screen(window, max_lag, corr is None, min_overlap, min_improvement, bin_limit)
         for done, (start, stop) in enumerate(blocks, start=1):
             if k_rows > 0 or k_cols > 0:
                 row_pairs.append(scan_block(start, stop, corr, screen, k_rows, pool, pool_state))

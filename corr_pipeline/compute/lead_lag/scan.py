@@ -53,6 +53,7 @@ import numpy as np
 
 from corr_pipeline.compute.correlation.kernels import FALLBACK_TAU
 from corr_pipeline.compute.lead_lag import kernels as llk
+from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.standardize import Standardized
 from corr_pipeline.compute.tiling import (
     GEMM_TILE,
@@ -147,10 +148,11 @@ def make_screen(
     with_sync: bool,
     min_overlap: int,
     min_improvement: float,
-    p_limit: float = np.inf,
+    bin_limit: int = N_BINS,
 ) -> _Screen:
-    """What the scan reads; ``p_limit``: a candidate's best lag has a p-value strictly below it
-    (``significance.candidate_p_limit`` of ``max_q_value``; ``inf``: no condition)."""
+    """What the scan reads; ``bin_limit``: a candidate's best lag has its p-value in a histogram
+    bin at most this (``significance.candidate_bin_limit`` of ``max_q_value``; ``N_BINS``: no
+    condition)."""
     n_rows = window.n_rows
     lo, hi, gaps, miss_ptr, miss_rows, miss_cols, dense = llk.column_extents(window.present_t)
     end, end_sq = window.prefix[n_rows], window.prefix_sq[n_rows]
@@ -173,7 +175,7 @@ def make_screen(
             FALLBACK_TAU,
             np.float32(min_improvement),
             with_sync,
-            float(p_limit),
+            int(bin_limit),
         ),
         data=llk.pair_data(window),
     )

@@ -14,28 +14,26 @@ with the p-values sorted ascending,
 m·t / F(t)``, ``F(t)`` the number of pairs with a p-value ``<= t``, so q-values need the counts
 ``F``, not the sorted p-values. One exact pass over product tiles of leaders computes every
 pair's best-lag correlation (per tile one float64 product of the tile's leaders shifted by every
-lag against a chunk of laggers, whose entries are the pairs' ``Sxy``, then
-``kernels.lagged_from_sums`` per pair: the exact evaluation's formula) and counts its lag
-p-value ``p`` (before Šidák, which is increasing) in a histogram whose bins are the float64
-values' leading bits: exponent and the first :data:`MANTISSA_BITS` mantissa bits, so a bin
-``[lo, hi)`` has ``hi / lo <= 1 + 2⁻¹⁷``, and so has its image under Šidák (concave through 0).
-With ``C_b`` the pairs in bins ``<= b`` and ``hi'_b`` the Šidák p-value of ``hi_b``, a pair in
-bin ``b`` has
+lag against a chunk of laggers, whose entries are the pairs' ``Sxy``, then the exact
+evaluation's sums and formula, vectorised over the laggers) and counts its lag p-value ``p``
+(before Šidák, which is increasing) in the histogram of
+:mod:`~corr_pipeline.compute.lead_lag.p_values`, whose bins hold p-values within a factor
+``1 + 2⁻¹⁷`` of each other (``1 + 2⁻¹²`` below ``p = 1.3e-17``; the histogram bins
+``u = z + z²/2``, which needs no ``erfc``), and so does their image under Šidák (concave
+through 0). With ``C_b`` the pairs in bins ``<= b`` and ``hi'_b`` the Šidák p-value of the
+bin's largest p-value, a pair in bin ``b`` has
 
     q ∈ [min(m·p_value / C_b, min over b' > b of m·lo'_b' / C_b'),  min over b' >= b of m·hi'_b' / C_b']
 
 (every pair of bin ``b'`` has rank ``<= C_b'`` and the last one rank ``C_b'``), an interval of
-relative width at most ``2⁻¹⁷ ≈ 7.6e-6``; the upper end is reported, so every q-value is within
-``7.6e-6·q`` of the exact one, and pairs of equal p-value get equal q-values. Lag p-values below
-:data:`SMALLEST_FINE` (``|z| > 8.5``) have bins of :data:`COARSE_MANTISSA_BITS` bits (relative
-width ``2⁻¹²``; their q-values are below ``m·2⁻⁵⁶·L < 1e-6`` anyway) and p = 0 a bin of its own
-(q = 0). The histogram is kept sparse (the bins that hold pairs) and does not depend on the
-tiles' order, the threads or the stripes.
+relative width at most ``7.6e-6`` (``2.4e-4`` where ``q < 1e-6``); the upper end is reported,
+and pairs of equal p-value get equal q-values. The histogram is kept sparse (the bins that hold
+pairs) and does not depend on the tiles' order, the threads or the stripes.
 
 **Significant candidates** (``max_q_value`` < 1). The reported q-value is a non-decreasing step
-function of the bin, so ``q <= max_q_value`` exactly when the lag p-value is strictly below the
-upper edge of the last bin whose q-value is ``<= max_q_value`` (:func:`candidate_p_limit`): the
-scan's candidacy condition (``kernels.pair_values``), bounded by its screen.
+function of the bin, so ``q <= max_q_value`` exactly when the pair's bin is at most the last
+bin whose q-value is ``<= max_q_value`` (:func:`candidate_bin_limit`): the scan's candidacy
+condition (``kernels.pair_values``), bounded by its screen.
 
 The reported pairs' p-values are computed exactly from the pair alone (``kernels.lagged_value``
 at each lag), so they do not depend on the tiles.
@@ -57,27 +55,11 @@ from corr_pipeline.compute.lead_lag.kernels import (
     lagged_value,
     pair_data,
 )
-from corr_pipeline.compute.lead_lag.p_values import lag_p_value
+from corr_pipeline.compute.lead_lag.p_values import N_BINS, bin_upper_p, lag_p_value, p_bin
 from corr_pipeline.compute.standardize import Standardized, standardize
 from corr_pipeline.compute.tiling import GEMM_TILE, PRODUCT_COLUMNS, Progress, tiles_covering
 from corr_pipeline.compute.validation import check_min_overlap, check_positive_int, check_returns
 from corr_pipeline.compute.workers import available_cores, worker_pool
-
-MANTISSA_BITS = 17
-"""Mantissa bits of a p-value that pick its histogram bin: bins of relative width ``2⁻¹⁷``."""
-
-COARSE_MANTISSA_BITS = 12
-"""Below :data:`SMALLEST_FINE`, bins of relative width ``2⁻¹²`` (their q-values are below 1e-6)."""
-
-SMALLEST_FINE = 2.0**-56
-"""The smallest lag p-value binned to 17 mantissa bits."""
-
-_FINE_SHIFT = 52 - MANTISSA_BITS
-_COARSE_SHIFT = 52 - COARSE_MANTISSA_BITS
-_COARSE_END = int(np.float64(SMALLEST_FINE).view(np.int64)) >> _COARSE_SHIFT
-_FINE_BASE = int(np.float64(SMALLEST_FINE).view(np.int64)) >> _FINE_SHIFT
-N_BINS = 1 + _COARSE_END + (int(np.float64(1.0).view(np.int64)) >> _FINE_SHIFT) - _FINE_BASE + 1
-"""Bin 0 for p = 0, the coarse bins of ``(0, 2⁻⁵⁶)``, then the fine bins up to 1.0."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +67,7 @@ class PValueCounts:
     """The histogram of the lag p-values of every ordered pair with a best lag, sparse: the bins
     that hold pairs (ascending) and how many each."""
 
-    bins: np.ndarray  # int32 (:data:`N_BINS` < 2³¹)
+    bins: np.ndarray  # int32 (``p_values.N_BINS`` < 2³¹)
     counts: np.ndarray  # int64
 
     @property
@@ -150,14 +132,16 @@ def pair_significance(
                 for lo in range(0, n_cols, step)
             ]
         )
-    p = _pair_lag_p_values(leaders, laggers, max_lag, min_overlap, FALLBACK_TAU, pair_data(window))
+    p, bins = _pair_lag_p_values(
+        leaders, laggers, max_lag, min_overlap, FALLBACK_TAU, pair_data(window)
+    )
     if np.isnan(p).any():
         k = int(np.flatnonzero(np.isnan(p))[0])
         raise ValueError(
             f"pair {k} ({leaders[k]}, {laggers[k]}) has no finite lagged correlation "
             f"at lags 1..{max_lag} with min_overlap = {min_overlap}: it has no best lag"
         )
-    return Significance(sidak(p, max_lag), q_values(p, counts, max_lag), counts.m)
+    return Significance(sidak(p, max_lag), q_values(bins, counts, max_lag), counts.m)
 
 
 def annotate(
@@ -175,18 +159,19 @@ def annotate(
     laggers = pairs["lagger"].astype(np.int64)
     data = pair_data(window)
     p = np.empty(pairs.size)
+    bins = np.empty(pairs.size, dtype=np.int64)
     step = max(1024, -(-pairs.size // (4 * available_cores())))
 
     def evaluate(lo: int) -> None:
         hi = min(lo + step, pairs.size)
-        p[lo:hi] = _pair_lag_p_values(
+        p[lo:hi], bins[lo:hi] = _pair_lag_p_values(
             leaders[lo:hi], laggers[lo:hi], max_lag, min_overlap, FALLBACK_TAU, data
         )
 
     list(pool.map(evaluate, range(0, pairs.size, step)))
     out = pairs.copy()
     out["p_value"] = sidak(p, max_lag)
-    out["q_value"] = q_values(p, counts, max_lag)
+    out["q_value"] = q_values(bins, counts, max_lag)
     return out
 
 
@@ -309,17 +294,6 @@ def _shift_leaders(z_t, first, last, out):  # pragma: no cover - compiled
                 row[u] = np.float64(z_t[i, u - lag])
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _bin_of(p):  # pragma: no cover - compiled
-    """The histogram bin of a p-value in [0, 1] (module docstring)."""
-    if p <= 0.0:
-        return 0
-    bits = np.int64(np.float64(p).view(np.int64))
-    if p < SMALLEST_FINE:
-        return 1 + (bits >> _COARSE_SHIFT)
-    return 1 + _COARSE_END + (bits >> _FINE_SHIFT) - _FINE_BASE
-
-
 @njit(cache=True, nogil=True)
 def _count_tile(products, tile, window, min_overlap, tau, data, histogram):  # pragma: no cover
     """Count the lag p-value of each pair's best lag (the largest float32 ``|r|``, ties to the
@@ -353,30 +327,34 @@ def _count_tile(products, tile, window, min_overlap, tau, data, histogram):  # p
     best_r = np.empty(width)
     best_n = np.empty(width, dtype=np.int64)
     fallback = np.empty(width, dtype=np.bool_)
-    gap_first = gap_ptr[col0]
-    gap_last = gap_ptr[col0 + width]
-    gap_cols = np.empty(gap_last - gap_first, dtype=np.int64)  # each gap's lagger, as c
-    for c in range(width):
-        gap_cols[gap_ptr[col0 + c] - gap_first : gap_ptr[col0 + c + 1] - gap_first] = c
     partial = np.flatnonzero((lo[col0 : col0 + width] != 0) | (hi[col0 : col0 + width] != n_rows))
+    whole_gaps = np.empty((gap_ptr[col0 + width] - gap_ptr[col0], 2), dtype=np.int64)
+    n_whole_gaps = 0  # (c, row) of each missing row of the laggers that span the window
+    for c in range(width):
+        if lo[col0 + c] == 0 and hi[col0 + c] == n_rows:
+            for k in range(gap_ptr[col0 + c], gap_ptr[col0 + c + 1]):
+                whole_gaps[n_whole_gaps, 0] = c
+                whole_gaps[n_whole_gaps, 1] = gap_rows[k]
+                n_whole_gaps += 1
+    whole_gaps = whole_gaps[:n_whole_gaps]
     for i in range(row_lo, row_hi):
         r = i - first
         best_abs[:] = -1.0
         for lag in range(1, max_lag + 1):
             top = n_rows - lag
-            # K for a lagger that spans the window, one interval for the row ...
-            a = max(lo[i], 0)
-            b = max(min(hi[i], top), a)
-            x_sum = prefix_t[i, b] - prefix_t[i, a]
-            x_sq = prefix_sq_t[i, b] - prefix_sq_t[i, a]
-            x_count = prefix_count_t[i, b] - prefix_count_t[i, a]
-            y_hi = prefix[b + lag, col0 : col0 + width]
-            y_lo = prefix[a + lag, col0 : col0 + width]
-            y_sq_hi = prefix_sq[b + lag, col0 : col0 + width]
-            y_sq_lo = prefix_sq[a + lag, col0 : col0 + width]
+            # K for a lagger that spans the window, one interval [k0, k1) for the row ...
+            k0 = max(lo[i], 0)
+            k1 = max(min(hi[i], top), k0)
+            x_sum = prefix_t[i, k1] - prefix_t[i, k0]
+            x_sq = prefix_sq_t[i, k1] - prefix_sq_t[i, k0]
+            x_count = prefix_count_t[i, k1] - prefix_count_t[i, k0]
+            y_hi = prefix[k1 + lag, col0 : col0 + width]
+            y_lo = prefix[k0 + lag, col0 : col0 + width]
+            y_sq_hi = prefix_sq[k1 + lag, col0 : col0 + width]
+            y_sq_lo = prefix_sq[k0 + lag, col0 : col0 + width]
             for c in range(width):
-                k_lo[c] = a
-                k_hi[c] = b
+                k_lo[c] = k0
+                k_hi[c] = k1
                 sx[c] = x_sum
                 base_x[c] = x_sq
                 sxx[c] = x_sq
@@ -384,7 +362,23 @@ def _count_tile(products, tile, window, min_overlap, tau, data, histogram):  # p
                 sy[c] = y_hi[c] - y_lo[c]
                 base_y[c] = y_sq_hi[c] - y_sq_lo[c]
                 syy[c] = base_y[c]
-            # ... and its own for a lagger listed late or gone early.
+            for e in range(whole_gaps.shape[0]):  # rows where such a lagger is missing
+                c = whole_gaps[e, 0]
+                t = whole_gaps[e, 1] - lag
+                if k0 <= t < k1:
+                    v = np.float64(z_t[i, t])
+                    sx[c] -= v
+                    sxx[c] -= v * v
+                    count[c] -= present_t[i, t]
+            for k in range(gap_ptr[i], gap_ptr[i + 1]):  # rows where the leader is missing
+                t = gap_rows[k]
+                if k0 <= t < k1:
+                    row = z[t + lag]
+                    for c in range(width):
+                        v = np.float64(row[col0 + c])
+                        sy[c] -= v
+                        syy[c] -= v * v
+            # ... and its own for a lagger listed late or gone early, all its sums afresh.
             for c in partial:
                 j = col0 + c
                 a = max(lo[i], lo[j] - lag, 0)
@@ -398,22 +392,17 @@ def _count_tile(products, tile, window, min_overlap, tau, data, histogram):  # p
                 sy[c] = prefix[b + lag, j] - prefix[a + lag, j]
                 base_y[c] = prefix_sq[b + lag, j] - prefix_sq[a + lag, j]
                 syy[c] = base_y[c]
-            for e in range(gap_first, gap_last):  # rows where the lagger is missing
-                c = gap_cols[e - gap_first]
-                t = gap_rows[e] - lag
-                if k_lo[c] <= t < k_hi[c]:
-                    v = np.float64(z_t[i, t])
-                    sx[c] -= v
-                    sxx[c] -= v * v
-                    count[c] -= present_t[i, t]
-            for k in range(gap_ptr[i], gap_ptr[i + 1]):  # rows where the leader is missing
-                t = gap_rows[k]
-                if t >= top:
-                    continue
-                row = z[t + lag]
-                for c in range(width):
-                    if k_lo[c] <= t < k_hi[c]:
-                        v = np.float64(row[col0 + c])
+                for k in range(gap_ptr[j], gap_ptr[j + 1]):
+                    t = gap_rows[k] - lag
+                    if a <= t < b:
+                        v = np.float64(z_t[i, t])
+                        sx[c] -= v
+                        sxx[c] -= v * v
+                        count[c] -= present_t[i, t]
+                for k in range(gap_ptr[i], gap_ptr[i + 1]):
+                    t = gap_rows[k]
+                    if a <= t < b:
+                        v = np.float64(z_t[j, t + lag])
                         sy[c] -= v
                         syy[c] -= v * v
             # Every pair's formula value at once (branch-free, so it vectorises), then the few
@@ -460,15 +449,17 @@ def _count_tile(products, tile, window, min_overlap, tau, data, histogram):  # p
             best_abs[i - col0] = -1.0  # not a pair
         for c in range(width):
             if best_abs[c] >= 0.0:
-                histogram[_bin_of(lag_p_value(best_r[c], best_n[c]))] += 1
+                histogram[p_bin(best_r[c], best_n[c])] += 1
 
 
 @njit(cache=True, nogil=True)
 def _pair_lag_p_values(
     leaders, laggers, max_lag, min_overlap, tau, data
 ):  # pragma: no cover - compiled
-    """Per pair, the lag p-value of its best lag (NaN without one), the pair alone evaluated."""
+    """Per pair, the lag p-value of its best lag (NaN without one) and its histogram bin, the
+    pair alone evaluated."""
     out = np.empty(leaders.size, dtype=np.float64)
+    bins = np.zeros(leaders.size, dtype=np.int64)
     for k in range(leaders.size):
         best_abs = np.float32(-1.0)
         best_r = np.nan
@@ -480,25 +471,11 @@ def _pair_lag_p_values(
                 best_abs = magnitude
                 best_r = value
                 best_n = count
-        out[k] = lag_p_value(best_r, best_n) if best_abs >= 0 else np.nan
-    return out
-
-
-def _bin_upper_edges(bins: np.ndarray) -> np.ndarray:
-    """``hi_b`` of the bins ``bins`` (:func:`_bin_of`): 0 for bin 0 (p = 0), then the first value
-    past each bin's leading bits."""
-    bins = np.asarray(bins, dtype=np.int64)
-    coarse = (bins + 0) << _COARSE_SHIFT  # key b − 1, plus one
-    fine = (bins - _COARSE_END + _FINE_BASE) << _FINE_SHIFT
-    edges = np.where(bins <= _COARSE_END, coarse, fine).view(np.float64)
-    return np.where(bins == 0, 0.0, np.minimum(edges, 1.0))  # no p-value exceeds 1
-
-
-def _bins_of(p: np.ndarray) -> np.ndarray:
-    p = np.ascontiguousarray(p, np.float64)
-    bits = p.view(np.int64)
-    fine = 1 + _COARSE_END + (bits >> _FINE_SHIFT) - _FINE_BASE
-    return np.where(p <= 0.0, 0, np.where(p < SMALLEST_FINE, 1 + (bits >> _COARSE_SHIFT), fine))
+        out[k] = np.nan
+        if best_abs >= 0:
+            out[k] = lag_p_value(best_r, best_n)
+            bins[k] = p_bin(best_r, best_n)
+    return out, bins
 
 
 def _bin_q_values(counts: PValueCounts, max_lag: int) -> np.ndarray:
@@ -508,24 +485,12 @@ def _bin_q_values(counts: PValueCounts, max_lag: int) -> np.ndarray:
 
 
 @njit(cache=True, nogil=True)
-def _upper_edge(b):  # pragma: no cover - compiled
-    """:func:`_bin_upper_edges` of one bin."""
-    if b == 0:
-        return 0.0
-    if b <= _COARSE_END:
-        edge = np.int64(b << _COARSE_SHIFT).view(np.float64)
-    else:
-        edge = np.int64((b - _COARSE_END + _FINE_BASE) << _FINE_SHIFT).view(np.float64)
-    return min(edge, 1.0)
-
-
-@njit(cache=True, nogil=True)
 def _suffix_q_values(bins, counts, m, max_lag):  # pragma: no cover - compiled
     out = np.empty(bins.size)
     after = 0  # pairs in the bins after this one: C_b = m − after
     lowest = np.inf
     for k in range(bins.size - 1, -1, -1):
-        edge = _upper_edge(np.int64(bins[k]))
+        edge = bin_upper_p(np.int64(bins[k]))
         sidak_edge = -math.expm1(max_lag * math.log1p(-edge)) if edge < 1.0 else 1.0
         lowest = min(lowest, m * sidak_edge / (m - after))
         out[k] = min(lowest, 1.0)
@@ -533,20 +498,22 @@ def _suffix_q_values(bins, counts, m, max_lag):  # pragma: no cover - compiled
     return out
 
 
-def q_values(p: np.ndarray, counts: PValueCounts, max_lag: int) -> np.ndarray:
-    """The q-values (module docstring) of pairs of lag p-values ``p`` counted in ``counts``."""
-    if p.size == 0:
+def q_values(bins: np.ndarray, counts: PValueCounts, max_lag: int) -> np.ndarray:
+    """The q-values (module docstring) of pairs in the histogram bins ``bins``
+    (``p_values.p_bin``) of ``counts``."""
+    if bins.size == 0:
         return np.empty(0, dtype=np.float64)
     per_bin = np.concatenate([_bin_q_values(counts, max_lag), [1.0]])
-    return per_bin[np.searchsorted(counts.bins, _bins_of(p))]
+    return per_bin[np.searchsorted(counts.bins, bins)]
 
 
-def candidate_p_limit(counts: PValueCounts, max_q_value: float, max_lag: int) -> float:
-    """The lag p-value below which a pair's q-value is ``<= max_q_value`` (module docstring):
-    ``inf`` for ``max_q_value >= 1`` (no condition), 0 when no pair qualifies."""
+def candidate_bin_limit(counts: PValueCounts, max_q_value: float, max_lag: int) -> int:
+    """The largest histogram bin whose pairs have a q-value ``<= max_q_value`` (module
+    docstring): ``N_BINS`` for ``max_q_value >= 1`` (no condition), −1 when no pair
+    qualifies."""
     if max_q_value >= 1.0:
-        return math.inf
+        return N_BINS
     passing = np.flatnonzero(_bin_q_values(counts, max_lag) <= max_q_value)
     if passing.size == 0:
-        return 0.0
-    return float(_bin_upper_edges(counts.bins[passing[-1:]])[0])
+        return -1
+    return int(counts.bins[passing[-1]])

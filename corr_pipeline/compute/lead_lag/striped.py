@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.lead_lag.scan import (
     LEAD_LAG_DTYPE,
     MAX_BLOCK_ROWS,
@@ -34,7 +35,7 @@ from corr_pipeline.compute.lead_lag.scan import (
 from corr_pipeline.compute.lead_lag.significance import (
     PValueCounts,
     annotate,
-    candidate_p_limit,
+    candidate_bin_limit,
     count_p_values,
 )
 from corr_pipeline.compute.parallel.runners import (
@@ -132,14 +133,14 @@ def _lead_lag_screen(
     with_sync: bool,
     min_overlap: int,
     min_improvement: float,
-    p_limit: float,
+    bin_limit: int,
 ) -> Any:
     """The lead-lag screen of the call's window (built once per process and call)."""
-    key = ("lead-lag screen", max_lag, with_sync, min_overlap, min_improvement, p_limit)
+    key = ("lead-lag screen", max_lag, with_sync, min_overlap, min_improvement, bin_limit)
     found = context.derived.get(key)
     if found is None:
         found = make_screen(
-            context.window, max_lag, with_sync, min_overlap, min_improvement, p_limit
+            context.window, max_lag, with_sync, min_overlap, min_improvement, bin_limit
         )
         context.derived[key] = found
     return found
@@ -164,7 +165,7 @@ def lead_lag_stripe(
     k_cols: int,
     min_overlap: int,
     min_improvement: float,
-    p_limit: float,
+    bin_limit: int,
     block_rows: int,
     floor: np.ndarray | None = None,
 ) -> LeadLagStripe:
@@ -178,7 +179,9 @@ def lead_lag_stripe(
     context = stripe_context(token, R)
     corr = None if corr_file is None else corr_file.open("r")
     n_cols = R.shape[1]
-    screen = _lead_lag_screen(context, max_lag, corr is None, min_overlap, min_improvement, p_limit)
+    screen = _lead_lag_screen(
+        context, max_lag, corr is None, min_overlap, min_improvement, bin_limit
+    )
     inline = InlineExecutor()
     columns = ColumnPool(n_cols, k_cols, max_pool=max_pool(n_cols, k_cols), floor=floor)
     row_pairs: list[np.ndarray] = [np.empty(0, LEAD_LAG_DTYPE)]
@@ -214,12 +217,17 @@ def lead_lag_screen(
     with_sync: bool,
     min_overlap: int,
     min_improvement: float,
-    p_limit: float = np.inf,
+    bin_limit: int = N_BINS,
 ) -> Any:
     """The window and screen :func:`merge_lead_lag_stripes` evaluates pooled candidates on
     (``R`` standardised on this thread, as in a worker: the same values)."""
     return make_screen(
-        standardize(R, layout="lead-lag"), max_lag, with_sync, min_overlap, min_improvement, p_limit
+        standardize(R, layout="lead-lag"),
+        max_lag,
+        with_sync,
+        min_overlap,
+        min_improvement,
+        bin_limit,
     )
 
 
@@ -310,8 +318,8 @@ def striped_lead_lag(
     counts = PValueCounts.merge(
         runner.map(significance_stripe, R, stripes_of(n_cols, counted_rows), max_lag, min_overlap)
     )
-    p_limit = candidate_p_limit(counts, max_q_value, max_lag)
-    screen_args = (max_lag, corr is None, min_overlap, float(min_improvement), p_limit)
+    bin_limit = candidate_bin_limit(counts, max_q_value, max_lag)
+    screen_args = (max_lag, corr is None, min_overlap, float(min_improvement), bin_limit)
     with ThreadPoolExecutor(1, thread_name_prefix="lead-lag-screen") as background:
         # the window the pools are evaluated on, built here while the stripes run
         screen = background.submit(lead_lag_screen, R, *screen_args)
@@ -325,7 +333,7 @@ def striped_lead_lag(
             k_cols,
             min_overlap,
             float(min_improvement),
-            p_limit,
+            bin_limit,
             int(block_rows),
             progress=progress,
             feedback=LaggerFloor(n_cols, max(k_cols, 1)),
