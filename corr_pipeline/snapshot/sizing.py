@@ -43,7 +43,7 @@ an estimated
                              MAX_SESSIONS_PER_RUN)
 
 (the constants are rounded up from docs/benchmarks.md: about 0.15 s of a session at N = 500
-and 88 s for the whole snapshot at N = 24,000, T = 252, on 2 cores, whose lead-lag counts the
+and 83 s for the whole snapshot at N = 24,000, T = 252, on 2 cores, whose lead-lag counts the
 p-value of every pair). A run killed part-way loses only the
 session it was computing: every session is published and reported as it is done.
 """
