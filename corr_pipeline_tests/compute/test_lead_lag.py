@@ -27,17 +27,7 @@ from corr_pipeline_tests.compute.universes import (
 )
 
 TOL = 1e-5
-FIELDS = (
-    "leader",
-    "lagger",
-    "lag",
-    "lagged_corr",
-    "sync_corr",
-    "improvement",
-    "overlap",
-    "p_value",
-    "q_value",
-)
+FIELDS: tuple[str, ...] = ref.LEAD_LAG_DTYPE.names or ()  # leader, ..., p_value, q_value
 
 
 def _columns(pairs) -> dict[str, np.ndarray]:

@@ -472,6 +472,20 @@ def test_fresh_database(new_database: Callable[[], str]) -> None:
             migrate.ensure_schema(db, create_if_fresh=True)
 
 
+def _table_columns(conn: sa.Connection, table: str) -> dict[str, tuple[str, str]]:
+    """The columns of ``table``: name -> (data type, is nullable)."""
+    return {
+        name: (kind, nullable)
+        for name, kind, nullable in conn.execute(
+            sa.text(
+                "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
+                "WHERE table_name = :table"
+            ),
+            {"table": table},
+        )
+    }
+
+
 def test_revision_0006_records_publications_and_keeps_the_change_sets(
     new_database: Callable[[], str],
 ) -> None:
@@ -481,14 +495,7 @@ def test_revision_0006_records_publications_and_keeps_the_change_sets(
     columns = ("snapshot_published_at", "previous_published_at")
 
     def present(conn: sa.Connection) -> set[str]:
-        return set(
-            conn.execute(
-                sa.text(
-                    "SELECT column_name FROM information_schema.columns "
-                    "WHERE table_name = 'change_summaries'"
-                )
-            ).scalars()
-        )
+        return set(_table_columns(conn, "change_summaries"))
 
     with opened(new_database()) as db:
         migrate.upgrade(db, "0005")
@@ -511,19 +518,6 @@ def test_revision_0006_records_publications_and_keeps_the_change_sets(
         with db.connect() as conn:
             assert not present(conn) & set(columns)
             assert conn.execute(sa.text("SELECT count(*) FROM change_summaries")).scalar_one() == 1
-
-
-def _lead_lag_columns(conn: sa.Connection) -> dict[str, tuple[str, str]]:
-    """The columns of ``lead_lag_pairs``: name -> (data type, is nullable)."""
-    return {
-        name: (kind, nullable)
-        for name, kind, nullable in conn.execute(
-            sa.text(
-                "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
-                "WHERE table_name = 'lead_lag_pairs'"
-            )
-        )
-    }
 
 
 def test_revision_0007_adds_the_significance_and_keeps_the_pairs(
@@ -572,10 +566,10 @@ def test_revision_0007_adds_the_significance_and_keeps_the_pairs(
                 ],
             )
             before = pairs_text(conn)
-            assert not set(_lead_lag_columns(conn)) & set(columns)
+            assert not set(_table_columns(conn, "lead_lag_pairs")) & set(columns)
         assert [rev.id for rev in migrate.upgrade(db).applied] == ["0007"]
         with db.connect() as conn:
-            found = _lead_lag_columns(conn)
+            found = _table_columns(conn, "lead_lag_pairs")
             assert {c: found[c] for c in columns} == {
                 c: ("double precision", "YES") for c in columns
             }
@@ -605,14 +599,14 @@ def test_revision_0007_adds_the_significance_and_keeps_the_pairs(
 
         assert [rev.id for rev in migrate.downgrade(db, "0006").applied] == ["0007"]
         with db.connect() as conn:
-            assert not set(_lead_lag_columns(conn)) & set(columns)
+            assert not set(_table_columns(conn, "lead_lag_pairs")) & set(columns)
             assert pairs_text(conn)[:3] == before
             assert conn.execute(sa.text("SELECT count(*) FROM lead_lag_pairs")).scalar_one() == 13
         with db.begin() as conn:  # a development database that already has one of them
             conn.execute(sa.text("ALTER TABLE lead_lag_pairs ADD COLUMN p_value double precision"))
         assert [rev.id for rev in migrate.upgrade(db).applied] == ["0007"]
         with db.connect() as conn:
-            assert set(columns) <= set(_lead_lag_columns(conn))
+            assert set(columns) <= set(_table_columns(conn, "lead_lag_pairs"))
 
 
 @pytest.mark.parametrize(

@@ -133,4 +133,4 @@ def find_lead_lag_pairs(
         pairs = union_sorted(
             np.concatenate(row_pairs) if row_pairs else np.empty(0, LEAD_LAG_DTYPE)
         )
-        return annotate(pairs, window, counts, max_lag, min_overlap, pool)
+        return annotate(pairs, screen.data, counts, max_lag, min_overlap, pool)

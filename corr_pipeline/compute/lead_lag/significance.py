@@ -53,6 +53,7 @@ from corr_pipeline.compute.correlation.kernels import FALLBACK_TAU
 from corr_pipeline.compute.lead_lag.kernels import (
     lagged_from_sums,
     lagged_value,
+    overlap_moments,
     pair_data,
 )
 from corr_pipeline.compute.lead_lag.p_values import N_BINS, bin_upper_p, lag_p_value, p_bin
@@ -146,18 +147,18 @@ def pair_significance(
 
 def annotate(
     pairs: np.ndarray,
-    window: Standardized,
+    data: tuple,
     counts: PValueCounts,
     max_lag: int,
     min_overlap: int,
     pool: Executor,
 ) -> np.ndarray:
     """``pairs`` (``LEAD_LAG_DTYPE``, each with a best lag) with their ``p_value`` and
-    ``q_value`` filled in, from the pairs alone (on ``pool``'s threads) and the histogram
-    ``counts`` of every pair."""
+    ``q_value`` filled in, from the pairs alone (on ``pool``'s threads; ``data``: the window's
+    ``kernels.pair_data``, as the scan's screen holds it) and the histogram ``counts`` of every
+    pair."""
     leaders = pairs["leader"].astype(np.int64)
     laggers = pairs["lagger"].astype(np.int64)
-    data = pair_data(window)
     p = np.empty(pairs.size)
     bins = np.empty(pairs.size, dtype=np.int64)
     step = max(1024, -(-pairs.size // (4 * available_cores())))
@@ -378,33 +379,12 @@ def _count_tile(products, tile, window, min_overlap, tau, data, histogram):  # p
                         v = np.float64(row[col0 + c])
                         sy[c] -= v
                         syy[c] -= v * v
-            # ... and its own for a lagger listed late or gone early, all its sums afresh.
+            # ... and its own for a lagger listed late or gone early: the exact evaluation's.
             for c in partial:
-                j = col0 + c
-                a = max(lo[i], lo[j] - lag, 0)
-                b = max(min(hi[i], hi[j] - lag, top), a)
-                k_lo[c] = a
-                k_hi[c] = b
-                sx[c] = prefix_t[i, b] - prefix_t[i, a]
-                base_x[c] = prefix_sq_t[i, b] - prefix_sq_t[i, a]
-                sxx[c] = base_x[c]
-                count[c] = prefix_count_t[i, b] - prefix_count_t[i, a]
-                sy[c] = prefix[b + lag, j] - prefix[a + lag, j]
-                base_y[c] = prefix_sq[b + lag, j] - prefix_sq[a + lag, j]
-                syy[c] = base_y[c]
-                for k in range(gap_ptr[j], gap_ptr[j + 1]):
-                    t = gap_rows[k] - lag
-                    if a <= t < b:
-                        v = np.float64(z_t[i, t])
-                        sx[c] -= v
-                        sxx[c] -= v * v
-                        count[c] -= present_t[i, t]
-                for k in range(gap_ptr[i], gap_ptr[i + 1]):
-                    t = gap_rows[k]
-                    if a <= t < b:
-                        v = np.float64(z_t[j, t + lag])
-                        sy[c] -= v
-                        syy[c] -= v * v
+                sums = overlap_moments(i, col0 + c, lag, data)
+                k_lo[c], k_hi[c] = sums[0], sums[1]
+                sx[c], sy[c], sxx[c], syy[c] = sums[2], sums[3], sums[4], sums[5]
+                base_x[c], base_y[c], count[c] = sums[6], sums[7], sums[8]
             # Every pair's formula value at once (branch-free, so it vectorises), then the few
             # ill-conditioned ones from the float64 fallback.
             for c in range(width):

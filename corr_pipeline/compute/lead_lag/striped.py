@@ -341,4 +341,4 @@ def striped_lead_lag(
         window_screen = screen.result()
         pairs = merge_lead_lag_stripes(parts, window_screen, k_cols)
     with worker_pool() as threads:
-        return annotate(pairs, window_screen.window, counts, max_lag, min_overlap, threads)
+        return annotate(pairs, window_screen.data, counts, max_lag, min_overlap, threads)
