@@ -53,7 +53,6 @@ from corr_pipeline.compute.correlation.kernels import FALLBACK_TAU
 from corr_pipeline.compute.lead_lag.kernels import (
     lagged_from_sums,
     lagged_value,
-    overlap_moments,
     pair_data,
 )
 from corr_pipeline.compute.lead_lag.p_values import N_BINS, bin_upper_p, lag_p_value, p_bin
@@ -211,6 +210,7 @@ def count_p_values(
     n_rows, n_cols = window.n_rows, window.n_cols
     start, stop = (0, n_cols) if leaders is None else leaders
     data = pair_data(window)
+    laggers = _lagger_sums(data, max_lag)
     arrays = (window.z, window.prefix, window.prefix_sq)
     tiles = tiles_covering(start, stop)
     # int32 counts (half the cache footprint) when no bin can reach 2³¹ pairs
@@ -249,6 +249,7 @@ def count_p_values(
             min_overlap,
             FALLBACK_TAU,
             data,
+            laggers,
             histogram,
         )
 
@@ -296,16 +297,43 @@ def _shift_leaders(z_t, first, last, out):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _count_tile(products, tile, window, min_overlap, tau, data, histogram):  # pragma: no cover
+def _lagger_sums(data, max_lag):  # pragma: no cover - compiled
+    """Per lag ``ℓ`` and lagger ``j``, the overlap ``[a, b)`` of ``kernels.overlap_moments``
+    with a leader present throughout (``a = max(lo_j − ℓ, 0)``, ``b = max(min(hi_j − ℓ,
+    T − ℓ), a)``) and the lagger's interval sums over it (``sy``, ``base_y``), the same
+    operations as ``overlap_moments``: ``(a, b, sy, base_y)``, each ``max_lag × N``."""
+    prefix_t, prefix_sq_t, lo, hi = data[3], data[4], data[8], data[9]
+    n_cols, n_rows = prefix_t.shape[0], prefix_t.shape[1] - 1
+    a = np.empty((max_lag, n_cols), dtype=np.int64)
+    b = np.empty((max_lag, n_cols), dtype=np.int64)
+    sy = np.empty((max_lag, n_cols))
+    base_y = np.empty((max_lag, n_cols))
+    for lag in range(1, max_lag + 1):
+        for j in range(n_cols):
+            k_lo = min(max(lo[j] - lag, 0), n_rows - lag)
+            k_hi = max(min(hi[j] - lag, n_rows - lag), k_lo)
+            a[lag - 1, j] = k_lo
+            b[lag - 1, j] = k_hi
+            sy[lag - 1, j] = prefix_t[j, k_hi + lag] - prefix_t[j, k_lo + lag]
+            base_y[lag - 1, j] = prefix_sq_t[j, k_hi + lag] - prefix_sq_t[j, k_lo + lag]
+    return a, b, sy, base_y
+
+
+@njit(cache=True, nogil=True)
+def _count_tile(
+    products, tile, window, min_overlap, tau, data, laggers, histogram
+):  # pragma: no cover - compiled
     """Count the lag p-value of each pair's best lag (the largest float32 ``|r|``, ties to the
     smaller lag, as ``kernels.pair_values``) for leaders ``[row_lo, row_hi)`` and the laggers
     ``col0 ..`` of the products (``products[ℓ − 1]``: the pairs' ``Sxy``, rows from
-    ``first``). Per leader and lag, the pairs' overlap sums are those of
+    ``first``). Per leader and lag, the pairs' overlap ``K`` and sums are those of
     ``kernels.overlap_moments``, the same operations in the same order, vectorised over the
-    laggers: the interval sums of both columns over ``K`` from the prefix sums, less the
-    leader's values where the lagger is missing (its gaps) and the lagger's values where the
-    leader is missing; ``r`` is then ``kernels.lagged_from_sums``' (its float64 fallback for an
-    ill-conditioned variance included).
+    laggers: the interval sums of both columns over ``K`` from the prefix sums (a lagger's from
+    ``laggers``, :func:`_lagger_sums`, when ``K`` is its whole overlap with the window), less
+    the leader's values where the lagger is missing (its gaps) and the lagger's values where
+    the leader is missing (a zero, subtracted exactly, where the lagger is absent); ``r`` is
+    then ``kernels.lagged_from_sums``' (its float64 fallback for an ill-conditioned variance
+    included).
 
     ``tile`` = (first, row_lo, row_hi, col0); ``window`` = (z, prefix, prefix_sq), time-major."""
     first, row_lo, row_hi, col0 = tile
@@ -313,6 +341,7 @@ def _count_tile(products, tile, window, min_overlap, tau, data, histogram):  # p
     z_t, present_t = data[0], data[1]
     prefix_t, prefix_sq_t, prefix_count_t = data[3], data[4], data[5]
     gap_ptr, gap_rows, lo, hi = data[6], data[7], data[8], data[9]
+    lag_a, lag_b, lag_sy, lag_base_y = laggers
     max_lag, _, width = products.shape
     n_rows = z.shape[0]
     k_lo = np.empty(width, dtype=np.int64)
@@ -329,22 +358,18 @@ def _count_tile(products, tile, window, min_overlap, tau, data, histogram):  # p
     best_n = np.empty(width, dtype=np.int64)
     fallback = np.empty(width, dtype=np.bool_)
     partial = np.flatnonzero((lo[col0 : col0 + width] != 0) | (hi[col0 : col0 + width] != n_rows))
-    whole_gaps = np.empty((gap_ptr[col0 + width] - gap_ptr[col0], 2), dtype=np.int64)
-    n_whole_gaps = 0  # (c, row) of each missing row of the laggers that span the window
-    for c in range(width):
-        if lo[col0 + c] == 0 and hi[col0 + c] == n_rows:
-            for k in range(gap_ptr[col0 + c], gap_ptr[col0 + c + 1]):
-                whole_gaps[n_whole_gaps, 0] = c
-                whole_gaps[n_whole_gaps, 1] = gap_rows[k]
-                n_whole_gaps += 1
-    whole_gaps = whole_gaps[:n_whole_gaps]
+    lagger_gaps = np.empty((gap_ptr[col0 + width] - gap_ptr[col0], 2), dtype=np.int64)
+    for c in range(width):  # (c, row) of each row where a lagger is missing inside its interval
+        for k in range(gap_ptr[col0 + c], gap_ptr[col0 + c + 1]):
+            lagger_gaps[k - gap_ptr[col0], 0] = c
+            lagger_gaps[k - gap_ptr[col0], 1] = gap_rows[k]
     for i in range(row_lo, row_hi):
         r = i - first
         best_abs[:] = -1.0
         for lag in range(1, max_lag + 1):
             top = n_rows - lag
             # K for a lagger that spans the window, one interval [k0, k1) for the row ...
-            k0 = max(lo[i], 0)
+            k0 = min(max(lo[i], 0), top)
             k1 = max(min(hi[i], top), k0)
             x_sum = prefix_t[i, k1] - prefix_t[i, k0]
             x_sq = prefix_sq_t[i, k1] - prefix_sq_t[i, k0]
@@ -363,9 +388,31 @@ def _count_tile(products, tile, window, min_overlap, tau, data, histogram):  # p
                 sy[c] = y_hi[c] - y_lo[c]
                 base_y[c] = y_sq_hi[c] - y_sq_lo[c]
                 syy[c] = base_y[c]
-            for e in range(whole_gaps.shape[0]):  # rows where such a lagger is missing
-                c = whole_gaps[e, 0]
-                t = whole_gaps[e, 1] - lag
+            # ... and its own for a lagger listed late or gone early.
+            for c in partial:
+                j = col0 + c
+                a = lag_a[lag - 1, j]
+                b = lag_b[lag - 1, j]
+                kl = max(k0, a)
+                kh = max(min(k1, b), kl)
+                k_lo[c] = kl
+                k_hi[c] = kh
+                sx[c] = prefix_t[i, kh] - prefix_t[i, kl]
+                base_x[c] = prefix_sq_t[i, kh] - prefix_sq_t[i, kl]
+                sxx[c] = base_x[c]
+                count[c] = prefix_count_t[i, kh] - prefix_count_t[i, kl]
+                if kl == a and kh == b:
+                    sy[c] = lag_sy[lag - 1, j]
+                    base_y[c] = lag_base_y[lag - 1, j]
+                else:
+                    sy[c] = prefix[kh + lag, j] - prefix[kl + lag, j]
+                    base_y[c] = prefix_sq[kh + lag, j] - prefix_sq[kl + lag, j]
+                syy[c] = base_y[c]
+            # rows where a lagger is missing: inside its interval, so inside its K exactly
+            # when inside [k0, k1)
+            for e in range(lagger_gaps.shape[0]):
+                c = lagger_gaps[e, 0]
+                t = lagger_gaps[e, 1] - lag
                 if k0 <= t < k1:
                     v = np.float64(z_t[i, t])
                     sx[c] -= v
@@ -379,12 +426,6 @@ def _count_tile(products, tile, window, min_overlap, tau, data, histogram):  # p
                         v = np.float64(row[col0 + c])
                         sy[c] -= v
                         syy[c] -= v * v
-            # ... and its own for a lagger listed late or gone early: the exact evaluation's.
-            for c in partial:
-                sums = overlap_moments(i, col0 + c, lag, data)
-                k_lo[c], k_hi[c] = sums[0], sums[1]
-                sx[c], sy[c], sxx[c], syy[c] = sums[2], sums[3], sums[4], sums[5]
-                base_x[c], base_y[c], count[c] = sums[6], sums[7], sums[8]
             # Every pair's formula value at once (branch-free, so it vectorises), then the few
             # ill-conditioned ones from the float64 fallback.
             for c in range(width):
