@@ -37,6 +37,7 @@ from corr_pipeline.bench.floor import gemm_floor_times
 from corr_pipeline.compute import find_lead_lag_pairs
 from corr_pipeline.compute.lead_lag import kernels as llk
 from corr_pipeline.compute.lead_lag import pairs as ll
+from corr_pipeline.compute.lead_lag import significance as sig
 from corr_pipeline.compute.lead_lag import striped as ls
 from corr_pipeline.compute.lead_lag.striped import striped_lead_lag
 from corr_pipeline.compute.parallel import runners as st
@@ -83,6 +84,9 @@ class FloorAfter:
     def map(self, fn, shared, stripes, *args, progress=None, feedback=None):  # type: ignore[no-untyped-def]
         results, floors, token = [], [], uuid.uuid4().hex  # a token per call (StripeRunner)
         for i, stripe in enumerate(stripes):
+            if feedback is None:  # stripes without a floor (the significance count)
+                results.append(fn(shared, stripe, token, *args))
+                continue
             floor = floors[i - self.workers] if i >= self.workers else None
             results.append(fn(shared, stripe, token, *args, floor))
             feedback.update(results[-1])
@@ -100,6 +104,7 @@ def profile(call: Callable[[], np.ndarray]) -> tuple[Parts, float, np.ndarray]:
             timed(parts, "GEMM products (every lag)", np.matmul),
         ),
         (llk, "screen_tile", timed(parts, "bound kernel (screen_tile)", llk.screen_tile)),
+        (sig, "count_tile", timed(parts, "significance count kernel", sig.count_tile)),
         (llk, "select_rows", timed(parts, "rows: select + exact", llk.select_rows, True)),
         (
             llk,

@@ -242,7 +242,7 @@ def count_p_values(
         np.copyto(columns, window.z[:, col0:col1])
         products = products_space[: max_lag * height * width].reshape(max_lag, height, width)
         np.matmul(shifted.reshape(-1, n_rows), columns, out=products.reshape(-1, width))
-        _count_tile(
+        count_tile(
             products,
             (first, max(start, first), min(stop, last), col0),
             arrays,
@@ -320,7 +320,7 @@ def _lagger_sums(data, max_lag):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _count_tile(
+def count_tile(
     products, tile, window, min_overlap, tau, data, laggers, histogram
 ):  # pragma: no cover - compiled
     """Count the lag p-value of each pair's best lag (the largest float32 ``|r|``, ties to the
