@@ -35,9 +35,9 @@ from common import git_commit, machine_line
 
 from corr_pipeline.bench.floor import gemm_floor_times
 from corr_pipeline.compute import find_lead_lag_pairs
+from corr_pipeline.compute.lead_lag import exact_pass as xp
 from corr_pipeline.compute.lead_lag import kernels as llk
 from corr_pipeline.compute.lead_lag import pairs as ll
-from corr_pipeline.compute.lead_lag import significance as sig
 from corr_pipeline.compute.lead_lag import striped as ls
 from corr_pipeline.compute.lead_lag.striped import striped_lead_lag
 from corr_pipeline.compute.parallel import runners as st
@@ -104,7 +104,7 @@ def profile(call: Callable[[], np.ndarray]) -> tuple[Parts, float, np.ndarray]:
             timed(parts, "GEMM products (every lag)", np.matmul),
         ),
         (llk, "screen_tile", timed(parts, "bound kernel (screen_tile)", llk.screen_tile)),
-        (sig, "count_tile", timed(parts, "significance count kernel", sig.count_tile)),
+        (xp, "count_tile", timed(parts, "exact pass kernel (count_tile)", xp.count_tile)),
         (llk, "select_rows", timed(parts, "rows: select + exact", llk.select_rows, True)),
         (
             llk,

@@ -599,6 +599,56 @@ def test_screen_bounds_enclose_exact_values(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(SPECIAL_UNIVERSES))
+def test_exact_pass_bounds_enclose_exact_values_within_float32_units(name: str) -> None:
+    """The exact pass's bounds (what the scan selects from when ``corr`` is given and there is
+    no q-value condition): lower bound <= exact improvement <= upper bound for every pair, a
+    few float32 units apart, and never wrong on whether a pair is a candidate; the counts it
+    takes on the way equal the count alone's."""
+    from corr_pipeline.compute.lead_lag import kernels as lead_lag_kernels
+    from corr_pipeline.compute.lead_lag import scan as lead_lag
+    from corr_pipeline.compute.lead_lag.exact_pass import ExactPass, count_p_values
+    from corr_pipeline.compute.standardize import standardize
+    from corr_pipeline.compute.workers import worker_pool
+
+    universe = SPECIAL_UNIVERSES[name]()
+    R, m, N = universe.R, universe.min_overlap, universe.N
+    corr = pairwise_correlation(R, min_overlap=m).corr
+    for min_improvement in (0.0, 0.05):
+        with worker_pool() as pool:
+            window = standardize(R, pool, layout="lead-lag")
+            screen = lead_lag.make_screen(window, 5, False, m, min_improvement)
+            exact_pass = ExactPass(window, 5, m)
+            blocks = [
+                exact_pass.bound_block(a, min(a + 50, N), corr, min_improvement, pool)
+                for a in range(0, N, 50)  # blocks that cut the product tiles
+            ]
+            counts = exact_pass.counts()
+            alone = count_p_values(window, 5, m, pool)
+        np.testing.assert_array_equal(counts.bins, alone.bins)
+        np.testing.assert_array_equal(counts.counts, alone.counts)
+        upper = np.concatenate([b[0] for b in blocks])
+        lower = np.concatenate([b[1] for b in blocks])
+        candidates = 0
+        for i in range(N):
+            for j in range(N):
+                exact = lead_lag_kernels.pair_values(i, j, corr[i, j], screen.params, screen.data)[
+                    0
+                ]
+                if i == j:
+                    assert upper[i, j] == -np.inf and lower[i, j] == -np.inf
+                    continue
+                assert lower[i, j] <= exact <= upper[i, j], (name, i, j, exact, upper[i, j])
+                if exact > -np.inf:
+                    candidates += 1
+                    assert upper[i, j] - exact <= 4 * np.spacing(np.float32(1.0)), (i, j)
+                    if exact > min_improvement + 1e-6:
+                        assert lower[i, j] > -np.inf and exact - lower[i, j] <= 4 * np.spacing(
+                            np.float32(1.0)
+                        ), (i, j)
+        assert candidates > N, "too few candidates to test the bounds"
+
+
+@pytest.mark.parametrize("name", sorted(SPECIAL_UNIVERSES))
 @pytest.mark.parametrize("corr_mode", ["computed", "kernel"])
 def test_special_universes_match_brute_force(name: str, corr_mode: str) -> None:
     universe = SPECIAL_UNIVERSES[name]()

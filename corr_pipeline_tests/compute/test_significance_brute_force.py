@@ -8,9 +8,10 @@ from scipy.special import erfc
 
 from corr_pipeline.compute.correlation.kernels import FALLBACK_TAU
 from corr_pipeline.compute.lead_lag import find_lead_lag_pairs
+from corr_pipeline.compute.lead_lag.exact_pass import count_p_values
 from corr_pipeline.compute.lead_lag.kernels import lagged_value, pair_data
 from corr_pipeline.compute.lead_lag.p_values import p_bin
-from corr_pipeline.compute.lead_lag.significance import count_p_values, pair_significance
+from corr_pipeline.compute.lead_lag.significance import pair_significance
 from corr_pipeline.compute.standardize import standardize
 from corr_pipeline.compute.workers import worker_pool
 from corr_pipeline.synth import generate_universe

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from corr_pipeline.compute.lead_lag.exact_pass import ExactPass, count_items
+from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.lead_lag.scan import (
     LEAD_LAG_DTYPE,
     MAX_BLOCK_ROWS,
@@ -18,12 +20,7 @@ from corr_pipeline.compute.lead_lag.scan import (
     scan_block,
     union_sorted,
 )
-from corr_pipeline.compute.lead_lag.significance import (
-    annotate,
-    candidate_bin_limit,
-    count_items,
-    count_p_values,
-)
+from corr_pipeline.compute.lead_lag.significance import annotate, candidate_bin_limit
 from corr_pipeline.compute.lead_lag.striped import striped_lead_lag
 from corr_pipeline.compute.standardize import standardize
 from corr_pipeline.compute.tiling import (
@@ -79,8 +76,12 @@ def find_lead_lag_pairs(
     Returns a structured array with fields ``leader, lagger, lag, lagged_corr,
     sync_corr, improvement, overlap, p_value, q_value`` (:data:`LEAD_LAG_DTYPE`),
     leader/lagger being column indices of ``R``, sorted by improvement desc, then leader, then
-    lagger. The q-values come from one exact count of every pair's p-value
-    (:mod:`~corr_pipeline.compute.lead_lag.significance`) before the scan.
+    lagger. The q-values come from the exact count of every pair's p-value
+    (:mod:`~corr_pipeline.compute.lead_lag.exact_pass`). With ``corr`` given and no q-value
+    condition that pass also bounds the scan's improvements, within a float32 unit or two,
+    block by block: one pass over the products, and the scan evaluates little more than the
+    pairs it keeps. Otherwise it runs whole first and the scan screens with its own float32
+    bounds.
     """
     check_lead_lag_args(
         R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr, max_q_value
@@ -109,24 +110,43 @@ def find_lead_lag_pairs(
     row_pairs: list[np.ndarray] = []
 
     blocks = row_blocks(n_cols, row_bytes, working_memory_mb, block_rows=block_rows)
+    scanned = k_rows > 0 or k_cols > 0
+    # One pass when it can: the exact pass bounds the scan's improvements and counts the
+    # p-values at once. A q-value condition needs every count before the first selection, and
+    # without ``corr`` the screen bounds the synchronous correlation from its own lag-0 product.
+    one_pass = scanned and corr is not None and max_q_value >= 1.0
     with worker_pool() as pool:
         window = standardize(R, pool, layout="lead-lag")
-        counted = count_items(n_cols, n_cols)
+        exact = ExactPass(window, max_lag, min_overlap)
+        counted = 0 if one_pass else count_items(n_cols, n_cols)
         steps = counted + len(blocks)  # progress: the count's items, then the scan's blocks
-        counts = count_p_values(
-            window,
-            max_lag,
-            min_overlap,
-            pool,
-            progress=None if progress is None else lambda done, _: progress(done, steps),
-        )
-        bin_limit = candidate_bin_limit(counts, max_q_value, max_lag)
+        bounds = None
+        if one_pass and corr is not None:
+            bin_limit = N_BINS
+            sync = corr
+
+            def bounds(start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                return exact.bound_block(start, stop, sync, min_improvement, pool)
+
+        else:
+            exact.run(
+                0,
+                n_cols,
+                pool,
+                progress=None if progress is None else lambda done, _: progress(done, steps),
+            )
+            counts = exact.counts()
+            bin_limit = candidate_bin_limit(counts, max_q_value, max_lag)
         screen = make_screen(window, max_lag, corr is None, min_overlap, min_improvement, bin_limit)
         for done, (start, stop) in enumerate(blocks, start=1):
-            if k_rows > 0 or k_cols > 0:
-                row_pairs.append(scan_block(start, stop, corr, screen, k_rows, pool, pool_state))
+            if scanned:
+                row_pairs.append(
+                    scan_block(start, stop, corr, screen, k_rows, pool, pool_state, bounds=bounds)
+                )
             if progress is not None:
                 progress(counted + done, steps)
+        if one_pass:
+            counts = exact.counts()  # every pair counted: drops the threads' buffers
         if k_cols > 0:
             row_pairs.append(pool_state.select(screen, pool))
 

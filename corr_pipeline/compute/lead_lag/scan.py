@@ -37,6 +37,11 @@ smaller index whatever the order of evaluation. Every reported value comes from 
 per-pair evaluation, so results are bit-identical for every block size and worker count; the
 screen only decides which pairs need it.
 
+On threads, with ``corr`` given and no q-value condition, step 1 takes its bounds from the
+exact pass instead (``exact_pass.ExactPass.bound_block``: float64 products, bounds one or two
+float32 units apart), which counts the pairs' p-values in the same pass; steps 2 and 3 are the
+same.
+
 Nothing of size N × N exists: per block the two bounds are b × N, the running lower bounds
 N × k_leaders, the pool holds the few pairs that can still be selected, and the synchronous
 correlation is read row block by row block (from the caller's — possibly memory-mapped —
@@ -47,6 +52,7 @@ for all lags, and the exact evaluation of the few pairs that can be selected.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -441,11 +447,18 @@ def scan_block(
     pool,
     columns: ColumnPool,
     empty=_fresh,
+    bounds: Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
 ) -> np.ndarray:
     """Screen leaders [start, stop), select their rows' top-k (returned as result rows) and
-    pool their column candidates (``empty``: as :func:`_screen_block`'s)."""
+    pool their column candidates (``empty``: as :func:`_screen_block`'s). ``bounds(start,
+    stop)``, when given, stands in for the screen: any ``(upper, lower, sync_block)`` that
+    bound every pair's exact improvement as :func:`_screen_block`'s do (e.g. the exact pass's,
+    ``exact_pass.ExactPass.bound_block``)."""
     height = stop - start
-    upper, lower, sync_block = _screen_block(start, stop, corr, screen, pool, empty)
+    if bounds is None:
+        upper, lower, sync_block = _screen_block(start, stop, corr, screen, pool, empty)
+    else:
+        upper, lower, sync_block = bounds(start, stop)
     rows = np.empty(0, dtype=LEAD_LAG_DTYPE)
     if k_rows > 0:
         top = _top_k_arrays(height, k_rows)

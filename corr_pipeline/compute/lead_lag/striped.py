@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from corr_pipeline.compute.lead_lag.exact_pass import PValueCounts, count_p_values
 from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.lead_lag.scan import (
     LEAD_LAG_DTYPE,
@@ -32,12 +33,7 @@ from corr_pipeline.compute.lead_lag.scan import (
     scan_block,
     union_sorted,
 )
-from corr_pipeline.compute.lead_lag.significance import (
-    PValueCounts,
-    annotate,
-    candidate_bin_limit,
-    count_p_values,
-)
+from corr_pipeline.compute.lead_lag.significance import annotate, candidate_bin_limit
 from corr_pipeline.compute.parallel.runners import (
     DEFAULT_STRIPE_ROWS,
     InlineExecutor,
