@@ -1,17 +1,21 @@
 """Profile of find_lead_lag_pairs: thread CPU seconds per part, and pairs evaluated exactly.
 
     python benchmarks/profile_lead_lag.py --n 6000 --t 350
+    python benchmarks/profile_lead_lag.py --n 6000 --t 350 --corr-memmap /tmp/corr6000/corr.npy
     python benchmarks/profile_lead_lag.py --n 12000 --t 252 --stripes 512 --workers 2
 
-Wraps, for the duration of one call (after a warm-up call), the float32 products
-(``np.matmul``), each numba kernel of
-:mod:`corr_pipeline.compute.lead_lag.kernels` the scan calls, the standardisation and the screen
-set-up, and accumulates the CPU time of the calling thread (``time.thread_time``) per part;
+Wraps, for the duration of one call (after a warm-up call), the products (``np.matmul``:
+the screen's float32 and the exact pass's float64), each numba kernel of
+:mod:`corr_pipeline.compute.lead_lag.kernels` the scan calls and the exact pass's
+(``exact_pass.count_tile``), the standardisation and the screen set-up, and accumulates the CPU time of the calling thread (``time.thread_time``) per part;
 "rest" is the process CPU time less their sum (numpy selections, pool merging, sorting). Also
 prints the pairs evaluated exactly (the selection kernels return their counts) and the column
 candidates pooled, against the pairs reported, and the parts in *CPU floors*: CPU seconds over
 the best process CPU seconds of the floor ``R0.T @ R0`` (both cores' BLAS threads, best of 7,
 same process). CPU seconds move less with the machine's load than wall seconds.
+``--corr-memmap`` passes the synchronous correlation as the pipeline does (a read-only map of
+``bench_correlation.py --memmap``'s ``corr.npy`` for the same N and T): the exact pass then
+bounds the scan as well.
 
 With ``--stripes ROWS``: the threaded call, then
 :func:`~corr_pipeline.compute.lead_lag.striped.striped_lead_lag` in stripes of ``ROWS`` leaders run one
@@ -28,6 +32,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -157,16 +162,20 @@ def main() -> None:
     parser.add_argument("--min-overlap", type=int, default=60)
     parser.add_argument("--stripes", type=int, metavar="ROWS", help="also the striped scan")
     parser.add_argument("--workers", type=int, default=2, help="workers the stripes simulate")
+    parser.add_argument("--corr-memmap", type=Path, help="corr.npy of the same N and T")
     args = parser.parse_args()
     returns = ragged_returns(args.t, args.n, seed=1)
+    corr = None if args.corr_memmap is None else np.load(args.corr_memmap, mmap_mode="r")
+    if corr is not None and corr.shape != (args.n, args.n):
+        raise SystemExit(f"{args.corr_memmap} is {corr.shape}, expected N = {args.n}")
     params = dict(
         max_lag=args.max_lag, k_leaders=args.k, k_laggers=args.k, min_overlap=args.min_overlap
     )
-    calls = {"threads": lambda: find_lead_lag_pairs(returns, **params)}
+    calls = {"threads": lambda: find_lead_lag_pairs(returns, corr=corr, **params)}
     if args.stripes:
         runner = FloorAfter(args.workers)
         calls[f"stripes of {args.stripes} rows, floors as {args.workers} workers get them"] = (
-            lambda: striped_lead_lag(returns, runner, stripe_rows=args.stripes, **params)
+            lambda: striped_lead_lag(returns, runner, corr=corr, stripe_rows=args.stripes, **params)
         )
     small = returns[:, :300]
     find_lead_lag_pairs(small, **params)  # compile / warm up

@@ -43,7 +43,7 @@ an estimated
                              MAX_SESSIONS_PER_RUN)
 
 (the constants are rounded up from docs/benchmarks.md: about 0.15 s of a session at N = 500
-and 83 s for the whole snapshot at N = 24,000, T = 252, on 2 cores, whose lead-lag counts the
+and 72–78 s for a session at N = 24,000, T = 252, on 2 cores, whose lead-lag counts the
 p-value of every pair). A run killed part-way loses only the
 session it was computing: every session is published and reported as it is done.
 """
@@ -69,7 +69,7 @@ DEFAULT_RESERVE_BYTES = 2 * GIB
 #: The estimate of a session's seconds (module docstring): what does not grow with N² ...
 SESSION_FIXED_SECONDS = 0.5
 #: ... and what does, per T · N² (the kernels and the passes over the matrices).
-SECONDS_PER_CELL = 7e-10
+SECONDS_PER_CELL = 6e-10
 #: The share of a run's maximum runtime its sessions are planned to fill.
 RUNTIME_SHARE = 0.5
 #: The most sessions one backfill run covers: ten years of an exchange calendar.
