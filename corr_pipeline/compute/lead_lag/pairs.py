@@ -137,7 +137,9 @@ def find_lead_lag_pairs(
             )
             counts = exact.counts()
             bin_limit = candidate_bin_limit(counts, max_q_value, max_lag)
-        screen = make_screen(window, max_lag, corr is None, min_overlap, min_improvement, bin_limit)
+        screen = make_screen(
+            window, max_lag, corr is None, min_overlap, min_improvement, bin_limit, exact.data
+        )
         for done, (start, stop) in enumerate(blocks, start=1):
             if scanned:
                 row_pairs.append(

@@ -155,10 +155,11 @@ def make_screen(
     min_overlap: int,
     min_improvement: float,
     bin_limit: int = N_BINS,
+    data: tuple | None = None,
 ) -> _Screen:
     """What the scan reads; ``bin_limit``: a candidate's best lag has its p-value in a histogram
     bin at most this (``significance.candidate_bin_limit`` of ``max_q_value``; ``N_BINS``: no
-    condition)."""
+    condition); ``data``: the window's ``kernels.pair_data`` when the caller holds it."""
     n_rows = window.n_rows
     lo, hi, gaps, miss_ptr, miss_rows, miss_cols, dense = llk.column_extents(window.present_t)
     end, end_sq = window.prefix[n_rows], window.prefix_sq[n_rows]
@@ -183,7 +184,7 @@ def make_screen(
             with_sync,
             int(bin_limit),
         ),
-        data=llk.pair_data(window),
+        data=llk.pair_data(window) if data is None else data,
     )
 
 
