@@ -225,19 +225,23 @@ def hold(
     and asks again).
     """
     key = os.fspath(path)
+    # The handle exists before the registry counts it, and counting it is the last step before
+    # it is returned: a KeyboardInterrupt (Ctrl-C) between the two would leave a share no
+    # handle can release, and the process itself would then find its partition busy.
+    handle = Hold(key, exclusive)
     with _mutex:
         entry = _registry.get(key)
         if entry is not None:
             if not exclusive:
                 entry.shared += 1
-                return Hold(key, False)
+                return handle
             if entry.exclusive:
                 entry.exclusive += 1
-                return Hold(key, True)
+                return handle
             if not allow_upgrade or not lock_fd(entry.fd, exclusive=True, blocking=False):
                 return None
             entry.exclusive += 1
-            return Hold(key, True)
+            return handle
         while True:
             fd = _open_lock_file(key)
             try:
@@ -254,9 +258,8 @@ def hold(
             if same:
                 break
             os.close(fd)  # the file was removed (with its directory) while we waited
-        entry = _Entry(fd, shared=0 if exclusive else 1, exclusive=1 if exclusive else 0)
-        _registry[key] = entry
-        return Hold(key, exclusive)
+        _registry[key] = _Entry(fd, shared=0 if exclusive else 1, exclusive=1 if exclusive else 0)
+        return handle
 
 
 def held_by_this_process(path: Path) -> bool:
