@@ -104,8 +104,9 @@ def pair_significance(
                 for lo in range(0, n_cols, step)
             ]
         )
+    lags = (np.ones(leaders.size, np.int64), np.full(leaders.size, max_lag, np.int64))
     p, bins = _pair_lag_p_values(
-        leaders, laggers, max_lag, min_overlap, FALLBACK_TAU, pair_data(window)
+        leaders, laggers, lags, min_overlap, FALLBACK_TAU, pair_data(window)
     )
     if np.isnan(p).any():
         k = int(np.flatnonzero(np.isnan(p))[0])
@@ -125,11 +126,13 @@ def annotate(
     pool: Executor,
 ) -> np.ndarray:
     """``pairs`` (``LEAD_LAG_DTYPE``, each with a best lag) with their ``p_value`` and
-    ``q_value`` filled in, from the pairs alone (on ``pool``'s threads; ``data``: the window's
-    ``kernels.pair_data``, as the scan's screen holds it) and the histogram ``counts`` of every
-    pair."""
+    ``q_value`` filled in, from the pairs alone at their best lag (on ``pool``'s threads;
+    ``data``: the window's ``kernels.pair_data``, as the scan's screen holds it) and the
+    histogram ``counts`` of every pair. The best lag is the scan's, found by the same exact
+    evaluation and rule, so evaluating that lag alone gives the search's value."""
     leaders = pairs["leader"].astype(np.int64)
     laggers = pairs["lagger"].astype(np.int64)
+    lags = pairs["lag"].astype(np.int64)
     p = np.empty(pairs.size)
     bins = np.empty(pairs.size, dtype=np.int64)
     step = max(1024, -(-pairs.size // (4 * available_cores())))
@@ -137,7 +140,7 @@ def annotate(
     def evaluate(lo: int) -> None:
         hi = min(lo + step, pairs.size)
         p[lo:hi], bins[lo:hi] = _pair_lag_p_values(
-            leaders[lo:hi], laggers[lo:hi], max_lag, min_overlap, FALLBACK_TAU, data
+            leaders[lo:hi], laggers[lo:hi], (lags[lo:hi],) * 2, min_overlap, FALLBACK_TAU, data
         )
 
     list(pool.map(evaluate, range(0, pairs.size, step)))
@@ -163,17 +166,18 @@ def _check_pairs(leaders: np.ndarray, laggers: np.ndarray, n_cols: int) -> None:
 
 @njit(cache=True, nogil=True)
 def _pair_lag_p_values(
-    leaders, laggers, max_lag, min_overlap, tau, data
+    leaders, laggers, lags, min_overlap, tau, data
 ):  # pragma: no cover - compiled
     """Per pair, the lag p-value of its best lag (NaN without one) and its histogram bin, the
-    pair alone evaluated."""
+    pair alone evaluated over the lags ``lags[0][k] .. lags[1][k]`` (the largest float32
+    ``|r|``, ties to the smaller lag)."""
     out = np.empty(leaders.size, dtype=np.float64)
     bins = np.zeros(leaders.size, dtype=np.int64)
     for k in range(leaders.size):
         best_abs = np.float32(-1.0)
         best_r = np.nan
         best_n = 0
-        for lag in range(1, max_lag + 1):
+        for lag in range(lags[0][k], lags[1][k] + 1):
             value, count = lagged_value(leaders[k], laggers[k], lag, min_overlap, tau, data)
             magnitude = abs(np.float32(value))
             if magnitude > best_abs:
