@@ -3,9 +3,9 @@ publisher, and a database that is unreachable when the run starts (Dagster retri
 and recovers when the database comes back).
 
 Already covered elsewhere (not repeated here): SIGKILL while writing a matrix and disk full while
-writing one (``store/test_matrix_store.py::test_sigkill_mid_write_leaves_previous_version``,
-``::test_sigkill_between_array_and_sidecar_rename``, ``::test_disk_full_gives_clean_error_and_
-consistent_store``), an error raised inside PostgreSQL mid-publish
+writing one (``store/test_store_faults.py::test_sigkill_mid_write_leaves_previous_version``,
+``::test_sigkill_before_the_manifest_commit_keeps_the_previous_version``,
+``::test_disk_full_gives_clean_error_and_consistent_store``), an error raised inside PostgreSQL mid-publish
 (``db/test_publish.py::test_failure_mid_publish_keeps_previous_snapshot``), the unreachable-server
 message (``db/test_engine_schema.py::test_unreachable_server_error_is_clear_and_redacted``).
 """
