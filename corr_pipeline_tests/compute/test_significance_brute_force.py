@@ -143,12 +143,10 @@ def test_the_scan_reports_the_injected_pairs_as_significant_and_noise_as_not():
     assert only.size <= 2
 
 
-def test_the_count_bins_every_pair_as_the_pair_alone_does():
-    """The count's tiled products and vectorised sums give every pair the histogram bin of its
-    exact per-pair evaluation, bit for bit: leaders and laggers listed late, delisted, halted,
-    both at once, over more than one leader tile."""
+def _ragged_universe() -> tuple[np.ndarray, int, int]:
+    """Leaders and laggers listed late, delisted, halted, both at once, a column never traded."""
     rng = np.random.default_rng(11)
-    n_rows, n_cols, max_lag, min_overlap = 70, 150, 4, 12
+    n_rows, n_cols = 70, 150
     R = rng.standard_normal((n_rows, n_cols)).astype(np.float32)
     first = rng.integers(0, n_rows // 2, n_cols) * (rng.random(n_cols) < 0.4)
     last = n_rows - rng.integers(0, n_rows // 2, n_cols) * (rng.random(n_cols) < 0.4)
@@ -157,6 +155,25 @@ def test_the_count_bins_every_pair_as_the_pair_alone_does():
         R[last[j] :, j] = np.nan
     R[rng.random(R.shape) < 0.06] = np.nan
     R[:, 9] = np.nan  # never traded
+    return R, 4, 12
+
+
+def _repeated_universe() -> tuple[np.ndarray, int, int]:
+    """Three series, each in 50 identical columns (two leader tiles): the 2,500 (or 2,450)
+    pairs of two groups share one bin, so its byte count wraps several times."""
+    rng = np.random.default_rng(12)
+    base = rng.standard_normal((60, 3)).astype(np.float32)
+    return np.repeat(base, 50, axis=1), 3, 20
+
+
+@pytest.mark.parametrize("universe", [_ragged_universe, _repeated_universe])
+def test_the_count_bins_every_pair_as_the_pair_alone_does(universe):
+    """The count's tiled products and vectorised sums give every pair the histogram bin of its
+    exact per-pair evaluation, bit for bit, over more than one leader tile, and the count of a
+    bin is exact however many pairs it holds (byte counts that wrap, spilled from both
+    threads)."""
+    R, max_lag, min_overlap = universe()
+    n_cols = R.shape[1]
     with worker_pool() as pool:
         window = standardize(R, pool, layout="lead-lag")
         counts = count_p_values(window, max_lag, min_overlap, pool)
@@ -174,3 +191,5 @@ def test_the_count_bins_every_pair_as_the_pair_alone_does():
     expected_bins, expected_counts = np.unique(bins, return_counts=True)
     np.testing.assert_array_equal(counts.bins, expected_bins)
     np.testing.assert_array_equal(counts.counts, expected_counts)
+    if universe is _repeated_universe:
+        assert expected_counts.max() >= 9 * 256

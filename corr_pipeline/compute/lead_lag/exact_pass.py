@@ -11,7 +11,9 @@ laggers) and formula (``kernels.lagged_from_sums``, its float64 fallback for an
 ill-conditioned variance included), takes the best lag as ``kernels.pair_values`` does (the
 largest float32 ``|r|``, ties to the smaller lag) and counts the bin of its lag p-value
 (``p_values.p_bin``) in its thread's histogram, which becomes a sparse :class:`PValueCounts`.
-The bins equal the exact evaluation's bin for bin (a test checks it), so the histogram does not
+A thread's histogram holds one byte a bin (8.6 MB, a quarter of ``int32``'s cache footprint and
+memory): a bin that reaches 256 is reset to 0 and recorded as one *spill* of 256 pairs, so the
+count of a bin is its byte plus 256 times its spills, exact for any number of pairs. The bins equal the exact evaluation's bin for bin (a test checks it), so the histogram does not
 depend on the tiles' order, the threads or the stripes.
 
 **The bounds** (:meth:`ExactPass.bound_block`, when the synchronous correlation is given).
@@ -94,8 +96,8 @@ def count_items(n_leaders: int, n_cols: int) -> int:
 class ExactPass:
     """The pass of the module docstring over a window, for one call: blocks of leaders run on a
     pool's threads, each thread counting into its own histogram (kept across blocks) with its
-    own buffers (``L × GEMM_TILE × PRODUCT_COLUMNS`` float64 products, 10.5 MB at L = 5);
-    :meth:`counts` sums the histograms and drops them."""
+    own buffers (``L × GEMM_TILE × PRODUCT_COLUMNS`` float64 products, 10.5 MB at L = 5) and its
+    spills (module docstring); :meth:`counts` sums the histograms and drops them."""
 
     def __init__(self, window: Standardized, max_lag: int, min_overlap: int) -> None:
         self.window = window
@@ -103,9 +105,6 @@ class ExactPass:
         self.min_overlap = min_overlap
         self.data = pair_data(window)
         self.laggers = _lagger_sums(self.data, max_lag)
-        n_cols = window.n_cols
-        # int32 counts (half the cache footprint) when no bin can reach 2³¹ pairs
-        self.counter = np.int32 if n_cols * n_cols < 2**31 else np.int64
         self.workspaces: dict[int, tuple[np.ndarray, ...]] = {}  # per thread
         self.lock = threading.Lock()
 
@@ -115,7 +114,9 @@ class ExactPass:
             if key not in self.workspaces:
                 n_rows = self.window.n_rows
                 self.workspaces[key] = (
-                    np.zeros(N_BINS, dtype=self.counter),  # pages as touched
+                    np.zeros(N_BINS, dtype=np.uint8),  # pages as touched
+                    [],  # the spilled bins, an array per work item that spilled
+                    np.empty(GEMM_TILE * PRODUCT_COLUMNS, dtype=np.int32),  # one item's
                     np.empty((self.max_lag, GEMM_TILE, n_rows)),
                     np.empty((n_rows, PRODUCT_COLUMNS)),
                     np.empty(self.max_lag * GEMM_TILE * PRODUCT_COLUMNS),
@@ -140,7 +141,9 @@ class ExactPass:
             first, col0, col1 = item
             last = min(first + GEMM_TILE, n_cols)
             height, width = last - first, col1 - col0
-            histogram, shifted_space, columns_space, products_space = self._workspace()
+            histogram, spilled, spills, shifted_space, columns_space, products_space = (
+                self._workspace()
+            )
             shifted = shifted_space[:, :height]
             _shift_leaders(window.z_t, first, last, shifted)
             columns = columns_space[:, :width]
@@ -149,7 +152,7 @@ class ExactPass:
                 self.max_lag, height, width
             )
             np.matmul(shifted.reshape(-1, n_rows), columns, out=products.reshape(-1, width))
-            count_tile(
+            n_spills = count_tile(
                 products,
                 (first, max(start, first), min(stop, last), col0),
                 arrays,
@@ -157,9 +160,11 @@ class ExactPass:
                 FALLBACK_TAU,
                 self.data,
                 self.laggers,
-                histogram,
+                (histogram, spills),
                 bounds,
             )
+            if n_spills:
+                spilled.append(spills[:n_spills].copy())
 
         items = [
             (first, col0, min(col0 + PRODUCT_COLUMNS, n_cols))
@@ -192,9 +197,9 @@ class ExactPass:
 
     def counts(self) -> PValueCounts:
         """The histogram of every pair counted so far (the threads' buffers are dropped)."""
-        histograms = [space[0] for space in self.workspaces.values()]
+        spaces = list(self.workspaces.values())
         self.workspaces.clear()
-        return _sparse(histograms)
+        return _sparse([space[0] for space in spaces], [a for space in spaces for a in space[1]])
 
 
 def count_p_values(
@@ -215,20 +220,25 @@ def count_p_values(
     return exact.counts()
 
 
-def _sparse(histograms: list[np.ndarray]) -> PValueCounts:
-    """The sum of dense histograms (added into the first, in place: no bin holds more than the
-    pairs counted), as :class:`PValueCounts`, extracted a slice at a time."""
+def _sparse(histograms: list[np.ndarray], spilled: list[np.ndarray]) -> PValueCounts:
+    """The threads' byte histograms and spills (module docstring) summed, as
+    :class:`PValueCounts`, a slice of 2²⁰ bins at a time (an 8 MB temporary)."""
     if not histograms:
         return PValueCounts.merge([])
-    total = histograms[0]
-    for histogram in histograms[1:]:
-        total += histogram
-    del histograms[1:]
+    spill_bins, spills = np.unique(
+        np.concatenate(spilled) if spilled else np.empty(0, np.int32), return_counts=True
+    )
     bins, counts = [], []
-    for lo in range(0, total.size, 1 << 20):
-        found = np.flatnonzero(total[lo : lo + (1 << 20)])
+    for lo in range(0, N_BINS, 1 << 20):
+        hi = min(lo + (1 << 20), N_BINS)
+        total = np.zeros(hi - lo, dtype=np.int64)
+        for histogram in histograms:
+            total += histogram[lo:hi]
+        a, b = np.searchsorted(spill_bins, (lo, hi))
+        total[spill_bins[a:b] - lo] += 256 * spills[a:b]  # distinct bins: no repeats to add
+        found = np.flatnonzero(total)
         bins.append((found + lo).astype(np.int32))
-        counts.append(total[found + lo].astype(np.int64))
+        counts.append(total[found])
     return PValueCounts(np.concatenate(bins), np.concatenate(counts))
 
 
@@ -270,7 +280,7 @@ def _lagger_sums(data, max_lag):  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def count_tile(
-    products, tile, window, min_overlap, tau, data, laggers, histogram, bounds
+    products, tile, window, min_overlap, tau, data, laggers, counts, bounds
 ):  # pragma: no cover - compiled
     """Count the lag p-value of each pair's best lag (the largest float32 ``|r|``, ties to the
     smaller lag, as ``kernels.pair_values``) for leaders ``[row_lo, row_hi)`` and the laggers
@@ -285,6 +295,8 @@ def count_tile(
     included).
 
     ``tile`` = (first, row_lo, row_hi, col0); ``window`` = (z, prefix, prefix_sq), time-major;
+    ``counts`` = (histogram, spills): the thread's byte histogram and room for the bins it
+    spills (module docstring), one per pair at most; returns the number of spills written;
     ``bounds`` = (upper, lower, sync_block, block_start, min_improvement, margin): with
     non-empty arrays, the pairs' improvement bounds (module docstring) go to rows
     ``i − block_start`` of ``upper`` and ``lower``, ``sync_block`` holding those rows of
@@ -296,6 +308,8 @@ def count_tile(
     gap_ptr, gap_rows, lo, hi = data[6], data[7], data[8], data[9]
     lag_a, lag_b, lag_sy, lag_base_y = laggers
     upper, lower, sync_block, block_start, min_improvement, margin = bounds
+    histogram, spills = counts
+    n_spills = 0
     bounding = upper.shape[0] > 0
     max_lag, _, width = products.shape
     n_rows = z.shape[0]
@@ -425,7 +439,13 @@ def count_tile(
             best_abs[i - col0] = -1.0  # not a pair
         for c in range(width):
             if best_abs[c] >= 0.0:
-                histogram[p_bin(best_r[c], best_n[c])] += 1
+                b = p_bin(best_r[c], best_n[c])
+                held = histogram[b] + 1
+                if held == 256:
+                    spills[n_spills] = b
+                    n_spills += 1
+                    held = 0
+                histogram[b] = held
         if bounding:
             row = i - block_start
             for c in range(width):
@@ -438,3 +458,4 @@ def count_tile(
                 ok = best_abs[c] >= 0.0
                 upper[row, col0 + c] = high if ok and high > min_improvement else -np.inf
                 lower[row, col0 + c] = low if ok and low > min_improvement else -np.inf
+    return n_spills
