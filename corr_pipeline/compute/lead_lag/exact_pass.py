@@ -13,8 +13,9 @@ largest float32 ``|r|``, ties to the smaller lag) and counts the bin of its lag 
 (``p_values.p_bin``) in its thread's histogram, which becomes a sparse :class:`PValueCounts`.
 A thread's histogram holds one byte a bin (8.6 MB, a quarter of ``int32``'s cache footprint and
 memory): a bin that reaches 256 is reset to 0 and recorded as one *spill* of 256 pairs, so the
-count of a bin is its byte plus 256 times its spills, exact for any number of pairs. The bins equal the exact evaluation's bin for bin (a test checks it), so the histogram does not
-depend on the tiles' order, the threads or the stripes.
+count of a bin is its byte plus 256 times its spills, exact for any number of pairs. The bins
+equal the exact evaluation's bin for bin (a test checks it), so the histogram does not depend
+on the tiles' order, the threads or the stripes.
 
 **The bounds** (:meth:`ExactPass.bound_block`, when the synchronous correlation is given).
 A pair's computed correlation at a lag differs from the exact evaluation's only in ``Sxy``:
@@ -93,6 +94,18 @@ def count_items(n_leaders: int, n_cols: int) -> int:
     return -(-n_leaders // GEMM_TILE) * -(-n_cols // PRODUCT_COLUMNS)
 
 
+@dataclass
+class _Workspace:
+    """One thread's counts and buffers for :class:`ExactPass`."""
+
+    histogram: np.ndarray  # uint8, N_BINS (module docstring); pages as touched
+    spilled: list[np.ndarray]  # the spilled bins, an array per work item that spilled
+    spills: np.ndarray  # int32, room for one item's spills
+    shifted: np.ndarray  # L × GEMM_TILE × T, the leaders shifted by every lag
+    columns: np.ndarray  # T × PRODUCT_COLUMNS, the laggers in float64
+    products: np.ndarray  # L · GEMM_TILE · PRODUCT_COLUMNS
+
+
 class ExactPass:
     """The pass of the module docstring over a window, for one call: blocks of leaders run on a
     pool's threads, each thread counting into its own histogram (kept across blocks) with its
@@ -105,21 +118,21 @@ class ExactPass:
         self.min_overlap = min_overlap
         self.data = pair_data(window)
         self.laggers = _lagger_sums(self.data, max_lag)
-        self.workspaces: dict[int, tuple[np.ndarray, ...]] = {}  # per thread
+        self.workspaces: dict[int, _Workspace] = {}  # per thread
         self.lock = threading.Lock()
 
-    def _workspace(self) -> tuple[np.ndarray, ...]:
+    def _workspace(self) -> _Workspace:
         key = threading.get_ident()
         with self.lock:
             if key not in self.workspaces:
                 n_rows = self.window.n_rows
-                self.workspaces[key] = (
-                    np.zeros(N_BINS, dtype=np.uint8),  # pages as touched
-                    [],  # the spilled bins, an array per work item that spilled
-                    np.empty(GEMM_TILE * PRODUCT_COLUMNS, dtype=np.int32),  # one item's
-                    np.empty((self.max_lag, GEMM_TILE, n_rows)),
-                    np.empty((n_rows, PRODUCT_COLUMNS)),
-                    np.empty(self.max_lag * GEMM_TILE * PRODUCT_COLUMNS),
+                self.workspaces[key] = _Workspace(
+                    histogram=np.zeros(N_BINS, dtype=np.uint8),
+                    spilled=[],
+                    spills=np.empty(GEMM_TILE * PRODUCT_COLUMNS, dtype=np.int32),
+                    shifted=np.empty((self.max_lag, GEMM_TILE, n_rows)),
+                    columns=np.empty((n_rows, PRODUCT_COLUMNS)),
+                    products=np.empty(self.max_lag * GEMM_TILE * PRODUCT_COLUMNS),
                 )
             return self.workspaces[key]
 
@@ -141,14 +154,12 @@ class ExactPass:
             first, col0, col1 = item
             last = min(first + GEMM_TILE, n_cols)
             height, width = last - first, col1 - col0
-            histogram, spilled, spills, shifted_space, columns_space, products_space = (
-                self._workspace()
-            )
-            shifted = shifted_space[:, :height]
+            space = self._workspace()
+            shifted = space.shifted[:, :height]
             _shift_leaders(window.z_t, first, last, shifted)
-            columns = columns_space[:, :width]
+            columns = space.columns[:, :width]
             np.copyto(columns, window.z[:, col0:col1])
-            products = products_space[: self.max_lag * height * width].reshape(
+            products = space.products[: self.max_lag * height * width].reshape(
                 self.max_lag, height, width
             )
             np.matmul(shifted.reshape(-1, n_rows), columns, out=products.reshape(-1, width))
@@ -160,11 +171,11 @@ class ExactPass:
                 FALLBACK_TAU,
                 self.data,
                 self.laggers,
-                (histogram, spills),
+                (space.histogram, space.spills),
                 bounds,
             )
             if n_spills:
-                spilled.append(spills[:n_spills].copy())
+                space.spilled.append(space.spills[:n_spills].copy())
 
         items = [
             (first, col0, min(col0 + PRODUCT_COLUMNS, n_cols))
@@ -199,7 +210,7 @@ class ExactPass:
         """The histogram of every pair counted so far (the threads' buffers are dropped)."""
         spaces = list(self.workspaces.values())
         self.workspaces.clear()
-        return _sparse([space[0] for space in spaces], [a for space in spaces for a in space[1]])
+        return _sparse([s.histogram for s in spaces], [a for s in spaces for a in s.spilled])
 
 
 def count_p_values(
