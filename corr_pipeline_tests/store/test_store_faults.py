@@ -20,6 +20,7 @@ from corr_pipeline.store.matrix_store import (
     MatrixStore,
     MatrixStoreSpaceError,
     PartitionBusyError,
+    StoredArray,
 )
 from corr_pipeline_tests.store.store_files import (
     CRASH_WRITER,
@@ -97,18 +98,25 @@ store.save("a", "2024-03-28", "x", np.full(10, 9.0), labels={"version": "new"})
 """
 
 
-def test_sigkill_before_the_manifest_commit_keeps_the_previous_version(tmp_path):
-    """Killed right after the new version's array is renamed into place (sidecar written, both
-    fsynced), before the manifest names it: the previous version stays current and whole; the
-    new version is unreferenced and garbage collection removes it."""
+def _killed_after_renaming(tmp_path: Path, target: str) -> tuple[MatrixStore, StoredArray]:
+    """A store holding version "old" of ``a/x``, then a writer of version "new" SIGKILLed right
+    after renaming the file ending in ``target`` into place: the store and the old version."""
     store = MatrixStore(tmp_path)
     old = store.save("a", P, "x", np.full(4, 1.0), labels={"version": "old"})
     proc = subprocess.run(
-        [sys.executable, "-c", CRASH_AFTER_RENAME, str(tmp_path), ".npy"],
+        [sys.executable, "-c", CRASH_AFTER_RENAME, str(tmp_path), target],
         capture_output=True,
         text=True,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
+    return store, old
+
+
+def test_sigkill_before_the_manifest_commit_keeps_the_previous_version(tmp_path):
+    """Killed right after the new version's array is renamed into place (sidecar written, both
+    fsynced), before the manifest names it: the previous version stays current and whole; the
+    new version is unreferenced and garbage collection removes it."""
+    store, old = _killed_after_renaming(tmp_path, ".npy")
     directory = tmp_path / "a" / P
     assert temp_files(directory) == []
     (new,) = [v for v in store.versions("a", P) if v.version != old.version]
@@ -122,14 +130,7 @@ def test_sigkill_before_the_manifest_commit_keeps_the_previous_version(tmp_path)
 
 
 def test_sigkill_right_after_the_manifest_commit_shows_the_new_version(tmp_path):
-    store = MatrixStore(tmp_path)
-    old = store.save("a", P, "x", np.full(4, 1.0), labels={"version": "old"})
-    proc = subprocess.run(
-        [sys.executable, "-c", CRASH_AFTER_RENAME, str(tmp_path), "bundle.manifest.json"],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    store, old = _killed_after_renaming(tmp_path, "bundle.manifest.json")
     loaded = store.load("a", P, "x")
     assert loaded.version != old.version and loaded.labels == {"version": "new"}
     np.testing.assert_array_equal(loaded.array, np.full(10, 9.0))
