@@ -67,6 +67,7 @@ from corr_pipeline.compute.correlation.striped import (
     mirror_stripe,
     striped_correlation,
 )
+from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.lead_lag.scan import MAX_BLOCK_ROWS
 from corr_pipeline.compute.lead_lag.striped import lead_lag_stripe, striped_lead_lag
 from corr_pipeline.compute.neighbors.striped import striped_neighbors
@@ -183,16 +184,26 @@ def _sample_stripes(R: np.ndarray, args: argparse.Namespace, work: Path) -> None
             args.k,
             args.min_overlap,
             0.0,
+            N_BINS,
             MAX_BLOCK_ROWS,
+            True,  # the one pass of the pipeline's scan (corr given, no q-value condition)
             None,
         )
     )
     print(
         f"{'lead-lag, no floor (as a first stripe)':<52} rows {stripe[0]:>6}-{stripe[1]:<6}"
-        f" {seconds:7.2f} s  CPU {sum(cpu):7.2f} s  returned {sum(a.nbytes for a in part) / 2**20:,.1f}"
+        f" {seconds:7.2f} s  CPU {sum(cpu):7.2f} s  returned {_stripe_bytes(part) / 2**20:,.1f}"
         f" MiB ({part.pool.size:,} pooled column candidates)  peak RSS"
         f" +{memory.above.rss_mib:6,.0f} MiB  RssAnon +{memory.above.anon_mib:6,.0f} MiB; {_load()}"
     )
+
+
+def _stripe_bytes(part: Any) -> int:
+    """The bytes a lead-lag stripe ships back: its arrays and its p-value counts."""
+    arrays = [part.row_pairs, part.pool, part.column_pairs, part.lower]
+    if part.counts is not None:
+        arrays += [part.counts.bins, part.counts.counts]
+    return sum(a.nbytes for a in arrays)
 
 
 def _digest(a: np.ndarray, rows: int = 1024) -> bytes:

@@ -93,8 +93,7 @@ class FloorAfter:
                 results.append(fn(shared, stripe, token, *args))
                 continue
             floor = floors[i - self.workers] if i >= self.workers else None
-            results.append(fn(shared, stripe, token, *args, floor))
-            feedback.update(results[-1])
+            results.append(feedback.update(fn(shared, stripe, token, *args, floor)))
             floors.append(feedback.current())
         return results
 

@@ -30,12 +30,14 @@ from corr_pipeline.compute.correlation.striped import (
     striped_correlation,
 )
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
+from corr_pipeline.compute.lead_lag.exact_pass import PValueCounts, count_p_values
 from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.lead_lag.scan import MAX_BLOCK_ROWS
 from corr_pipeline.compute.lead_lag.striped import (
     POOL_DTYPE,
     LaggerFloor,
     LeadLagStripe,
+    StripesTakenIn,
     lead_lag_screen,
     lead_lag_stripe,
     merge_lead_lag_stripes,
@@ -43,7 +45,13 @@ from corr_pipeline.compute.lead_lag.striped import (
 )
 from corr_pipeline.compute.neighbors.striped import striped_neighbors
 from corr_pipeline.compute.parallel.dask_runner import DaskRunner
-from corr_pipeline.compute.parallel.runners import InProcessRunner, MappedFile, stripes_of
+from corr_pipeline.compute.parallel.runners import (
+    InlineExecutor,
+    InProcessRunner,
+    MappedFile,
+    stripes_of,
+)
+from corr_pipeline.compute.standardize import standardize
 from corr_pipeline.compute.tiling import PRODUCT_COLUMNS, overlap_dtype
 from corr_pipeline_tests.compute.universes import adversarial_universe, realistic_universe
 
@@ -300,6 +308,29 @@ def test_the_lagger_floor_is_the_kth_of_the_finished_stripes_values():
     assert floor.current().tolist() == pytest.approx([0.4, 0.2, -np.inf])
 
 
+def test_the_stripes_counts_are_summed_as_they_arrive_and_not_kept():
+    """:class:`StripesTakenIn` adds each stripe's p-value counts to one histogram and hands the
+    map back the stripe without them; the floor is the :class:`LaggerFloor`'s."""
+    taken_in, floor = StripesTakenIn(3, 1), LaggerFloor(3, 1)
+    pool = np.empty(0, dtype=POOL_DTYPE)
+    lower = np.full((3, 1), -np.inf, np.float32)
+    counted = [
+        PValueCounts(np.array([4, 9, 300], np.int32), np.array([2, 1, 7], np.int64)),
+        PValueCounts(np.array([9, 301], np.int32), np.array([256, 1], np.int64)),
+    ]
+    for i, counts in enumerate(counted):
+        part = LeadLagStripe(_records((i, 1, 0.5)), pool, _records(), lower, counts)
+        kept = taken_in.update(part)
+        floor.update(part)
+        assert kept.counts is None
+        assert kept.row_pairs is part.row_pairs
+        assert np.array_equal(taken_in.current(), floor.current())
+    total = taken_in.counts()
+    assert total.bins.tolist() == [4, 9, 300, 301]
+    assert total.counts.tolist() == [2, 257, 7, 1]
+    assert StripesTakenIn(3, 1).counts().m == 0
+
+
 class _FixedFloor:
     def __init__(self, floor: np.ndarray | None) -> None:
         self.floor = floor
@@ -307,14 +338,17 @@ class _FixedFloor:
     def current(self) -> np.ndarray | None:
         return self.floor
 
-    def update(self, result) -> None:
-        pass
+    def update(self, result):
+        return result
 
 
-def test_lead_lag_stripes_stay_exact_under_the_tightest_floor(two_workers, lead_lag_inputs):
+@pytest.mark.parametrize("count", [False, True], ids=["screened", "one-pass"])
+def test_lead_lag_stripes_stay_exact_under_the_tightest_floor(two_workers, lead_lag_inputs, count):
     """Every stripe given, per lagger, its final k-th best improvement over all leaders (the
     largest floor a :class:`LaggerFloor` can ever reach, ties at the k-th included): the
-    stripes' tables shrink and the merge is still the threaded result."""
+    stripes' tables shrink and the merge is still the threaded result, whether the stripes
+    screen in float32 or bound from their exact pass; the exact pass's counts are the whole
+    window's."""
     R, k_leaders, k_laggers = LEAD_LAG.R, 3, 2
     columns_only = find_lead_lag_pairs(
         R,
@@ -331,7 +365,7 @@ def test_lead_lag_stripes_stay_exact_under_the_tightest_floor(two_workers, lead_
             floor[lagger] = best.min()
     assert np.isfinite(floor).sum() > R.shape[1] // 2
     args = (MappedFile.of(lead_lag_inputs), 4, k_laggers, k_leaders, LEAD_LAG.min_overlap)
-    args += (0.0, N_BINS, MAX_BLOCK_ROWS)
+    args += (0.0, N_BINS, MAX_BLOCK_ROWS, count)
     stripes = stripes_of(R.shape[1], 128)
     free, floored = (
         two_workers.map(lead_lag_stripe, R, stripes, *args, feedback=_FixedFloor(given))
@@ -344,6 +378,15 @@ def test_lead_lag_stripes_stay_exact_under_the_tightest_floor(two_workers, lead_
         assert merge_lead_lag_stripes(parts, screen, k_leaders).tobytes() == expected.tobytes()
     pooled = [sum(p.pool.size for p in parts) for parts in (free, floored)]
     assert pooled[1] < pooled[0]
+    for parts in (free, floored):
+        if not count:
+            assert all(p.counts is None for p in parts)
+            continue
+        found = PValueCounts.merge([p.counts for p in parts])
+        whole = count_p_values(standardize(R), 4, LEAD_LAG.min_overlap, InlineExecutor())
+        assert 0 < found.m <= R.shape[1] * (R.shape[1] - 1)
+        assert np.array_equal(found.bins, whole.bins)
+        assert np.array_equal(found.counts, whole.counts)
 
 
 @pytest.mark.parametrize("with_corr", [True, False])

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -187,16 +188,27 @@ class ExactPass:
                 progress(done, len(items))
 
     def bound_block(
-        self, start: int, stop: int, corr: np.ndarray, min_improvement: float, pool: Executor
+        self,
+        start: int,
+        stop: int,
+        corr: np.ndarray,
+        min_improvement: float,
+        pool: Executor,
+        empty: Callable[[str, tuple[int, int], type], np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Count the pairs of the leaders ``[start, stop)`` and bound their improvements (module
         docstring): the scan's ``(upper, lower, sync_block)``, each ``b × N`` float32, the last
-        the block's rows of ``corr``."""
-        height, n_cols = stop - start, self.window.n_cols
-        sync_block = np.empty((height, n_cols), dtype=np.float32)
+        the block's rows of ``corr``, in arrays from ``empty(name, shape, dtype)`` (fresh ones
+        by default, or a thread's reused buffers:
+        :func:`~corr_pipeline.compute.workers.thread_buffer`)."""
+        shape = (stop - start, self.window.n_cols)
+        if empty is None:
+            sync_block, upper, lower = (np.empty(shape, np.float32) for _ in range(3))
+        else:
+            sync_block, upper, lower = (
+                empty(f"lead-lag-{name}", shape, np.float32) for name in ("sync", "upper", "lower")
+            )
         np.copyto(sync_block, corr[start:stop])
-        upper = np.empty((height, n_cols), dtype=np.float32)
-        lower = np.empty((height, n_cols), dtype=np.float32)
         margin = exactness_margin(self.window.n_rows)
         self.run(
             start,

@@ -1,7 +1,8 @@
 """The lead-lag scan in stripes of leaders, for a runner that maps them over other processes.
 
 :func:`lead_lag_stripe` runs the screened scan of :mod:`~corr_pipeline.compute.lead_lag.scan`
-on its leaders and returns their final per-leader top-k pairs, its per-lagger top-k lower
+on its leaders (in one pass with their p-values' count when it can, as the threaded scan:
+:func:`striped_lead_lag`) and returns their final per-leader top-k pairs, its per-lagger top-k lower
 bounds and its column candidates (pairs whose upper bound reaches both its own per-lagger
 threshold and the :class:`LaggerFloor` of the stripes finished before it), not evaluated;
 :func:`merge_lead_lag_stripes` takes the k-th largest lower bound over every stripe, as the
@@ -20,7 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from corr_pipeline.compute.lead_lag.exact_pass import PValueCounts, count_p_values
+from corr_pipeline.compute.lead_lag.exact_pass import ExactPass, PValueCounts, count_p_values
 from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.lead_lag.scan import (
     LEAD_LAG_DTYPE,
@@ -51,6 +52,7 @@ __all__ = [
     "POOL_DTYPE",
     "LaggerFloor",
     "LeadLagStripe",
+    "StripesTakenIn",
     "lead_lag_screen",
     "lead_lag_stripe",
     "merge_lead_lag_stripes",
@@ -77,6 +79,7 @@ class LeadLagStripe(NamedTuple):
     column_pairs: np.ndarray  # per lagger, the exact k_leaders best of the candidates the
     # stripe evaluated itself (only when its pool outgrew the cap; usually empty)
     lower: np.ndarray  # N x k_leaders, ascending: per lagger, its leaders' largest lower bounds
+    counts: PValueCounts | None = None  # its leaders' p-values, when it counted them
 
 
 class LaggerFloor:
@@ -100,7 +103,7 @@ class LaggerFloor:
     def current(self) -> np.ndarray:
         return np.maximum(self.lower[:, 0], self.exact[:, 0])
 
-    def update(self, part: LeadLagStripe) -> None:
+    def update(self, part: LeadLagStripe) -> LeadLagStripe:
         k = self.lower.shape[1]
         both = np.concatenate([self.lower, part.lower], axis=1)
         self.lower = np.sort(both, axis=1)[:, -k:]
@@ -111,7 +114,7 @@ class LaggerFloor:
         )
         known = known[first]  # a pair both in a row's and in a column's selection counts once
         if known.size == 0:
-            return
+            return part
         laggers, inverse, counts = np.unique(
             known["lagger"], return_inverse=True, return_counts=True
         )
@@ -121,6 +124,34 @@ class LaggerFloor:
         rank = np.arange(order.size) - np.repeat(np.cumsum(counts) - counts, counts)
         table[inverse[order], k + rank] = known["improvement"][order]
         self.exact[laggers] = np.sort(table, axis=1)[:, -k:]
+        return part
+
+
+class StripesTakenIn(LaggerFloor):
+    """The :class:`LaggerFloor` of the stripes taken in, and the sum of their p-value counts
+    (one ``int64`` per bin, 69 MB): each stripe's counts (a megabyte or more) are added as it
+    arrives and dropped from what the map keeps, so the run holds one histogram, not every
+    stripe's."""
+
+    def __init__(self, n_cols: int, k: int) -> None:
+        super().__init__(n_cols, k)
+        self.histogram: np.ndarray | None = None
+
+    def update(self, part: LeadLagStripe) -> LeadLagStripe:
+        part = super().update(part)
+        if part.counts is None:
+            return part
+        if self.histogram is None:
+            self.histogram = np.zeros(N_BINS, dtype=np.int64)
+        self.histogram[part.counts.bins] += part.counts.counts  # a stripe's bins are distinct
+        return part._replace(counts=None)
+
+    def counts(self) -> PValueCounts:
+        """The p-value counts of every stripe taken in."""
+        if self.histogram is None:
+            return PValueCounts.merge([])
+        bins = np.flatnonzero(self.histogram)
+        return PValueCounts(bins.astype(np.int32), self.histogram[bins])
 
 
 def _lead_lag_screen(
@@ -163,6 +194,7 @@ def lead_lag_stripe(
     min_improvement: float,
     bin_limit: int,
     block_rows: int,
+    count: bool,
     floor: np.ndarray | None = None,
 ) -> LeadLagStripe:
     """The lead-lag scan of leaders ``stripe``, block by block as the threaded scan: its rows'
@@ -171,7 +203,9 @@ def lead_lag_stripe(
     :class:`LaggerFloor` of other stripes), pooled but not evaluated; its table of lower
     bounds. The pools are evaluated after the last stripe, against the lower bounds of every
     leader, as the threaded scan evaluates its pool (:func:`merge_lead_lag_stripes`); a pool
-    that outgrows the threaded scan's cap is evaluated here, as there."""
+    that outgrows the threaded scan's cap is evaluated here, as there. With ``count`` (and
+    ``corr_file``), the exact pass bounds the improvements and counts the leaders' p-values at
+    once, as the threaded scan's one pass: the counts come with the stripe."""
     context = stripe_context(token, R)
     corr = None if corr_file is None else corr_file.open("r")
     n_cols = R.shape[1]
@@ -179,6 +213,14 @@ def lead_lag_stripe(
         context, max_lag, corr is None, min_overlap, min_improvement, bin_limit
     )
     inline = InlineExecutor()
+    exact = ExactPass(context.window, max_lag, min_overlap) if count and corr is not None else None
+    bounds = None
+    if exact is not None and corr is not None:
+        sync = corr
+
+        def bounds(start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            return exact.bound_block(start, stop, sync, min_improvement, inline, thread_buffer)
+
     columns = ColumnPool(n_cols, k_cols, max_pool=max_pool(n_cols, k_cols), floor=floor)
     row_pairs: list[np.ndarray] = [np.empty(0, LEAD_LAG_DTYPE)]
     start0, stop0 = stripe
@@ -194,6 +236,7 @@ def lead_lag_stripe(
                     inline,
                     columns,
                     thread_buffer,  # the block's b x N arrays, reused from block to block
+                    bounds=bounds,
                 )
             )
     column_pairs = pair_records(columns.top, owner_is_leader=False)
@@ -203,7 +246,11 @@ def lead_lag_stripe(
     pool = np.empty(leaders.size, POOL_DTYPE)
     pool["leader"], pool["lagger"], pool["upper"], pool["sync"] = leaders, laggers, upper, syncs
     return LeadLagStripe(
-        np.concatenate(row_pairs), pool, column_pairs, np.sort(columns.lower, axis=1)
+        np.concatenate(row_pairs),
+        pool,
+        column_pairs,
+        np.sort(columns.lower, axis=1),
+        None if exact is None else exact.counts(),
     )
 
 
@@ -295,13 +342,15 @@ def striped_lead_lag(
     stripe_rows: int = DEFAULT_STRIPE_ROWS,
     progress: Progress | None = None,
 ) -> np.ndarray:
-    """:func:`~corr_pipeline.compute.lead_lag.pairs.find_lead_lag_pairs` on ``runner``: the
-    p-values counted in :func:`significance_stripe` (at most :data:`SIGNIFICANCE_STRIPES`), then
-    one :func:`lead_lag_stripe` per stripe of leaders (``corr``, when given, a file-backed
-    memory map), each given the :class:`LaggerFloor` of the stripes finished before it was
-    submitted, then the stripes' column candidates evaluated in this process on threads
+    """:func:`~corr_pipeline.compute.lead_lag.pairs.find_lead_lag_pairs` on ``runner``: one
+    :func:`lead_lag_stripe` per stripe of leaders (``corr``, when given, a file-backed memory
+    map), each given the :class:`LaggerFloor` of the stripes finished before it was submitted,
+    then the stripes' column candidates evaluated in this process on threads
     (:func:`merge_lead_lag_stripes`, on ``R`` standardised here while the stripes run) and the
-    pairs' p- and q-values; exactly its result."""
+    pairs' p- and q-values; exactly its result. The p-values are counted by the stripes' exact
+    pass when it bounds their scan too (``corr`` given, no q-value condition: the threaded
+    scan's one pass), else first, in :func:`significance_stripe` (at most
+    :data:`SIGNIFICANCE_STRIPES`)."""
     check_lead_lag_args(
         R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr, max_q_value
     )
@@ -309,13 +358,20 @@ def striped_lead_lag(
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))
     corr_file = None if corr is None else MappedFile.of(corr)
-    tiles = -(-n_cols // GEMM_TILE)
-    counted_rows = max(1, -(-tiles // SIGNIFICANCE_STRIPES)) * GEMM_TILE
-    counts = PValueCounts.merge(
-        runner.map(significance_stripe, R, stripes_of(n_cols, counted_rows), max_lag, min_overlap)
-    )
-    bin_limit = candidate_bin_limit(counts, max_q_value, max_lag)
+    one_pass = (k_rows > 0 or k_cols > 0) and corr is not None and max_q_value >= 1.0
+    counts = None
+    bin_limit = N_BINS
+    if not one_pass:
+        tiles = -(-n_cols // GEMM_TILE)
+        counted_rows = max(1, -(-tiles // SIGNIFICANCE_STRIPES)) * GEMM_TILE
+        counts = PValueCounts.merge(
+            runner.map(
+                significance_stripe, R, stripes_of(n_cols, counted_rows), max_lag, min_overlap
+            )
+        )
+        bin_limit = candidate_bin_limit(counts, max_q_value, max_lag)
     screen_args = (max_lag, corr is None, min_overlap, float(min_improvement), bin_limit)
+    taken_in = StripesTakenIn(n_cols, max(k_cols, 1))
     with ThreadPoolExecutor(1, thread_name_prefix="lead-lag-screen") as background:
         # the window the pools are evaluated on, built here while the stripes run
         screen = background.submit(lead_lag_screen, R, *screen_args)
@@ -331,10 +387,13 @@ def striped_lead_lag(
             float(min_improvement),
             bin_limit,
             int(block_rows),
+            one_pass,
             progress=progress,
-            feedback=LaggerFloor(n_cols, max(k_cols, 1)),
+            feedback=taken_in,
         )
         window_screen = screen.result()
         pairs = merge_lead_lag_stripes(parts, window_screen, k_cols)
+    if counts is None:
+        counts = taken_in.counts()
     with worker_pool() as threads:
         return annotate(pairs, window_screen.data, counts, max_lag, min_overlap, threads)

@@ -106,10 +106,8 @@ class DaskRunner:
                         scatter.append(self.client.scatter(shared, broadcast=True, hash=False))
                     completed.add(submit(i))
                     continue
-                results[i] = result
+                results[i] = result if feedback is None else feedback.update(result)
                 done += 1
-                if feedback is not None:
-                    feedback.update(result)
                 if submitted < len(stripes):
                     completed.add(submit(submitted))
                     submitted += 1

@@ -53,8 +53,9 @@ class StripeFeedback(Protocol):
         """The last argument of the next stripe submitted."""
         ...
 
-    def update(self, result: Any) -> None:
-        """Take in a finished stripe's result."""
+    def update(self, result: Any) -> Any:
+        """Take in a finished stripe's result; returns what the map keeps of it (the result, or
+        what is left of it once taken in)."""
         ...
 
 
@@ -68,7 +69,8 @@ class StripeRunner(Protocol):
     With ``feedback``, stripes are submitted in order, no more at a time than the runner runs
     at once, as ``fn(shared, stripe, token, *args, feedback.current())``, and
     ``feedback.update(result)`` is called on each result as it completes (each stripe once,
-    whatever was retried); the results must not depend on when that happens.
+    whatever was retried), the map returning what it returns; the results must not depend on
+    when that happens.
     """
 
     def map(
@@ -134,9 +136,8 @@ class InProcessRunner:
         results: list[T] = []
         for stripe in stripes:
             extra = () if feedback is None else (feedback.current(),)
-            results.append(fn(shared, stripe, token, *args, *extra))
-            if feedback is not None:
-                feedback.update(results[-1])
+            result = fn(shared, stripe, token, *args, *extra)
+            results.append(result if feedback is None else feedback.update(result))
             if progress is not None:
                 progress(len(results), len(stripes))
         return results
