@@ -49,6 +49,12 @@ def worker_pool() -> Iterator[ThreadPoolExecutor]:
 _buffers = threading.local()
 
 
+def fresh_buffer(_name: str, shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
+    """A new uninitialised array of ``shape``: :func:`thread_buffer`'s signature, for a caller
+    that keeps nothing from call to call."""
+    return np.empty(shape, dtype)
+
+
 def thread_buffer(name: str, shape: tuple[int, ...], dtype: DTypeLike) -> np.ndarray:
     """An uninitialised array of ``shape`` for the calling thread, reused from call to call
     under the same ``name`` (grown when too small), kept as long as the thread lives.

@@ -56,6 +56,7 @@ from corr_pipeline.compute.lead_lag.kernels import lagged_from_sums, pair_data
 from corr_pipeline.compute.lead_lag.p_values import N_BINS, p_bin
 from corr_pipeline.compute.standardize import Standardized
 from corr_pipeline.compute.tiling import GEMM_TILE, PRODUCT_COLUMNS, Progress, tiles_covering
+from corr_pipeline.compute.workers import fresh_buffer
 
 _NO_BOUNDS = np.empty((0, 0), dtype=np.float32)
 
@@ -88,6 +89,14 @@ def exactness_margin(n_rows: int) -> float:
     """``δ`` of the module docstring: the computed lagged correlations lie within it of the exact
     evaluation's, for a window of ``n_rows`` rows."""
     return (64.0 * n_rows + 8.0) * 2.0**-53
+
+
+def counts_with_bounds(scanned: bool, corr: np.ndarray | None, max_q_value: float) -> bool:
+    """Whether the scan's bounds come from the pass that counts the p-values (one pass over the
+    products): when there is a scan, ``corr`` is given (else the screen bounds the synchronous
+    correlation from its own lag-0 product) and no q-value condition needs every count before
+    the first selection."""
+    return scanned and corr is not None and max_q_value >= 1.0
 
 
 def count_items(n_leaders: int, n_cols: int) -> int:
@@ -194,7 +203,7 @@ class ExactPass:
         corr: np.ndarray,
         min_improvement: float,
         pool: Executor,
-        empty: Callable[[str, tuple[int, int], type], np.ndarray] | None = None,
+        empty: Callable[[str, tuple[int, int], type], np.ndarray] = fresh_buffer,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Count the pairs of the leaders ``[start, stop)`` and bound their improvements (module
         docstring): the scan's ``(upper, lower, sync_block)``, each ``b × N`` float32, the last
@@ -202,12 +211,9 @@ class ExactPass:
         by default, or a thread's reused buffers:
         :func:`~corr_pipeline.compute.workers.thread_buffer`)."""
         shape = (stop - start, self.window.n_cols)
-        if empty is None:
-            sync_block, upper, lower = (np.empty(shape, np.float32) for _ in range(3))
-        else:
-            sync_block, upper, lower = (
-                empty(f"lead-lag-{name}", shape, np.float32) for name in ("sync", "upper", "lower")
-            )
+        sync_block, upper, lower = (
+            empty(f"lead-lag-{name}", shape, np.float32) for name in ("sync", "upper", "lower")
+        )
         np.copyto(sync_block, corr[start:stop])
         margin = exactness_margin(self.window.n_rows)
         self.run(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from corr_pipeline.compute.lead_lag.exact_pass import ExactPass, count_items
+from corr_pipeline.compute.lead_lag.exact_pass import ExactPass, count_items, counts_with_bounds
 from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.lead_lag.scan import (
     LEAD_LAG_DTYPE,
@@ -111,10 +111,7 @@ def find_lead_lag_pairs(
 
     blocks = row_blocks(n_cols, row_bytes, working_memory_mb, block_rows=block_rows)
     scanned = k_rows > 0 or k_cols > 0
-    # One pass when it can: the exact pass bounds the scan's improvements and counts the
-    # p-values at once. A q-value condition needs every count before the first selection, and
-    # without ``corr`` the screen bounds the synchronous correlation from its own lag-0 product.
-    one_pass = scanned and corr is not None and max_q_value >= 1.0
+    one_pass = counts_with_bounds(scanned, corr, max_q_value)
     with worker_pool() as pool:
         window = standardize(R, pool, layout="lead-lag")
         exact = ExactPass(window, max_lag, min_overlap)

@@ -72,7 +72,7 @@ from corr_pipeline.compute.validation import (
     check_returns,
     check_square_corr,
 )
-from corr_pipeline.compute.workers import available_cores, thread_buffer
+from corr_pipeline.compute.workers import available_cores, fresh_buffer, thread_buffer
 
 LEAD_LAG_DTYPE = np.dtype(
     [
@@ -327,13 +327,8 @@ def _shifted_leaders(window: Standardized, tile_start: int, first_lag: int, max_
     return shifted
 
 
-def _fresh(_name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
-    """A new uninitialised array (the ``empty`` of :func:`_screen_block` by default)."""
-    return np.empty(shape, dtype)
-
-
 def _screen_block(
-    start: int, stop: int, corr: np.ndarray | None, screen: _Screen, pool, empty=_fresh
+    start: int, stop: int, corr: np.ndarray | None, screen: _Screen, pool, empty=fresh_buffer
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Upper and lower improvement bounds (b × N float32, −inf where none) of leaders
     [start, stop), and the block's rows of ``corr`` (a 1 × 1 dummy when it is not given), in
@@ -447,7 +442,7 @@ def scan_block(
     k_rows: int,
     pool,
     columns: ColumnPool,
-    empty=_fresh,
+    empty=fresh_buffer,
     bounds: Callable[[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
 ) -> np.ndarray:
     """Screen leaders [start, stop), select their rows' top-k (returned as result rows) and

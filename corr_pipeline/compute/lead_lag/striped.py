@@ -21,7 +21,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from corr_pipeline.compute.lead_lag.exact_pass import ExactPass, PValueCounts, count_p_values
+from corr_pipeline.compute.lead_lag.exact_pass import (
+    ExactPass,
+    PValueCounts,
+    count_p_values,
+    counts_with_bounds,
+)
 from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.lead_lag.scan import (
     LEAD_LAG_DTYPE,
@@ -213,13 +218,14 @@ def lead_lag_stripe(
         context, max_lag, corr is None, min_overlap, min_improvement, bin_limit
     )
     inline = InlineExecutor()
-    exact = ExactPass(context.window, max_lag, min_overlap) if count and corr is not None else None
+    exact: ExactPass | None = None
     bounds = None
-    if exact is not None and corr is not None:
+    if count and corr is not None:
+        exact = counting = ExactPass(context.window, max_lag, min_overlap)
         sync = corr
 
         def bounds(start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            return exact.bound_block(start, stop, sync, min_improvement, inline, thread_buffer)
+            return counting.bound_block(start, stop, sync, min_improvement, inline, thread_buffer)
 
     columns = ColumnPool(n_cols, k_cols, max_pool=max_pool(n_cols, k_cols), floor=floor)
     row_pairs: list[np.ndarray] = [np.empty(0, LEAD_LAG_DTYPE)]
@@ -358,7 +364,7 @@ def striped_lead_lag(
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))
     corr_file = None if corr is None else MappedFile.of(corr)
-    one_pass = (k_rows > 0 or k_cols > 0) and corr is not None and max_q_value >= 1.0
+    one_pass = counts_with_bounds(k_rows > 0 or k_cols > 0, corr, max_q_value)
     counts = None
     bin_limit = N_BINS
     if not one_pass:
