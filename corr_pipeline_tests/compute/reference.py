@@ -320,15 +320,34 @@ class LeadLagReference:
     max_q_value: float = 1.0
 
 
+def reference_robust_t(R: np.ndarray, max_lag: int) -> np.ndarray:
+    """``t[l-1][i, j]`` = SPEC §6's robust statistic of ``(x̃[t, i], x̃[t + l, j])``:
+    ``Σ a·b / sqrt(Σ a²·b²)`` over the rows where both are finite, ``x̃`` each column less its
+    mean over its own finite rows (0 where the denominator is 0), in float64."""
+    X = np.asarray(R, dtype=np.float64)
+    T, N = X.shape
+    finite = np.isfinite(X)
+    counts = np.maximum(finite.sum(axis=0), 1)
+    centred = np.where(finite, X - np.where(finite, X, 0.0).sum(axis=0) / counts, 0.0)
+    t = np.zeros((max_lag, N, N))
+    for lag in range(1, max_lag + 1):
+        a, b = centred[: T - lag], centred[lag:]
+        numerator = a.T @ b
+        denominator = (a * a).T @ (b * b)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t[lag - 1] = np.where(denominator > 0, numerator / np.sqrt(denominator), 0.0)
+    return t
+
+
 def reference_significance(
-    best_abs: np.ndarray, best_overlap: np.ndarray, has_best: np.ndarray, max_lag: int
+    best_t: np.ndarray, has_best: np.ndarray, max_lag: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """SPEC §6 "Significance", literally: ``z = atanh(|r|)·sqrt(n − 3)``, ``p = erfc(z / √2)`` (1 for
-    ``n <= 3``), ``p_value = 1 − (1 − p)^max_lag``; ``q`` by sorting the ``m`` p-values of ``has_best``
-    ascending, ``q_(k) = min over l >= k of p_(l)·m / l``, capped at 1 (NaN elsewhere)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        z = np.arctanh(np.minimum(best_abs, 1.0)) * np.sqrt(np.maximum(best_overlap - 3.0, 0.0))
-        p = np.where(best_overlap > 3, erfc(z / np.sqrt(2.0)), 1.0)  # no test on n <= 3
+    """SPEC §6 "Significance", literally: ``p = erfc(|t| / √2)`` of the robust statistic at the
+    best lag, ``p_value = 1 − (1 − p)^max_lag``; ``q`` by sorting the ``M`` p-values of
+    ``has_best`` ascending, ``q_(k) = min over l >= k of p_(l)·M / l``, capped at 1 (NaN
+    elsewhere)."""
+    p = erfc(np.abs(best_t) / np.sqrt(2.0))
+    with np.errstate(divide="ignore"):
         p_value = np.where(has_best, -np.expm1(max_lag * np.log1p(-p)), np.nan)
     flat = p_value[has_best]
     order = np.argsort(flat, kind="stable")
@@ -373,7 +392,9 @@ def reference_lead_lag(
       no finite lag → not a candidate.
     * ``improvement = |lagged[l*]| − |corr|`` with NaN ``corr`` read as 0; ``corr`` is the given
       synchronous matrix, or the float64 pandas reference when ``None``.
-    * p- and q-values by :func:`reference_significance` over the pairs ``i != j`` with a best lag.
+    * p- and q-values by :func:`reference_significance` of :func:`reference_robust_t` at the
+      best lag, over the pairs ``i != j`` with a best lag; the reverse direction is the ordered
+      pair ``(j, i)``'s best lag, lagged correlation and q-value.
     * candidate iff ``i != j``, ``improvement > min_improvement`` and ``q <= max_q_value``.
     * per symbol ``s``: its ``k_laggers`` best candidates in row ``s`` (ties → smaller lagger) and
       its ``k_leaders`` best candidates in column ``s`` (ties → smaller leader); union; sorted by
@@ -399,10 +420,9 @@ def reference_lead_lag(
     sync_abs = np.where(np.isfinite(sync), np.abs(sync), 0.0)
     improvement = np.where(has_finite, best_abs - sync_abs, np.nan)
     off_diagonal = ~np.eye(N, dtype=bool)
-    best_overlap = np.take_along_axis(lagged_overlap, np.maximum(best_lag - 1, 0)[None], 0)[0]
-    p_value, q_value = reference_significance(
-        best_abs, best_overlap, has_finite & off_diagonal, max_lag
-    )
+    robust = reference_robust_t(R, max_lag)
+    best_t = np.take_along_axis(robust, np.maximum(best_lag - 1, 0)[None], 0)[0]
+    p_value, q_value = reference_significance(best_t, has_finite & off_diagonal, max_lag)
     with np.errstate(invalid="ignore"):
         candidate = has_finite & off_diagonal & (improvement > min_improvement)
         candidate &= (q_value <= max_q_value) | (max_q_value >= 1.0)
@@ -420,6 +440,7 @@ def reference_lead_lag(
     pairs = np.zeros(len(ordered), dtype=LEAD_LAG_DTYPE)
     for row, (i, j) in enumerate(ordered):
         lag = int(best_lag[i, j])
+        back = int(best_lag[j, i])
         pairs[row] = (
             i,
             j,
@@ -430,6 +451,9 @@ def reference_lead_lag(
             lagged_overlap[lag - 1, i, j],
             p_value[i, j],
             q_value[i, j],
+            back,
+            lagged[back - 1, j, i] if back else np.nan,
+            q_value[j, i] if back else np.nan,
         )
     return LeadLagReference(
         lagged=lagged,

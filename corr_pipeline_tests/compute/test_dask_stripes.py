@@ -30,19 +30,20 @@ from corr_pipeline.compute.correlation.striped import (
     striped_correlation,
 )
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
-from corr_pipeline.compute.lead_lag.exact_pass import PValueCounts, count_p_values
 from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.lead_lag.scan import MAX_BLOCK_ROWS
+from corr_pipeline.compute.lead_lag.significance import count_p_values
 from corr_pipeline.compute.lead_lag.striped import (
     POOL_DTYPE,
     LaggerFloor,
     LeadLagStripe,
     StripesTakenIn,
-    lead_lag_screen,
+    lead_lag_evaluation,
     lead_lag_stripe,
     merge_lead_lag_stripes,
     striped_lead_lag,
 )
+from corr_pipeline.compute.lead_lag.sweep import PValueCounts
 from corr_pipeline.compute.neighbors.striped import striped_neighbors
 from corr_pipeline.compute.parallel.dask_runner import DaskRunner
 from corr_pipeline.compute.parallel.runners import (
@@ -243,12 +244,19 @@ def test_lead_lag_stripes_are_the_threads(two_workers, lead_lag_inputs, with_cor
         assert hit.size == 1 and hit["lag"][0] == lag
 
 
-def test_significant_lead_lag_stripes_are_the_threads(two_workers, lead_lag_inputs):
-    """With ``max_q_value`` the stripes count the p-values first, then screen with the same
-    limit: the threaded scan's pairs, p- and q-values, byte for byte."""
-    expected = _lead_lag(LEAD_LAG.R, lead_lag_inputs, max_q_value=0.05)
-    found = _lead_lag(LEAD_LAG.R, lead_lag_inputs, two_workers, max_q_value=0.05)
-    everything = _lead_lag(LEAD_LAG.R, lead_lag_inputs)
+def test_significant_lead_lag_stripes_are_the_threads(two_workers, tmp_path):
+    """With ``max_q_value`` the stripes count the p-values first, then sweep the leaders that
+    can have a significant pair with the same limit: the threaded scan's pairs, p- and
+    q-values, byte for byte (a window long enough for the robust test to find the lags)."""
+    universe = realistic_universe(22, 250, 700, 40, injected=[(3, 500, 2), (650, 10, 4)])
+    R = universe.R
+    result = pairwise_correlation(R, min_overlap=universe.min_overlap)
+    corr = np.lib.format.open_memmap(tmp_path / "corr.npy", "w+", np.float32, result.corr.shape)
+    corr[:] = result.corr
+    common = dict(max_lag=4, k_leaders=3, k_laggers=2, min_overlap=universe.min_overlap)
+    expected = find_lead_lag_pairs(R, corr=corr, max_q_value=0.5, **common)
+    found = striped_lead_lag(R, two_workers, corr=corr, max_q_value=0.5, **common)
+    everything = find_lead_lag_pairs(R, corr=corr, **common)
     assert 0 < expected.size < everything.size
     assert found.tobytes() == expected.tobytes()
 
@@ -342,13 +350,12 @@ class _FixedFloor:
         return result
 
 
-@pytest.mark.parametrize("count", [False, True], ids=["screened", "one-pass"])
+@pytest.mark.parametrize("count", [False, True], ids=["bounds", "bounds-and-counts"])
 def test_lead_lag_stripes_stay_exact_under_the_tightest_floor(two_workers, lead_lag_inputs, count):
     """Every stripe given, per lagger, its final k-th best improvement over all leaders (the
     largest floor a :class:`LaggerFloor` can ever reach, ties at the k-th included): the
-    stripes' tables shrink and the merge is still the threaded result, whether the stripes
-    screen in float32 or bound from their exact pass; the exact pass's counts are the whole
-    window's."""
+    stripes' tables shrink and the merge is still the threaded result, whether the stripes'
+    sweeps count too or not; their counts are the whole window's."""
     R, k_leaders, k_laggers = LEAD_LAG.R, 3, 2
     columns_only = find_lead_lag_pairs(
         R,
@@ -368,14 +375,17 @@ def test_lead_lag_stripes_stay_exact_under_the_tightest_floor(two_workers, lead_
     args += (0.0, N_BINS, MAX_BLOCK_ROWS, count)
     stripes = stripes_of(R.shape[1], 128)
     free, floored = (
-        two_workers.map(lead_lag_stripe, R, stripes, *args, feedback=_FixedFloor(given))
+        two_workers.map(lead_lag_stripe, R, stripes, None, *args, feedback=_FixedFloor(given))
         for given in (None, floor)
     )
     expected = _lead_lag(R, lead_lag_inputs)
-    expected["p_value"] = expected["q_value"] = np.nan  # the merge leaves them to the caller
-    screen = lead_lag_screen(R, 4, False, LEAD_LAG.min_overlap, 0.0)
+    for name in ("p_value", "q_value", "reverse_lagged_corr", "reverse_q_value"):
+        expected[name] = np.nan  # the merge leaves them to the caller
+    expected["reverse_lag"] = 0
+    evaluation = lead_lag_evaluation(R, 4, False, LEAD_LAG.min_overlap, 0.0)
     for parts in (free, floored):
-        assert merge_lead_lag_stripes(parts, screen, k_leaders).tobytes() == expected.tobytes()
+        merged = merge_lead_lag_stripes(parts, evaluation, k_leaders)
+        assert merged.tobytes() == expected.tobytes()
     pooled = [sum(p.pool.size for p in parts) for parts in (free, floored)]
     assert pooled[1] < pooled[0]
     for parts in (free, floored):

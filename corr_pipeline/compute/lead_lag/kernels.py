@@ -1,13 +1,15 @@
-"""Numba kernels of the screened lead-lag scan (SPEC §6): rigorous upper and lower bounds of
-every pair's improvement, the exact per-pair evaluation and the threshold selections.
+"""Numba kernels of the lead-lag scan (SPEC §6): the exact per-pair evaluation and the
+threshold selections; the bounds they select from come from :mod:`.sweep`.
 
 Notation (see ``standardize``): ``Z`` the standardized zero-filled window, ``PZ``, ``PZ2``, ``PM``
 its prefix sums of values, squares and presence. For lag ``ℓ`` the leader ``i`` is read on rows
-``t ∈ [0, T−ℓ)`` and the lagger ``j`` on rows ``t + ℓ``. A column is present on ``[lo, hi)``
-(first to last finite row of the window) less its interior gaps, so the pair's overlap lies in
-``K = [max(lo_i, lo_j − ℓ, 0), min(hi_i, hi_j − ℓ, T − ℓ))`` less the gaps of either.
+``t ∈ [0, T−ℓ)`` and the lagger ``j`` on rows ``t + ℓ`` (lag 0: the synchronous pair). A column
+is present on ``[lo, hi)`` (first to last finite row of the window) less its interior gaps, so
+the pair's overlap lies in ``K = [max(lo_i, lo_j − ℓ, 0), min(hi_i, hi_j − ℓ, T − ℓ))`` less the
+gaps of either.
 
-**Exact value** (:func:`lagged_value`), the same formula and exactness guard as ``kernels``:
+**Exact value** (:func:`lagged_value`), the same formula and exactness guard as the
+correlation's kernels:
 
     n = #{t ∈ K : both present}
     Sx = PZ_i[K] − Σ_{t ∈ K, j missing at t+ℓ} Z_i(t)    Sxx likewise with Z²    (Sy, Syy symmetric)
@@ -15,47 +17,15 @@ its prefix sums of values, squares and presence. For lag ``ℓ`` the leader ``i`
     corr = (Sxy − Sx·Sy/n) / sqrt((Sxx − Sx²/n)(Syy − Sy²/n))
 
 recomputed from the raw returns in float64 (``kernels.exact_pair_correlation``) when a variance is
-at most ``tau`` times the interval sum of squares it came from (``base``). Every value is a pure
-function of the pair: it does not depend on the block, the tile or the thread that computes it.
+at most ``tau`` times the interval sum of squares it came from (``base``). The same pass over the
+overlap sums ``Sq = Σ_{t ∈ K} (Z_i(t) Z_j(t+ℓ))²`` for the robust statistic
+``t_stat = Sxy / sqrt(Sq)`` (``p_values``): ``Z`` is each column less its mean over its own finite
+rows, scaled, and the statistic does not depend on the scale. Every value is a pure function of
+the pair: it does not depend on the block, the tile or the thread that computes it.
 
-**Bounds** (:func:`screen_tile`, :func:`_pair_bounds`). Each column has an interval ``[lo, hi)``
-(the whole window for a *dense* column) and ``g`` missing rows inside it. For lag ℓ the leader is
-read on ``K_x(ℓ) = [max(lo_j − ℓ, 0), min(hi_j − ℓ, T − ℓ))`` and the lagger on ``K_y(ℓ) =
-[lo_i + ℓ, min(hi_i + ℓ, T))``: each column is zero outside its own interval, so each side's
-interval sums depend on the *other* column's interval only. Over ℓ = 1..L these ranges share a
-core and lie in a hull at most L − 1 rows larger at each end, so with ``P`` the largest
-``|float32 GEMM product|`` over the lags (``|P − Sxy| ≤ γ·sqrt(Sxx·Syy)`` for any summation
-order, ``γ = 2·T·2⁻²⁴/(1 − T·2⁻²⁴)``), for every lag at once:
-
-    |Sx| ≤ sx := |Σ_core Z_i| + Σ_fringe |Z_i| + Σ_{w: j missing} max_ℓ |Z_i(w − ℓ)|
-    Sxx ≥ sxx_lo := Σ_core Z_i² − Σ_{w: j missing} max_ℓ Z_i(w − ℓ)²     Sxx ≤ sxx_hi := Σ_hull Z_i²
-    n ≥ n_lo := |core ∩| − g_i − g_j        (sy, syy_lo, syy_hi symmetric, with j's rows t + ℓ)
-    var_x ≥ vx := sxx_lo − sx²/n_lo
-    |corr_ℓ| ≤ U := min(1, (P + γ·sqrt(sxx_hi·syy_hi) + sx·sy/n_lo) / sqrt(vx·vy))
-    max_ℓ |corr_ℓ| ≥ D := max(0, (P − γ·sqrt(sxx_hi·syy_hi) − sx·sy/n_lo) / sqrt(sxx_hi·syy_hi))
-
-``U`` holds when ``n_lo ≥ 1``, ``vx > tau'·sxx_hi`` and ``vy > tau'·syy_hi`` (``tau' =
-1.01·tau``: then neither variance can trigger the float64 fallback, so the exact value is the
-formula's), else ``U = 1`` (a computed correlation is clamped to [−1, 1]); ``U = −∞`` when the
-hull has fewer than ``min_overlap`` rows (every lag is NaN). ``D`` holds under the same
-conditions and ``n_lo ≥ min_overlap`` (every lag finite), else there is none. For the
-synchronous pair the interval and gap sums are exact, only ``n`` is known to within
-``min(g_i, g_j)``, giving ``S_lo ≤ |sync| ≤ S_hi`` (``0`` and ``1`` when the conditions fail),
-or ``|sync|`` exactly when ``corr`` is given. Finally
-
-    upper = U − S_lo + margin          lower = D − S_hi − margin
-
-(the margin, 2⁻¹², covers every float rounding of the bounds and of the exact value, all below
-1e-6), each ``−∞`` when at most ``min_improvement`` (then the pair is no candidate, resp. the
-bound says nothing) and for ``i = j``.
-
-**Significance** (``max_q_value`` < 1: a candidate's best lag also needs its p-value's bin
-``p_bin(r, n) <= bin_limit``, ``significance.candidate_bin_limit``). The bin does not increase
-with ``|r|`` nor with ``n``; the best lag has ``D <= |r| <= U`` and ``n_lo <= n <= n_hull``, so
-a pair with ``p_bin(U, n_hull) > bin_limit`` is no candidate (upper = −∞) and a lower bound
-stands only when ``p_bin(D, n_lo) <= bin_limit``
-(:func:`~corr_pipeline.compute.lead_lag.p_values.significance_bounds`, with ``U`` and ``D``
-widened by its margin). The exact evaluation applies the condition itself (:func:`pair_values`).
+**Significance** (``max_q_value`` < 1: a candidate's best lag also needs the histogram bin of its
+p-value ``t_bin(t_stat) <= bin_limit``, ``significance.candidate_bin_limit``): the exact
+evaluation applies the condition itself (:func:`pair_values`).
 
 **Selection** (:func:`select_rows`, :func:`select_columns`), exact by the threshold argument:
 if k pairs of a row (or column) have lower bounds ``≥ θ``, its k-th best exact improvement is
@@ -74,396 +44,39 @@ import numpy as np
 from numba import njit
 
 from corr_pipeline.compute.correlation.kernels import exact_pair_correlation
-from corr_pipeline.compute.lead_lag.p_values import N_BINS, p_bin, significance_bounds
+from corr_pipeline.compute.lead_lag.p_values import N_BINS, robust_t, t_bin
 from corr_pipeline.compute.standardize import Standardized, make_side
 from corr_pipeline.compute.top_k import before, insert_value
 
-BOUND_MARGIN = 2.0**-12
-"""Added to every improvement bound: covers the float rounding of the bound and of the exact value."""
-
-TAU_SCREEN_FACTOR = 1.01
-"""The bound treats a variance within this factor of the fallback threshold as ill-conditioned."""
-
-DENSE_GAPS = 16
-"""A column missing at most this many rows of the window is *dense*: its interval is taken as the
-whole window and its missing rows as gaps (ragged columns use their own interval)."""
-
 
 @njit(cache=True, nogil=True)
-def column_extents(present_t):  # pragma: no cover - compiled
-    """Per column: its interval ``[lo, hi)`` (``0, T`` for a *dense* column, one missing at most
-    :data:`DENSE_GAPS` rows; else first to last finite row), its missing rows inside it as CSR
-    (``miss_ptr``, ``miss_rows`` ascending, ``miss_cols``) and their count ``gaps``. Returns
-    ``lo, hi, gaps, miss_ptr, miss_rows, miss_cols, dense``."""
-    n_cols, n_rows = present_t.shape
-    lo = np.zeros(n_cols, dtype=np.int64)
-    hi = np.zeros(n_cols, dtype=np.int64)
-    gaps = np.zeros(n_cols, dtype=np.int64)
-    dense = np.zeros(n_cols, dtype=np.bool_)
-    for c in range(n_cols):
-        p = present_t[c]
-        count = 0
-        first = n_rows
-        last = -1
-        for t in range(n_rows):
-            if p[t]:
-                count += 1
-                first = min(first, t)
-                last = t
-        if n_rows - count <= DENSE_GAPS:
-            dense[c] = True
-            hi[c] = n_rows
-        elif count > 0:
-            lo[c] = first
-            hi[c] = last + 1
-        gaps[c] = hi[c] - lo[c] - count if count > 0 else 0
-    miss_ptr = np.zeros(n_cols + 1, dtype=np.int64)
-    for c in range(n_cols):
-        miss_ptr[c + 1] = miss_ptr[c] + gaps[c]
-    miss_rows = np.empty(miss_ptr[n_cols], dtype=np.int64)
-    miss_cols = np.empty(miss_ptr[n_cols], dtype=np.int64)
-    for c in range(n_cols):
-        q = miss_ptr[c]
-        if gaps[c] > 0:
-            for t in range(lo[c], hi[c]):
-                if not present_t[c, t]:
-                    miss_rows[q] = t
-                    miss_cols[q] = c
-                    q += 1
-    return lo, hi, gaps, miss_ptr, miss_rows, miss_cols, dense
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _fringe(h_lo, h_hi, c_lo, c_hi):  # pragma: no cover - compiled
-    """The rows of the hull ``[h_lo, h_hi)`` outside the core ``[c_lo, c_hi)`` (``h_lo <= c_lo
-    <= c_hi <= h_hi``) as two ranges ``(h_lo, head_hi), (tail_lo, h_hi)``: at most ``L − 1``
-    rows at each end, so the loops never walk the hull."""
-    return (h_lo, min(c_lo, h_hi)), (max(c_hi, h_lo), h_hi)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _pair_bounds(
-    p_max,
-    p_sync,
-    with_sync,
-    sync_abs,
-    sx,
-    x_sq_lo,
-    x_sq_hi,
-    sy,
-    y_sq_lo,
-    y_sq_hi,
-    n_core,
-    n_hull,
-    g_i,
-    g_j,
-    sx0,
-    sxx0,
-    sy0,
-    syy0,
-    n0,
-    min_overlap,
-    min_improvement,
-    gamma,
-    tau_screen,
-):  # pragma: no cover - compiled
-    """(upper, lower) bounds of one pair's improvement (module docstring).
-
-    Lags: ``sx``, ``sy`` bound ``|Sx|``, ``|Sy|``; ``*_sq_lo`` / ``*_sq_hi`` bound ``Sxx``, ``Syy``
-    from below / above, for every lag; ``n_core`` / ``n_hull`` are the fewest / most rows of a
-    lag's interval intersection, ``g_i + g_j`` the most rows missing in it. Sync: exact ``Sx``,
-    ``Sxx``, ``Sy``, ``Syy`` over the overlap, whose size is ``n0 − g_i − g_j`` to
-    ``n0 − max(g_i, g_j)``."""
-    # Branch-free (every value computed, then selected) so that the loop vectorizes.
-    n_lo = n_core - g_i - g_j
-    inv_n = 1.0 / max(n_lo, 1.0)
-    vx = x_sq_lo - sx * sx * inv_n
-    vy = y_sq_lo - sy * sy * inv_n
-    ok = (n_lo >= 1) & (vx > tau_screen * x_sq_hi) & (vy > tau_screen * y_sq_hi)
-    scale = math.sqrt(max(x_sq_hi * y_sq_hi, 0.0))
-    cross = sx * sy * inv_n
-    up = min(1.0, (p_max + gamma * scale + cross) / math.sqrt(max(vx * vy, 1e-300)))
-    lw = max(0.0, (p_max - gamma * scale - cross) / max(scale, 1e-300))
-    upper = up if ok else 1.0
-    upper = upper if n_hull >= min_overlap else -np.inf
-    lower = lw if ok & (n_lo >= min_overlap) else -np.inf
-    n0_lo = n0 - g_i - g_j
-    inv_lo = 1.0 / max(n0_lo, 1.0)
-    inv_hi = 1.0 / max(n0 - max(g_i, g_j), 1.0)
-    vx_lo = sxx0 - sx0 * sx0 * inv_lo
-    vy_lo = syy0 - sy0 * sy0 * inv_lo
-    vx_hi = sxx0 - sx0 * sx0 * inv_hi
-    vy_hi = syy0 - sy0 * sy0 * inv_hi
-    scale0 = math.sqrt(max(sxx0 * syy0, 0.0))
-    cross0 = abs(sx0 * sy0) * inv_lo
-    ok0 = (n0_lo >= min_overlap) & (vx_lo > tau_screen * sxx0) & (vy_lo > tau_screen * syy0)
-    s_lo = min(
-        1.0, max(0.0, (p_sync - gamma * scale0 - cross0) / math.sqrt(max(vx_hi * vy_hi, 1e-300)))
-    )
-    s_hi = min(1.0, (p_sync + gamma * scale0 + cross0) / math.sqrt(max(vx_lo * vy_lo, 1e-300)))
-    sync_lo = (s_lo if ok0 else 0.0) if with_sync else sync_abs
-    sync_hi = (s_hi if ok0 else 1.0) if with_sync else sync_abs
-    bound_hi = upper - sync_lo + BOUND_MARGIN
-    bound_lo = lower - sync_hi - BOUND_MARGIN
-    bound_hi = bound_hi if (upper > -np.inf) & (bound_hi > min_improvement) else -np.inf
-    bound_lo = bound_lo if bound_lo > min_improvement else -np.inf
-    return bound_hi, bound_lo, up if ok else 1.0, lw, n_lo
-
-
-@njit(cache=True, nogil=True)
-def screen_tile(products, tile, params, window, out):  # pragma: no cover - compiled
-    """Upper and lower improvement bounds (module docstring) of leaders ``[row_lo, row_hi)``
-    against the laggers ``col0 ..`` of one product chunk, into ``out_*[i − block_start, j]``.
-
-    ``products[ℓ]`` is the float32 product of lag ℓ for the tile (rows from ``tile_start``;
-    slot 0, lag 0, only when ``with_sync``, else ``|sync|`` is read from ``sync_block``, NaN as 0).
-    ``lag_y`` holds the dense leaders'
-    lagger-side sums (rows ``max_ℓ |PZ_j[T] − PZ_j[ℓ]|``, ``PZ2_j[T] − PZ2_j[L]``,
-    ``PZ2_j[T] − PZ2_j[1]``); ``ragged_cols`` lists the columns that are not dense.
-
-    For every lag ℓ, the leader's rows lie in ``[max(lo_j − ℓ, 0), min(hi_j − ℓ, T − ℓ))`` and
-    the lagger's in ``[lo_i + ℓ, min(hi_i + ℓ, T))``; each column is zero outside its own
-    interval, so each side's interval sums only depend on the *other* column's interval. Over
-    ℓ = 1..L these ranges contain a common core and lie in a hull at most ``L − 1`` rows larger
-    at each end: sums over the core plus the absolute values (squares) of the fringe rows bound
-    every lag at once (one bound per pair for all lags, with the largest |P|). A row ``w`` where the lagger is missing
-    removes the leader's ``Z_i(w − ℓ)`` from the leader's sums: at most ``max_ℓ |Z_i(w − ℓ)|``
-    (and its square); the leader's missing rows ``t`` likewise remove at most
-    ``max_ℓ |Z_j(t + ℓ)|`` (float32, over ``ℓ <= min(L, T − 1 − t)``; 0 at the last row) from
-    the lagger's. For the synchronous pair these corrections are exact.
-
-    Arguments, grouped (one kernel call per tile and chunk): ``tile`` = (tile_start, row_lo,
-    row_hi, block_start, col0); ``params`` = (with_sync, max_lag, min_overlap, min_improvement,
-    gamma, tau_screen, bin_limit); ``window`` = the window's and screen's arrays (z, z_t, prefix,
-    prefix_sq, prefix_t, prefix_sq_t, lo, hi, gaps, miss_ptr, miss_rows, miss_cols,
-    ragged_cols, lag_y); ``out`` = (out_upper, out_lower, sync_block)."""
-    tile_start, row_lo, row_hi, block_start, col0 = tile
-    with_sync, max_lag, min_overlap, min_improvement, gamma, tau_screen, bin_limit = params
-    z, z_t, prefix, prefix_sq, prefix_t, prefix_sq_t = window[:6]
-    lo, hi, gaps, miss_ptr, miss_rows, miss_cols, ragged_cols, lag_y = window[6:]
-    out_upper, out_lower, sync_block = out
-    width = products.shape[2]
-    n_rows = prefix.shape[0] - 1
-    L = max_lag
-    y_sum = np.empty(width)
-    y_sq_lo = np.empty(width)
-    y_sq_hi = np.empty(width)
-    y0_sum = np.empty(width)
-    y0_sq = np.empty(width)
-    xs_v = np.empty(width)
-    xsl_v = np.empty(width)
-    xsh_v = np.empty(width)
-    nc_v = np.empty(width)
-    nh_v = np.empty(width)
-    x0s_v = np.empty(width)
-    x0q_v = np.empty(width)
-    n0_v = np.empty(width)
-    behind = np.empty(n_rows)
-    ahead = np.empty(width, dtype=np.float32)
-    p_max32 = np.empty(width, dtype=np.float32)
-    p_sync_v = np.empty(width)
-    sync_v = np.empty(width)
-    gaps_v = np.empty(width)
-    corr_hi_v = np.empty(width)
-    corr_lo_v = np.empty(width)
-    n_lo_v = np.empty(width)
-    for c in range(width):
-        gaps_v[c] = np.float64(gaps[col0 + c])
-    r_first = np.searchsorted(ragged_cols, col0)
-    r_last = np.searchsorted(ragged_cols, col0 + width)
-    e_first = miss_ptr[col0]
-    e_last = miss_ptr[col0 + width]
-    for i in range(row_lo, row_hi):
-        ti = i - tile_start
-        r = i - block_start
-        lo_i = lo[i]
-        hi_i = hi[i]
-        g_i = gaps[i]
-        pz_i = prefix_t[i]
-        pz2_i = prefix_sq_t[i]
-        zi = z_t[i]
-        # behind[w] = max over lags of |Z_i(w − ℓ)|.
-        for w in range(n_rows):
-            v = 0.0
-            for lag in range(1, min(L, w) + 1):
-                v = max(v, abs(np.float64(zi[w - lag])))
-            behind[w] = v
-        # Lagger-side sums over the rows the leader's interval allows (vectors over j).
-        if lo_i == 0 and hi_i == n_rows:
-            for c in range(width):
-                y_sum[c] = lag_y[0, col0 + c]
-                y_sq_lo[c] = lag_y[1, col0 + c]
-                y_sq_hi[c] = lag_y[2, col0 + c]
-        else:
-            c_lo = min(lo_i + L, n_rows)
-            c_hi = max(min(hi_i + 1, n_rows), c_lo)
-            h_lo = min(lo_i + 1, n_rows)
-            h_hi = max(min(hi_i + L, n_rows), h_lo)
-            for c in range(width):
-                j = col0 + c
-                y_sum[c] = abs(prefix[c_hi, j] - prefix[c_lo, j])
-                core_sq = prefix_sq[c_hi, j] - prefix_sq[c_lo, j]
-                y_sq_lo[c] = core_sq
-                y_sq_hi[c] = core_sq
-            # The fringe rows (hull less core), at most L − 1 at each end, exactly.
-            for t_lo, t_hi in _fringe(h_lo, h_hi, c_lo, c_hi):
-                for t in range(t_lo, t_hi):
-                    for c in range(width):
-                        v = abs(np.float64(z[t, col0 + c]))
-                        y_sum[c] += v
-                        y_sq_hi[c] += v * v
-        for c in range(width):
-            j = col0 + c
-            y0_sum[c] = prefix[hi_i, j] - prefix[lo_i, j]
-            y0_sq[c] = prefix_sq[hi_i, j] - prefix_sq[lo_i, j]
-        for q in range(miss_ptr[i], miss_ptr[i + 1]):
-            t = miss_rows[q]
-            ahead[:] = 0.0  # max over lags of |Z_j(t + ℓ)|
-            for lag in range(1, min(L, n_rows - 1 - t) + 1):
-                for c in range(width):
-                    ahead[c] = max(ahead[c], abs(z[t + lag, col0 + c]))
-            for c in range(width):
-                a = np.float64(ahead[c])
-                y_sum[c] += a
-                y_sq_lo[c] -= a * a
-                v = np.float64(z[t, col0 + c])
-                y0_sum[c] -= v
-                y0_sq[c] -= v * v
-        # Leader-side sums, per lagger: over the whole window when j is dense ...
-        x_sum = 0.0
-        for lag in range(1, L + 1):
-            x_sum = max(x_sum, abs(pz_i[n_rows - lag] - pz_i[0]))
-        x_sq_lo = pz2_i[n_rows - L] - pz2_i[0]
-        x_sq_hi = pz2_i[n_rows - 1] - pz2_i[0]
-        n_core = np.float64(min(hi_i, n_rows - L) - lo_i)
-        n_hull = np.float64(min(hi_i, n_rows - 1) - lo_i)
-        x0_sum = pz_i[n_rows] - pz_i[0]
-        x0_sq = pz2_i[n_rows] - pz2_i[0]
-        n0 = np.float64(hi_i - lo_i)
-        for c in range(width):
-            xs_v[c] = x_sum
-            xsl_v[c] = x_sq_lo
-            xsh_v[c] = x_sq_hi
-            nc_v[c] = n_core
-            nh_v[c] = n_hull
-            x0s_v[c] = x0_sum
-            x0q_v[c] = x0_sq
-            n0_v[c] = n0
-        # ... and over its (shifted) interval when j is ragged: core sums plus the fringe rows.
-        for q in range(r_first, r_last):
-            j = ragged_cols[q]
-            c = j - col0
-            lo_j = lo[j]
-            hi_j = hi[j]
-            c_lo = max(lo_j - 1, 0)
-            c_hi = max(min(hi_j - L, n_rows - L), c_lo)
-            h_lo = max(lo_j - L, 0)
-            h_hi = max(min(hi_j - 1, n_rows - 1), h_lo)
-            xs = abs(pz_i[c_hi] - pz_i[c_lo])
-            core_sq = pz2_i[c_hi] - pz2_i[c_lo]
-            fringe_sq = 0.0
-            for t_lo, t_hi in _fringe(h_lo, h_hi, c_lo, c_hi):
-                for t in range(t_lo, t_hi):
-                    v = abs(np.float64(zi[t]))
-                    xs += v
-                    fringe_sq += v * v
-            xs_v[c] = xs
-            xsl_v[c] = core_sq
-            xsh_v[c] = core_sq + fringe_sq
-            nc_v[c] = min(hi_i, hi_j - L, n_rows - L) - max(lo_i, lo_j - 1)
-            nh_v[c] = min(hi_i, hi_j - 1, n_rows - 1) - max(lo_i, lo_j - L)
-            x0s_v[c] = pz_i[hi_j] - pz_i[lo_j]
-            x0q_v[c] = pz2_i[hi_j] - pz2_i[lo_j]
-            n0_v[c] = min(hi_i, hi_j) - max(lo_i, lo_j)
-        # Leader-side corrections for the laggers' missing rows (one scatter over the chunk).
-        for q in range(e_first, e_last):
-            w = miss_rows[q]
-            c = miss_cols[q] - col0
-            b = behind[w]
-            xs_v[c] += b
-            xsl_v[c] -= b * b
-            v = np.float64(zi[w])
-            x0s_v[c] -= v
-            x0q_v[c] -= v * v
-        f_gi = np.float64(g_i)
-        f_min_overlap = np.float64(min_overlap)
-        # The largest |product| over the lags, in float32 (abs and max are exact).
-        for c in range(width):
-            p_max32[c] = abs(products[1, ti, c])
-        for lag in range(2, L + 1):
-            for c in range(width):
-                p_max32[c] = max(p_max32[c], abs(products[lag, ti, c]))
-        if with_sync:
-            for c in range(width):
-                p_sync_v[c] = abs(np.float64(products[0, ti, c]))
-                sync_v[c] = 0.0
-        else:
-            for c in range(width):
-                p_sync_v[c] = 0.0
-                v = abs(np.float64(sync_block[r, col0 + c]))
-                sync_v[c] = 0.0 if math.isnan(v) else v
-        for c in range(width):
-            upper, lower, corr_hi_v[c], corr_lo_v[c], n_lo_v[c] = _pair_bounds(
-                np.float64(p_max32[c]),
-                p_sync_v[c],
-                with_sync,
-                sync_v[c],
-                xs_v[c],
-                xsl_v[c],
-                xsh_v[c],
-                y_sum[c],
-                y_sq_lo[c],
-                y_sq_hi[c],
-                nc_v[c],
-                nh_v[c],
-                f_gi,
-                gaps_v[c],
-                x0s_v[c],
-                x0q_v[c],
-                y0_sum[c],
-                y0_sq[c],
-                n0_v[c],
-                f_min_overlap,
-                min_improvement,
-                gamma,
-                tau_screen,
-            )
-            out_upper[r, col0 + c] = upper
-            out_lower[r, col0 + c] = lower
-        if bin_limit < N_BINS:
-            for c in range(width):
-                upper, lower = significance_bounds(
-                    out_upper[r, col0 + c],
-                    out_lower[r, col0 + c],
-                    corr_hi_v[c],
-                    corr_lo_v[c],
-                    n_lo_v[c],
-                    nh_v[c],
-                    bin_limit,
-                )
-                out_upper[r, col0 + c] = upper
-                out_lower[r, col0 + c] = lower
-        if col0 <= i < col0 + width:
-            out_upper[r, i] = -np.inf
-            out_lower[r, i] = -np.inf
-
-
-@njit(cache=True, nogil=True)
-def _dot_lagged(x, y):  # pragma: no cover - compiled
-    """``Σ_t x[t]·y[t]`` in float64 over four interleaved partial sums (a fixed order)."""
+def _dot_and_squares(x, y):  # pragma: no cover - compiled
+    """``(Σ_t x[t]·y[t], Σ_t (x[t]·y[t])²)`` in float64 over four interleaved partial sums (a
+    fixed order); each product of two float32 values is exact in float64."""
     n = x.shape[0]
     s0 = s1 = s2 = s3 = 0.0
+    q0 = q1 = q2 = q3 = 0.0
     t = 0
     while t + 4 <= n:
-        s0 += np.float64(x[t]) * np.float64(y[t])
-        s1 += np.float64(x[t + 1]) * np.float64(y[t + 1])
-        s2 += np.float64(x[t + 2]) * np.float64(y[t + 2])
-        s3 += np.float64(x[t + 3]) * np.float64(y[t + 3])
+        p0 = np.float64(x[t]) * np.float64(y[t])
+        p1 = np.float64(x[t + 1]) * np.float64(y[t + 1])
+        p2 = np.float64(x[t + 2]) * np.float64(y[t + 2])
+        p3 = np.float64(x[t + 3]) * np.float64(y[t + 3])
+        s0 += p0
+        s1 += p1
+        s2 += p2
+        s3 += p3
+        q0 += p0 * p0
+        q1 += p1 * p1
+        q2 += p2 * p2
+        q3 += p3 * p3
         t += 4
     while t < n:
-        s0 += np.float64(x[t]) * np.float64(y[t])
+        p0 = np.float64(x[t]) * np.float64(y[t])
+        s0 += p0
+        q0 += p0 * p0
         t += 1
-    return (s0 + s1) + (s2 + s3)
+    return (s0 + s1) + (s2 + s3), (q0 + q1) + (q2 + q3)
 
 
 def pair_data(window: Standardized) -> tuple:
@@ -558,16 +171,41 @@ def lagged_from_sums(i, j, lag, sxy, sums, min_overlap, tau, data):  # pragma: n
 
 @njit(cache=True, nogil=True)
 def lagged_value(i, j, lag, min_overlap, tau, data):  # pragma: no cover - compiled
-    """Exact correlation (float64, NaN allowed) and overlap of (R[t, i], R[t + lag, j]):
-    :func:`lagged_from_sums` with ``sxy`` summed by :func:`_dot_lagged` over the overlap."""
+    """Exact correlation (float64, NaN allowed), overlap and robust statistic (module docstring;
+    0 for an empty overlap or a zero denominator) of (R[t, i], R[t + lag, j]):
+    :func:`lagged_from_sums` with ``sxy`` and ``Sq`` summed by :func:`_dot_and_squares` over
+    the overlap."""
     sums = overlap_moments(i, j, lag, data)
     if sums[8] < min_overlap:
-        return np.nan, sums[8]
+        return np.nan, sums[8], 0.0
     z_t = data[0]
     k_lo = sums[0]
     k_hi = sums[1]
-    sxy = _dot_lagged(z_t[i, k_lo:k_hi], z_t[j, k_lo + lag : k_hi + lag])
-    return lagged_from_sums(i, j, lag, sxy, sums, min_overlap, tau, data)
+    sxy, squares = _dot_and_squares(z_t[i, k_lo:k_hi], z_t[j, k_lo + lag : k_hi + lag])
+    value, count = lagged_from_sums(i, j, lag, sxy, sums, min_overlap, tau, data)
+    return value, count, robust_t(sxy, squares)
+
+
+@njit(cache=True, nogil=True)
+def best_lag(i, j, max_lag, min_overlap, tau, data):  # pragma: no cover - compiled
+    """The pair's best lag (SPEC §6: the largest float32 ``|lagged|``, ties to the smaller lag)
+    and its values: ``(best_abs, corr, lag, overlap, t_stat)``, ``best_abs`` −1 (and lag 0)
+    when no lag is finite."""
+    best_abs = np.float32(-1.0)
+    best_value = np.nan
+    best = 0
+    best_overlap = 0
+    best_t = 0.0
+    for lag in range(1, max_lag + 1):
+        value, count, t_stat = lagged_value(i, j, lag, min_overlap, tau, data)
+        magnitude = abs(np.float32(value))
+        if magnitude > best_abs:
+            best_abs = magnitude
+            best_value = value
+            best = lag
+            best_overlap = count
+            best_t = t_stat
+    return best_abs, best_value, best, best_overlap, best_t
 
 
 @njit(cache=True, nogil=True)
@@ -577,25 +215,16 @@ def pair_values(i, j, given_sync, params, data):  # pragma: no cover - compiled
 
     ``params`` = (max_lag, min_overlap, tau, min_improvement as float32, with_sync, bin_limit);
     without ``with_sync`` the synchronous correlation is ``given_sync`` (float32, NaN allowed).
-    A candidate also needs the histogram bin of its best lag's p-value (``p_values.p_bin`` of
-    its float64 correlation and overlap) at most ``bin_limit`` (``N_BINS``: no condition)."""
+    A candidate also needs the histogram bin of its best lag's p-value (``p_values.t_bin`` of
+    its robust statistic) at most ``bin_limit`` (``N_BINS``: no condition)."""
     max_lag = params[0]
     min_overlap = params[1]
     tau = params[2]
     min_improvement = params[3]
     bin_limit = params[5]
-    best_abs = np.float32(-1.0)
-    best_value = np.nan
-    best_lag = 0
-    best_overlap = 0
-    for lag in range(1, max_lag + 1):
-        value, count = lagged_value(i, j, lag, min_overlap, tau, data)
-        magnitude = abs(np.float32(value))
-        if magnitude > best_abs:
-            best_abs = magnitude
-            best_value = value
-            best_lag = lag
-            best_overlap = count
+    best_abs, best_value, lag, best_overlap, best_t = best_lag(
+        i, j, max_lag, min_overlap, tau, data
+    )
     best_corr = np.float32(best_value)
     sync = given_sync
     if params[4]:
@@ -606,9 +235,9 @@ def pair_values(i, j, given_sync, params, data):  # pragma: no cover - compiled
     improvement = best_abs - sync_abs
     if not (best_abs >= 0 and improvement > min_improvement):
         improvement = np.float32(-np.inf)
-    elif bin_limit < N_BINS and p_bin(best_value, best_overlap) > bin_limit:
+    elif bin_limit < N_BINS and t_bin(best_t) > bin_limit:
         improvement = np.float32(-np.inf)
-    return improvement, best_corr, best_lag, best_overlap, sync
+    return improvement, best_corr, lag, best_overlap, sync
 
 
 @njit(cache=True, nogil=True)
@@ -653,9 +282,10 @@ def _select_exact(  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def select_rows(  # pragma: no cover - compiled
-    row_lo, row_hi, block_start, upper, lower, sync_block, with_sync, params, data, out
+    row_lo, row_hi, leaders, upper, lower, sync_block, with_sync, params, data, out
 ):
-    """Each leader's final top-k laggers (rows ``[row_lo, row_hi)`` of the block): the k-th
+    """Each leader's final top-k laggers (rows ``[row_lo, row_hi)`` of the block, whose leaders
+    are ``leaders``): the k-th
     largest lower bound of the row is a threshold no selected pair is below; the pairs whose
     upper bound reaches it are evaluated in decreasing bound order (:func:`_select_exact`).
     Returns the number of pairs evaluated exactly."""
@@ -683,8 +313,8 @@ def select_rows(  # pragma: no cover - compiled
         syncs = np.empty(count, dtype=np.float32)
         for q in range(count):
             syncs[q] = np.float32(np.nan) if with_sync else sync_block[r, cols[q]]
-        leaders = np.full(count, block_start + r, dtype=np.int64)
-        evaluated += _select_exact(leaders, cols, bounds[order], syncs, cols, params, data, out, r)
+        owner = np.full(count, leaders[r], dtype=np.int64)
+        evaluated += _select_exact(owner, cols, bounds[order], syncs, cols, params, data, out, r)
     return evaluated
 
 

@@ -1,13 +1,14 @@
 """The lead-lag pairs of SPEC §6: the entry point, on threads or on a runner's stripes of
-leaders; the screened scan itself is :mod:`~corr_pipeline.compute.lead_lag.scan`."""
+leaders; the sweep is :mod:`~corr_pipeline.compute.lead_lag.sweep`, the selection
+:mod:`~corr_pipeline.compute.lead_lag.scan`."""
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from corr_pipeline.compute.lead_lag.exact_pass import ExactPass, count_items, counts_with_bounds
 from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.lead_lag.scan import (
     LEAD_LAG_DTYPE,
@@ -15,13 +16,14 @@ from corr_pipeline.compute.lead_lag.scan import (
     ColumnPool,
     block_row_bytes,
     check_lead_lag_args,
-    make_screen,
+    make_evaluation,
     max_pool,
     scan_block,
     union_sorted,
 )
 from corr_pipeline.compute.lead_lag.significance import annotate, candidate_bin_limit
 from corr_pipeline.compute.lead_lag.striped import striped_lead_lag
+from corr_pipeline.compute.lead_lag.sweep import Sweep, block_bounds, sweep_inputs
 from corr_pipeline.compute.standardize import standardize
 from corr_pipeline.compute.tiling import (
     DEFAULT_WORKING_MEMORY_MB,
@@ -52,41 +54,44 @@ def find_lead_lag_pairs(
     progress: Progress | None = None,
     runner: StripeRunner | None = None,
 ) -> np.ndarray:
-    """Lead-lag pairs of the columns of ``R`` per SPEC §6 (the screened scan of
-    :mod:`~corr_pipeline.compute.lead_lag.scan`).
+    """Lead-lag pairs of the columns of ``R`` per SPEC §6.
 
     Parameters
     ----------
-    R : float32 (T, N) returns, NaN where missing.
+    R : float32 (T, N) series, NaN where missing: the returns, or their market residuals
+        (:func:`~corr_pipeline.compute.lead_lag.residuals.market_residuals`).
     max_lag : lags 1 .. max_lag are scanned (1 <= max_lag < T).
     k_leaders, k_laggers : per symbol, how many best leaders of it / laggers of it to keep (>= 0).
     min_overlap : minimum common finite rows for any correlation (2 <= min_overlap <= T).
     min_improvement : a pair is a candidate iff its improvement is strictly above this.
     max_q_value : and iff its q-value (SPEC §6 "Significance") is at most this; 1: no condition.
-    corr : the synchronous correlation (N × N float32, e.g. a read-only memory map);
-        computed for the pairs that need it when not given.
+    corr : the synchronous correlation of ``R``'s columns (N × N float32, e.g. a read-only
+        memory map); computed for the pairs that need it when not given.
     working_memory_mb, block_rows : block sizing; the result does not depend on them.
-    progress : ``progress(done, total)`` after each work item of the p-values' count, then each
-        block of the scan (on a runner: each stripe of the scan).
+    progress : ``progress(done, total)`` after each work item of the sweep that counts the
+        p-values when it runs alone (``max_q_value`` < 1), then each block of the scan (on a
+        runner: each stripe).
     runner : None scans on this process's threads; a
         :class:`~corr_pipeline.compute.parallel.runners.StripeRunner` scans stripes of leaders
         (:func:`~corr_pipeline.compute.lead_lag.striped.striped_lead_lag`; ``corr``, when
         given, a file-backed memory map). The same pairs either way.
 
-    Returns a structured array with fields ``leader, lagger, lag, lagged_corr,
-    sync_corr, improvement, overlap, p_value, q_value`` (:data:`LEAD_LAG_DTYPE`),
-    leader/lagger being column indices of ``R``, sorted by improvement desc, then leader, then
-    lagger. The q-values come from the exact count of every pair's p-value
-    (:mod:`~corr_pipeline.compute.lead_lag.exact_pass`). With ``corr`` given and no q-value
-    condition that pass also bounds the scan's improvements, within a float32 unit or two,
-    block by block: one pass over the products, and the scan evaluates little more than the
-    pairs it keeps. Otherwise it runs whole first and the scan screens with its own float32
-    bounds.
+    Returns a structured array (:data:`LEAD_LAG_DTYPE`): ``leader, lagger, lag, lagged_corr,
+    sync_corr, improvement, overlap, p_value, q_value`` and the reverse direction's
+    ``reverse_lag, reverse_lagged_corr, reverse_q_value``, leader/lagger being column indices
+    of ``R``, sorted by improvement desc, then leader, then lagger.
+
+    How: one sweep (:mod:`~corr_pipeline.compute.lead_lag.sweep`) over every pair's float32
+    products counts its p-value for the q-values and, block by block, bounds its improvement
+    for the selection (:mod:`~corr_pipeline.compute.lead_lag.scan`). With ``max_q_value`` < 1
+    the candidacy needs every count first: the sweep counts alone, keeping each leader's
+    smallest possible bin, and only the leaders that can have a significant pair are swept
+    again for the selection.
     """
     check_lead_lag_args(
         R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr, max_q_value
     )
-    n_rows, n_cols = R.shape
+    n_cols = R.shape[1]
     row_bytes = block_row_bytes(n_cols)
     if block_rows is None:
         block_rows = min(block_rows_for(row_bytes, working_memory_mb, n_cols), MAX_BLOCK_ROWS)
@@ -106,50 +111,98 @@ def find_lead_lag_pairs(
         )
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))
-    pool_state = ColumnPool(n_cols, k_cols, max_pool=max_pool(n_cols, k_cols))
-    row_pairs: list[np.ndarray] = []
-
     blocks = row_blocks(n_cols, row_bytes, working_memory_mb, block_rows=block_rows)
-    scanned = k_rows > 0 or k_cols > 0
-    one_pass = counts_with_bounds(scanned, corr, max_q_value)
     with worker_pool() as pool:
         window = standardize(R, pool, layout="lead-lag")
-        exact = ExactPass(window, max_lag, min_overlap)
-        counted = 0 if one_pass else count_items(n_cols, n_cols)
-        steps = counted + len(blocks)  # progress: the count's items, then the scan's blocks
-        bounds = None
-        if one_pass and corr is not None:
+        sweep = Sweep(sweep_inputs(window, max_lag, min_overlap))
+        scan = _Scan(sweep, corr, min_improvement, k_rows, k_cols, pool)
+        if max_q_value >= 1.0:
+            for done, (start, stop) in enumerate(blocks, start=1):
+                scan.block(np.arange(start, stop), N_BINS, count=True)
+                if progress is not None:
+                    progress(done, len(blocks))
+            counts = sweep.counts(pool)
             bin_limit = N_BINS
-            sync = corr
-
-            def bounds(start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-                return exact.bound_block(start, stop, sync, min_improvement, pool)
-
         else:
-            exact.run(
-                0,
-                n_cols,
-                pool,
-                progress=None if progress is None else lambda done, _: progress(done, steps),
-            )
-            counts = exact.counts()
-            bin_limit = candidate_bin_limit(counts, max_q_value, max_lag)
-        screen = make_screen(
-            window, max_lag, corr is None, min_overlap, min_improvement, bin_limit, exact.data
-        )
-        for done, (start, stop) in enumerate(blocks, start=1):
-            if scanned:
-                row_pairs.append(
-                    scan_block(start, stop, corr, screen, k_rows, pool, pool_state, bounds=bounds)
-                )
-            if progress is not None:
-                progress(counted + done, steps)
-        if one_pass:
-            counts = exact.counts()  # every pair counted: drops the threads' buffers
-        if k_cols > 0:
-            row_pairs.append(pool_state.select(screen, pool))
+            items = [0]
 
-        pairs = union_sorted(
-            np.concatenate(row_pairs) if row_pairs else np.empty(0, LEAD_LAG_DTYPE)
+            def counted(done: int, total: int) -> None:
+                items[0] = total
+                if progress is not None:  # the scan's blocks: as many as for every leader, at most
+                    progress(done, total + len(blocks))
+
+            sweep.run(np.arange(n_cols), pool, activity=True, progress=counted)
+            counts = sweep.counts(pool)
+            bin_limit = candidate_bin_limit(counts, max_q_value, max_lag)
+            active = np.flatnonzero(sweep.activity <= bin_limit)
+            active_blocks = row_blocks(active.size, row_bytes, block_rows=block_rows)
+            for done, (start, stop) in enumerate(active_blocks, start=1):
+                scan.block(active[start:stop], bin_limit, count=False)
+                if progress is not None:
+                    progress(items[0] + done, items[0] + len(active_blocks))
+        pairs = union_sorted(scan.result(bin_limit))
+        return annotate(pairs, sweep.data, counts, max_lag, min_overlap, pool)
+
+
+class _Scan:
+    """The selection of one call (:mod:`~corr_pipeline.compute.lead_lag.scan`) over blocks of
+    leaders bounded by the sweep."""
+
+    def __init__(
+        self,
+        sweep: Sweep,
+        corr: np.ndarray | None,
+        min_improvement: float,
+        k_rows: int,
+        k_cols: int,
+        pool: Executor,
+    ) -> None:
+        self.sweep = sweep
+        self.corr = corr
+        self.min_improvement = min_improvement
+        self.k_rows = k_rows
+        self.columns = ColumnPool(
+            sweep.window.n_cols, k_cols, max_pool(sweep.window.n_cols, k_cols)
         )
-        return annotate(pairs, screen.data, counts, max_lag, min_overlap, pool)
+        self.pool = pool
+        self.rows: list[np.ndarray] = []
+
+    def evaluation(self, bin_limit: int):
+        sweep = self.sweep
+        return make_evaluation(
+            sweep.window,
+            sweep.max_lag,
+            self.corr is None,
+            sweep.min_overlap,
+            self.min_improvement,
+            bin_limit,
+            sweep.data,
+        )
+
+    def block(self, leaders: np.ndarray, bin_limit: int, *, count: bool) -> None:
+        """Sweep the block (``count``: counting its p-values too) and select from it."""
+        if self.k_rows == 0 and self.columns.k == 0:
+            if count:
+                self.sweep.run(leaders, self.pool)
+            return
+        bounds = block_bounds(
+            self.sweep, leaders, self.corr, self.min_improvement, bin_limit, self.pool, count=count
+        )
+        self.rows.append(
+            scan_block(
+                leaders,
+                bounds,
+                self.corr is not None,
+                self.evaluation(bin_limit),
+                self.k_rows,
+                self.pool,
+                self.columns,
+            )
+        )
+
+    def result(self, bin_limit: int) -> np.ndarray:
+        """The rows' selections and the columns' (the pool evaluated now), side by side."""
+        found = list(self.rows)
+        if self.columns.k > 0:
+            found.append(self.columns.select(self.evaluation(bin_limit), self.pool))
+        return np.concatenate(found) if found else np.empty(0, LEAD_LAG_DTYPE)

@@ -1,9 +1,9 @@
 """The lead-lag scan in stripes of leaders, for a runner that maps them over other processes.
 
-:func:`lead_lag_stripe` runs the screened scan of :mod:`~corr_pipeline.compute.lead_lag.scan`
-on its leaders (in one pass with their p-values' count when it can, as the threaded scan:
-:func:`striped_lead_lag`) and returns their final per-leader top-k pairs, its per-lagger top-k lower
-bounds and its column candidates (pairs whose upper bound reaches both its own per-lagger
+:func:`lead_lag_stripe` runs the sweep and selection of :mod:`~corr_pipeline.compute.lead_lag.scan`
+on its leaders (counting their p-values in the same sweep when there is no q-value condition,
+as the threaded scan does) and returns their final per-leader top-k pairs, its per-lagger top-k
+lower bounds and its column candidates (pairs whose upper bound reaches both its own per-lagger
 threshold and the :class:`LaggerFloor` of the stripes finished before it), not evaluated;
 :func:`merge_lead_lag_stripes` takes the k-th largest lower bound over every stripe, as the
 threaded scan's threshold, and evaluates the candidates that reach it in this process, as the
@@ -11,35 +11,41 @@ threaded scan evaluates its pool (its pairs less those below the floors): no mor
 evaluations than the threaded scan's, whatever the stripes and their timing. The per-lagger
 merge is exact because the top-k of a union of disjoint candidate sets under a total order
 ((improvement desc, leader asc)) is the top-k of the union of their top-k's.
+
+With a q-value condition the counts come first: :func:`significance_stripe` sweeps its leaders
+for their p-values and each leader's smallest possible bin; then the lead-lag stripes run over
+the leaders that can have a significant pair only, as the threaded scan's second sweep.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
-from corr_pipeline.compute.lead_lag.exact_pass import (
-    ExactPass,
-    PValueCounts,
-    count_p_values,
-    counts_with_bounds,
-)
 from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.lead_lag.scan import (
     LEAD_LAG_DTYPE,
     MAX_BLOCK_ROWS,
     ColumnPool,
+    Evaluation,
     check_lead_lag_args,
-    make_screen,
+    make_evaluation,
     max_pool,
     pair_records,
     scan_block,
     union_sorted,
 )
 from corr_pipeline.compute.lead_lag.significance import annotate, candidate_bin_limit
+from corr_pipeline.compute.lead_lag.sweep import (
+    PValueCounts,
+    Sweep,
+    SweepInputs,
+    block_bounds,
+    sweep_inputs,
+)
 from corr_pipeline.compute.parallel.runners import (
     DEFAULT_STRIPE_ROWS,
     InlineExecutor,
@@ -58,7 +64,7 @@ __all__ = [
     "LaggerFloor",
     "LeadLagStripe",
     "StripesTakenIn",
-    "lead_lag_screen",
+    "lead_lag_evaluation",
     "lead_lag_stripe",
     "merge_lead_lag_stripes",
     "significance_stripe",
@@ -85,6 +91,14 @@ class LeadLagStripe(NamedTuple):
     # stripe evaluated itself (only when its pool outgrew the cap; usually empty)
     lower: np.ndarray  # N x k_leaders, ascending: per lagger, its leaders' largest lower bounds
     counts: PValueCounts | None = None  # its leaders' p-values, when it counted them
+
+
+class StripeCount(NamedTuple):
+    """A :func:`significance_stripe`'s result: its leaders' p-value counts and, per leader, the
+    smallest bin any of its pairs' p-values can be in."""
+
+    counts: PValueCounts
+    activity: np.ndarray
 
 
 class LaggerFloor:
@@ -159,38 +173,34 @@ class StripesTakenIn(LaggerFloor):
         return PValueCounts(bins.astype(np.int32), self.histogram[bins])
 
 
-def _lead_lag_screen(
-    context: StripeContext,
-    max_lag: int,
-    with_sync: bool,
-    min_overlap: int,
-    min_improvement: float,
-    bin_limit: int,
-) -> Any:
-    """The lead-lag screen of the call's window (built once per process and call)."""
-    key = ("lead-lag screen", max_lag, with_sync, min_overlap, min_improvement, bin_limit)
+def _inputs(context: StripeContext, max_lag: int, min_overlap: int) -> SweepInputs:
+    """The sweep's inputs of the call's window (built once per process and call)."""
+    key = ("lead-lag sweep", max_lag, min_overlap)
     found = context.derived.get(key)
     if found is None:
-        found = make_screen(
-            context.window, max_lag, with_sync, min_overlap, min_improvement, bin_limit
-        )
+        found = sweep_inputs(context.window, max_lag, min_overlap)
         context.derived[key] = found
     return found
 
 
 def significance_stripe(
     R: np.ndarray, stripe: tuple[int, int], token: str, max_lag: int, min_overlap: int
-) -> PValueCounts:
-    """The histogram of the p-values of the pairs whose leader is in ``stripe``
-    (:func:`~corr_pipeline.compute.lead_lag.significance.count_p_values`)."""
+) -> StripeCount:
+    """The histogram of the p-values of the pairs whose leader is in ``stripe`` and each such
+    leader's smallest possible bin (``sweep.Sweep.activity``)."""
     context = stripe_context(token, R)
-    return count_p_values(context.window, max_lag, min_overlap, InlineExecutor(), stripe)
+    sweep = Sweep(_inputs(context, max_lag, min_overlap))
+    inline = InlineExecutor()
+    sweep.run(np.arange(*stripe), inline, activity=True)
+    counts = sweep.counts(inline)
+    return StripeCount(counts, sweep.activity[stripe[0] : stripe[1]].copy())
 
 
 def lead_lag_stripe(
     R: np.ndarray,
     stripe: tuple[int, int],
     token: str,
+    active: np.ndarray | None,
     corr_file: MappedFile | None,
     max_lag: int,
     k_rows: int,
@@ -202,75 +212,72 @@ def lead_lag_stripe(
     count: bool,
     floor: np.ndarray | None = None,
 ) -> LeadLagStripe:
-    """The lead-lag scan of leaders ``stripe``, block by block as the threaded scan: its rows'
-    final top-k; its column candidates, the pairs whose upper bound reaches their lagger's
-    threshold (the k-th largest lower bound over the stripe's leaders, and ``floor``, a
-    :class:`LaggerFloor` of other stripes), pooled but not evaluated; its table of lower
-    bounds. The pools are evaluated after the last stripe, against the lower bounds of every
-    leader, as the threaded scan evaluates its pool (:func:`merge_lead_lag_stripes`); a pool
-    that outgrows the threaded scan's cap is evaluated here, as there. With ``count`` (and
-    ``corr_file``), the exact pass bounds the improvements and counts the leaders' p-values at
-    once, as the threaded scan's one pass: the counts come with the stripe."""
+    """The lead-lag scan of the leaders ``stripe`` (of ``active``, when given: the leaders that
+    can have a significant pair), block by block as the threaded scan: its rows' final top-k;
+    its column candidates, the pairs whose upper bound reaches their lagger's threshold (the
+    k-th largest lower bound over the stripe's leaders, and ``floor``, a :class:`LaggerFloor`
+    of other stripes), pooled but not evaluated; its table of lower bounds. The pools are
+    evaluated after the last stripe, against the lower bounds of every leader, as the threaded
+    scan evaluates its pool (:func:`merge_lead_lag_stripes`); a pool that outgrows the threaded
+    scan's cap is evaluated here, as there. With ``count``, the sweep counts the leaders'
+    p-values too: the counts come with the stripe."""
     context = stripe_context(token, R)
     corr = None if corr_file is None else corr_file.open("r")
     n_cols = R.shape[1]
-    screen = _lead_lag_screen(
-        context, max_lag, corr is None, min_overlap, min_improvement, bin_limit
+    sweep = Sweep(_inputs(context, max_lag, min_overlap))
+    evaluation = make_evaluation(
+        context.window, max_lag, corr is None, min_overlap, min_improvement, bin_limit, sweep.data
     )
     inline = InlineExecutor()
-    exact: ExactPass | None = None
-    bounds = None
-    if count and corr is not None:
-        exact = counting = ExactPass(context.window, max_lag, min_overlap)
-        sync = corr
-
-        def bounds(start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            return counting.bound_block(start, stop, sync, min_improvement, inline, thread_buffer)
-
+    leaders = np.arange(*stripe) if active is None else active[stripe[0] : stripe[1]]
     columns = ColumnPool(n_cols, k_cols, max_pool=max_pool(n_cols, k_cols), floor=floor)
     row_pairs: list[np.ndarray] = [np.empty(0, LEAD_LAG_DTYPE)]
-    start0, stop0 = stripe
-    for start, stop in row_blocks(stop0 - start0, 1, block_rows=block_rows):
-        if k_rows > 0 or k_cols > 0:
-            row_pairs.append(
-                scan_block(
-                    start0 + start,
-                    start0 + stop,
-                    corr,
-                    screen,
-                    k_rows,
-                    inline,
-                    columns,
-                    thread_buffer,  # the block's b x N arrays, reused from block to block
-                    bounds=bounds,
-                )
-            )
+    for start, stop in row_blocks(leaders.size, 1, block_rows=block_rows):
+        block = leaders[start:stop]
+        bounds = block_bounds(
+            sweep,
+            block,
+            corr,
+            min_improvement,
+            bin_limit,
+            inline,
+            count=count,
+            empty=thread_buffer,  # the block's b x N arrays, reused from block to block
+        )
+        row_pairs.append(
+            scan_block(block, bounds, corr is not None, evaluation, k_rows, inline, columns)
+        )
     column_pairs = pair_records(columns.top, owner_is_leader=False)
     if floor is not None:  # below the floor: in no final top-k (see LaggerFloor)
         column_pairs = column_pairs[column_pairs["improvement"] >= floor[column_pairs["lagger"]]]
-    leaders, laggers, upper, syncs = columns.pooled()
-    pool = np.empty(leaders.size, POOL_DTYPE)
-    pool["leader"], pool["lagger"], pool["upper"], pool["sync"] = leaders, laggers, upper, syncs
+    pooled_leaders, laggers, upper, syncs = columns.pooled()
+    pool = np.empty(pooled_leaders.size, POOL_DTYPE)
+    pool["leader"], pool["lagger"], pool["upper"], pool["sync"] = (
+        pooled_leaders,
+        laggers,
+        upper,
+        syncs,
+    )
     return LeadLagStripe(
         np.concatenate(row_pairs),
         pool,
         column_pairs,
         np.sort(columns.lower, axis=1),
-        None if exact is None else exact.counts(),
+        sweep.counts(inline) if count else None,
     )
 
 
-def lead_lag_screen(
+def lead_lag_evaluation(
     R: np.ndarray,
     max_lag: int,
     with_sync: bool,
     min_overlap: int,
     min_improvement: float,
     bin_limit: int = N_BINS,
-) -> Any:
-    """The window and screen :func:`merge_lead_lag_stripes` evaluates pooled candidates on
-    (``R`` standardised on this thread, as in a worker: the same values)."""
-    return make_screen(
+) -> Evaluation:
+    """The evaluation :func:`merge_lead_lag_stripes` evaluates pooled candidates with (``R``
+    standardised on this thread, as in a worker: the same values)."""
+    return make_evaluation(
         standardize(R, layout="lead-lag"),
         max_lag,
         with_sync,
@@ -280,7 +287,9 @@ def lead_lag_screen(
     )
 
 
-def _select_pooled(parts: Sequence[LeadLagStripe], screen: Any, floor: np.ndarray) -> np.ndarray:
+def _select_pooled(
+    parts: Sequence[LeadLagStripe], evaluation: Evaluation, floor: np.ndarray
+) -> np.ndarray:
     """Per lagger, the exact top-k of the stripes' pooled candidates whose bound reaches
     ``floor`` (the :class:`LaggerFloor` of every stripe, so at least the threaded scan's
     threshold), evaluated in this process on threads as the threaded scan evaluates its pool:
@@ -294,12 +303,14 @@ def _select_pooled(parts: Sequence[LeadLagStripe], screen: Any, floor: np.ndarra
     if not any(part.pool.size for part in parts):
         return np.empty(0, LEAD_LAG_DTYPE)
     with worker_pool() as threads:
-        return columns.select(screen, threads)
+        return columns.select(evaluation, threads)
 
 
-def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], screen: Any, k_cols: int) -> np.ndarray:
-    """The lead-lag result from the stripes' shares (``screen``: :func:`lead_lag_screen` of
-    the stripes' arguments).
+def merge_lead_lag_stripes(
+    parts: Sequence[LeadLagStripe], evaluation: Evaluation, k_cols: int
+) -> np.ndarray:
+    """The lead-lag result from the stripes' shares (``evaluation``: the call's, on ``R``
+    standardised in this process).
 
     Per lagger, the final ``k_cols`` leaders are the first ``k_cols``, in (improvement desc,
     leader asc) order, the selection rule of the threaded scan, of the stripes' evaluated
@@ -320,7 +331,7 @@ def merge_lead_lag_stripes(parts: Sequence[LeadLagStripe], screen: Any, k_cols: 
         for part in parts:
             everyone.update(part)
         floor = everyone.current()
-        pooled = _select_pooled(parts, screen, floor)
+        pooled = _select_pooled(parts, evaluation, floor)
         column = np.concatenate([*(p.column_pairs for p in parts), pooled])
         column = column[column["improvement"] >= floor[column["lagger"]]]
         order = np.lexsort(
@@ -353,10 +364,10 @@ def striped_lead_lag(
     map), each given the :class:`LaggerFloor` of the stripes finished before it was submitted,
     then the stripes' column candidates evaluated in this process on threads
     (:func:`merge_lead_lag_stripes`, on ``R`` standardised here while the stripes run) and the
-    pairs' p- and q-values; exactly its result. The p-values are counted by the stripes' exact
-    pass when it bounds their scan too (``corr`` given, no q-value condition: the threaded
-    scan's one pass), else first, in :func:`significance_stripe` (at most
-    :data:`SIGNIFICANCE_STRIPES`)."""
+    pairs' p- and q-values; exactly its result. Without a q-value condition the stripes count
+    their leaders' p-values in the same sweep; with one, :func:`significance_stripe` counts
+    them first (at most :data:`SIGNIFICANCE_STRIPES`) and only the leaders that can have a
+    significant pair are scanned."""
     check_lead_lag_args(
         R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr, max_q_value
     )
@@ -364,27 +375,32 @@ def striped_lead_lag(
     k_rows = min(k_laggers, max(n_cols - 1, 0))
     k_cols = min(k_leaders, max(n_cols - 1, 0))
     corr_file = None if corr is None else MappedFile.of(corr)
-    one_pass = counts_with_bounds(k_rows > 0 or k_cols > 0, corr, max_q_value)
+    one_pass = max_q_value >= 1.0
     counts = None
     bin_limit = N_BINS
+    active = None
+    stripes = stripes_of(n_cols, stripe_rows)
     if not one_pass:
         tiles = -(-n_cols // GEMM_TILE)
         counted_rows = max(1, -(-tiles // SIGNIFICANCE_STRIPES)) * GEMM_TILE
-        counts = PValueCounts.merge(
-            runner.map(
-                significance_stripe, R, stripes_of(n_cols, counted_rows), max_lag, min_overlap
-            )
+        counted = runner.map(
+            significance_stripe, R, stripes_of(n_cols, counted_rows), max_lag, min_overlap
         )
+        counts = PValueCounts.merge([part.counts for part in counted])
         bin_limit = candidate_bin_limit(counts, max_q_value, max_lag)
-    screen_args = (max_lag, corr is None, min_overlap, float(min_improvement), bin_limit)
+        activity = np.concatenate([part.activity for part in counted])
+        active = np.flatnonzero(activity <= bin_limit)
+        stripes = stripes_of(active.size, stripe_rows)
+    evaluation_args = (max_lag, corr is None, min_overlap, float(min_improvement), bin_limit)
     taken_in = StripesTakenIn(n_cols, max(k_cols, 1))
-    with ThreadPoolExecutor(1, thread_name_prefix="lead-lag-screen") as background:
+    with ThreadPoolExecutor(1, thread_name_prefix="lead-lag-evaluation") as background:
         # the window the pools are evaluated on, built here while the stripes run
-        screen = background.submit(lead_lag_screen, R, *screen_args)
+        pending = background.submit(lead_lag_evaluation, R, *evaluation_args)
         parts = runner.map(
             lead_lag_stripe,
             R,
-            stripes_of(n_cols, stripe_rows),
+            stripes,
+            active,
             corr_file,
             max_lag,
             k_rows,
@@ -397,9 +413,9 @@ def striped_lead_lag(
             progress=progress,
             feedback=taken_in,
         )
-        window_screen = screen.result()
-        pairs = merge_lead_lag_stripes(parts, window_screen, k_cols)
+        evaluation = pending.result()
+        pairs = merge_lead_lag_stripes(parts, evaluation, k_cols)
     if counts is None:
         counts = taken_in.counts()
     with worker_pool() as threads:
-        return annotate(pairs, window_screen.data, counts, max_lag, min_overlap, threads)
+        return annotate(pairs, evaluation.data, counts, max_lag, min_overlap, threads)
