@@ -26,7 +26,7 @@ import numpy as np
 from common import PeakMemory, gemm_floor, machine_line
 
 from corr_pipeline.compute import hierarchical_clusters, pairwise_correlation
-from corr_pipeline.compute.clusters.market_modes import market_modes
+from corr_pipeline.compute.market_modes import market_modes
 from corr_pipeline.compute.tiling import overlap_dtype
 
 

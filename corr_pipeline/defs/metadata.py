@@ -22,7 +22,7 @@ from corr_pipeline.snapshot.measure import StageStats, measure_stage
 from corr_pipeline.snapshot.verify import CorrelationStats, Verdict
 
 if TYPE_CHECKING:
-    from corr_pipeline.compute.clusters.market_modes import MarketModes
+    from corr_pipeline.compute.market_modes import MarketModes
     from corr_pipeline.compute.parallel.dask_runner import DaskRunner
     from corr_pipeline.snapshot.params import SnapshotParameters
 

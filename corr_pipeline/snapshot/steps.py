@@ -49,8 +49,8 @@ from corr_pipeline.compute import (
     top_k_neighbors,
 )
 from corr_pipeline.compute.clusters import distance_buffer_length
-from corr_pipeline.compute.clusters.market_modes import MarketModes
-from corr_pipeline.compute.clusters.market_modes import market_modes as strongest_modes
+from corr_pipeline.compute.market_modes import MarketModes
+from corr_pipeline.compute.market_modes import market_modes as strongest_modes
 from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.compute.parallel.runners import StripeRunner
 from corr_pipeline.compute.tiling import Progress

@@ -14,7 +14,7 @@ import pytest
 from scipy.cluster import hierarchy
 
 from corr_pipeline.compute import hierarchical_clusters, pairwise_correlation
-from corr_pipeline.compute.clusters.market_modes import market_modes, residual_correlation
+from corr_pipeline.compute.market_modes import market_modes, residual_correlation
 from corr_pipeline_tests.compute import reference as ref
 from corr_pipeline_tests.compute.universes import adversarial_universe, realistic_universe
 

@@ -65,8 +65,8 @@ import numba
 import numpy as np
 from scipy.cluster.hierarchy import fcluster
 
-from corr_pipeline.compute.clusters.market_modes import MarketModes, market_modes
 from corr_pipeline.compute.intrinsics import prefetch
+from corr_pipeline.compute.market_modes import MarketModes, market_modes
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, block_rows_for, row_blocks
 from corr_pipeline.compute.validation import (
     check_array,
@@ -532,7 +532,7 @@ def hierarchical_clusters(
     (the lowest cut giving at most ``n_clusters`` clusters: fewer when merge heights tie).
 
     With ``market_modes_removed = m > 0`` the distances are those of ``C_m``, the correlation
-    without its ``m`` strongest eigenmodes (:mod:`corr_pipeline.compute.clusters.market_modes`), the
+    without its ``m`` strongest eigenmodes (:mod:`corr_pipeline.compute.market_modes`), the
     rank-``m`` correction applied to each block of rows as the distances are formed; the
     partition equals scipy's on ``C_m`` from ``numpy.linalg.eigh`` except where a merge height
     lies within 1e-9 of another.
@@ -547,7 +547,7 @@ def hierarchical_clusters(
         ``distance_threshold`` a finite number, ``n_clusters`` a whole number ``>= 1`` (an
         integer, or a float with an integral value).
     market_modes_removed : ``m``, an integer ``0 <= m < N``.
-    modes : the modes :func:`~corr_pipeline.compute.clusters.market_modes.market_modes` already found
+    modes : the modes :func:`~corr_pipeline.compute.market_modes.market_modes` already found
         for this ``corr`` (at least ``m`` of them; the first ``m`` are removed), to save its
         passes; when None and ``m > 0`` they are computed here.
     working_memory_mb : budget in MiB for the per-block temporaries; the result does not
