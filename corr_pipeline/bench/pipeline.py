@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -147,30 +147,31 @@ def bench_parameters(
     k: int,
     working_memory_mb: float,
     clusters_memory_mb: int | None = None,
-    market_modes_removed: int = 0,
+    overrides: Mapping[str, Any] | None = None,
 ) -> SnapshotParameters:
     """The snapshot parameters of the benchmark: ``lookback_days = t``,
     ``min_overlap = max(2, min(60, t // 4))``, ``min_history_days = 2 · min_overlap``,
     ``k`` = k_neighbors = k_leaders = k_laggers, average linkage cut at
-    :data:`BENCH_DISTANCE_THRESHOLD` with ``market_modes_removed`` modes removed;
-    ``clusters_memory_mb`` None: the parameters' default."""
+    :data:`BENCH_DISTANCE_THRESHOLD`, the pipeline's defaults for the rest, then
+    ``overrides`` (``{name: value}`` of snapshot parameters); ``clusters_memory_mb`` None: the
+    parameters' default."""
     min_overlap = max(2, min(60, t // 4))
-    return SnapshotParameters(
-        lookback_days=t,
-        min_history_days=2 * min_overlap,
-        min_overlap=min_overlap,
-        k_neighbors=k,
-        max_lag=max_lag,
-        k_leaders=k,
-        k_laggers=k,
-        linkage_method="average",
-        distance_threshold=BENCH_DISTANCE_THRESHOLD,
-        market_modes_removed=market_modes_removed,
-        working_memory_mb=working_memory_mb,
-        clusters_memory_mb=(
+    chosen: dict[str, Any] = {
+        "lookback_days": t,
+        "min_history_days": 2 * min_overlap,
+        "min_overlap": min_overlap,
+        "k_neighbors": k,
+        "max_lag": max_lag,
+        "k_leaders": k,
+        "k_laggers": k,
+        "linkage_method": "average",
+        "distance_threshold": BENCH_DISTANCE_THRESHOLD,
+        "working_memory_mb": working_memory_mb,
+        "clusters_memory_mb": (
             DEFAULTS.clusters_memory_mb if clusters_memory_mb is None else clusters_memory_mb
         ),
-    )
+    }
+    return SnapshotParameters(**{**chosen, **(overrides or {})})
 
 
 def start_benchmark(
@@ -186,7 +187,7 @@ def start_benchmark(
     echo: Callable[[str], None],
     how: str = "",
     clusters_memory_mb: int | None = None,
-    market_modes_removed: int = 0,
+    overrides: Mapping[str, Any] | None = None,
 ) -> tuple[SnapshotParameters, PipelineBenchReport]:
     """The start of a whole-chain benchmark: its parameters (:func:`bench_parameters`), an
     empty report, the machine and parameter lines (``how`` appended to the latter), and with
@@ -198,7 +199,7 @@ def start_benchmark(
         k=k,
         working_memory_mb=working_memory_mb,
         clusters_memory_mb=clusters_memory_mb,
-        market_modes_removed=market_modes_removed,
+        overrides=overrides,
     )
     shown: dict[str, Any] = {
         "n": n,
@@ -208,6 +209,8 @@ def start_benchmark(
         "working_memory_mb": working_memory_mb,
         "clusters_memory_mb": params.clusters_memory_mb,
         "market_modes_removed": params.market_modes_removed,
+        "lead_lag_market_modes": params.lead_lag_market_modes,
+        "max_q_value": float(params.max_q_value),
         "min_overlap": params.min_overlap,
         "seed": seed,
     }
@@ -235,7 +238,7 @@ def run_pipeline_benchmark(
     k: int = 10,
     working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
     clusters_memory_mb: int | None = None,
-    market_modes_removed: int = 0,
+    overrides: Mapping[str, Any] | None = None,
     seed: int = 11,
     synth: bool = True,
     keep_matrices: bool = False,
@@ -272,7 +275,7 @@ def run_pipeline_benchmark(
         k=k,
         working_memory_mb=working_memory_mb,
         clusters_memory_mb=clusters_memory_mb,
-        market_modes_removed=market_modes_removed,
+        overrides=overrides,
         seed=seed,
         synth=synth,
         echo=echo,
@@ -438,6 +441,7 @@ class _Chain:
     def clusters(self) -> tuple[int | None, str]:
         scratch = partial(self.store.scratch, "clusters", self.partition, in_memory=True)
         modes = steps.market_modes(self.state["corr"], self.params)
+        self.state["modes"] = modes
         labels = steps.clusters(self.state["corr"], self.params, modes=modes, scratch=scratch)
         self.state["labels"] = labels
         if self.checks:
@@ -447,7 +451,9 @@ class _Chain:
 
     def lead_lag(self) -> tuple[int | None, str]:
         params = self.params
-        pairs = steps.lead_lag(self.window.returns, self.state["corr"], params)
+        pairs = steps.lead_lag(
+            self.window.returns, self.state["corr"], params, modes=self.state.get("modes")
+        )
         self.state["pairs"] = pairs
         if self.checks:
             _require(
@@ -460,7 +466,10 @@ class _Chain:
                     max_q_value=params.max_q_value,
                 )
             )
-        return int(pairs.size), f"max_lag = {params.max_lag}"
+        return int(pairs.size), (
+            f"max_lag = {params.max_lag}, {params.lead_lag_market_modes} mode(s) removed, "
+            f"q <= {params.max_q_value:g}"
+        )
 
     def publish(self) -> tuple[int | None, str]:
         window = self.window

@@ -12,32 +12,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from corr_pipeline.cli.common import echo, iso_date, open_engine, positive_int
+from corr_pipeline.cli.common import echo, iso_date, open_engine, parse_params, positive_int
 
-__all__ = ["add_backfill_command", "cmd_backfill", "parse_params"]
-
-
-def parse_params(items: list[str]) -> dict[str, Any]:
-    """``["lookback_days=60", "linkage_method=single"]`` → ``{"lookback_days": 60, ...}``
-    (numbers as numbers, ``none`` as None); ValueError naming a malformed item."""
-    out: dict[str, Any] = {}
-    for item in items:
-        name, sep, raw = item.partition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"--param {item!r}: expected NAME=VALUE")
-        text = raw.strip()
-        value: Any = text
-        if text.lower() == "none":
-            value = None
-        else:
-            for kind in (int, float):
-                try:
-                    value = kind(text)
-                    break
-                except ValueError:
-                    continue
-        out[name.strip()] = value
-    return out
+__all__ = ["add_backfill_command", "cmd_backfill"]
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:

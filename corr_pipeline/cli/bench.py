@@ -22,6 +22,7 @@ from corr_pipeline.cli.common import (
     UsageError,
     echo,
     non_negative_int,
+    parse_params,
     positive_float,
     positive_int,
 )
@@ -95,7 +96,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         k=args.k,
         working_memory_mb=args.working_memory_mb or DEFAULT_WORKING_MEMORY_MB,
         clusters_memory_mb=args.clusters_memory_mb,
-        market_modes_removed=args.market_modes_removed,
+        overrides=parse_params(args.param),
         seed=args.seed,
         synth=not args.skip_synth,
         keep_matrices=args.keep_matrices,
@@ -141,7 +142,7 @@ def bench_through_dagster(
         k=args.k,
         working_memory_mb=working_memory_mb,
         clusters_memory_mb=args.clusters_memory_mb,
-        market_modes_removed=args.market_modes_removed,
+        overrides=parse_params(args.param),
         seed=args.seed,
         synth=not args.skip_synth,
         echo=echo,
@@ -267,11 +268,13 @@ def add_bench_command(commands: Any) -> None:
         "in a store scratch file (default: the snapshot_params default, 1024)",
     )
     bench.add_argument(
-        "--market-modes-removed",
-        type=non_negative_int,
-        default=0,
-        metavar="M",
-        help="cluster without the M strongest eigenmodes of corr (default 0)",
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a snapshot parameter (repeatable), e.g. max_q_value=1 lead_lag_market_modes=0 for "
+        "the seed's lead-lag, market_modes_removed=1 for the clusters (default: the "
+        "pipeline's)",
     )
     bench.add_argument("--seed", type=int, default=11, metavar="S")
     bench.add_argument(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -75,6 +75,29 @@ def iso_date(text: str) -> dt.date:
         return dt.date.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a date YYYY-MM-DD, got {text!r}") from None
+
+
+def parse_params(items: list[str]) -> dict[str, Any]:
+    """``["lookback_days=60", "linkage_method=single"]`` → ``{"lookback_days": 60, ...}``
+    (numbers as numbers, ``none`` as None); ValueError naming a malformed item."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--param {item!r}: expected NAME=VALUE")
+        text = raw.strip()
+        value: Any = text
+        if text.lower() == "none":
+            value = None
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(text)
+                    break
+                except ValueError:
+                    continue
+        out[name.strip()] = value
+    return out
 
 
 def open_engine(*, create_if_fresh: bool = True) -> sa.Engine:

@@ -116,7 +116,15 @@ class SnapshotParams(dg.ConfigurableResource):
     max_q_value: float = Field(
         default=DEFAULTS.max_q_value,
         description="A lead-lag candidate needs a Benjamini-Hochberg q-value <= max_q_value "
-        "(SPEC §6 Significance); 1 keeps every candidate, 0.05 only the significant ones.",
+        "(SPEC §6 Significance, a test robust to common volatility): 0.05 publishes the "
+        "significant pairs only, 1 every symbol's best pairs whatever their q-value.",
+    )
+    lead_lag_market_modes: int = Field(
+        default=DEFAULTS.lead_lag_market_modes,
+        description="The lead-lag scans each symbol's returns less its m strongest "
+        "eigenportfolios (SPEC §6 Market residuals): 1 takes the market out, so that its own "
+        "reversal is not read as one stock leading another; 0 scans the returns themselves "
+        "(0 .. 10, and below the symbols kept).",
     )
     linkage_method: str = Field(
         default=DEFAULTS.linkage_method,

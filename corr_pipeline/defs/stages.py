@@ -25,6 +25,7 @@ import dagster as dg
 import numpy as np
 import sqlalchemy as sa
 
+from corr_pipeline.compute.market_modes import MarketModes
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.price_source import PriceSource
 from corr_pipeline.db.synth import read_truth
@@ -104,15 +105,24 @@ class SnapshotStep:
 @dataclass
 class Session:
     """One session of the run: its key, its inputs and outputs by asset (``bundles``), what
-    each asset reports (``results``, in the order computed)."""
+    each asset reports (``results``, in the order computed), and the market modes of its
+    correlation once found (the clusters and the lead-lag share them)."""
 
     key: str
     bundles: dict[str, MatrixBundle] = field(default_factory=dict)
     results: dict[str, ranges.SessionResult] = field(default_factory=dict)
+    modes: MarketModes | None = None
 
     @property
     def day(self) -> dt.date:
         return snapshot_date(self.key)
+
+    def market_modes(self, corr: np.ndarray, params: SnapshotParameters) -> MarketModes:
+        """:func:`corr_pipeline.snapshot.steps.market_modes` of the session's ``corr``, found
+        on first use: one Lanczos pass for the clusters and the lead-lag."""
+        if self.modes is None:
+            self.modes = steps.market_modes(corr, params)
+        return self.modes
 
 
 @dataclass(frozen=True)
@@ -417,7 +427,7 @@ def clusters_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Ses
         f"{params.cut}",
     )
     with metadata.measured(context, f"clusters {key}") as stats:
-        modes = steps.market_modes(corr, params)
+        modes = session.market_modes(corr, params)
         labels = steps.clusters(
             corr, params, modes=modes, scratch=partial(_distances_scratch, step, key)
         )
@@ -471,6 +481,7 @@ def lead_lag_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Ses
             R,
             corr,
             params,
+            modes=session.market_modes(corr, params) if params.lead_lag_market_modes else None,
             progress=session_progress(context, f"lead-lag scan {key}"),
             runner=step.runner,
         )
@@ -492,6 +503,7 @@ def lead_lag_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Ses
             "min_overlap": params.min_overlap,
             "min_improvement": params.min_improvement,
             "max_q_value": params.max_q_value,
+            "lead_lag_market_modes": params.lead_lag_market_modes,
         },
         inputs=sources(window, corr_bundle),
     )

@@ -17,6 +17,10 @@ from typing import Any
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 
 LINKAGE_METHODS = ("average", "single", "complete", "weighted")
+
+MAX_LEAD_LAG_MODES = 10
+"""The most market modes the lead-lag's residuals may remove (SPEC §6; and below the session's
+kept symbols)."""
 _SCHEDULER_ADDRESS = re.compile(r"[a-z]+://\S+:\d+")
 
 
@@ -30,6 +34,8 @@ class SnapshotParameters:
     (SPEC §3, §6); ``k_neighbors``: neighbors per symbol (SPEC §4); ``max_lag``, ``k_leaders``,
     ``k_laggers``, ``min_improvement``, ``max_q_value``: the lead-lag scan and selection
     (SPEC §6; a candidate needs a q-value at most ``max_q_value``, 1: no condition);
+    ``lead_lag_market_modes``: the lead-lag scans the returns less their ``m`` strongest
+    eigenportfolios (SPEC §6 "Market residuals"; 0: the returns themselves);
     ``linkage_method``, exactly one of ``distance_threshold`` / ``n_clusters`` and
     ``market_modes_removed`` (the strongest eigenmodes taken out of the correlation first): the
     clusters (SPEC §5); ``working_memory_mb``: the budget for each step's temporaries.
@@ -58,7 +64,8 @@ class SnapshotParameters:
     k_leaders: int = 10
     k_laggers: int = 10
     min_improvement: float = 0.0
-    max_q_value: float = 1.0
+    max_q_value: float = 0.05
+    lead_lag_market_modes: int = 1
     linkage_method: str = "average"
     distance_threshold: float | None = 1.2
     n_clusters: int | None = None
@@ -91,6 +98,7 @@ class SnapshotParameters:
             "k_laggers": int(self.k_laggers),
             "min_improvement": float(self.min_improvement),
             "max_q_value": float(self.max_q_value),
+            "lead_lag_market_modes": int(self.lead_lag_market_modes),
             "linkage_method": str(self.linkage_method),
             "distance_threshold": (
                 None if self.distance_threshold is None else float(self.distance_threshold)
@@ -118,8 +126,9 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
     ``min_overlap <= lookback_days - max_lag`` (otherwise the largest lag can never reach
     min_overlap common returns, SPEC §6); a known linkage method; exactly one of
     ``distance_threshold`` (finite, > 0) and ``n_clusters`` (>= 1); ``market_modes_removed``
-    >= 0 (and below the kept symbols, checked by the clusters step); a finite min_improvement;
-    ``0 < max_q_value <= 1``;
+    >= 0 (and below the kept symbols, checked by the clusters step); ``lead_lag_market_modes``
+    in 0 .. :data:`MAX_LEAD_LAG_MODES` (and below the kept symbols, checked by the lead-lag
+    step); a finite min_improvement; ``0 < max_q_value <= 1``;
     ``dask_scheduler``, when given, an address ``scheme://host:port``;
     ``clusters_memory_mb`` >= 0.
     """
@@ -186,6 +195,12 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
         problems.append(
             f"market_modes_removed must be >= 0 (got {p['market_modes_removed']}); "
             "0 clusters the correlation itself"
+        )
+    modes = p.get("lead_lag_market_modes", 0)
+    if not 0 <= modes <= MAX_LEAD_LAG_MODES:
+        problems.append(
+            f"lead_lag_market_modes must be in 0 .. {MAX_LEAD_LAG_MODES} (got {modes}); 0 scans "
+            "the returns themselves, 1 their residuals after the market mode"
         )
     if not math.isfinite(p["min_improvement"]):
         problems.append(f"min_improvement must be finite (got {p['min_improvement']})")

@@ -18,8 +18,9 @@ choice. :func:`matrix_versions` gathers the matrix-store versions a publication 
 - clusters: the float64 distances N(N-1)/2 (2.3 GB) in the linkage's tiled layout: in a
   scratch file of the matrix store when the caller passes ``scratch`` (page cache, not
   anonymous; the Dagster asset and ``corr-pipeline bench`` do), else on the heap; + O(N).
-- lead_lag: R standardised, one block per lag (``working_memory_mb``), the running per-symbol
-  top-k (N x k), corr read as a map.
+- lead_lag: the market residuals (T x N float32, 24 MB) when modes are removed, R (or them)
+  standardised, one block per lag (``working_memory_mb``), the running per-symbol top-k
+  (N x k), corr read as a map when no mode is removed.
 
 With ``params.dask_scheduler`` set, :func:`stripe_runner` connects to that Dask cluster and
 correlation, neighbors and lead_lag run as stripes of rows there
@@ -45,6 +46,7 @@ import sqlalchemy as sa
 from corr_pipeline.compute import (
     find_lead_lag_pairs,
     hierarchical_clusters,
+    market_residuals,
     pairwise_correlation,
     top_k_neighbors,
 )
@@ -203,21 +205,29 @@ def distances_in_scratch(n: int, params: SnapshotParameters) -> bool:
 REPORTED_MODE_TOLERANCE = 1e-6
 
 
+def modes_needed(params: SnapshotParameters) -> int:
+    """The eigenmodes a session finds (SPEC §5, §6): the ``market_modes_removed`` the clusters
+    remove, the ``lead_lag_market_modes`` the lead-lag's residuals remove, and at least the
+    market mode, whose share ``λ_1 / N`` every snapshot reports."""
+    return max(1, params.market_modes_removed, params.lead_lag_market_modes)
+
+
 def market_modes(corr: np.ndarray, params: SnapshotParameters) -> MarketModes:
-    """The ``max(1, m)`` strongest eigenmodes of ``corr`` (SPEC §5, ``m`` =
-    ``params.market_modes_removed``): the ``m`` the clusters remove, and at least the market
-    mode, whose share ``λ_1 / N`` every snapshot reports (no modes for fewer than 2 symbols)."""
-    m = params.market_modes_removed
+    """The :func:`modes_needed` strongest eigenmodes of ``corr`` (SPEC §5), found once for the
+    clusters and the lead-lag of a session (no modes for fewer than 2 symbols). A step that
+    removes ``m`` of them needs more than ``m`` symbols: ``ValueError`` naming the parameter
+    otherwise."""
     n = corr.shape[0]
     if n < 2:
         return MarketModes(np.empty(0), np.empty((n, 0)))
-    if m >= n:
-        raise ValueError(
-            f"market_modes_removed = {m} needs more than {m} symbols; this session keeps {n}"
-        )
-    if m == 0:
-        return strongest_modes(corr, 1, tol=REPORTED_MODE_TOLERANCE)
-    return strongest_modes(corr, m)
+    for name in ("market_modes_removed", "lead_lag_market_modes"):
+        m = getattr(params, name)
+        if m >= n:
+            raise ValueError(f"{name} = {m} needs more than {m} symbols; this session keeps {n}")
+    wanted = modes_needed(params)
+    if params.market_modes_removed == 0 and params.lead_lag_market_modes == 0:
+        return strongest_modes(corr, wanted, tol=REPORTED_MODE_TOLERANCE)
+    return strongest_modes(corr, min(wanted, n - 1))
 
 
 def clusters(
@@ -263,20 +273,30 @@ def lead_lag(
     corr: np.ndarray,
     params: SnapshotParameters,
     *,
+    modes: MarketModes | None = None,
     progress: Progress | None = None,
     runner: StripeRunner | None = None,
 ) -> np.ndarray:
-    """The lead-lag pairs of SPEC §6 (structured array, leader/lagger as column indices); on
-    ``runner``'s stripes of leaders or, when None, on threads."""
+    """The lead-lag pairs of SPEC §6 (structured array, leader/lagger as column indices) of the
+    market residuals of ``R`` after ``params.lead_lag_market_modes`` modes (``modes``:
+    :func:`market_modes` of ``corr``, found here when not given; with no mode removed, of ``R``
+    itself, ``corr`` its synchronous correlation); on ``runner``'s stripes of leaders or, when
+    None, on threads. The residuals are T × N like ``R``: their synchronous correlation is the
+    scan's lag 0, never a second N × N matrix."""
+    m = params.lead_lag_market_modes
+    series, sync = R, corr
+    if m > 0:
+        found = modes if modes is not None else market_modes(corr, params)
+        series, sync = market_residuals(R, found.vectors[:, :m]), None
     return find_lead_lag_pairs(
-        R,
+        series,
         max_lag=params.max_lag,
         k_leaders=params.k_leaders,
         k_laggers=params.k_laggers,
         min_overlap=params.min_overlap,
         min_improvement=params.min_improvement,
         max_q_value=params.max_q_value,
-        corr=corr,
+        corr=sync,
         working_memory_mb=params.working_memory_mb,
         progress=progress,
         runner=runner,

@@ -390,7 +390,10 @@ def verify_lead_lag_pairs(
     indices in ``[0, N)``; each ordered pair once; ``|lagged_corr| <= 1``; ``overlap >=
     min_overlap``; ``improvement > min_improvement`` and equal to ``|lagged_corr| - |sync_corr|``
     (NaN sync as 0) within 1e-6; ``0 <= p_value <= q_value <= max_q_value`` (Benjamini–Hochberg
-    never lowers a p-value); rows sorted by improvement descending, then leader, lagger."""
+    never lowers a p-value); the reverse direction either absent (``reverse_lag`` 0, its
+    correlation and q-value NaN) or a lag in ``1..max_lag`` with ``|reverse_lagged_corr| <= 1``
+    and ``0 <= reverse_q_value <= 1``; rows sorted by improvement descending, then leader,
+    lagger."""
     verdict = Verdict(passed=True)
     n_pairs = int(pairs.shape[0])
     verdict.metadata["n_pairs"] = n_pairs
@@ -424,6 +427,15 @@ def verify_lead_lag_pairs(
     p_value, q_value = pairs["p_value"], pairs["q_value"]
     count(~((p_value >= 0.0) & (p_value <= q_value)), "p_value not in [0, q_value]")
     count(~(q_value <= max_q_value), "q_value above max_q_value")
+    back, back_corr, back_q = (
+        pairs["reverse_lag"],
+        pairs["reverse_lagged_corr"],
+        pairs["reverse_q_value"],
+    )
+    absent = (back == 0) & np.isnan(back_corr) & np.isnan(back_q)
+    present = (back >= 1) & (back <= max_lag) & (np.abs(back_corr) <= 1.0)
+    present &= (back_q >= 0.0) & (back_q <= 1.0)
+    count(~(absent | present), "reverse direction malformed")
     expected = np.abs(lagged) - np.abs(np.nan_to_num(sync, nan=0.0))
     count(np.abs(expected - improvement) > 1e-6, "improvement inconsistent")
     order = np.lexsort((lagger, leader, -improvement))

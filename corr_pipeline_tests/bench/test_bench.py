@@ -72,8 +72,10 @@ def test_bench_runs_every_stage_and_publishes_real_rows(
     result = _bench(
         "--n", "60", "--t", "40", "--max-lag", "3", "--k", "5",
         "--working-memory-mb", "1", "--database-url", database_url, "--home", str(tmp_path),
+        "--param", "max_q_value=1",  # every symbol's best pairs: rows to publish at N = 60
     )  # fmt: skip
     out = result.stdout
+    assert "lead_lag_market_modes = 1, max_q_value = 1.0" in out
     assert re.search(r"^# .*\d+ cores, \d+ GiB, numpy .*; commit \w+", out, re.M), out
     assert "n = 60, t = 40, max_lag = 3, k = 5, working_memory_mb = 1.0" in out
     table = _table(out)

@@ -45,7 +45,7 @@ def publish_day(
     position = {s: i for i, s in enumerate(symbols)}
     ll = np.zeros(len(pairs), LEAD_LAG_DTYPE)
     for i, (a, b, lag) in enumerate(pairs):
-        ll[i] = (position[a], position[b], lag, 0.5, 0.1, 0.4, 40, 1e-6, 1e-4)
+        ll[i] = (position[a], position[b], lag, 0.5, 0.1, 0.4, 40, 1e-6, 1e-4, 0, np.nan, np.nan)
     versions = None
     if store is not None:
         key = day.isoformat()

@@ -219,9 +219,11 @@ def test_cluster_check():
 
 
 def _pairs(rows):
-    """Rows of the seven SPEC §6 columns (p_value 1e-3 and q_value 1e-2 added) or all nine."""
+    """Rows of the seven SPEC §6 columns (p_value 1e-3, q_value 1e-2 and no reverse pair
+    added) or all twelve."""
     return np.array(
-        [tuple(r) + ((1e-3, 1e-2) if len(r) == 7 else ()) for r in rows], dtype=LEAD_LAG_DTYPE
+        [tuple(r) + ((1e-3, 1e-2, 0, np.nan, np.nan) if len(r) == 7 else ()) for r in rows],
+        dtype=LEAD_LAG_DTYPE,
     )
 
 
@@ -258,6 +260,18 @@ def test_lead_lag_check():
     unset = good.copy()
     unset["p_value"][0] = np.nan
     assert not verify.verify_lead_lag_pairs(unset, 4, **kwargs).passed
+    two_way = good.copy()
+    two_way[["reverse_lag", "reverse_lagged_corr", "reverse_q_value"]][0] = (2, -0.4, 0.03)
+    assert verify.verify_lead_lag_pairs(two_way, 4, **kwargs).passed
+    for field, value in (
+        ("reverse_lag", 4),
+        ("reverse_lagged_corr", np.nan),
+        ("reverse_q_value", 1.5),
+    ):
+        broken = two_way.copy()
+        broken[field][0] = value
+        verdict = verify.verify_lead_lag_pairs(broken, 4, **kwargs)
+        assert not verdict.passed and verdict.metadata["reverse_direction_malformed"] == 1
 
 
 def test_injected_pairs_check():
