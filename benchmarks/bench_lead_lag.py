@@ -3,8 +3,9 @@
     python benchmarks/bench_lead_lag.py --n 2000 --t 252 --brute-force
     python benchmarks/bench_lead_lag.py --n 6000 --t 350
     python benchmarks/bench_lead_lag.py --n 24000 --t 252 --corr-memmap /tmp/corr_bench/corr.npy
-    git archive b577483 | tar -x -C /tmp/ll_base   # the code before the screened scan
-    python benchmarks/bench_lead_lag.py --n 6000 --t 350 --compare /tmp/ll_base --rounds 5
+    python benchmarks/bench_lead_lag.py --n 6000 --t 350 --corr-memmap corr.npy --market-modes 1 --max-q 0.05
+    git archive a48e1b9 | tar -x -C /tmp/ll_base   # the white-noise q-values
+    python benchmarks/bench_lead_lag.py --n 6000 --t 350 --corr-memmap corr.npy --compare /tmp/ll_base
 
 The floor is the best of 7 of ``R0.T @ R0`` on the zero-filled float32 returns (numpy's
 symmetric product on both cores), timed in the same process as the kernel (best of
@@ -15,12 +16,17 @@ and peak RssAnon are sampled over the kernel calls. ``--brute-force`` also times
 (:func:`brute_force_lead_lag`: every lag's full N × N float64 matrix, then SPEC §6 literally) and
 checks both give the same pairs. ``--corr-memmap`` passes the synchronous correlation as a
 read-only memory map, as the pipeline does (e.g. the one ``bench_correlation.py --memmap`` left
-behind for the same N, T).
+behind for the same N, T). ``--market-modes M`` (needs ``--corr-memmap``) scans the market
+residuals after the ``M`` strongest modes of that ``corr``, as the pipeline does with
+``lead_lag_market_modes = M``: the kernel is then the residuals and the scan (the modes
+themselves, shared with the clusters, are timed apart); ``--max-q Q`` is ``max_q_value``.
 
 ``--compare DIR`` measures, in alternating fresh processes (``--rounds`` each), this tree and
 the package found in ``DIR`` (e.g. an export of an older commit) on the same returns, and
 prints each one's best and median time and floor ratio side by side: the machine's load moves
-both alike.
+both alike. ``DIR``'s package is called as its pipeline called it: the returns themselves,
+``corr`` given, no q-value condition (``--market-modes`` and ``--max-q`` apply to this tree
+only).
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ from corr_pipeline.bench.floor import gemm_floor_times, wall_and_cpu_times
 from corr_pipeline.compute import find_lead_lag_pairs
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 from corr_pipeline.synth import ragged_returns
+
+THIS_TREE_ONLY = ("--market-modes", "--max-q")
+"""Options the ``--compare`` directories' (older) packages are not given."""
 
 
 def masked_correlation(X: np.ndarray, Y: np.ndarray, min_overlap: int) -> np.ndarray:
@@ -122,14 +131,29 @@ def measure(args: argparse.Namespace) -> dict:
     params = dict(
         max_lag=args.max_lag, k_leaders=args.k, k_laggers=args.k, min_overlap=args.min_overlap
     )
-    find_lead_lag_pairs(returns[:, :256], **params)  # compile / warm up
+    extra = {} if args.max_q is None else {"max_q_value": args.max_q}
+    find_lead_lag_pairs(returns[:, :256], **params, **extra)  # compile / warm up
     floor_walls, floor_cpus = gemm_floor_times(returns)
     pairs: list[np.ndarray] = []
+    vectors, modes_seconds = None, None
+    if args.market_modes:
+        from corr_pipeline.compute import market_modes, market_residuals
+
+        if corr is None:
+            raise SystemExit("--market-modes needs --corr-memmap (the modes are corr's)")
+        start = time.perf_counter()
+        vectors = market_modes(corr, args.market_modes).vectors
+        modes_seconds = time.perf_counter() - start
+        market_residuals(returns[:, :256], vectors[:256])  # warm up
 
     def run() -> None:
+        if vectors is None:
+            series, sync = returns, corr
+        else:
+            series, sync = market_residuals(returns, vectors), None
         pairs[:] = [
             find_lead_lag_pairs(
-                returns, corr=corr, working_memory_mb=args.working_memory_mb, **params
+                series, corr=sync, working_memory_mb=args.working_memory_mb, **params, **extra
             )
         ]
 
@@ -146,6 +170,7 @@ def measure(args: argparse.Namespace) -> dict:
         "rss_mib": peak.rss_mib,
         "anon_mib": peak.anon_mib,
         "input_mib": returns.nbytes / 2**20,
+        "modes_s": modes_seconds,
         "_pairs": pairs[0],
         "_returns": returns,
         "_params": params,
@@ -159,12 +184,14 @@ def compare(args: argparse.Namespace) -> None:
     child = [sys.executable, __file__, "--json"] + [
         a for a in sys.argv[1:] if a not in args.compare and a not in ("--compare",)
     ]
+    older = _without(child, THIS_TREE_ONLY)
     results: dict[str, list[dict]] = {name: [] for name, _ in variants}
     print(f"# {machine_line()}; N = {args.n}, T = {args.t}, max_lag = {args.max_lag}, k = {args.k}")
     for _ in range(args.rounds):
         for name, path in variants:
             env = dict(os.environ, PYTHONPATH=path)
-            out = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
+            command = child if path == here else older
+            out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
             results[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"  {name}: {results[name][-1]} (load {os.getloadavg()[0]:.1f})", flush=True)
     print(
@@ -188,6 +215,20 @@ def compare(args: argparse.Namespace) -> None:
         )
 
 
+def _without(argv: list[str], options: tuple[str, ...]) -> list[str]:
+    """``argv`` less each of ``options`` and its value."""
+    out: list[str] = []
+    skip = False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item in options:
+            skip = True
+        else:
+            out.append(item)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=2000)
@@ -198,6 +239,8 @@ def main() -> None:
     parser.add_argument("--working-memory-mb", type=float, default=DEFAULT_WORKING_MEMORY_MB)
     parser.add_argument("--brute-force", action="store_true")
     parser.add_argument("--corr-memmap", type=Path)
+    parser.add_argument("--market-modes", type=int, default=0, metavar="M")
+    parser.add_argument("--max-q", type=float, default=None, metavar="Q")
     parser.add_argument("--repeat", type=int, default=3, help="kernel calls (best of)")
     parser.add_argument("--compare", nargs="+", default=[], metavar="DIR")
     parser.add_argument("--rounds", type=int, default=3, help="processes per variant (--compare)")
@@ -213,7 +256,15 @@ def main() -> None:
     floor, kernel = result["floor"], result["kernel"]
     floor_cpu, kernel_cpu = result["floor_cpu"], result["kernel_cpu"]
     print(f"# {machine_line()}; commit {result['commit']}")
-    print(f"# N = {args.n}, T = {args.t}, max_lag = {args.max_lag}, k = {args.k}")
+    print(
+        f"# N = {args.n}, T = {args.t}, max_lag = {args.max_lag}, k = {args.k}, "
+        f"market modes {args.market_modes}, max_q_value {args.max_q or 1.0}"
+    )
+    if result["modes_s"] is not None:
+        print(
+            f"modes   market_modes (Lanczos over corr, shared with the clusters): "
+            f"{result['modes_s']:.3f} s = {result['modes_s'] / floor:.1f} floors"
+        )
     print(f"floor   R0.T @ R0 float32 (best of 7): {floor:8.3f} s")
     print(
         f"kernel  find_lead_lag_pairs (best of {args.repeat}): {kernel:8.3f} s"

@@ -253,6 +253,29 @@ def market_modes_removed_reference(
     return C_m, w, V
 
 
+def reference_market_residuals(R: np.ndarray, corr: np.ndarray, m: int) -> np.ndarray:
+    """SPEC §6 "Market residuals", literally, in float64: ``v_1..v_m`` from
+    ``numpy.linalg.eigh`` of ``C`` (:func:`market_modes_removed_reference`), ``z`` each column
+    less its finite mean over its ddof-0 std (0 where NaN), ``F = z @ V``, then per symbol
+    ``numpy.linalg.lstsq`` of its finite returns on ``(1, F)``; NaN where ``R`` is."""
+    X = np.asarray(R, dtype=np.float64)
+    finite = np.isfinite(X)
+    _, _, V = market_modes_removed_reference(corr, m)
+    z = np.zeros_like(X)
+    for j in range(X.shape[1]):
+        values = X[finite[:, j], j]
+        if values.size and values.std() > 0:
+            z[finite[:, j], j] = (values - values.mean()) / values.std()
+    F = z @ V
+    E = np.full(X.shape, np.nan)
+    for j in range(X.shape[1]):
+        rows = finite[:, j]
+        design = np.column_stack([np.ones(rows.sum()), F[rows]])
+        beta = np.linalg.lstsq(design, X[rows, j], rcond=None)[0]
+        E[rows, j] = X[rows, j] - design @ beta
+    return E
+
+
 def mantegna_condensed(corr: np.ndarray) -> np.ndarray:
     """Condensed float64 ``d = sqrt(2 (1 - corr))`` with NaN corr taken as 0, diagonal 0."""
     c = np.asarray(corr, dtype=np.float64).copy()

@@ -244,15 +244,21 @@ def test_lead_lag_stripes_are_the_threads(two_workers, lead_lag_inputs, with_cor
         assert hit.size == 1 and hit["lag"][0] == lag
 
 
-def test_significant_lead_lag_stripes_are_the_threads(two_workers, tmp_path):
+@pytest.mark.parametrize("series", ["returns", "residuals"])
+def test_significant_lead_lag_stripes_are_the_threads(two_workers, tmp_path, series):
     """With ``max_q_value`` the stripes count the p-values first, then sweep the leaders that
     can have a significant pair with the same limit: the threaded scan's pairs, p- and
-    q-values, byte for byte (a window long enough for the robust test to find the lags)."""
+    q-values, byte for byte (a window long enough for the robust test to find the lags), on
+    the returns with their ``corr`` and on their market residuals (lag 0 from the sweep)."""
+    from corr_pipeline.compute import market_modes, market_residuals
+
     universe = realistic_universe(22, 250, 700, 40, injected=[(3, 500, 2), (650, 10, 4)])
     R = universe.R
     result = pairwise_correlation(R, min_overlap=universe.min_overlap)
     corr = np.lib.format.open_memmap(tmp_path / "corr.npy", "w+", np.float32, result.corr.shape)
     corr[:] = result.corr
+    if series == "residuals":
+        R, corr = market_residuals(R, market_modes(result.corr, 1).vectors), None
     common = dict(max_lag=4, k_leaders=3, k_laggers=2, min_overlap=universe.min_overlap)
     expected = find_lead_lag_pairs(R, corr=corr, max_q_value=0.5, **common)
     found = striped_lead_lag(R, two_workers, corr=corr, max_q_value=0.5, **common)
