@@ -4,8 +4,12 @@ generate_universe   a daily close-price panel with known lead-lag pairs and real
                     (:mod:`corr_pipeline.synth.universe`; SPEC §1, §2, §6)
 ragged_returns      a ragged float32 returns matrix for the compute benchmarks
                     (:mod:`corr_pipeline.synth.returns`; SPEC §2)
+market_like_returns returns with a reversing market, common GARCH volatility, fat tails and
+                    optional lead-lag pairs, for the lead-lag calibration
+                    (:mod:`corr_pipeline.synth.market_like`; SPEC §6)
 """
 
+from corr_pipeline.synth.market_like import MarketLikeReturns, market_like_returns
 from corr_pipeline.synth.returns import ragged_returns
 from corr_pipeline.synth.universe import (
     BAD_PRINT_DTYPE,
@@ -27,11 +31,13 @@ __all__ = [
     "DEFAULT_END_DATE",
     "HALT_DTYPE",
     "MAX_LAG",
+    "MarketLikeReturns",
     "REALISTIC_TICKERS",
     "TRUTH_DTYPE",
     "SyntheticUniverse",
     "generate_universe",
     "make_symbols",
+    "market_like_returns",
     "ragged_returns",
     "weekday_dates",
 ]
