@@ -35,6 +35,8 @@ def test_defaults_are_consistent_and_recorded():
     assert recorded["min_overlap"] <= recorded["min_history_days"] <= recorded["lookback_days"]
     assert recorded["max_lag"] < recorded["lookback_days"]
     assert (recorded["distance_threshold"] is None) != (recorded["n_clusters"] is None)
+    # significant lead-lag of market residuals (SPEC §6 "Defaults")
+    assert recorded["lead_lag_market_modes"] == 1 and recorded["max_q_value"] == 0.05
 
 
 @pytest.mark.parametrize(
@@ -58,6 +60,10 @@ def test_defaults_are_consistent_and_recorded():
             {"lookback_days": 100, "max_lag": 50, "min_overlap": 60, "min_history_days": 80},
             "max_lag",
         ),
+        ({"max_q_value": 0.0}, "max_q_value"),
+        ({"max_q_value": 1.5}, "max_q_value"),
+        ({"lead_lag_market_modes": -1}, "lead_lag_market_modes"),
+        ({"lead_lag_market_modes": 11}, "lead_lag_market_modes"),
     ],
 )
 def test_inconsistent_parameters_name_the_field(overrides, field):

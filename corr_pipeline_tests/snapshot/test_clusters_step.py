@@ -174,3 +174,18 @@ def test_distances_in_memory_up_to_clusters_memory_mb(tmp_path, budget_mb):
 def test_clusters_memory_mb_must_not_be_negative():
     with pytest.raises(ValueError, match=r"clusters_memory_mb must be >= 0 \(got -1\)"):
         SnapshotParameters(clusters_memory_mb=-1)
+
+
+def test_modes_beyond_the_symbols_kept_name_their_parameter():
+    """The modes a session removes must be fewer than its symbols (SPEC §5, §6): checked
+    once the window is known, one line naming the parameter; one Lanczos serves both steps."""
+    from corr_pipeline.snapshot.steps import market_modes, modes_needed
+
+    corr = np.eye(3, dtype=np.float32)
+    for name in ("lead_lag_market_modes", "market_modes_removed"):
+        params = SnapshotParameters(**{name: 3})
+        with pytest.raises(ValueError, match=f"{name} = 3 needs more than 3 symbols"):
+            market_modes(corr, params)
+    both = SnapshotParameters(market_modes_removed=2, lead_lag_market_modes=1)
+    assert modes_needed(both) == 2
+    assert market_modes(np.eye(4, dtype=np.float32), both).vectors.shape == (4, 2)
