@@ -15,7 +15,9 @@ Model (every draw from ``numpy.random.default_rng(seed)`` in the order listed, s
 arguments give bit-identical arrays). ``T = n_returns``; the factors are simulated over
 ``BURN_IN + T`` days from ``h = 1``, ``m = 0`` and the first ``BURN_IN`` are dropped, so the
 window starts in the stationary regime. ``t_ν`` is a Student-t draw with ``ν = student_t_df``
-degrees of freedom scaled to unit variance (``· sqrt((ν − 2) / ν)``).
+degrees of freedom scaled to unit variance (``· sqrt((ν − 2) / ν)``); ``ν = inf`` draws
+standard normals instead (``rng.standard_normal``, the limit: Gaussian innovations, for
+measuring which part of a test's behaviour comes from the tails).
 
 1. Per symbol ``j``: market loading ``b_j ~ U(0.5, 1.2)``; if ``n_sectors > 0``, sector
    ``s(j)`` uniform in ``0 .. n_sectors − 1`` and sector loading ``g_j ~ U(0.3, 0.8)``
@@ -63,6 +65,7 @@ idiosyncratic draws and the returns.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,7 +133,8 @@ def market_like_returns(
         n_pairs: number of injected lead-lag pairs.
         ragged_share: probability that a symbol outside the pairs is listed late or delisted
             early.
-        student_t_df: degrees of freedom ``ν > 2`` of the Student-t innovations.
+        student_t_df: degrees of freedom ``ν > 2`` of the Student-t innovations; ``math.inf``
+            for Gaussian ones.
         rho_range: ``(low, high)`` of the pairs' population lagged correlation, in ``(0, 1)``.
         max_pair_lag: the largest injected lag.
     """
@@ -140,6 +144,8 @@ def market_like_returns(
     rng = np.random.default_rng(seed)
 
     def student_t(size: int | tuple[int, ...]) -> np.ndarray:
+        if math.isinf(student_t_df):  # the limit: Gaussian innovations
+            return rng.standard_normal(size)
         return rng.standard_t(student_t_df, size) * np.sqrt((student_t_df - 2.0) / student_t_df)
 
     # 1. per-symbol parameters
