@@ -103,6 +103,11 @@ def synthetic_results(
     pairs["overlap"] = rng.integers(max(2, t // 4), t + 1, first.size)
     pairs["p_value"] = 10.0 ** -rng.uniform(0, 12, first.size)
     pairs["q_value"] = np.minimum(1.0, pairs["p_value"] * rng.uniform(1, 1e3, first.size))
+    # the reverse direction: most pairs have one (NULL where they do not)
+    back = rng.random(first.size) < 0.9
+    pairs["reverse_lag"] = np.where(back, rng.integers(1, 6, first.size), 0)
+    pairs["reverse_lagged_corr"] = np.where(back, rng.uniform(-0.5, 0.5, first.size), np.nan)
+    pairs["reverse_q_value"] = np.where(back, rng.uniform(0, 1, first.size), np.nan)
     order = np.lexsort((pairs["lagger"], pairs["leader"], -pairs["improvement"].astype(np.float64)))
     return SyntheticResults(symbols, index, corr, overlap, labels, pairs[order])
 

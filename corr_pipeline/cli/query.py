@@ -101,7 +101,14 @@ def run_query(
         elif what == "cluster":
             result = cluster(engine, args.symbol, args.date, members=args.members)
         elif what == "lead-lag":
-            result = lead_lag(engine, args.symbol, args.date, limit=args.limit, max_q=args.max_q)
+            result = lead_lag(
+                engine,
+                args.symbol,
+                args.date,
+                limit=args.limit,
+                max_q=args.max_q,
+                one_way=args.one_way,
+            )
         elif what == "corr":
             result = corr(engine, args.a, args.b, args.date)
         elif what == "changes" and args.symbol is None:
@@ -174,7 +181,9 @@ def add_query_commands(
 
     p = common(
         sub.add_parser(
-            "lead-lag", help="pairs where a symbol leads or lags, with their p- and q-values"
+            "lead-lag",
+            help="pairs where a symbol leads or lags, with their p- and q-values and whether "
+            "they are two-way",
         )
     )
     p.add_argument("symbol", metavar="SYMBOL")
@@ -191,7 +200,15 @@ def add_query_commands(
         default=None,
         metavar="Q",
         help="only pairs whose q-value (Benjamini-Hochberg, over all ordered pairs) is at most "
-        "Q, 0 < Q <= 1 (default: every pair; a pair without a q-value never passes)",
+        "Q, 0 < Q <= 1 (default: every pair; a pair without a q-value never passes); also the "
+        "threshold of two-way (default: the snapshot's max_q_value)",
+    )
+    p.add_argument(
+        "--one-way",
+        action="store_true",
+        help="only one-way pairs: the reverse pair (lagger before leader) is not significant at "
+        "that threshold or has no best lag (pairs of a snapshot published before the direction "
+        "was recorded are left out)",
     )
 
     p = common(

@@ -32,6 +32,10 @@ Row rules:
   every number in PostgreSQL and poisons ``avg``. ``lagged_corr`` and ``improvement`` must be
   finite. ``p_value`` and ``q_value`` (float64, SPEC §6 "Significance": the Šidák p-value of
   the best lag and its Benjamini–Hochberg q-value) must be finite and lie in ``[0, 1]``.
+  The reverse direction (SPEC §6 "Direction": the ordered pair ``(lagger, leader)``):
+  ``reverse_lag`` 0 means that pair has no best lag, and the three ``reverse_*`` columns are
+  then **NULL** (whatever the two float fields hold); otherwise ``reverse_lag`` lies in
+  ``1..32767``, ``reverse_lagged_corr`` is finite and ``reverse_q_value`` lies in ``[0, 1]``.
 
 Float32 values go into ``real`` columns bit for bit (binary COPY of float4), float64 values into
 ``double precision`` columns likewise (float8).
@@ -72,6 +76,7 @@ from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES, SNAPSHOT_CH
 
 __all__ = [
     "LEAD_LAG_FIELDS",
+    "REVERSE_FIELDS",
     "SIGNIFICANCE_FIELDS",
     "PublishableSnapshot",
     "PublishError",
@@ -87,6 +92,9 @@ __all__ = [
 LEAD_LAG_FIELDS: tuple[str, ...] = LEAD_LAG_DTYPE.names or ()
 #: The float64 significance fields of a lead-lag pair (SPEC §6 "Significance"), each in [0, 1].
 SIGNIFICANCE_FIELDS = ("p_value", "q_value")
+#: The reverse direction of a lead-lag pair (SPEC §6 "Direction"): the best lag of the ordered
+#: pair ``(lagger, leader)`` (0: it has none), its lagged correlation and its q-value.
+REVERSE_FIELDS = ("reverse_lag", "reverse_lagged_corr", "reverse_q_value")
 
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _COPY_TRAILER = struct.pack(">h", -1)
@@ -223,7 +231,38 @@ def _pair_rows(n: int, pairs: Any) -> dict[str, np.ndarray]:
         cols[f] = cols[f].astype(np.float64)
         if not np.all((cols[f] >= 0.0) & (cols[f] <= 1.0)):  # False for NaN as well
             raise PublishError(f"lead_lag_pairs.{f} must be finite and lie in [0, 1]")
+    _reverse_rows(cols)
     return cols
+
+
+def _reverse_rows(cols: dict[str, np.ndarray]) -> None:
+    """Validate the reverse direction of the pairs ``cols`` in place (SPEC §6 "Direction"):
+    ``reverse_lag`` as int64 in ``0..32767`` (0: the pair ``(lagger, leader)`` has no best lag),
+    ``reverse_lagged_corr`` as float32 (finite where there is a reverse lag) and
+    ``reverse_q_value`` as float64 (in ``[0, 1]`` where there is one); both NaN where there is
+    none, so that all three are published as NULL there."""
+    back = cols["reverse_lag"]
+    if back.size and back.dtype.kind not in "iu":
+        raise PublishError(f"lead_lag_pairs.reverse_lag must be integers, got {back.dtype}")
+    back = cols["reverse_lag"] = back.astype(np.int64)
+    if back.size and (back.min() < 0 or back.max() > np.iinfo(np.int16).max):
+        raise PublishError(
+            "lead_lag_pairs.reverse_lag must lie in 0..32767 (0: the reverse pair has no best lag)"
+        )
+    present = back > 0
+    for f, kind in (("reverse_lagged_corr", np.float32), ("reverse_q_value", np.float64)):
+        if cols[f].size and cols[f].dtype.kind != "f":
+            raise PublishError(f"lead_lag_pairs.{f} must be floats, got {cols[f].dtype}")
+        cols[f] = np.where(present, cols[f].astype(kind), kind(np.nan))
+    if not np.all(np.isfinite(cols["reverse_lagged_corr"][present])):
+        raise PublishError(
+            "lead_lag_pairs.reverse_lagged_corr must be finite where reverse_lag > 0"
+        )
+    q = cols["reverse_q_value"][present]
+    if not np.all((q >= 0.0) & (q <= 1.0)):  # False for NaN as well
+        raise PublishError(
+            "lead_lag_pairs.reverse_q_value must be finite and lie in [0, 1] where reverse_lag > 0"
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -253,10 +292,18 @@ class _Text:
 
 
 @dataclass(frozen=True)
-class _NullableReal:
-    """A ``real`` column; NaN is sent as NULL."""
+class _Nullable:
+    """A fixed-width column of big-endian numpy format ``fmt`` (like :class:`_Fixed`) whose
+    value in row ``r`` is sent as NULL where ``null[r]``."""
 
+    fmt: str
     values: np.ndarray
+    null: np.ndarray
+
+
+def _nullable_real(values: np.ndarray) -> _Nullable:
+    """A ``real`` column; NaN is sent as NULL."""
+    return _Nullable(">f4", values, np.isnan(values))
 
 
 class _Symbols:
@@ -279,7 +326,8 @@ def _copy_chunk(columns: Sequence[Any], rows: slice, m: int, symbols: _Symbols) 
 
     Each tuple is ``int16`` field count, then per field ``int32`` byte length (−1 = NULL) and
     the bytes. Runs of fixed-width fields become one numpy record per row; variable-width
-    pieces (symbol text, NULL-able reals) are scattered per distinct length. No per-row Python.
+    pieces (symbol text, NULL-able numbers) are scattered per distinct length. No per-row
+    Python.
     """
     segments: list[tuple[Any, ...]] = []
     fixed: list[tuple[str, Any]] = [(">i2", len(columns))]
@@ -293,10 +341,12 @@ def _copy_chunk(columns: Sequence[Any], rows: slice, m: int, symbols: _Symbols) 
             lengths = symbols.lengths[index]
             header, table = lengths, symbols.table
         else:
-            real = np.asarray(col.values[rows], dtype=">f4")
-            null = np.isnan(real)
-            lengths = np.where(null, 0, 4)
-            header, table, index = np.where(null, -1, 4), real.view(np.uint8).reshape(m, 4), None
+            width = np.dtype(col.fmt).itemsize
+            data = np.asarray(col.values[rows], dtype=col.fmt)
+            null = col.null[rows]
+            lengths = np.where(null, 0, width)
+            header, index = np.where(null, -1, width), None
+            table = data.view(np.uint8).reshape(m, width)
         fixed.append((">i4", header))
         segments += [("fixed", fixed), ("var", lengths, table, index)]
         fixed = []
@@ -352,7 +402,7 @@ _COPY_COLUMNS = {
     "symbol_clusters": "snapshot_date, symbol, cluster_id",
     "lead_lag_pairs": (
         "snapshot_date, leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap, "
-        "p_value, q_value"
+        "p_value, q_value, reverse_lag, reverse_lagged_corr, reverse_q_value"
     ),
 }
 
@@ -493,6 +543,7 @@ def _copies(
     nb_order = np.lexsort((nb_rank, sym.rank[nb_i]))
     cl_order = np.argsort(sym.rank)
     pr_order = np.argsort(sym.rank[pairs["leader"]] * n + sym.rank[pairs["lagger"]], kind="stable")
+    absent = pairs["reverse_lag"][pr_order] == 0  # no reverse best lag: the three are NULL
     return [
         (
             "peer_neighbors",
@@ -519,11 +570,14 @@ def _copies(
                 _Text(pairs["lagger"][pr_order]),
                 _Fixed(">i2", pairs["lag"][pr_order]),
                 _Fixed(">f4", pairs["lagged_corr"][pr_order]),
-                _NullableReal(pairs["sync_corr"][pr_order]),
+                _nullable_real(pairs["sync_corr"][pr_order]),
                 _Fixed(">f4", pairs["improvement"][pr_order]),
                 _Fixed(">i4", pairs["overlap"][pr_order]),
                 _Fixed(">f8", pairs["p_value"][pr_order]),
                 _Fixed(">f8", pairs["q_value"][pr_order]),
+                _Nullable(">i2", pairs["reverse_lag"][pr_order], absent),
+                _Nullable(">f4", pairs["reverse_lagged_corr"][pr_order], absent),
+                _Nullable(">f8", pairs["reverse_q_value"][pr_order], absent),
             ],
             int(pairs["leader"].size),
         ),

@@ -201,8 +201,11 @@ class PublishedRows:
     ``cluster_labels`` int32 (N,), ``lead_lag_pairs`` a structured array of
     :data:`~corr_pipeline.compute.lead_lag.LEAD_LAG_DTYPE` (a NULL ``sync_corr`` read back as
     NaN, as are the NULL ``p_value``/``q_value`` of a snapshot published before migration
-    0007), ``params``, ``matrix_versions`` (SPEC §8) and ``published_at`` (``created_at``: which
-    publication of the date this is) the ``snapshots`` row's."""
+    0007; a NULL reverse direction, SPEC §6 "Direction", as ``reverse_lag`` 0 and NaN
+    ``reverse_lagged_corr``/``reverse_q_value``: the reverse pair has no best lag, or the
+    snapshot was published before migration 0008), ``params``, ``matrix_versions`` (SPEC §8)
+    and ``published_at`` (``created_at``: which publication of the date this is) the
+    ``snapshots`` row's."""
 
     snapshot_date: dt.date
     symbols: list[str]
@@ -250,8 +253,11 @@ _PAIR_COLUMNS = (
     ("overlap", "x.overlap", ">i4"),
     ("p_value", "coalesce(x.p_value, 'NaN'::float8)", ">f8"),
     ("q_value", "coalesce(x.q_value, 'NaN'::float8)", ">f8"),
+    ("reverse_lag", "coalesce(x.reverse_lag, 0)::int", ">i4"),
+    ("reverse_lagged_corr", "coalesce(x.reverse_lagged_corr, 'NaN'::real)", ">f4"),
+    ("reverse_q_value", "coalesce(x.reverse_q_value, 'NaN'::float8)", ">f8"),
 )
-#: The lead-lag pairs as one row of nine arrays, each in PostgreSQL's binary array format
+#: The lead-lag pairs as one row of twelve arrays, each in PostgreSQL's binary array format
 #: (``array_send``: a bytea the client reads straight into numpy, no Python object per value).
 _PAIRS_SQL = (
     _POSITIONS
@@ -287,7 +293,7 @@ def _from_array_send(data: bytes | None, kind: str) -> np.ndarray:
 
 def _read_pairs(conn: sa.Connection, d: str) -> np.ndarray:
     """The lead-lag pairs of ``d`` in SPEC §6 order, leader and lagger as positions in the
-    sorted symbols (NaN improvements first, as PostgreSQL sorts them): one row of nine binary
+    sorted symbols (NaN improvements first, as PostgreSQL sorts them): one row of twelve binary
     arrays (``array_send``) on ``conn`` (its transaction), read straight into numpy (a binary
     ``COPY`` of the rows cost the client ~1 µs per row in psycopg, 0.5 s per 4·10⁵ pairs;
     these arrays 0.05 s)."""

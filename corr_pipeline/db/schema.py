@@ -21,8 +21,12 @@ Tables
                              NaN allowed), improvement, overlap, p_value and q_value (double
                              precision: the Šidák p-value of the best lag and its
                              Benjamini–Hochberg q-value, SPEC §6 "Significance"; NULL in
-                             snapshots published before migration 0007); indexed by
-                             (snapshot_date, lagger) for "who leads this symbol".
+                             snapshots published before migration 0007), reverse_lag,
+                             reverse_lagged_corr and reverse_q_value (the best lag, its lagged
+                             correlation and q-value of the ordered pair the other way,
+                             (lagger, leader), SPEC §6 "Direction": NULL when that pair has no
+                             best lag, and in snapshots published before migration 0008);
+                             indexed by (snapshot_date, lagger) for "who leads this symbol".
 ``change_summaries``         one row per snapshot_date whose changes against the previous
                              published session were computed (SPEC §10): the market-level drift,
                              the parts skipped, the publications (``created_at``) of both dates
@@ -126,6 +130,11 @@ lead_lag_pairs = sa.Table(
     # the significance of the best lag (SPEC §6; migration 0007; NULL before)
     sa.Column("p_value", sa.Double, nullable=True),
     sa.Column("q_value", sa.Double, nullable=True),
+    # the reverse direction, (lagger, leader) (SPEC §6 "Direction"; migration 0008; NULL when
+    # that pair has no best lag, and before)
+    sa.Column("reverse_lag", sa.SmallInteger, nullable=True),
+    sa.Column("reverse_lagged_corr", sa.REAL, nullable=True),
+    sa.Column("reverse_q_value", sa.Double, nullable=True),
 )
 
 # ---- the changes against the previous session (SPEC §10, migration 0005) ----------------------

@@ -17,7 +17,7 @@ import numpy as np
 from corr_pipeline.db.schema import DRIFT_COLUMNS
 from corr_pipeline.db.window import TOO_FEW_RETURNS, ZERO_VARIANCE, ReturnsWindow
 from corr_pipeline.defs import ranges
-from corr_pipeline.snapshot import display, markdown
+from corr_pipeline.snapshot import direction, display, markdown
 from corr_pipeline.snapshot.measure import StageStats, measure_stage
 from corr_pipeline.snapshot.verify import CorrelationStats, Verdict
 
@@ -198,16 +198,27 @@ def significant_pairs(pairs: np.ndarray) -> dict[str, int]:
     }
 
 
-def lead_lag(pairs: np.ndarray, symbols: list[str], stats: StageStats) -> dict[str, Any]:
-    """Number of pairs, how many are significant at q <= 0.05 and q <= 0.01
-    (:func:`significant_pairs`; plotted across partitions), the strongest ones, the largest and
-    median improvement (the recall of injected pairs on synthetic data is the
+def lead_lag(
+    pairs: np.ndarray, symbols: list[str], stats: StageStats, *, max_q_value: float = 1.0
+) -> dict[str, Any]:
+    """Number of pairs; ``significant_pairs``, how many have ``q_value <= max_q_value`` (the
+    snapshot's parameter, SPEC §6 "Significance"), and ``two_way_pairs``, how many have a
+    reverse pair ``(lagger, leader)`` significant at it too (SPEC §6 "Direction": the lag shows
+    both ways; :mod:`corr_pipeline.snapshot.direction`), with ``max_q_value`` itself; how many
+    are significant at q <= 0.05 and q <= 0.01 (:func:`significant_pairs`), all plotted across
+    partitions; the strongest ones (two-way marked ``⇄`` with the reverse lag and q-value), the
+    largest and median improvement (the recall of injected pairs on synthetic data is the
     ``injected_pairs_found`` check's)."""
     out: dict[str, Any] = {
         "n_pairs": dg.MetadataValue.int(int(pairs.shape[0])),
+        "significant_pairs": dg.MetadataValue.int(direction.count_significant(pairs, max_q_value)),
+        "two_way_pairs": dg.MetadataValue.int(direction.count_two_way(pairs, max_q_value)),
+        "max_q_value": dg.MetadataValue.float(float(max_q_value)),
         **{key: dg.MetadataValue.int(count) for key, count in significant_pairs(pairs).items()},
         "n_symbols": dg.MetadataValue.int(len(symbols)),
-        "strongest_pairs": dg.MetadataValue.md(markdown.strongest_pairs(pairs, symbols)),
+        "strongest_pairs": dg.MetadataValue.md(
+            markdown.strongest_pairs(pairs, symbols, max_q_value=max_q_value)
+        ),
         **stage(stats),
     }
     if pairs.shape[0]:

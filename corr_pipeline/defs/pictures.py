@@ -77,12 +77,14 @@ def histogram_metadata(
 
 
 def lead_lag_network_metadata(
-    pairs: np.ndarray, symbols: Sequence[str], *, top: int = 30
+    pairs: np.ndarray, symbols: Sequence[str], *, top: int = 30, max_q_value: float = 1.0
 ) -> dict[str, Any]:
     """``{"picture: lead-lag network": <picture of the top pairs>}``
     (:func:`corr_pipeline.viz.lead_lag_network_png`); ``pairs`` is the structured array of
-    :func:`corr_pipeline.compute.find_lead_lag_pairs`."""
-    png = viz.lead_lag_network_png(pairs, symbols, top=top)
+    :func:`corr_pipeline.compute.find_lead_lag_pairs`; the two-way pairs (SPEC §6 "Direction":
+    the reverse pair's q-value is at most ``max_q_value``, the snapshot's parameter) are drawn
+    double-headed, as the picture's legend says."""
+    png = viz.lead_lag_network_png(pairs, symbols, top=top, max_q_value=max_q_value)
     return {picture_key("lead-lag network"): png_metadata(png, "lead-lag network")}
 
 

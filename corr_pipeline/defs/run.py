@@ -155,9 +155,7 @@ class SnapshotRunSummary:
             f"  mean |corr| {_fmt(self.value('correlation_matrix', 'mean_abs_corr'))}, "
             f"{self.value('clusters', 'n_clusters', '?')} clusters "
             f"(largest {self.value('clusters', 'largest_cluster_size', '?')}), "
-            f"{self.value('lead_lag_pairs', 'n_pairs', '?')} lead-lag pairs, "
-            f"{self.value('lead_lag_pairs', 'significant_pairs_q05', '?')} significant at "
-            "q ≤ 0.05",
+            + self._lead_lag_text(),
             f"  published: {self.value('snapshot_publication', 'peer_neighbors_rows', '?')} "
             f"neighbor rows, {self.value('snapshot_publication', 'symbol_clusters_rows', '?')} "
             f"cluster rows, {self.value('snapshot_publication', 'lead_lag_pairs_rows', '?')} "
@@ -170,6 +168,19 @@ class SnapshotRunSummary:
         if self.failed_steps:
             lines.append(f"  failed steps: {', '.join(self.failed_steps)}")
         return "\n".join(lines)
+
+    def _lead_lag_text(self) -> str:
+        """``<n> lead-lag pairs, <s> significant at q ≤ <max_q_value>, <w> two-way``: from the
+        ``lead_lag_pairs`` materialization's metadata (``n_pairs``, ``significant_pairs`` and
+        ``two_way_pairs`` at the snapshot's ``max_q_value``, SPEC §6 "Significance",
+        "Direction"); ``?`` for what the run did not record."""
+        max_q = self.value("lead_lag_pairs", "max_q_value")
+        return (
+            f"{self.value('lead_lag_pairs', 'n_pairs', '?')} lead-lag pairs, "
+            f"{self.value('lead_lag_pairs', 'significant_pairs', '?')} significant at "
+            f"q ≤ {format(max_q, 'g') if isinstance(max_q, int | float) else '?'}, "
+            f"{self.value('lead_lag_pairs', 'two_way_pairs', '?')} two-way"
+        )
 
     def _changes_line(self) -> str:
         """What ``snapshot_changes`` compared: against which session, or why nothing."""

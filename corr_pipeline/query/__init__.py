@@ -5,7 +5,9 @@
 ``cluster(engine, symbol, date)``       its cluster id, the cluster's size and some members
                                         (``symbol_clusters``, SPEC §5)
 ``lead_lag(engine, symbol, date)``      the lead-lag pairs where it leads or lags
-                                        (``lead_lag_pairs``, SPEC §6)
+                                        (``lead_lag_pairs``, SPEC §6), each with its reverse
+                                        pair and whether it is two-way (or, for a snapshot
+                                        published before that was recorded, unknown)
 ``corr(engine, a, b, date, store=)``    ``corr[a, b]`` and ``overlap[a, b]`` (SPEC §3) of the
                                         published snapshot, one element of each memory-mapped
                                         matrix in the matrix store, at the versions the

@@ -18,6 +18,7 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from corr_pipeline.db.schema import DRIFT_COLUMNS
+from corr_pipeline.snapshot import direction
 
 __all__ = [
     "Answer",
@@ -161,10 +162,20 @@ class LeadLagResult:
 
     ``pairs`` are rows of ``lead_lag_pairs`` (``p_value``/``q_value``: the Šidák p-value of the
     best lag and its Benjamini–Hochberg q-value, SPEC §6 "Significance"; None in a snapshot
-    published before they were recorded). ``max_q``: only pairs with ``q_value <= max_q`` are
-    answered (None: all). ``n_leads``/``n_lags`` count all the snapshot's pairs with
-    ``leader = symbol``/``lagger = symbol`` that pass ``max_q``, listed or not;
-    ``n_without_q`` those left out by ``max_q`` because they have no q-value.
+    published before they were recorded; ``reverse_lag``, ``reverse_lagged_corr``,
+    ``reverse_q_value``: the reverse pair ``(lagger, leader)``'s best lag, its lagged
+    correlation and q-value, SPEC §6 "Direction", None when it has no best lag or the snapshot
+    was published before the direction was recorded). ``max_q``: only pairs with
+    ``q_value <= max_q`` are answered (None: all). ``two_way_max_q``: the threshold of the
+    direction, ``max_q`` when given, else the snapshot's ``max_q_value``; a pair is two-way when
+    its ``reverse_q_value <= two_way_max_q`` (:meth:`two_way`). ``direction_recorded``: whether
+    the snapshot recorded the reverse direction (False for one published before schema revision
+    0008: its pairs' direction is unknown, never one-way). ``one_way``: only the pairs known to
+    be one-way are answered. ``n_leads``/``n_lags`` count all the snapshot's pairs with
+    ``leader = symbol``/``lagger = symbol`` that pass ``max_q`` and ``one_way``, listed or not,
+    ``n_two_way`` the two-way ones among them; ``n_without_q`` those left out by ``max_q``
+    because they have no q-value, ``n_unknown_direction`` those left out by ``one_way`` because
+    their direction is unknown.
     """
 
     snapshot: Snapshot
@@ -174,6 +185,11 @@ class LeadLagResult:
     n_lags: int
     max_q: float | None = None
     n_without_q: int = 0
+    two_way_max_q: float = 1.0
+    direction_recorded: bool = True
+    one_way: bool = False
+    n_two_way: int = 0
+    n_unknown_direction: int = 0
 
     @property
     def truncated(self) -> bool:
@@ -184,15 +200,31 @@ class LeadLagResult:
         """``"leads"`` when ``symbol`` is the pair's leader, else ``"lags"``."""
         return "leads" if pair["leader"] == self.symbol else "lags"
 
+    def two_way(self, pair: dict[str, Any]) -> bool | None:
+        """Whether ``pair`` is two-way: its reverse pair has a best lag with
+        ``reverse_q_value <= two_way_max_q`` (:func:`corr_pipeline.snapshot.direction.is_two_way`);
+        False when the reverse pair has none; None (unknown) when the snapshot did not record the
+        reverse direction."""
+        if pair["reverse_lag"] is None:
+            return False if self.direction_recorded else None
+        return bool(
+            direction.is_two_way(pair["reverse_lag"], pair["reverse_q_value"], self.two_way_max_q)
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "query": "lead-lag",
             **self.snapshot.to_json(),
             "symbol": self.symbol,
             "max_q": self.max_q,
+            "two_way_max_q": self.two_way_max_q,
+            "one_way": self.one_way,
+            "direction_recorded": self.direction_recorded,
             "n_leads": self.n_leads,
             "n_lags": self.n_lags,
+            "n_two_way": self.n_two_way,
             "n_without_q": self.n_without_q,
+            "n_unknown_direction": self.n_unknown_direction,
             "truncated": self.truncated,
             "pairs": [
                 {
@@ -206,6 +238,10 @@ class LeadLagResult:
                     "overlap": p["overlap"],
                     "p_value": _json_double(p["p_value"]),
                     "q_value": _json_double(p["q_value"]),
+                    "reverse_lag": p["reverse_lag"],
+                    "reverse_lagged_corr": _json_float(p["reverse_lagged_corr"]),
+                    "reverse_q_value": _json_double(p["reverse_q_value"]),
+                    "two_way": self.two_way(p),
                 }
                 for p in self.pairs
             ],

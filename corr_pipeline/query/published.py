@@ -5,7 +5,8 @@
 ``cluster(engine, symbol, date)``     its cluster id, the cluster's size and some members
                                       (``symbol_clusters``, SPEC §5)
 ``lead_lag(engine, symbol, date)``    the lead-lag pairs where it leads or lags
-                                      (``lead_lag_pairs``, SPEC §6)
+                                      (``lead_lag_pairs``, SPEC §6), with their direction
+``direction_recorded(conn, day)``     whether a snapshot recorded its pairs' direction
 
 ``date=None`` (or ``"latest"``) means the latest published snapshot. Each answer reads one
 snapshot of the database (:func:`consistent_read`), so it never mixes two publications. Every
@@ -47,11 +48,13 @@ from corr_pipeline.query.errors import (
     quote,
 )
 from corr_pipeline.query.symbols import suggest_symbols
+from corr_pipeline.snapshot.direction import snapshot_max_q_value
 
 __all__ = [
     "LATEST_SHOWN",
     "cluster",
     "consistent_read",
+    "direction_recorded",
     "lead_lag",
     "parse_date",
     "peers",
@@ -331,43 +334,66 @@ def lead_lag(
     *,
     limit: int | None = None,
     max_q: float | None = None,
+    one_way: bool = False,
     price_source: PriceSource | None = None,
 ) -> LeadLagResult:
     """Pairs of ``lead_lag_pairs`` (SPEC §6) with ``leader = symbol`` or ``lagger = symbol``,
     by improvement descending (then leader, lagger), at most ``limit`` (None = all); with
     ``max_q`` (``0 < max_q <= 1``, else :class:`QueryError`) only those with
-    ``q_value <= max_q`` (a pair without a q-value, NULL, never passes)."""
+    ``q_value <= max_q`` (a pair without a q-value, NULL, never passes).
+
+    Each pair comes with its reverse direction (SPEC §6 "Direction"), judged at ``max_q`` when
+    given, else at the snapshot's ``max_q_value`` (``snapshots.params``; 1 when it recorded
+    none): two-way when ``reverse_q_value`` is at most that, else one-way; unknown for a
+    snapshot that did not record the direction (:func:`direction_recorded`). With ``one_way``
+    only the pairs known to be one-way: the reverse pair is not significant or has no best lag
+    (a pair of unknown direction never passes)."""
     if max_q is not None and not 0.0 < max_q <= 1.0:  # False for NaN as well
         raise QueryError(f"--max-q: expected a q-value in (0, 1], got {max_q}")
-    involved = sa.or_(t_lead_lag.c.leader == symbol, t_lead_lag.c.lagger == symbol)
-    passing = involved if max_q is None else sa.and_(involved, t_lead_lag.c.q_value <= max_q)
+    c = t_lead_lag.c
+    involved = sa.or_(c.leader == symbol, c.lagger == symbol)
+    passing = involved if max_q is None else sa.and_(involved, c.q_value <= max_q)
     with consistent_read(engine) as conn:
         snap = resolve_snapshot(conn, date)
         require_symbol(conn, snap, symbol, price_source)
+        threshold = max_q if max_q is not None else snapshot_max_q_value(snap.params)
+        recorded = direction_recorded(conn, snap.snapshot_date)
+        # a NULL reverse direction is "no best lag" when the snapshot recorded the direction,
+        # else unknown; reverse_q_value is NULL exactly where reverse_lag is (publication)
+        # (neither is ever NULL, so that NOT of them is what it says)
+        two_way = sa.and_(c.reverse_q_value.is_not(None), c.reverse_q_value <= threshold)
+        unknown = sa.and_(c.reverse_lag.is_(None), sa.false() if recorded else sa.true())
+        if one_way:
+            passing = sa.and_(passing, sa.not_(two_way), sa.not_(unknown))
         query = (
             sa.select(
-                t_lead_lag.c.leader,
-                t_lead_lag.c.lagger,
-                t_lead_lag.c.lag,
-                t_lead_lag.c.lagged_corr,
-                t_lead_lag.c.sync_corr,
-                t_lead_lag.c.improvement,
-                t_lead_lag.c.overlap,
-                t_lead_lag.c.p_value,
-                t_lead_lag.c.q_value,
+                c.leader,
+                c.lagger,
+                c.lag,
+                c.lagged_corr,
+                c.sync_corr,
+                c.improvement,
+                c.overlap,
+                c.p_value,
+                c.q_value,
+                c.reverse_lag,
+                c.reverse_lagged_corr,
+                c.reverse_q_value,
             )
-            .where(t_lead_lag.c.snapshot_date == snap.snapshot_date, passing)
-            .order_by(t_lead_lag.c.improvement.desc(), t_lead_lag.c.leader, t_lead_lag.c.lagger)
+            .where(c.snapshot_date == snap.snapshot_date, passing)
+            .order_by(c.improvement.desc(), c.leader, c.lagger)
         )
         if limit is not None:
             query = query.limit(max(0, int(limit)))
         rows = [dict(r._mapping) for r in conn.execute(query)]
-        n_leads, n_lags, n_without_q = conn.execute(
+        n_leads, n_lags, n_two_way, n_without_q, n_unknown = conn.execute(
             sa.select(
-                sa.func.count().filter(passing, t_lead_lag.c.leader == symbol),
-                sa.func.count().filter(passing, t_lead_lag.c.lagger == symbol),
-                sa.func.count().filter(t_lead_lag.c.q_value.is_(None)),
-            ).where(t_lead_lag.c.snapshot_date == snap.snapshot_date, involved)
+                sa.func.count().filter(passing, c.leader == symbol),
+                sa.func.count().filter(passing, c.lagger == symbol),
+                sa.func.count().filter(passing, two_way),
+                sa.func.count().filter(c.q_value.is_(None)),
+                sa.func.count().filter(unknown),
+            ).where(c.snapshot_date == snap.snapshot_date, involved)
         ).one()
     return LeadLagResult(
         snap,
@@ -377,4 +403,28 @@ def lead_lag(
         int(n_lags),
         max_q=max_q,
         n_without_q=int(n_without_q) if max_q is not None else 0,
+        two_way_max_q=threshold,
+        direction_recorded=recorded,
+        one_way=one_way,
+        n_two_way=int(n_two_way),
+        n_unknown_direction=int(n_unknown) if one_way else 0,
+    )
+
+
+def direction_recorded(conn: sa.Connection, day: dt.date) -> bool:
+    """Whether the snapshot of ``day`` recorded its pairs' reverse direction (SPEC §6
+    "Direction"): whether any of its pairs has a non-NULL ``reverse_lag``. A snapshot
+    published before schema revision 0008 has none (NULL everywhere: unknown); one published
+    since has a reverse best lag for almost every pair (a pair's reverse lacks one only where
+    the returns are too ragged for any lag to reach ``min_overlap`` that way). A snapshot in
+    which no pair at all has one reads as not recorded: its pairs show as of unknown direction,
+    never wrongly as one-way."""
+    return bool(
+        conn.execute(
+            sa.select(
+                sa.exists().where(
+                    t_lead_lag.c.snapshot_date == day, t_lead_lag.c.reverse_lag.is_not(None)
+                )
+            )
+        ).scalar_one()
     )

@@ -7,7 +7,9 @@ characters counting two, combining characters none), rendered to plain text (no 
 markup or emoji codes read from the data). Kept here: :func:`printable`, since rich would print a
 symbol's newline or tab as such (breaking a row over lines) where we want it shown escaped, and
 the stripping of the trailing spaces rich pads each row with. NaN prints as ``NaN``; a p- or
-q-value as ``0.0123`` or ``3.2e-07``, and ``-`` where a pair has none.
+q-value as ``0.0123`` or ``3.2e-07``, and ``-`` where a pair has none. A lead-lag pair's
+reverse direction shows ``-`` where the reverse pair has no best lag and ``?`` where the
+snapshot did not record it (its direction ``unknown``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from corr_pipeline.query.answers import (
     SnapshotsResult,
     SymbolChangesResult,
 )
-from corr_pipeline.snapshot import display
+from corr_pipeline.snapshot import direction, display
 
 __all__ = ["display_width", "format_table", "printable", "to_text"]
 
@@ -185,12 +187,20 @@ def _render_cluster(result: ClusterResult) -> str:
 
 def _render_lead_lag(result: LeadLagResult) -> str:
     within = "" if result.max_q is None else f" with q_value <= {result.max_q:g}"
+    if result.one_way:
+        within += f"{' and' if within else ' with'} a one-way direction"
+    two_way = f", {result.n_two_way} two-way" if result.n_two_way else ""
     head = (
         f"lead-lag pairs of {printable(result.symbol)} in {_describe(result.snapshot)}: "
-        f"leads {result.n_leads}, lags {result.n_lags}{within}"
+        f"leads {result.n_leads}, lags {result.n_lags}{within}{two_way}"
     )
     if result.n_without_q:
         head += f"\n({result.n_without_q} pair(s) without a q-value left out)"
+    if result.n_unknown_direction:
+        head += (
+            f"\n({result.n_unknown_direction} pair(s) of unknown direction left out: the snapshot "
+            "was published before the reverse direction was recorded)"
+        )
     if not result.pairs:
         return head + f"\n(no lead-lag pair{within} involves this symbol)"
     rows = [
@@ -205,6 +215,7 @@ def _render_lead_lag(result: LeadLagResult) -> str:
             p["overlap"],
             display.probability_text(p["p_value"]),
             display.probability_text(p["q_value"]),
+            *_reverse_cells(result, p),
         ]
         for p in result.pairs
     ]
@@ -223,13 +234,18 @@ def _render_lead_lag(result: LeadLagResult) -> str:
                 "overlap",
                 "p_value",
                 "q_value",
+                "rev_lag",
+                "rev_corr",
+                "rev_q",
+                "direction",
             ],
             rows,
-            "lllrrrrrrr",
+            "lllrrrrrrrrrrl",
         )
         + "\n(leader's return on day t vs lagger's on day t + lag)"
         + "\n(p_value: the best lag's, Šidák over the lags; q_value: Benjamini–Hochberg over all "
         "ordered pairs)"
+        + _reverse_legend(result)
         + (
             f"\nshowing the {len(result.pairs)} strongest of {result.n_leads + result.n_lags} "
             "pairs; --limit 0 lists all"
@@ -237,6 +253,40 @@ def _render_lead_lag(result: LeadLagResult) -> str:
             else ""
         )
     )
+
+
+def _reverse_legend(result: LeadLagResult) -> str:
+    """The footnote of the reverse columns: what they are and when a pair is two-way, or that
+    the snapshot did not record them."""
+    if not result.direction_recorded:
+        return (
+            "\n(rev_lag, rev_corr, rev_q: the reverse pair's, lagger before leader; unknown (?): "
+            "the snapshot was published before the reverse direction was recorded)"
+        )
+    source = "--max-q" if result.max_q is not None else "the snapshot's max_q_value"
+    return (
+        "\n(rev_lag, rev_corr, rev_q: the reverse pair's, lagger before leader; "
+        f"{direction.TWO_WAY_MARK} two-way: rev_q <= {result.two_way_max_q:g}, {source}; "
+        "-: it has no best lag)"
+    )
+
+
+def _reverse_cells(result: LeadLagResult, pair: dict[str, Any]) -> list[str]:
+    """The reverse pair's lag, lagged correlation and q-value and the pair's direction
+    (``⇄ two-way``, ``one-way``; ``-`` for a reverse pair without a best lag; ``?`` and
+    ``unknown`` where the snapshot did not record the direction)."""
+    two_way = result.two_way(pair)
+    if two_way is None:
+        return ["?", "?", "?", "unknown"]
+    mark = f"{direction.TWO_WAY_MARK} two-way" if two_way else "one-way"
+    if pair["reverse_lag"] is None:
+        return ["-", "-", "-", mark]
+    return [
+        str(pair["reverse_lag"]),
+        _fmt(pair["reverse_lagged_corr"]),
+        display.probability_text(pair["reverse_q_value"]),
+        mark,
+    ]
 
 
 def _render_corr(result: CorrResult) -> str:

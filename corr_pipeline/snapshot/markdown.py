@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from corr_pipeline.snapshot import display
+from corr_pipeline.snapshot import direction, display
 
 _SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_{}[]<>()#+-.!|~"})
 
@@ -37,9 +37,14 @@ def table(headers: Sequence[str], aligns: str, rows: Sequence[Sequence[str]], *,
     return "\n".join(lines)
 
 
-def strongest_pairs(pairs: np.ndarray, symbols: Sequence[str], *, top: int = 15) -> str:
+def strongest_pairs(
+    pairs: np.ndarray, symbols: Sequence[str], *, top: int = 15, max_q_value: float = 1.0
+) -> str:
     """The first ``top`` lead-lag pairs (already in SPEC §6 order: improvement descending):
-    leader, lagger, lag, lagged corr, sync corr (NaN allowed), improvement, overlap, q-value."""
+    leader, lagger, lag, lagged corr, sync corr (NaN allowed), improvement, overlap, q-value,
+    and a column ``⇄ two-way`` marking the pairs whose reverse pair ``(lagger, leader)`` is
+    significant at ``max_q_value`` (the snapshot's parameter) with that pair's lag and q-value
+    (``⇄ 2d, q 0.0123``; empty for a one-way pair: :mod:`corr_pipeline.snapshot.direction`)."""
     rows = [
         [
             escape(symbols[int(row["leader"])]),
@@ -50,6 +55,7 @@ def strongest_pairs(pairs: np.ndarray, symbols: Sequence[str], *, top: int = 15)
             display.corr_text(row["improvement"], signed=False),
             str(int(row["overlap"])),
             display.probability_text(row["q_value"]),
+            direction.two_way_text(row["reverse_lag"], row["reverse_q_value"], max_q_value),
         ]
         for row in pairs[:top]
     ]
@@ -62,8 +68,9 @@ def strongest_pairs(pairs: np.ndarray, symbols: Sequence[str], *, top: int = 15)
         "improvement",
         "overlap",
         "q value",
+        f"{direction.TWO_WAY_MARK} two-way",
     )
-    return table(headers, "llrrrrrr", rows, empty="_no lead-lag pairs_")
+    return table(headers, "llrrrrrrl", rows, empty="_no lead-lag pairs_")
 
 
 def largest_clusters(

@@ -6,6 +6,7 @@ memory budget (:mod:`~corr_pipeline.viz.reductions`) and their matplotlib PNG re
 from corr_pipeline.viz.figures import DEFAULT_MAX_PNG_BYTES, png_data_uri, png_markdown
 from corr_pipeline.viz.network import (
     EDGE_LABEL_GID,
+    LEGEND_GID,
     NODE_LABEL_GID,
     lead_lag_network_figure,
     lead_lag_network_png,
@@ -23,6 +24,7 @@ from corr_pipeline.viz.render import clustered_heatmap_png, correlation_histogra
 __all__ = [
     "DEFAULT_MAX_PNG_BYTES",
     "EDGE_LABEL_GID",
+    "LEGEND_GID",
     "NODE_LABEL_GID",
     "CorrelationHistogram",
     "HeatmapGrid",

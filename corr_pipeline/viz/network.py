@@ -6,8 +6,11 @@
     the lagged correlation, red for a positive lagged correlation, blue for a negative one,
     thicker for a larger improvement; labels placed along their arrows, measured so that none
     overlaps another or is crossed by another arrow (a pair with no room on its arrow is listed
-    on the right). At most 7 inches high, so that the UI's picture dialog shows it whole.
-    O(top²).
+    on the right). A *two-way* pair (SPEC §6 "Direction": its reverse pair, lagger → leader,
+    also has a q-value at most ``max_q_value``, the snapshot's parameter;
+    :mod:`corr_pipeline.snapshot.direction`) is drawn with a head at both ends and its label
+    starts with ``⇄``; a legend under the network says so. At most 7 inches high, so that the
+    UI's picture dialog shows it whole. O(top²).
 
 Drawn with :mod:`corr_pipeline.viz.figures`.
 """
@@ -18,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from corr_pipeline.snapshot import direction
 from corr_pipeline.viz.figures import (
     DEFAULT_MAX_PNG_BYTES,
     figure_png,
@@ -30,28 +34,54 @@ from corr_pipeline.viz.reductions import (
     normalize_pairs,
 )
 
-__all__ = ["EDGE_LABEL_GID", "NODE_LABEL_GID", "lead_lag_network_figure", "lead_lag_network_png"]
+__all__ = [
+    "EDGE_LABEL_GID",
+    "LEGEND_GID",
+    "NODE_LABEL_GID",
+    "lead_lag_network_figure",
+    "lead_lag_network_png",
+]
 
 
 #: ``gid`` of the texts that label an edge of the lead-lag network (on its arrow, or a line of
 #: the side list), and of its symbol names: what the layout keeps apart (and the tests measure).
 EDGE_LABEL_GID = "lead-lag-edge-label"
 NODE_LABEL_GID = "lead-lag-node-label"
+#: ``gid`` of the legend under the network (one-way and two-way arrows).
+LEGEND_GID = "lead-lag-legend"
 
 _NETWORK_WIDTH_IN = 6.4
 _LIST_WIDTH_IN = 3.0
 _TITLE_IN = 0.8
 _NETWORK_MAX_HEIGHT_IN = 7.0
 """The network's height at most (700 pixels at 100 dpi): it fits the UI's picture dialog."""
+_LEGEND_IN = 0.3
+"""The strip under the network that holds the legend."""
 _LABEL_PAD_PX = 2.0
 _X_LEADER, _X_LAGGER = 0.22, 0.78
+_ONE_WAY_ARROW, _TWO_WAY_ARROW = "-|>", "<|-|>"
+_LEGEND_COLOR = "#555555"
 
 
 def _edge_label(row: dict[str, Any]) -> str:
+    """``<lag>d <lagged corr>``, after ``⇄`` for a two-way pair (``row["two_way"]``)."""
     label = f"{row['lag']}d" if row.get("lag") is not None else ""
     if row.get("lagged_corr") is not None:
         label += f" {_fmt_float(row['lagged_corr'], '+.2f')}"
+    if row.get("two_way"):
+        label = f"{direction.TWO_WAY_MARK} {label}"
     return label.strip()
+
+
+def _with_direction(rows: list[dict[str, Any]], max_q_value: float) -> list[dict[str, Any]]:
+    """``rows`` with ``two_way`` set: whether the reverse pair has a best lag with a q-value
+    at most ``max_q_value`` (:func:`corr_pipeline.snapshot.direction.is_two_way`; a row
+    without the reverse fields is one-way)."""
+    for r in rows:
+        r["two_way"] = bool(
+            direction.is_two_way(r.get("reverse_lag"), r.get("reverse_q_value"), max_q_value)
+        )
+    return rows
 
 
 def _apart(box: Any, others: list[Any], pad: float) -> bool:
@@ -93,6 +123,7 @@ def lead_lag_network_figure(
     *,
     top: int = 30,
     title: str | None = None,
+    max_q_value: float = 1.0,
 ) -> Any:
     """The matplotlib figure of :func:`lead_lag_network_png` (Agg canvas, fixed layout: render
     it with ``tight_layout`` off, as that function does).
@@ -110,8 +141,8 @@ def lead_lag_network_figure(
     room changes, so every label is placed anew). Sizes scale with the resolution together, so
     the PNG's lower-resolution retries keep the labels apart.
     """
-    rows = normalize_pairs(pairs, symbols, top=top)
-    height = min(2.0 + 0.17 * max(len(rows), 4), _NETWORK_MAX_HEIGHT_IN)
+    rows = _with_direction(normalize_pairs(pairs, symbols, top=top), max_q_value)
+    height = min(2.0 + _LEGEND_IN + 0.17 * max(len(rows), 4), _NETWORK_MAX_HEIGHT_IN)
     if not rows:
         fig, ax = new_figure(_NETWORK_WIDTH_IN, height)
         ax.axis("off")
@@ -119,23 +150,29 @@ def lead_lag_network_figure(
         set_title(ax, title or "Lead-lag pairs", "")
         return fig
     with quiet_drawing():
-        fig, unplaced = _draw_network(rows, height, title, with_list=False)
+        fig, unplaced = _draw_network(rows, height, title, max_q_value, with_list=False)
         if unplaced:  # the arrows keep their size in inches: the same labels are placed again
             fig.clear()
-            fig, unplaced = _draw_network(rows, height, title, with_list=True)
+            fig, unplaced = _draw_network(rows, height, title, max_q_value, with_list=True)
     return fig
 
 
 def _draw_network(
-    rows: list[dict[str, Any]], height: float, title: str | None, *, with_list: bool
+    rows: list[dict[str, Any]],
+    height: float,
+    title: str | None,
+    max_q_value: float,
+    *,
+    with_list: bool,
 ) -> tuple[Any, list[int]]:
-    """Draw the network of ``rows``; ``with_list``: widen the figure by a right-hand column and
+    """Draw the network of ``rows`` (two-way ones double-headed) with the legend of
+    :func:`_legend` under it; ``with_list``: widen the figure by a right-hand column and
     list there the pairs whose label fits on no position of its arrow. Returns the figure and
     the indices of the pairs not labelled on their arrow."""
     width = _NETWORK_WIDTH_IN + (_LIST_WIDTH_IN if with_list else 0.0)
     fig, ax = new_figure(width, height)
     top_frac = 1.0 - _TITLE_IN / height
-    bottom_frac = 0.1 / height
+    bottom_frac = (0.1 + _LEGEND_IN) / height
     ax.set_position((0.01, bottom_frac, (_NETWORK_WIDTH_IN - 0.13) / width, top_frac - bottom_frac))
     ax.axis("off")
     ax.set_xlim(-0.02, 1.02)
@@ -165,7 +202,7 @@ def _draw_network(
             xy=(_X_LAGGER, y1),
             xytext=(_X_LEADER, y0),
             arrowprops={
-                "arrowstyle": "-|>",
+                "arrowstyle": _TWO_WAY_ARROW if r["two_way"] else _ONE_WAY_ARROW,
                 "color": color,
                 "lw": 0.8 + (2.4 * (imp - low) / span if span > 0 else 1.2),
                 "shrinkA": 2,
@@ -199,7 +236,61 @@ def _draw_network(
     unplaced = _place_labels(fig, ax, rows, ends, preferred, colors, taken, fontsize - 1)
     if with_list and unplaced:
         _list_pairs(fig, rows, unplaced, colors, bottom_frac, top_frac, width)
+    _legend(fig, max_q_value, height)
     return fig, unplaced
+
+
+def _legend(fig: Any, max_q_value: float, fig_height: float) -> None:
+    """The legend in the strip under the network (:data:`_LEGEND_IN` high, of a figure
+    ``fig_height`` inches high): a one-headed arrow is a one-way pair, a double-headed one
+    (label ``⇄ ...``) a two-way pair, whose reverse pair (lagger → leader) has a q-value at most
+    ``max_q_value``."""
+    from matplotlib.legend_handler import HandlerPatch
+    from matplotlib.patches import FancyArrowPatch
+
+    def arrow(
+        legend: Any,
+        orig_handle: Any,
+        xdescent: float,
+        ydescent: float,
+        width: float,
+        height: float,
+        fontsize: float,
+    ) -> Any:
+        y = height / 2 - ydescent
+        return FancyArrowPatch(
+            (-xdescent, y),
+            (width - xdescent, y),
+            arrowstyle=orig_handle.get_arrowstyle(),
+            mutation_scale=fontsize,
+            color=_LEGEND_COLOR,
+            lw=1.2,
+        )
+
+    handles = [
+        FancyArrowPatch((0, 0), (1, 0), arrowstyle=style)
+        for style in (_ONE_WAY_ARROW, _TWO_WAY_ARROW)
+    ]
+    labels = [
+        "one-way: the reverse pair (lagger → leader) is not significant",
+        f"{direction.TWO_WAY_MARK} two-way: the reverse pair has q ≤ {max_q_value:g} too",
+    ]
+    legend = fig.legend(
+        handles,
+        labels,
+        handler_map={FancyArrowPatch: HandlerPatch(patch_func=arrow)},
+        loc="lower left",
+        bbox_to_anchor=(0.01, 0.04 / fig_height),
+        ncol=1,
+        fontsize=6.5,
+        frameon=False,
+        handlelength=3.5,
+        borderaxespad=0.0,
+        labelspacing=0.3,
+    )
+    legend.set_gid(LEGEND_GID)
+    for text in legend.get_texts():
+        text.set_parse_math(False)
 
 
 def _columns(rows: list[dict[str, Any]]) -> tuple[list[str], list[str], dict[str, list[int]]]:
@@ -320,6 +411,7 @@ def lead_lag_network_png(
     top: int = 30,
     title: str | None = None,
     max_bytes: int = DEFAULT_MAX_PNG_BYTES,
+    max_q_value: float = 1.0,
 ) -> bytes:
     """PNG of the ``top`` lead-lag pairs by improvement as a directed bipartite graph
     (:func:`lead_lag_network_figure`).
@@ -328,11 +420,13 @@ def lead_lag_network_png(
     the mean row of their leaders, which keeps arrows short and mostly horizontal); a symbol
     that both leads and lags appears in both columns. Each arrow goes leader → lagger and is
     labelled ``<lag>d <lagged corr>``: red for a positive lagged correlation, blue for a
-    negative one, thicker for a larger improvement. No two labels overlap: a label with no room
-    on its arrow goes to a list on the right. Symbol names are drawn verbatim (no mathtext),
-    shortened to 18 characters.
+    negative one, thicker for a larger improvement. A two-way pair (its reverse pair has a
+    q-value at most ``max_q_value``, the snapshot's parameter) has a head at both ends and its
+    label starts with ``⇄``; the legend under the network says which is which. No two labels
+    overlap: a label with no room on its arrow goes to a list on the right. Symbol names are
+    drawn verbatim (no mathtext), shortened to 18 characters.
     """
-    fig = lead_lag_network_figure(pairs, symbols, top=top, title=title)
+    fig = lead_lag_network_figure(pairs, symbols, top=top, title=title, max_q_value=max_q_value)
     return figure_png(fig, max_bytes=max_bytes, tight=False)
 
 

@@ -389,14 +389,27 @@ def correlation_histogram(
 # --------------------------------------------------------------------------------------------
 
 _PAIR_FIELDS: tuple[str, ...] = LEAD_LAG_DTYPE.names or ()
+_FLOAT_FIELDS = (
+    "lagged_corr",
+    "sync_corr",
+    "improvement",
+    "p_value",
+    "q_value",
+    "reverse_lagged_corr",
+    "reverse_q_value",
+)
 
 
 def normalize_pairs(
     pairs: Any, symbols: Sequence[str] | None = None, *, top: int | None = None
 ) -> list[dict[str, Any]]:
-    """Lead-lag pairs as dicts ``{leader, lagger, lag, lagged_corr, sync_corr, improvement,
-    overlap}`` with leader/lagger as symbol names, sorted by improvement descending (then
-    leader, lagger; a missing or non-finite improvement last), at most ``top`` of them.
+    """Lead-lag pairs as dicts of the fields of
+    :data:`~corr_pipeline.compute.lead_lag.LEAD_LAG_DTYPE` the input has (``leader``,
+    ``lagger``, ``lag``, ``lagged_corr``, ``sync_corr``, ``improvement``, ``overlap``,
+    ``p_value``, ``q_value`` and the reverse direction ``reverse_lag``, ``reverse_lagged_corr``,
+    ``reverse_q_value``; numbers as Python ``int``/``float``, None kept) with leader/lagger as
+    symbol names, sorted by improvement descending (then leader, lagger; a missing or non-finite
+    improvement last), at most ``top`` of them.
 
     ``pairs``: the structured array of :func:`corr_pipeline.compute.find_lead_lag_pairs`
     (leader/lagger are column indices, translated through ``symbols``), a mapping of columns,
@@ -432,10 +445,10 @@ def normalize_pairs(
                 r[key] = str(symbols[int(value)])
             else:
                 r[key] = str(value)
-        for key in ("lagged_corr", "sync_corr", "improvement"):
+        for key in _FLOAT_FIELDS:
             if key in r and r[key] is not None:
                 r[key] = float(r[key])
-        for key in ("lag", "overlap"):
+        for key in ("lag", "overlap", "reverse_lag"):
             if key in r and r[key] is not None:
                 r[key] = int(r[key])
     rows.sort(key=lambda r: (-finite_or(r.get("improvement"), -math.inf), r["leader"], r["lagger"]))

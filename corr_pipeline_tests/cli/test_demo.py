@@ -80,6 +80,11 @@ def test_demo_seeds_launches_and_explains_the_ui(
         rf"changes against {PREVIOUS}: \d+ symbols in common, mean \|Δcorr\| 0\.\d+", text
     )
     assert text.count("checks: 9/9 passed") == 2
+    # the summary says how many lead-lag pairs are significant and how many two-way
+    assert (
+        len(re.findall(r"\d+ lead-lag pairs, \d+ significant at q ≤ [0-9.e-]+, \d+ two-way", text))
+        == 2
+    ), text
     # the freshness check was evaluated once (the UI shows a verdict, not "not evaluated"); the
     # synthetic prices end on KEY, so a later session cannot be published, and it says so
     (freshness,) = [line for line in lines if "publication_freshness" in line]

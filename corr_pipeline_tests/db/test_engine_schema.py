@@ -194,6 +194,9 @@ def test_init_schema_is_idempotent_and_matches_spec(engine: sa.Engine) -> None:
                     "overlap",
                     "p_value",
                     "q_value",
+                    "reverse_lag",
+                    "reverse_lagged_corr",
+                    "reverse_q_value",
                 },
                 ["snapshot_date", "leader", "lagger"],
             ),
@@ -206,6 +209,12 @@ def test_init_schema_is_idempotent_and_matches_spec(engine: sa.Engine) -> None:
         assert _columns(conn, "synthetic_lead_lag_truth") == {}
         significance = _columns(conn, "lead_lag_pairs")
         assert (significance["p_value"], significance["q_value"]) == ("double precision",) * 2
+        # the reverse direction (SPEC §6 "Direction"): smallint, real like lagged_corr, double
+        assert (
+            significance["reverse_lag"],
+            significance["reverse_lagged_corr"],
+            significance["reverse_q_value"],
+        ) == ("smallint", "real", "double precision")
 
 
 def test_snapshot_children_cascade_and_created_at_default(clean_db: sa.Engine) -> None:

@@ -221,6 +221,7 @@ def test_oldest_schema_with_data_upgrades_to_head_with_nothing_lost(
             "0005",
             "0006",
             "0007",
+            "0008",
         ]
         with old.connect() as conn:
             assert count_rows(conn, moved=True) == counts
@@ -391,6 +392,7 @@ def test_downgrade_to_the_oldest_and_back_keeps_the_rows(new_database: Callable[
         report = migrate.downgrade(db, "0001")
         assert (report.before, report.after) == (HEAD, "0001")
         assert [rev.id for rev in report.applied] == [
+            "0008",
             "0007",
             "0006",
             "0005",
@@ -457,7 +459,16 @@ def test_fresh_database(new_database: Callable[[], str]) -> None:
     with opened(new_database()) as db:
         status = migrate.schema_status(db)
         pending = [rev.id for rev in status.pending]
-        assert status.fresh and pending == ["0001", "0002", "0003", "0004", "0005", "0006", HEAD]
+        assert status.fresh and pending == [
+            "0001",
+            "0002",
+            "0003",
+            "0004",
+            "0005",
+            "0006",
+            "0007",
+            HEAD,
+        ]
         with pytest.raises(SchemaVersionError) as info:
             migrate.require_current(db)
         assert str(info.value) == (
@@ -567,7 +578,7 @@ def test_revision_0007_adds_the_significance_and_keeps_the_pairs(
             )
             before = pairs_text(conn)
             assert not set(_table_columns(conn, "lead_lag_pairs")) & set(columns)
-        assert [rev.id for rev in migrate.upgrade(db).applied] == ["0007"]
+        assert [rev.id for rev in migrate.upgrade(db, "0007").applied] == ["0007"]
         with db.connect() as conn:
             found = _table_columns(conn, "lead_lag_pairs")
             assert {c: found[c] for c in columns} == {
@@ -581,6 +592,7 @@ def test_revision_0007_adds_the_significance_and_keeps_the_pairs(
             ).scalar_one()
             assert nulls == 3
 
+        migrate.upgrade(db)  # the code's reader and publication need the newest revision
         old = published_rows(db, D1)
         assert old is not None and old.lead_lag_pairs.size == 3
         assert np.isnan(old.lead_lag_pairs["p_value"]).all()
@@ -597,16 +609,130 @@ def test_revision_0007_adds_the_significance_and_keeps_the_pairs(
             ).one()
         assert tuple(counts) == (10, 10, 10)
 
-        assert [rev.id for rev in migrate.downgrade(db, "0006").applied] == ["0007"]
+        assert [rev.id for rev in migrate.downgrade(db, "0006").applied] == ["0008", "0007"]
         with db.connect() as conn:
             assert not set(_table_columns(conn, "lead_lag_pairs")) & set(columns)
             assert pairs_text(conn)[:3] == before
             assert conn.execute(sa.text("SELECT count(*) FROM lead_lag_pairs")).scalar_one() == 13
         with db.begin() as conn:  # a development database that already has one of them
             conn.execute(sa.text("ALTER TABLE lead_lag_pairs ADD COLUMN p_value double precision"))
-        assert [rev.id for rev in migrate.upgrade(db).applied] == ["0007"]
+        assert [rev.id for rev in migrate.upgrade(db, "0007").applied] == ["0007"]
         with db.connect() as conn:
             assert set(columns) <= set(_table_columns(conn, "lead_lag_pairs"))
+
+
+def test_revision_0008_adds_the_reverse_direction_and_keeps_the_pairs(
+    new_database: Callable[[], str],
+) -> None:
+    """0007 -> 0008 adds lead_lag_pairs.reverse_lag (smallint), reverse_lagged_corr (real) and
+    reverse_q_value (double precision), NULL for the pairs published before (their reverse
+    direction was never recorded), which the pipeline's reader returns as 0 and NaN; a
+    publication fills them; 0008 -> 0007 drops them and keeps every row, significance included.
+    The upgrade also passes on a database that already has one of them."""
+    columns = {
+        "reverse_lag": ("smallint", "YES"),
+        "reverse_lagged_corr": ("real", "YES"),
+        "reverse_q_value": ("double precision", "YES"),
+    }
+    pair_columns = (
+        "leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap, p_value, q_value"
+    )
+
+    def pairs_text(conn: sa.Connection) -> list[str]:
+        return list(
+            conn.execute(
+                sa.text(
+                    f"SELECT CAST(ROW(snapshot_date, {pair_columns}) AS text) FROM lead_lag_pairs "
+                    "ORDER BY snapshot_date, leader, lagger"
+                )
+            ).scalars()
+        )
+
+    with opened(new_database()) as db:
+        migrate.upgrade(db, "0007")
+        with db.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO snapshots (snapshot_date, as_of_trade_date, n_symbols, "
+                    "n_dropped, lookback_days, params) VALUES (:d, :d, 7, 0, 40, "
+                    "'{\"max_q_value\": 0.05}')"
+                ),
+                {"d": D1},
+            )
+            conn.execute(
+                sa.text("INSERT INTO symbol_clusters VALUES (:d, :s, 0)"),
+                [{"d": D1, "s": s} for s in SYMBOLS],
+            )
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO lead_lag_pairs (snapshot_date, {pair_columns}) "
+                    "VALUES (:d, :a, :b, :l, 0.625, :sync, 0.5, 39, :p, :q)"
+                ),
+                [
+                    {
+                        "d": D1,
+                        "a": "AAA",
+                        "b": "日本株",
+                        "l": 1,
+                        "sync": None,
+                        "p": 1e-9,
+                        "q": 1e-7,
+                    },
+                    {
+                        "d": D1,
+                        "a": "Caf\u00e9",
+                        "b": "z",
+                        "l": 2,
+                        "sync": 0.25,
+                        "p": None,
+                        "q": None,
+                    },
+                    {"d": D1, "a": "z", "b": "AAA", "l": 3, "sync": -0.125, "p": 0.5, "q": 1.0},
+                ],
+            )
+            before = pairs_text(conn)
+            assert not set(_table_columns(conn, "lead_lag_pairs")) & set(columns)
+        assert [rev.id for rev in migrate.upgrade(db).applied] == ["0008"]
+        with db.connect() as conn:
+            found = _table_columns(conn, "lead_lag_pairs")
+            assert {c: found[c] for c in columns} == columns
+            assert pairs_text(conn) == before
+            nulls = conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM lead_lag_pairs WHERE reverse_lag IS NULL "
+                    "AND reverse_lagged_corr IS NULL AND reverse_q_value IS NULL"
+                )
+            ).scalar_one()
+            assert nulls == 3
+
+        old = published_rows(db, D1)
+        assert old is not None and old.lead_lag_pairs.size == 3
+        assert (old.lead_lag_pairs["reverse_lag"] == 0).all()
+        assert np.isnan(old.lead_lag_pairs["reverse_lagged_corr"]).all()
+        assert np.isnan(old.lead_lag_pairs["reverse_q_value"]).all()
+
+        publish(db, D2, n=10)
+        with db.connect() as conn:
+            counts = conn.execute(
+                sa.text(
+                    "SELECT count(*), count(reverse_lag), count(reverse_lagged_corr), "
+                    "count(reverse_q_value) FROM lead_lag_pairs WHERE snapshot_date = :d"
+                ),
+                {"d": D2},
+            ).one()
+        assert tuple(counts) == (10, 10, 10, 10)
+
+        assert [rev.id for rev in migrate.downgrade(db, "0007").applied] == ["0008"]
+        with db.connect() as conn:
+            assert not set(_table_columns(conn, "lead_lag_pairs")) & set(columns)
+            assert pairs_text(conn)[:3] == before
+            assert conn.execute(sa.text("SELECT count(*) FROM lead_lag_pairs")).scalar_one() == 13
+        with db.begin() as conn:  # a development database that already has one of them
+            conn.execute(sa.text("ALTER TABLE lead_lag_pairs ADD COLUMN reverse_lag smallint"))
+        assert [rev.id for rev in migrate.upgrade(db).applied] == ["0008"]
+        with db.connect() as conn:
+            found = _table_columns(conn, "lead_lag_pairs")
+            assert {c: found[c] for c in columns} == columns
 
 
 @pytest.mark.parametrize(

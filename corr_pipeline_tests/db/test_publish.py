@@ -55,6 +55,14 @@ def make_results(n: int, k: int, seed: int, n_pairs: int = 20) -> dict:
     pairs["p_value"] = 10.0 ** -rng.uniform(0, 300, keys.size)
     pairs["p_value"][::5] = 1.0
     pairs["q_value"] = np.minimum(1.0, pairs["p_value"] * rng.uniform(1, 1e4, keys.size))
+    # the reverse direction (SPEC §6 "Direction"): every sixth pair's reverse has no best lag
+    pairs["reverse_lag"] = rng.integers(1, 6, keys.size)
+    pairs["reverse_lagged_corr"] = rng.uniform(-1, 1, keys.size)
+    pairs["reverse_q_value"] = np.minimum(1.0, 10.0 ** -rng.uniform(-1, 30, keys.size))
+    none = np.arange(keys.size) % 6 == 5
+    pairs["reverse_lag"][none] = 0
+    pairs["reverse_lagged_corr"][none] = np.nan
+    pairs["reverse_q_value"][none] = np.nan
     return {
         "symbols": symbols,
         "neighbor_index": index,
@@ -97,6 +105,7 @@ def expected_rows(results: dict, snapshot_date=D) -> dict[str, set]:
     pairs = set()
     for p in results["lead_lag_pairs"]:
         sync = float(p["sync_corr"])
+        back = int(p["reverse_lag"])
         pairs.add(
             (
                 snapshot_date,
@@ -109,6 +118,9 @@ def expected_rows(results: dict, snapshot_date=D) -> dict[str, set]:
                 int(p["overlap"]),
                 float(p["p_value"]),
                 float(p["q_value"]),
+                back or None,  # no reverse best lag: the three are NULL
+                float(p["reverse_lagged_corr"]) if back else None,
+                float(p["reverse_q_value"]) if back else None,
             )
         )
     return {"peer_neighbors": neighbors, "symbol_clusters": clusters, "lead_lag_pairs": pairs}
@@ -123,15 +135,15 @@ def read_rows(engine, snapshot_date=D) -> dict[str, set]:
             (
                 "lead_lag_pairs",
                 "snapshot_date, leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap, "
-                "p_value, q_value",
+                "p_value, q_value, reverse_lag, reverse_lagged_corr, reverse_q_value",
             ),
         ):
             # real columns come back as the shortest decimal of the float4; widen exactly
-            # (the double precision p_value and q_value, the last two, are exact as they are)
-            doubles = 2 if table == "lead_lag_pairs" else 0
+            # (the double precision p_value, q_value and reverse_q_value are exact as they are)
+            doubles = {8, 9, 12} if table == "lead_lag_pairs" else set()
             out[table] = {
                 tuple(
-                    float(np.float32(v)) if isinstance(v, float) and i < len(r) - doubles else v
+                    float(np.float32(v)) if isinstance(v, float) and i not in doubles else v
                     for i, v in enumerate(r)
                 )
                 for r in conn.execute(
@@ -208,8 +220,9 @@ def test_published_rows_are_exact(clean_db):
 
 
 def test_published_rows_reads_the_pairs_back_in_spec_order(clean_db):
-    """``published_rows`` (nine binary arrays, sorted here) gives back exactly the published
-    lead-lag pairs, NaN sync_corr and float64 p/q values included, in SPEC §6 order: improvement descending, then
+    """``published_rows`` (twelve binary arrays, sorted here) gives back exactly the published
+    lead-lag pairs, NaN sync_corr, float64 p/q values and the reverse direction (0 and NaN
+    where it is NULL) included, in SPEC §6 order: improvement descending, then
     leader and lagger names. Tied improvements (a quarter of the pairs share one value) and
     symbols whose names do not sort like their input positions exercise the ties."""
     results = make_results(n=50, k=3, seed=5, n_pairs=40)
@@ -234,6 +247,7 @@ def test_published_rows_reads_the_pairs_back_in_spec_order(clean_db):
     for name in LEAD_LAG_DTYPE.names:
         np.testing.assert_array_equal(got.lead_lag_pairs[name], expected[order][name], err_msg=name)
     assert np.isnan(got.lead_lag_pairs["sync_corr"]).sum() == 10
+    assert (got.lead_lag_pairs["reverse_lag"] == 0).sum() == 6
     assert published_rows(clean_db, dt.date(2024, 1, 2)) is None
 
 
@@ -347,6 +361,19 @@ def test_concurrent_publishers_end_with_one_whole_snapshot(clean_db):
         (lambda r: r["lead_lag_pairs"]["p_value"].__setitem__(0, -1e-9), r"p_value .* \[0, 1\]"),
         (lambda r: r["lead_lag_pairs"]["q_value"].__setitem__(3, 1.5), r"q_value .* \[0, 1\]"),
         (lambda r: r["lead_lag_pairs"]["q_value"].__setitem__(4, np.inf), r"q_value must be fin"),
+        (lambda r: r["lead_lag_pairs"]["reverse_lag"].__setitem__(0, -1), r"reverse_lag .* 0\.\."),
+        (
+            lambda r: r["lead_lag_pairs"]["reverse_lagged_corr"].__setitem__(1, np.nan),
+            r"reverse_lagged_corr must be finite where reverse_lag > 0",
+        ),
+        (
+            lambda r: r["lead_lag_pairs"]["reverse_q_value"].__setitem__(2, 1.5),
+            r"reverse_q_value must be finite and lie in \[0, 1\] where reverse_lag > 0",
+        ),
+        (
+            lambda r: r["lead_lag_pairs"]["reverse_q_value"].__setitem__(3, np.nan),
+            r"reverse_q_value must be finite",
+        ),
         (lambda r: r.__setitem__("neighbor_overlap", None), "required"),
         (
             lambda r: r.__setitem__("lead_lag_pairs", r["lead_lag_pairs"][["leader", "lagger"]]),
@@ -443,3 +470,49 @@ def test_binary_arrays_are_read_exactly_or_refused(clean_db):
     ):
         with pytest.raises(ValueError, match="unexpected array_send output"):
             _from_array_send(bad, kind)
+
+
+def test_reverse_direction_round_trips_and_none_is_null(clean_db):
+    """The reverse direction (SPEC §6 "Direction") goes into smallint, real and double
+    precision columns exactly (float32 and float64 bit for bit, the extremes of [0, 1] and
+    subnormal q-values included) and reads back through ``published_rows``. A reverse_lag of 0
+    (no reverse best lag) publishes all three as NULL whatever its two float fields hold (here
+    the zeros of ``np.zeros``, or NaN), and reads back as 0 and NaN."""
+    results = make_results(n=12, k=2, seed=16, n_pairs=8)
+    pairs = results["lead_lag_pairs"]
+    pairs["reverse_lag"] = [1, 32767, 3, 0, 2, 0, 5, 1]
+    pairs["reverse_lagged_corr"] = np.array(
+        [-1.0, 1.0, np.float32(1 / 3), 0.0, -1e-30, np.nan, 0.5, -0.25], dtype=np.float32
+    )
+    pairs["reverse_q_value"] = [0.0, 1.0, 5e-324, 0.0, 1 / 3, np.nan, 0.05, np.nextafter(0.05, 1)]
+    publish(clean_db, results)
+    assert read_rows(clean_db) == expected_rows(results)
+    with clean_db.connect() as conn:
+        types = conn.execute(
+            sa.text(
+                "SELECT DISTINCT pg_typeof(reverse_lag)::text, pg_typeof(reverse_lagged_corr)::text,"
+                " pg_typeof(reverse_q_value)::text FROM lead_lag_pairs WHERE reverse_lag > 0"
+            )
+        ).all()
+        nulls = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM lead_lag_pairs WHERE reverse_lag IS NULL "
+                "AND reverse_lagged_corr IS NULL AND reverse_q_value IS NULL"
+            )
+        ).scalar_one()
+    assert types == [("smallint", "real", "double precision")]
+    assert nulls == 2
+    got = published_rows(clean_db, D)
+    assert got is not None
+    fields = ["leader", "lagger", "reverse_lag", "reverse_lagged_corr", "reverse_q_value"]
+    by_pair = {
+        (got.symbols[a], got.symbols[b]): rest
+        for a, b, *rest in got.lead_lag_pairs[fields].tolist()
+    }
+    symbols = results["symbols"]
+    for a, b, lag, corr, q in pairs[fields].tolist():
+        back = by_pair[symbols[a], symbols[b]]
+        if lag:
+            assert back == [lag, corr, q]
+        else:
+            assert back[0] == 0 and np.isnan(back[1]) and np.isnan(back[2])

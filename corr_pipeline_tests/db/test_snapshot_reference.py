@@ -30,11 +30,13 @@ def _publish(engine: sa.Engine, day: dt.date, n: int = 30, k: int = 3) -> None:
     index = np.array([[(i + c + 1) % n for c in range(k)] for i in range(n)], dtype=np.int32)
     pairs = np.zeros(n, dtype=[(f, t) for f, t in zip(
         ("leader", "lagger", "lag", "lagged_corr", "sync_corr", "improvement", "overlap",
-         "p_value", "q_value"),
-        ("i4", "i4", "i2", "f4", "f4", "f4", "i4", "f8", "f8"), strict=True)])  # fmt: skip
+         "p_value", "q_value", "reverse_lag", "reverse_lagged_corr", "reverse_q_value"),
+        ("i4", "i4", "i2", "f4", "f4", "f4", "i4", "f8", "f8", "i2", "f4", "f8"),
+        strict=True)])  # fmt: skip
     pairs["leader"], pairs["lagger"] = np.arange(n), (np.arange(n) + 2) % n
     pairs["lag"], pairs["lagged_corr"], pairs["improvement"], pairs["overlap"] = 1, 0.5, 0.1, 40
     pairs["p_value"], pairs["q_value"] = 2.5e-6, 1e-3
+    pairs["reverse_lag"], pairs["reverse_lagged_corr"], pairs["reverse_q_value"] = 2, -0.25, 0.02
     publish_snapshot(
         engine,
         SnapshotResults(

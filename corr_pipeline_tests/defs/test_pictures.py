@@ -54,6 +54,12 @@ def test_markdown_embedding_round_trips_and_is_dagster_metadata():
     }
     meta = pictures.lead_lag_network_metadata(lead_lag_pairs(5, 50), [f"S{i}" for i in range(50)])
     assert set(meta) == {"picture: lead-lag network"}
+    # the snapshot's max_q_value decides which pairs are drawn two-way (its legend names it)
+    strict = pictures.lead_lag_network_metadata(
+        lead_lag_pairs(5, 50), [f"S{i}" for i in range(50)], max_q_value=0.05
+    )
+    assert set(strict) == {"picture: lead-lag network"}
+    assert strict["picture: lead-lag network"].value != meta["picture: lead-lag network"].value
     for key in ("picture: lead-lag network",):
         text = meta[key].value
         assert base64.b64decode(text.split("base64,")[1][:-1])[:8] == PNG_MAGIC
@@ -106,6 +112,9 @@ def test_assets_attach_valid_png_pictures(clean_db, tmp_path):
         pixels = decode(png)
         assert pixels.shape[0] >= 200 and pixels.shape[1] >= 200
     assert -1.0 <= metadata["correlation_matrix"]["corr_mean"].value <= 1.0
+    lead_lag = metadata["lead_lag_pairs"]
+    assert lead_lag["significant_pairs"].value <= lead_lag["n_pairs"].value
+    assert 0 <= lead_lag["two_way_pairs"].value <= lead_lag["n_pairs"].value
     # as the UI lists them: results, then pictures, then the step's figures, then the store's
     for asset, meta in metadata.items():
         keys = list(meta)

@@ -54,8 +54,8 @@ from corr_pipeline_tests.store.store_files import (
         np.array(3.25),
         np.array(
             [
-                (1, 2, 3, 0.5, np.nan, 0.25, 40, 1e-9, 1e-7),
-                (4, 5, 1, -0.75, 0.1, 0.5, 41, 0.5, 1.0),
+                (1, 2, 3, 0.5, np.nan, 0.25, 40, 1e-9, 1e-7, 2, -0.25, 1e-3),
+                (4, 5, 1, -0.75, 0.1, 0.5, 41, 0.5, 1.0, 0, np.nan, np.nan),
             ],
             dtype=LEAD_LAG_DTYPE,
         ),

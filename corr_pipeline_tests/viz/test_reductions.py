@@ -166,6 +166,29 @@ def test_normalize_pairs_names_sorts_and_truncates():
         viz.normalize_pairs(pairs)
 
 
+def test_normalize_pairs_carries_the_significance_and_the_reverse_direction():
+    """p_value, q_value and the reverse direction come through as Python numbers (the reverse
+    lag an int, 0 for none), and a database row's None stays None."""
+    pairs = lead_lag_pairs(2, 5)
+    pairs["improvement"] = [0.5, 0.25]
+    pairs["q_value"] = [1e-6, 0.5]
+    pairs["reverse_lag"] = [2, 0]
+    pairs["reverse_lagged_corr"] = [-0.25, np.nan]
+    pairs["reverse_q_value"] = [0.004, np.nan]
+    first, second = viz.normalize_pairs(pairs, [f"S{i}" for i in range(5)])
+    assert (first["q_value"], first["reverse_lag"], first["reverse_lagged_corr"]) == (
+        1e-6,
+        2,
+        -0.25,
+    )
+    assert type(first["reverse_lag"]) is int and first["reverse_q_value"] == 0.004
+    assert second["reverse_lag"] == 0 and np.isnan(second["reverse_q_value"])
+    (row,) = viz.normalize_pairs(
+        [{"leader": "A", "lagger": "B", "reverse_lag": None, "reverse_q_value": None}]
+    )
+    assert row["reverse_lag"] is None and row["reverse_q_value"] is None
+
+
 # --------------------------------------------------------------------------------------------
 # memory: no N x N temporaries when reading a memory-mapped matrix
 # --------------------------------------------------------------------------------------------

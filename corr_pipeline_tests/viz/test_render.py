@@ -62,6 +62,56 @@ def test_lead_lag_network_png_valid_with_odd_symbols_and_empty():
     decode(empty)
 
 
+def _with_reverse(pairs: np.ndarray, q_values: list[float]) -> np.ndarray:
+    """``pairs`` with a reverse direction: pair ``k`` has reverse q-value ``q_values[k]``
+    (lag 2, correlation -0.2), NaN meaning no reverse best lag (lag 0)."""
+    q = np.asarray(q_values, dtype=np.float64)
+    pairs["reverse_lag"] = np.where(np.isnan(q), 0, 2)
+    pairs["reverse_lagged_corr"] = np.where(np.isnan(q), np.nan, -0.2)
+    pairs["reverse_q_value"] = q
+    return pairs
+
+
+def test_lead_lag_network_draws_two_way_pairs_double_headed_with_a_legend():
+    """A two-way pair (its reverse pair's q-value at most max_q_value, the bound included) is
+    drawn with a head at both ends and labelled ``⇄ <lag>d <corr>``; a one-way pair (reverse
+    not significant, or none) with one head. The legend under the network names both, with the
+    threshold, and overlaps neither a label nor a symbol name."""
+    symbols = [f"S{i}" for i in range(10)]
+    pairs = np.sort(lead_lag_pairs(8, 10, seed=4), order="improvement")[::-1]
+    pairs = _with_reverse(pairs, [0.01, 0.05, 0.06, np.nan, 0.5, 1e-9, np.nan, 0.05])
+    two_way = [True, True, False, False, False, True, False, True]
+    fig = viz.lead_lag_network_figure(pairs, symbols, max_q_value=0.05)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    arrows = [t for t in ax.texts if getattr(t, "arrow_patch", None) is not None]
+    styles = [type(t.arrow_patch.get_arrowstyle()).__name__ for t in arrows]
+    assert styles == ["CurveFilledAB" if w else "CurveFilledB" for w in two_way]
+    labels = [t.get_text() for t in _texts(fig, viz.EDGE_LABEL_GID)]
+    assert sum("⇄ " in label for label in labels) == sum(two_way)  # on arrows or listed
+    (legend,) = fig.legends
+    assert legend.get_gid() == viz.LEGEND_GID
+    entries = [t.get_text() for t in legend.get_texts()]
+    assert entries[0].startswith("one-way") and entries[1].startswith("⇄ two-way")
+    assert "q ≤ 0.05" in entries[1]
+    box = legend.get_window_extent(renderer)
+    for text in _texts(fig, viz.EDGE_LABEL_GID) + _texts(fig, viz.NODE_LABEL_GID):
+        assert not _intersect(box, text.get_window_extent(renderer)), text.get_text()
+    fig.clear()
+
+    strict = viz.lead_lag_network_figure(pairs, symbols, max_q_value=1e-9)
+    styles = [
+        type(t.arrow_patch.get_arrowstyle()).__name__
+        for t in strict.axes[0].texts
+        if getattr(t, "arrow_patch", None) is not None
+    ]
+    assert styles.count("CurveFilledAB") == 1
+    assert "q ≤ 1e-09" in strict.legends[0].get_texts()[1].get_text()
+    png = viz.lead_lag_network_png(pairs, symbols, max_q_value=0.05)
+    assert decode(png).shape[0] > 0 and png != viz.lead_lag_network_png(pairs, symbols)
+
+
 def _complete_pairs(n: int, seed: int = 1) -> np.ndarray:
     """Every ordered pair of ``n`` symbols: each leader has n - 1 arrows, labels must crowd."""
     rng = np.random.default_rng(seed)
