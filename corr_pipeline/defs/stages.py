@@ -513,12 +513,14 @@ def lead_lag_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Ses
         "lead_lag_pairs": ranges.SessionResult(
             bundle,
             {
-                **metadata.lead_lag(pairs, symbols, stats),
+                **metadata.lead_lag(pairs, symbols, stats, max_q_value=params.max_q_value),
                 **step.dashboard,
                 **metadata.pictures(
                     context,
                     "lead-lag network",
-                    lambda: pictures.lead_lag_network_metadata(pairs, symbols),
+                    lambda: pictures.lead_lag_network_metadata(
+                        pairs, symbols, max_q_value=params.max_q_value
+                    ),
                     session=key,
                 ),
             },

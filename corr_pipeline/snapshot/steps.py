@@ -284,7 +284,8 @@ def lead_lag(
     None, on threads. The residuals are T × N like ``R``: their synchronous correlation is the
     scan's lag 0, never a second N × N matrix."""
     m = params.lead_lag_market_modes
-    series, sync = R, corr
+    series: np.ndarray = R
+    sync: np.ndarray | None = corr
     if m > 0:
         found = modes if modes is not None else market_modes(corr, params)
         series, sync = market_residuals(R, found.vectors[:, :m]), None

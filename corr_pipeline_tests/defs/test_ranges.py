@@ -49,6 +49,7 @@ PARAMS = dict(
     max_lag=3,
     k_leaders=3,
     k_laggers=3,
+    max_q_value=1.0,  # every symbol's best lead-lag pairs: rows to publish on a 60-day window
     linkage_method="average",
     distance_threshold=1.2,
     working_memory_mb=16,

@@ -38,6 +38,7 @@ PARAMS: dict[str, Any] = dict(
     k_leaders=2,
     k_laggers=2,
     min_improvement=0.0,
+    max_q_value=1.0,  # every symbol's best lead-lag pairs: rows to publish on 40 days
     linkage_method="average",
     distance_threshold=1.2,
     n_clusters=None,

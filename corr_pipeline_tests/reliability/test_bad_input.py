@@ -40,7 +40,7 @@ def publish_previous(engine: sa.Engine) -> dict[str, list[tuple]]:
         1,
         dtype=LEAD_LAG_DTYPE,
     )
-    pairs[0] = (0, 1, 1, 0.5, 0.1, 0.4, 25, 0.001, 0.002)
+    pairs[0] = (0, 1, 1, 0.5, 0.1, 0.4, 25, 0.001, 0.002, 2, -0.3, 0.01)
     publish_snapshot(
         engine,
         SnapshotResults(
