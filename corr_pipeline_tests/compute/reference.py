@@ -432,7 +432,10 @@ def reference_lead_lag(
     lagged, lagged_overlap = reference_lagged_correlations(R, max_lag, min_overlap)
 
     abs_lagged = np.where(np.isfinite(lagged), np.abs(lagged), -np.inf)
-    best_index = np.argmax(abs_lagged, axis=0)  # first maximum → smallest lag on ties
+    # first maximum → smallest lag on ties; magnitudes that only float64 tells apart are a tie
+    # (the package compares float32 |r|, SPEC §6's near-tie): resolved the package's way, so
+    # that the p-value of every pair, which each q-value depends on, is that lag's
+    best_index = np.argmax(abs_lagged.astype(np.float32), axis=0)
     has_finite = np.isfinite(lagged).any(axis=0)
     best_abs = np.take_along_axis(abs_lagged, best_index[None], axis=0)[0]
     others = abs_lagged.copy()

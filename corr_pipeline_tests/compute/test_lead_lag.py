@@ -723,42 +723,6 @@ def _pairs_exact_p(R: np.ndarray, max_lag: int, min_overlap: int) -> np.ndarray:
     return p
 
 
-def test_dense_leaders_table_path_is_the_general_path() -> None:
-    """A leader present on every row takes the laggers present on every row from a per-lag
-    table instead of forming their sums pair by pair: the same operations, so its counted
-    bins and its bounds are those of the general path, bit for bit (here forced by a chunk
-    whose laggers are mostly irregular, and taken when few are)."""
-    from corr_pipeline.compute.lead_lag import sweep_kernels
-    from corr_pipeline.compute.lead_lag.p_values import N_BINS
-    from corr_pipeline.compute.lead_lag.sweep import Bounds, Sweep, sweep_inputs
-    from corr_pipeline.compute.standardize import standardize
-    from corr_pipeline.compute.workers import worker_pool
-
-    universe = realistic_universe(80, 200, 130, 40, injected=_injected(80, 130, 4, 4))
-    R = universe.R.copy()
-    R[:30, 100:] = np.nan  # a block of laggers listed late: one chunk mostly irregular
-    N = R.shape[1]
-
-    def sweep(share: int):
-        record = np.full((N, N), -2, dtype=np.int64)
-        upper = np.empty((N, N), np.float32)
-        lower = np.empty((N, N), np.float32)
-        rows = np.arange(N)
-        with worker_pool() as pool:
-            inputs = sweep_inputs(standardize(R, pool, layout="lead-lag"), 4, 40)
-            bounds = Bounds(upper, lower, None, rows, 0.0, N_BINS - 400_000)
-            swept = Sweep(inputs)
-            swept.irregular_share = share
-            swept.run(rows, pool, bounds=bounds, record=record)
-        return record, upper, lower
-
-    assert sweep_kernels.IRREGULAR_SHARE == 3
-    table = sweep(3)
-    general = sweep(10**9)  # never the table
-    for got, expected in zip(table, general, strict=True):
-        np.testing.assert_array_equal(got, expected)
-
-
 @pytest.mark.parametrize("name", ["mixed", "constant_segments", "heavy_tails_long"])
 @pytest.mark.parametrize("chunk_rows", [128, 16])
 def test_every_counted_p_value_is_within_the_proved_factor(

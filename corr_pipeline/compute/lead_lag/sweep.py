@@ -81,8 +81,6 @@ from corr_pipeline.compute.correlation.kernels import FALLBACK_TAU
 from corr_pipeline.compute.lead_lag.kernels import pair_data
 from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.lead_lag.sweep_kernels import (
-    IRREGULAR_SHARE,
-    dense_lagger_sums,
     exact_bins,
     lagger_sums,
     shift_leaders,
@@ -202,7 +200,6 @@ class SweepInputs:
     squares: np.ndarray  # T × N float32, Z² rounded
     squares_t: np.ndarray  # N × T float32
     roots: np.ndarray  # N float64, sqrt(S) rounded up
-    dense: tuple  # sweep_kernels.dense_lagger_sums
     chunks: np.ndarray  # the row chunks' boundaries, for P
     q_chunks: np.ndarray  # and for Q
     params: tuple  # (G, γ_Q, η, ln(1 + EPSILON))
@@ -225,7 +222,6 @@ def sweep_inputs(window: Standardized, max_lag: int, min_overlap: int) -> SweepI
         squares=np.square(window.z),
         squares_t=np.square(window.z_t),
         roots=np.sqrt(window.prefix_sq[window.n_rows]) * (1.0 + 2.0**-40),
-        dense=dense_lagger_sums(window.prefix, window.prefix_sq, max_lag),
         chunks=chunks,
         q_chunks=q_chunks,
         params=(
@@ -252,7 +248,6 @@ class Sweep:
         self.workspaces: dict[int, _Workspace] = {}  # per thread
         self.lock = threading.Lock()
         self.activity = np.full(inputs.window.n_cols, N_BINS, dtype=np.int64)
-        self.irregular_share = IRREGULAR_SHARE  # the per-lag table's condition (kernels)
 
     @property
     def k_chunks(self) -> int:
@@ -372,8 +367,8 @@ class Sweep:
         n_spills, n_deferred = sweep_tile(
             products,
             squares,
-            (tile, rows, col0, first_lag, self.min_overlap, FALLBACK_TAU, self.irregular_share),
-            (window.z, window.prefix, window.prefix_sq, self.inputs.roots, self.inputs.dense),
+            (tile, rows, col0, first_lag, self.min_overlap, FALLBACK_TAU),
+            (window.z, window.prefix, window.prefix_sq, self.inputs.roots),
             self.data,
             self.inputs.laggers,
             self.inputs.params,

@@ -15,7 +15,7 @@ import math
 import numpy as np
 from numba import njit
 
-from corr_pipeline.compute.lead_lag.kernels import best_lag, lagged_value, overlap_moments
+from corr_pipeline.compute.lead_lag.kernels import best_lag, lagged_value
 from corr_pipeline.compute.lead_lag.p_values import (
     COARSE_STEPS,
     FINE_BINS,
@@ -25,11 +25,6 @@ from corr_pipeline.compute.lead_lag.p_values import (
     U_LAST,
     t_bin,
 )
-
-IRREGULAR_SHARE = 3
-"""A leader present on every row takes its laggers from the per-lag table
-(:func:`dense_lagger_sums`) when at most a third of a chunk's laggers are irregular (listed late,
-gone early, with gaps), and those pair by pair."""
 
 
 @njit(cache=True, nogil=True)
@@ -182,71 +177,6 @@ def _overlap_sums(
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def dense_lagger_sums(prefix, prefix_sq, max_lag):  # pragma: no cover - compiled
-    """Per lag ``ℓ = 0 .. max_lag`` and lagger ``j`` present on every row, its sums over the
-    rows ``[ℓ, T)`` a leader present on every row meets (``kernels.overlap_moments``' ``sy``
-    and ``syy``, the same operations) and its variance there: ``(sy, syy, var_y)``, each
-    ``(max_lag + 1) × N``."""
-    n_rows, n_cols = prefix.shape[0] - 1, prefix.shape[1]
-    sy = np.empty((max_lag + 1, n_cols))
-    syy = np.empty((max_lag + 1, n_cols))
-    var_y = np.empty((max_lag + 1, n_cols))
-    for lag in range(max_lag + 1):
-        inv_n = 1.0 / max(np.float64(n_rows - lag), 1.0)
-        for j in range(n_cols):
-            sy[lag, j] = prefix[n_rows, j] - prefix[lag, j]
-            syy[lag, j] = prefix_sq[n_rows, j] - prefix_sq[lag, j]
-            var_y[lag, j] = syy[lag, j] - sy[lag, j] * sy[lag, j] * inv_n
-    return sy, syy, var_y
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
-def _dense_lag_values(
-    lag, i, col0, data, dense, p_lag, g_i, root_y, f_overlap, tau, irregular, out
-):  # pragma: no cover - compiled
-    """:func:`_lag_values` for a leader present on every row: the laggers present on every row
-    from the per-lag table ``dense`` (:func:`dense_lagger_sums`), the same sums and formula
-    without forming them per pair, then the ``irregular`` ones (listed late, gone early or
-    with gaps) from ``kernels.overlap_moments``, pair by pair."""
-    magnitude, delta, enough, fine = out
-    prefix_t, prefix_sq_t = data[3], data[4]
-    n_rows = data[0].shape[1]
-    table_sy, table_syy, table_var = dense
-    width = p_lag.shape[0]
-    n = np.float64(n_rows - lag)
-    inv_n = 1.0 / max(n, 1.0)
-    sx = prefix_t[i, n_rows - lag] - prefix_t[i, 0]
-    sxx = prefix_sq_t[i, n_rows - lag] - prefix_sq_t[i, 0]
-    var_x = sxx - sx * sx * inv_n
-    has = n >= f_overlap
-    good_x = var_x > tau * sxx
-    sy = table_sy[lag, col0 : col0 + width]
-    syy = table_syy[lag, col0 : col0 + width]
-    var = table_var[lag, col0 : col0 + width]
-    for c in range(width):
-        var_y = var[c]
-        inv = 1.0 / math.sqrt(max(var_x * var_y, 1e-300))
-        value = min(1.0, max(-1.0, (p_lag[c] - sx * sy[c] * inv_n) * inv))
-        magnitude[c] = abs(value)
-        delta[c] = g_i * root_y[c] * inv + 2.0**-48
-        enough[c] = 1.0 if has else 0.0
-        fine[c] = 1.0 if has & good_x & (var_y > tau * syy[c]) else 0.0
-    for c in irregular:
-        sums = overlap_moments(i, col0 + c, lag, data)
-        count = np.float64(sums[8])
-        inv_count = 1.0 / max(count, 1.0)
-        var_x = sums[4] - sums[2] * sums[2] * inv_count
-        var_y = sums[5] - sums[3] * sums[3] * inv_count
-        inv = 1.0 / math.sqrt(max(var_x * var_y, 1e-300))
-        value = min(1.0, max(-1.0, (p_lag[c] - sums[2] * sums[3] * inv_count) * inv))
-        magnitude[c] = abs(value)
-        delta[c] = g_i * root_y[c] * inv + 2.0**-48
-        ok = count >= f_overlap
-        enough[c] = 1.0 if ok else 0.0
-        fine[c] = 1.0 if ok and var_x > tau * sums[6] and var_y > tau * sums[7] else 0.0
-
-
-@njit(cache=True, nogil=True, error_model="numpy")
 def _lag_values(
     sums, p_lag, g_i, root_y, f_overlap, tau, magnitude, delta, enough, fine
 ):  # pragma: no cover - compiled
@@ -314,8 +244,22 @@ def _choose(
         top_hi[c] = 1.0 if unsure > 0.0 else max(hi, 0.0)
         top_lo[c] = lo
         lag = first_lag + best
-        p = p_all[best, c]
-        q = np.float64(squares[lag - 1, r, c])
+        certain = (unsure == 0.0) & (best_abs >= 0.0) & (best_abs - best_delta - 2.0**-23 > others)
+        best_lag[c] = lag if certain else 0
+        t_hat[c] = p_all[best, c]  # P and Q at the best lag, for _statistic
+        spread[c] = np.float64(squares[lag - 1, r, c])
+    _statistic(g_i, root_y, gamma_q, eta, best_lag, t_hat, spread)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _statistic(g_i, root_y, gamma_q, eta, best_lag, p_best, q_best):  # pragma: no cover - compiled
+    """The robust statistic ``t̂ = P / sqrt(Q)`` at each pair's best lag and its bound ``Δ``
+    (``sweep`` module docstring), in place of ``P`` (``p_best``) and ``Q`` (``q_best``);
+    ``t̂ = 0``, ``Δ = ∞`` where the lag is not certain (``best_lag`` 0) or ``Q`` too small to
+    bound. Branch-free, so that it vectorises."""
+    for c in range(p_best.shape[0]):
+        p = p_best[c]
+        q = q_best[c]
         q_lo = (q - eta) / (1.0 + gamma_q)
         q_hi = (q + eta) / (1.0 - gamma_q)
         t = p / math.sqrt(max(q, 1e-300))
@@ -324,11 +268,9 @@ def _choose(
             - abs(p) / math.sqrt(max(q_hi, 1e-300))
             + 2.0**-48 * abs(t)
         )
-        certain = (unsure == 0.0) & (best_abs >= 0.0) & (best_abs - best_delta - 2.0**-23 > others)
-        usable = certain & (q_lo > 0.0)
-        t_hat[c] = t if usable else 0.0
-        spread[c] = bound if usable else np.inf
-        best_lag[c] = lag if certain else 0
+        usable = (best_lag[c] > 0) & (q_lo > 0.0)
+        p_best[c] = t if usable else 0.0
+        q_best[c] = bound if usable else np.inf
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -390,12 +332,9 @@ def sweep_tile(
 
     ``products[k, s, r, c]``: row chunk ``k``'s float32 ``P`` of lag ``first_lag + s`` for the
     tile's row ``r`` and lagger ``col0 + c``; ``squares[ℓ − 1, r, c]``: its ``Q`` of lag ``ℓ``.
-    ``tile`` = (leaders, rows, col0, first_lag, min_overlap, tau, irregular_share): the tile's
-    leader indices and, per tile row, its row in the bounds (−1: not swept); a leader present
-    on every row takes its regular laggers from the table when at most ``1 / irregular_share``
-    of the chunk's laggers are irregular (:data:`IRREGULAR_SHARE`); ``window`` = (z, prefix, prefix_sq,
-    roots, dense), time-major, ``roots`` the columns' ``sqrt(S)``, ``dense`` the
-    :func:`dense_lagger_sums`; ``laggers``: :func:`lagger_sums`;
+    ``tile`` = (leaders, rows, col0, first_lag, min_overlap, tau): the tile's leader indices
+    and, per tile row, its row in the bounds (−1: not swept); ``window`` = (z, prefix,
+    prefix_sq, roots), time-major, ``roots`` the columns' ``sqrt(S)``; ``laggers``: :func:`lagger_sums`;
     ``params`` = (G, γ_Q, η, ln(1 + EPSILON)); ``counting`` = (count, histogram, spills,
     deferred, activity, low_bins, record): whether to count, the thread's byte histogram, room
     for its spills and deferred pairs (``(leader, lagger, lag)``, the lag 0 unless certain; one
@@ -404,7 +343,7 @@ def sweep_tile(
     ``record`` is not empty; ``outputs`` = (upper, lower, sync_block, given_sync,
     min_improvement, bin_limit), the bounds (empty arrays: none; ``given_sync``:
     ``sync_block`` holds ``corr``). Returns ``(spills, deferred)`` written."""
-    leaders, rows, col0, first_lag, min_overlap, tau, irregular_share = tile
+    leaders, rows, col0, first_lag, min_overlap, tau = tile
     roots = window[3]
     gap_ptr, gap_rows, lo, hi = data[6], data[7], data[8], data[9]
     big_g, gamma_q, eta, log_eps = params
@@ -437,11 +376,6 @@ def sweep_tile(
     t_hat, spread, finite = state[0], state[1], state[4]
     root_y = roots[col0 : col0 + width]
     partial = np.flatnonzero((lo[col0 : col0 + width] != 0) | (hi[col0 : col0 + width] != n_rows))
-    gapped = gap_ptr[col0 + 1 : col0 + width + 1] != gap_ptr[col0 : col0 + width]
-    irregular = np.flatnonzero(
-        (lo[col0 : col0 + width] != 0) | (hi[col0 : col0 + width] != n_rows) | gapped
-    )
-    few_irregular = irregular.size * irregular_share <= width
     lagger_gaps = np.empty((gap_ptr[col0 + width] - gap_ptr[col0], 2), dtype=np.int64)
     for c in range(width):  # (c, row) of each row where a lagger is missing inside its interval
         for k in range(gap_ptr[col0 + c], gap_ptr[col0 + c + 1]):
@@ -454,9 +388,6 @@ def sweep_tile(
             continue
         i = leaders[r]
         g_i = big_g * roots[i]
-        dense_row = (
-            few_irregular and lo[i] == 0 and hi[i] == n_rows and gap_ptr[i] == gap_ptr[i + 1]
-        )
         for s in range(n_slots):
             p_lag = p_all[s]
             for c in range(width):
@@ -464,22 +395,6 @@ def sweep_tile(
             for k in range(1, n_chunks):
                 for c in range(width):
                     p_lag[c] += np.float64(products[k, s, r, c])
-            if dense_row:
-                _dense_lag_values(
-                    first_lag + s,
-                    i,
-                    col0,
-                    data,
-                    window[4],
-                    p_lag,
-                    g_i,
-                    root_y,
-                    f_overlap,
-                    tau,
-                    irregular,
-                    (lags[0][s], lags[1][s], lags[2][s], lags[3][s]),
-                )
-                continue
             _overlap_sums(i, first_lag + s, col0, data, window, laggers, partial, lagger_gaps, sums)
             _lag_values(
                 sums,
