@@ -178,11 +178,12 @@ def _overlap_sums(
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _lag_values(
-    sums, p_lag, g_i, root_y, f_overlap, tau, magnitude, delta, enough, fine
+    sums, p_lag, g_i, root_y, f_overlap, tau, magnitude, delta, kind
 ):  # pragma: no cover - compiled
-    """One lag's ``|r̂|`` and its bound ``δ`` for every lagger (module docstring), whether the
-    lag reaches ``min_overlap`` (``enough``, 1 or 0) and whether neither variance takes the
-    float64 fallback too (``fine``); branch-free, so that it vectorises."""
+    """One lag's ``|r̂|`` (−1 unless the lag is finite and takes no fallback) and its bound
+    ``δ`` for every lagger (module docstring), and ``kind``: 0 when the lag does not reach
+    ``min_overlap``, 1 when it does but a variance takes the float64 fallback, 2 otherwise;
+    branch-free, so that it vectorises."""
     for c in range(p_lag.shape[0]):
         n = sums[6, c]
         inv_n = 1.0 / max(n, 1.0)
@@ -190,12 +191,11 @@ def _lag_values(
         var_y = sums[3, c] - sums[1, c] * sums[1, c] * inv_n
         inv = 1.0 / math.sqrt(max(var_x * var_y, 1e-300))
         value = min(1.0, max(-1.0, (p_lag[c] - sums[0, c] * sums[1, c] * inv_n) * inv))
-        magnitude[c] = abs(value)
-        delta[c] = g_i * root_y[c] * inv + 2.0**-48
         has = n >= f_overlap
-        enough[c] = 1.0 if has else 0.0
-        conditioned = (var_x > tau * sums[4, c]) & (var_y > tau * sums[5, c])
-        fine[c] = 1.0 if has & conditioned else 0.0
+        fine = has & (var_x > tau * sums[4, c]) & (var_y > tau * sums[5, c])
+        magnitude[c] = abs(value) if fine else -1.0
+        delta[c] = g_i * root_y[c] * inv + 2.0**-48
+        kind[c] = 2.0 if fine else (1.0 if has else 0.0)
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -207,32 +207,35 @@ def _choose(
     (module docstring of ``sweep``; ``Δ = ∞``, ``t̂ = 0`` when the lag is not certain or ``Q``
     too small to bound), and for the bounds the largest ``|r̂| ± δ`` over the lags (1 for the
     upper one when a lag takes the fallback), whether a lag is finite, and the best lag when
-    it is certain (else 0). ``lags`` = the per-slot (magnitude, delta, enough, fine) arrays;
+    it is certain (else 0). ``lags`` = the per-slot (magnitude, delta, kind) arrays of
+    :func:`_lag_values`;
     ``state`` = (t_hat, spread, top_hi, top_lo, finite, sync_lo, sync_hi, best_lag)."""
-    magnitude, delta, enough, fine = lags
+    magnitude, delta, kind = lags
     gamma_q, eta = params
     t_hat, spread, top_hi, top_lo, finite, sync_lo, sync_hi, best_lag = state
     n_slots = magnitude.shape[0]
     first = 1 - first_lag  # the slot of lag 1
+    if first_lag == 0:
+        for c in range(magnitude.shape[1]):
+            m0 = magnitude[0, c]
+            sync_lo[c] = max(m0 - delta[0, c], 0.0) if m0 >= 0.0 else 0.0
+            sync_hi[c] = min(m0 + delta[0, c], 1.0) if m0 >= 0.0 else min(kind[0, c], 1.0)
     for c in range(magnitude.shape[1]):
-        if first_lag == 0:
-            ok0 = fine[0, c] > 0.0
-            sync_lo[c] = max(magnitude[0, c] - delta[0, c], 0.0) if ok0 else 0.0
-            sync_hi[c] = min(magnitude[0, c] + delta[0, c], 1.0) if ok0 else enough[0, c]
         best = first
         best_abs = -1.0
         best_delta = 0.0
         others = -np.inf
         hi = -np.inf
         lo = -np.inf
-        unsure = 0.0
+        worst = 2.0  # the smallest kind over the finite lags: 1 when one takes the fallback
         any_finite = 0.0
         for s in range(first, n_slots):  # branch-free: selects, no jumps on the data
-            any_finite = max(any_finite, enough[s, c])
-            unsure = max(unsure, enough[s, c] - fine[s, c])
-            ok = fine[s, c] > 0.0
-            m = magnitude[s, c] if ok else -1.0
+            k = kind[s, c]
+            any_finite = max(any_finite, k)
+            worst = min(worst, k) if k > 0.0 else worst
+            m = magnitude[s, c]
             d = delta[s, c]
+            ok = m >= 0.0
             better = m > best_abs
             others = max(others, best_abs + best_delta if better else m + d)
             hi = max(hi, m + d) if ok else hi
@@ -240,11 +243,13 @@ def _choose(
             best = s if better else best
             best_delta = d if better else best_delta
             best_abs = m if better else best_abs
+        unsure = worst < 2.0
+        any_finite = min(any_finite, 1.0)
         finite[c] = any_finite
-        top_hi[c] = 1.0 if unsure > 0.0 else max(hi, 0.0)
+        top_hi[c] = 1.0 if unsure else max(hi, 0.0)
         top_lo[c] = lo
         lag = first_lag + best
-        certain = (unsure == 0.0) & (best_abs >= 0.0) & (best_abs - best_delta - 2.0**-23 > others)
+        certain = (not unsure) & (best_abs >= 0.0) & (best_abs - best_delta - 2.0**-23 > others)
         best_lag[c] = lag if certain else 0
         t_hat[c] = p_all[best, c]  # P and Q at the best lag, for _statistic
         spread[c] = np.float64(squares[lag - 1, r, c])
@@ -358,10 +363,9 @@ def sweep_tile(
     sums = np.empty((7, width))
     p_all = np.empty((n_slots, width))
     lags = (
-        np.empty((n_slots, width)),  # |r̂|
+        np.empty((n_slots, width)),  # |r̂|, −1 unless finite and without fallback
         np.empty((n_slots, width)),  # δ
-        np.empty((n_slots, width)),  # the lag reaches min_overlap (1, 0)
-        np.empty((n_slots, width)),  # ... and takes no fallback
+        np.empty((n_slots, width)),  # 0: below min_overlap, 1: a fallback, 2: fine
     )
     state = (
         np.empty(width),  # t̂
@@ -406,7 +410,6 @@ def sweep_tile(
                 lags[0][s],
                 lags[1][s],
                 lags[2][s],
-                lags[3][s],
             )
         _choose(r, first_lag, lags, p_all, squares, g_i, root_y, (gamma_q, eta), state)
         self_c = i - col0 if col0 <= i < col0 + width else -1
