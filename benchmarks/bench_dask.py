@@ -60,7 +60,13 @@ from typing import Any
 import numpy as np
 from common import PeakMemory, git_commit, machine_line
 
-from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation, top_k_neighbors
+from corr_pipeline.compute import (
+    find_lead_lag_pairs,
+    market_modes,
+    market_residuals,
+    pairwise_correlation,
+    top_k_neighbors,
+)
 from corr_pipeline.compute.correlation.striped import (
     CORRELATION_STRIPE_ROWS,
     correlation_stripe,
@@ -106,7 +112,16 @@ def _warm_up(t: int, min_overlap: int, max_lag: int, k: int) -> None:
         top_k_neighbors(corr, k=k, overlap=overlap)
         striped_neighbors(corr, runner, k=k, overlap=overlap, working_memory_mb=512)
         for run in (find_lead_lag_pairs, partial(striped_lead_lag, runner=runner)):
-            run(R, max_lag=max_lag, k_leaders=k, k_laggers=k, min_overlap=min_overlap, corr=corr)
+            for sync, max_q in ((corr, 1.0), (None, 0.05)):  # the seed's scan, the pipeline's
+                run(
+                    R,
+                    max_lag=max_lag,
+                    k_leaders=k,
+                    k_laggers=k,
+                    min_overlap=min_overlap,
+                    corr=sync,
+                    max_q_value=max_q,
+                )
 
 
 def _cpu_seconds() -> float:
@@ -236,6 +251,22 @@ def main() -> None:
     )
     parser.add_argument("--products", nargs="+", choices=PRODUCTS, default=list(PRODUCTS))
     parser.add_argument(
+        "--market-modes",
+        type=int,
+        default=1,
+        metavar="M",
+        help="the lead-lag scans the market residuals after the M strongest modes of corr "
+        "(found once, untimed), as the pipeline with lead_lag_market_modes = M (default 1); "
+        "0: the returns with corr",
+    )
+    parser.add_argument(
+        "--max-q",
+        type=float,
+        default=0.05,
+        metavar="Q",
+        help="the lead-lag's max_q_value (default 0.05, the pipeline's)",
+    )
+    parser.add_argument(
         "--rounds",
         type=int,
         default=1,
@@ -318,7 +349,8 @@ def main() -> None:
         f"{args.max_lag}, k = {args.k}; LocalCluster {args.workers} workers x "
         f"{args.threads_per_worker} thread(s), stripes "
         f"of {args.stripe_rows or f'{CORRELATION_STRIPE_ROWS} (correlation), {DEFAULT_STRIPE_ROWS}'} rows"
-        f"{', worker profiler off' if args.no_worker_profiler else ''}; {_load()}"
+        f"{', worker profiler off' if args.no_worker_profiler else ''}; lead-lag: market modes "
+        f"{args.market_modes}, max_q_value {args.max_q}; {_load()}"
     )
     _, idle, idle_cpu, _ = _timed(lambda: time.sleep(_IDLE_SECONDS), client)
     print(
@@ -363,27 +395,33 @@ def main() -> None:
         ),
         "lead_lag": (
             lambda: find_lead_lag_pairs(
-                R,
+                lead_lag_input[0],
                 max_lag=args.max_lag,
                 k_leaders=args.k,
                 k_laggers=args.k,
                 min_overlap=args.min_overlap,
-                corr=corr_t,
+                corr=lead_lag_input[1],
+                max_q_value=args.max_q,
             ),
             lambda: striped_lead_lag(
-                R,
+                lead_lag_input[0],
                 runner,
                 max_lag=args.max_lag,
                 k_leaders=args.k,
                 k_laggers=args.k,
                 min_overlap=args.min_overlap,
-                corr=corr_t,
+                corr=lead_lag_input[1],
+                max_q_value=args.max_q,
                 stripe_rows=args.stripe_rows or DEFAULT_STRIPE_ROWS,
             ),
         ),
     }
+    lead_lag_input: tuple[np.ndarray, np.ndarray | None] = (R, corr_t)
     if {"neighbors", "lead_lag"} & set(args.products):
         pairwise_correlation(R, min_overlap=args.min_overlap, out_corr=corr_t, out_overlap=ov_t)
+    if "lead_lag" in args.products and args.market_modes:
+        vectors = market_modes(corr_t, args.market_modes).vectors
+        lead_lag_input = (market_residuals(R, vectors), None)
 
     def run(
         product: str, path: str, keep: bool

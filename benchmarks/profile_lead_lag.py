@@ -2,20 +2,24 @@
 
     python benchmarks/profile_lead_lag.py --n 6000 --t 350
     python benchmarks/profile_lead_lag.py --n 6000 --t 350 --corr-memmap /tmp/corr6000/corr.npy
+    python benchmarks/profile_lead_lag.py --n 6000 --t 350 --corr-memmap corr.npy --market-modes 1 --max-q 0.05
     python benchmarks/profile_lead_lag.py --n 12000 --t 252 --stripes 512 --workers 2
 
-Wraps, for the duration of one call (after a warm-up call), the products (``np.matmul``:
-the screen's float32 and the exact pass's float64), each numba kernel of
-:mod:`corr_pipeline.compute.lead_lag.kernels` the scan calls and the exact pass's
-(``exact_pass.count_tile``), the standardisation and the screen set-up, and accumulates the CPU time of the calling thread (``time.thread_time``) per part;
+Wraps, for the duration of one call (after a warm-up call), the sweep's float32 products
+(``np.matmul``), its kernel (``sweep_kernels.sweep_tile``) and the exact evaluation of the pairs
+it defers, each selection kernel of :mod:`corr_pipeline.compute.lead_lag.kernels`, the
+standardisation and the sweep's set-up, and accumulates the CPU time of the calling thread
+(``time.thread_time``) per part;
 "rest" is the process CPU time less their sum (numpy selections, pool merging, sorting). Also
 prints the pairs evaluated exactly (the selection kernels return their counts) and the column
 candidates pooled, against the pairs reported, and the parts in *CPU floors*: CPU seconds over
 the best process CPU seconds of the floor ``R0.T @ R0`` (both cores' BLAS threads, best of 7,
 same process). CPU seconds move less with the machine's load than wall seconds.
-``--corr-memmap`` passes the synchronous correlation as the pipeline does (a read-only map of
-``bench_correlation.py --memmap``'s ``corr.npy`` for the same N and T): the exact pass then
-bounds the scan as well.
+``--corr-memmap`` passes the synchronous correlation (a read-only map of
+``bench_correlation.py --memmap``'s ``corr.npy`` for the same N and T); with ``--market-modes
+M`` the call scans the market residuals after that ``corr``'s ``M`` strongest modes instead, as
+the pipeline does (the residuals in the profiled call, the modes before it); ``--max-q Q`` is
+``max_q_value``.
 
 With ``--stripes ROWS``: the threaded call, then
 :func:`~corr_pipeline.compute.lead_lag.striped.striped_lead_lag` in stripes of ``ROWS`` leaders run one
@@ -39,11 +43,11 @@ import numpy as np
 from common import git_commit, machine_line
 
 from corr_pipeline.bench.floor import gemm_floor_times
-from corr_pipeline.compute import find_lead_lag_pairs
-from corr_pipeline.compute.lead_lag import exact_pass as xp
+from corr_pipeline.compute import find_lead_lag_pairs, market_modes, market_residuals
 from corr_pipeline.compute.lead_lag import kernels as llk
 from corr_pipeline.compute.lead_lag import pairs as ll
 from corr_pipeline.compute.lead_lag import striped as ls
+from corr_pipeline.compute.lead_lag import sweep as sw
 from corr_pipeline.compute.lead_lag.striped import striped_lead_lag
 from corr_pipeline.compute.parallel import runners as st
 from corr_pipeline.synth import ragged_returns
@@ -107,8 +111,8 @@ def profile(call: Callable[[], np.ndarray]) -> tuple[Parts, float, np.ndarray]:
             "matmul",
             timed(parts, "GEMM products (every lag)", np.matmul),
         ),
-        (llk, "screen_tile", timed(parts, "bound kernel (screen_tile)", llk.screen_tile)),
-        (xp, "count_tile", timed(parts, "exact pass kernel (count_tile)", xp.count_tile)),
+        (sw, "sweep_tile", timed(parts, "sweep kernel (sweep_tile)", sw.sweep_tile)),
+        (sw, "exact_bins", timed(parts, "deferred pairs, exact", sw.exact_bins)),
         (llk, "select_rows", timed(parts, "rows: select + exact", llk.select_rows, True)),
         (
             llk,
@@ -119,8 +123,8 @@ def profile(call: Callable[[], np.ndarray]) -> tuple[Parts, float, np.ndarray]:
         (ll, "standardize", timed(parts, "standardize", ll.standardize)),
         (st, "standardize", timed(parts, "standardize", st.standardize)),
         (ls, "standardize", timed(parts, "standardize", ls.standardize)),
-        (ll, "make_screen", timed(parts, "screen set-up", ll.make_screen)),
-        (ls, "make_screen", timed(parts, "screen set-up", ls.make_screen)),
+        (ll, "sweep_inputs", timed(parts, "sweep set-up", ll.sweep_inputs)),
+        (ls, "sweep_inputs", timed(parts, "sweep set-up", ls.sweep_inputs)),
     ]
     saved = [(module, attr, getattr(module, attr)) for module, attr, _ in patches]
     for module, attr, fn in patches:
@@ -162,19 +166,31 @@ def main() -> None:
     parser.add_argument("--stripes", type=int, metavar="ROWS", help="also the striped scan")
     parser.add_argument("--workers", type=int, default=2, help="workers the stripes simulate")
     parser.add_argument("--corr-memmap", type=Path, help="corr.npy of the same N and T")
+    parser.add_argument("--market-modes", type=int, default=0, metavar="M")
+    parser.add_argument("--max-q", type=float, default=1.0, metavar="Q")
     args = parser.parse_args()
     returns = ragged_returns(args.t, args.n, seed=1)
     corr = None if args.corr_memmap is None else np.load(args.corr_memmap, mmap_mode="r")
     if corr is not None and corr.shape != (args.n, args.n):
         raise SystemExit(f"{args.corr_memmap} is {corr.shape}, expected N = {args.n}")
     params = dict(
-        max_lag=args.max_lag, k_leaders=args.k, k_laggers=args.k, min_overlap=args.min_overlap
+        max_lag=args.max_lag,
+        k_leaders=args.k,
+        k_laggers=args.k,
+        min_overlap=args.min_overlap,
+        max_q_value=args.max_q,
     )
-    calls = {"threads": lambda: find_lead_lag_pairs(returns, corr=corr, **params)}
+    series, sync = returns, corr
+    if args.market_modes:
+        if corr is None:
+            raise SystemExit("--market-modes needs --corr-memmap (the modes are corr's)")
+        vectors = market_modes(corr, args.market_modes).vectors
+        series, sync = market_residuals(returns, vectors), None
+    calls = {"threads": lambda: find_lead_lag_pairs(series, corr=sync, **params)}
     if args.stripes:
         runner = FloorAfter(args.workers)
         calls[f"stripes of {args.stripes} rows, floors as {args.workers} workers get them"] = (
-            lambda: striped_lead_lag(returns, runner, corr=corr, stripe_rows=args.stripes, **params)
+            lambda: striped_lead_lag(series, runner, corr=sync, stripe_rows=args.stripes, **params)
         )
     small = returns[:, :300]
     find_lead_lag_pairs(small, **params)  # compile / warm up
@@ -182,7 +198,10 @@ def main() -> None:
     floor_walls, floor_cpus = gemm_floor_times(returns)
     floor, floor_cpu = min(floor_walls), min(floor_cpus)
     print(f"# {machine_line()}; commit {git_commit()}")
-    print(f"# N = {args.n}, T = {args.t}, max_lag = {args.max_lag}, k = {args.k}")
+    print(
+        f"# N = {args.n}, T = {args.t}, max_lag = {args.max_lag}, k = {args.k}, market modes "
+        f"{args.market_modes}, max_q_value {args.max_q}"
+    )
     print(f"# floor R0.T @ R0: {floor:.3f} s wall, {floor_cpu:.3f} s CPU (each the best of 7)")
     results = []
     for title, call in calls.items():
