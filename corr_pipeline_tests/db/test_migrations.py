@@ -497,6 +497,33 @@ def _table_columns(conn: sa.Connection, table: str) -> dict[str, tuple[str, str]
     }
 
 
+def _pairs_text(conn: sa.Connection, pair_columns: str) -> list[str]:
+    """Every lead_lag_pairs row's ``pair_columns`` as PostgreSQL's text of a row, in order."""
+    return list(
+        conn.execute(
+            sa.text(
+                f"SELECT CAST(ROW(snapshot_date, {pair_columns}) AS text) FROM lead_lag_pairs "
+                "ORDER BY snapshot_date, leader, lagger"
+            )
+        ).scalars()
+    )
+
+
+def _insert_snapshot(conn: sa.Connection, params: str = "{}") -> None:
+    """A snapshot of ``SYMBOLS`` on ``D1`` (lookback 40, one cluster), ``params`` its JSON."""
+    conn.execute(
+        sa.text(
+            "INSERT INTO snapshots (snapshot_date, as_of_trade_date, n_symbols, "
+            "n_dropped, lookback_days, params) VALUES (:d, :d, 7, 0, 40, CAST(:params AS jsonb))"
+        ),
+        {"d": D1, "params": params},
+    )
+    conn.execute(
+        sa.text("INSERT INTO symbol_clusters VALUES (:d, :s, 0)"),
+        [{"d": D1, "s": s} for s in SYMBOLS],
+    )
+
+
 def test_revision_0006_records_publications_and_keeps_the_change_sets(
     new_database: Callable[[], str],
 ) -> None:
@@ -541,30 +568,10 @@ def test_revision_0007_adds_the_significance_and_keeps_the_pairs(
     columns = ("p_value", "q_value")
     pair_columns = "leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap"
 
-    def pairs_text(conn: sa.Connection) -> list[str]:
-        return list(
-            conn.execute(
-                sa.text(
-                    f"SELECT CAST(ROW(snapshot_date, {pair_columns}) AS text) FROM lead_lag_pairs "
-                    "ORDER BY snapshot_date, leader, lagger"
-                )
-            ).scalars()
-        )
-
     with opened(new_database()) as db:
         migrate.upgrade(db, "0006")
         with db.begin() as conn:
-            conn.execute(
-                sa.text(
-                    "INSERT INTO snapshots (snapshot_date, as_of_trade_date, n_symbols, "
-                    "n_dropped, lookback_days) VALUES (:d, :d, 7, 0, 40)"
-                ),
-                {"d": D1},
-            )
-            conn.execute(
-                sa.text("INSERT INTO symbol_clusters VALUES (:d, :s, 0)"),
-                [{"d": D1, "s": s} for s in SYMBOLS],
-            )
+            _insert_snapshot(conn)
             conn.execute(
                 sa.text(
                     f"INSERT INTO lead_lag_pairs (snapshot_date, {pair_columns}) "
@@ -576,7 +583,7 @@ def test_revision_0007_adds_the_significance_and_keeps_the_pairs(
                     {"d": D1, "a": "z", "b": "AAA", "l": 3, "sync": -0.125},
                 ],
             )
-            before = pairs_text(conn)
+            before = _pairs_text(conn, pair_columns)
             assert not set(_table_columns(conn, "lead_lag_pairs")) & set(columns)
         assert [rev.id for rev in migrate.upgrade(db, "0007").applied] == ["0007"]
         with db.connect() as conn:
@@ -584,7 +591,7 @@ def test_revision_0007_adds_the_significance_and_keeps_the_pairs(
             assert {c: found[c] for c in columns} == {
                 c: ("double precision", "YES") for c in columns
             }
-            assert pairs_text(conn) == before
+            assert _pairs_text(conn, pair_columns) == before
             nulls = conn.execute(
                 sa.text(
                     "SELECT count(*) FROM lead_lag_pairs WHERE p_value IS NULL AND q_value IS NULL"
@@ -612,7 +619,7 @@ def test_revision_0007_adds_the_significance_and_keeps_the_pairs(
         assert [rev.id for rev in migrate.downgrade(db, "0006").applied] == ["0008", "0007"]
         with db.connect() as conn:
             assert not set(_table_columns(conn, "lead_lag_pairs")) & set(columns)
-            assert pairs_text(conn)[:3] == before
+            assert _pairs_text(conn, pair_columns)[:3] == before
             assert conn.execute(sa.text("SELECT count(*) FROM lead_lag_pairs")).scalar_one() == 13
         with db.begin() as conn:  # a development database that already has one of them
             conn.execute(sa.text("ALTER TABLE lead_lag_pairs ADD COLUMN p_value double precision"))
@@ -638,31 +645,10 @@ def test_revision_0008_adds_the_reverse_direction_and_keeps_the_pairs(
         "leader, lagger, lag, lagged_corr, sync_corr, improvement, overlap, p_value, q_value"
     )
 
-    def pairs_text(conn: sa.Connection) -> list[str]:
-        return list(
-            conn.execute(
-                sa.text(
-                    f"SELECT CAST(ROW(snapshot_date, {pair_columns}) AS text) FROM lead_lag_pairs "
-                    "ORDER BY snapshot_date, leader, lagger"
-                )
-            ).scalars()
-        )
-
     with opened(new_database()) as db:
         migrate.upgrade(db, "0007")
         with db.begin() as conn:
-            conn.execute(
-                sa.text(
-                    "INSERT INTO snapshots (snapshot_date, as_of_trade_date, n_symbols, "
-                    "n_dropped, lookback_days, params) VALUES (:d, :d, 7, 0, 40, "
-                    "'{\"max_q_value\": 0.05}')"
-                ),
-                {"d": D1},
-            )
-            conn.execute(
-                sa.text("INSERT INTO symbol_clusters VALUES (:d, :s, 0)"),
-                [{"d": D1, "s": s} for s in SYMBOLS],
-            )
+            _insert_snapshot(conn, '{"max_q_value": 0.05}')
             conn.execute(
                 sa.text(
                     f"INSERT INTO lead_lag_pairs (snapshot_date, {pair_columns}) "
@@ -690,13 +676,13 @@ def test_revision_0008_adds_the_reverse_direction_and_keeps_the_pairs(
                     {"d": D1, "a": "z", "b": "AAA", "l": 3, "sync": -0.125, "p": 0.5, "q": 1.0},
                 ],
             )
-            before = pairs_text(conn)
+            before = _pairs_text(conn, pair_columns)
             assert not set(_table_columns(conn, "lead_lag_pairs")) & set(columns)
         assert [rev.id for rev in migrate.upgrade(db).applied] == ["0008"]
         with db.connect() as conn:
             found = _table_columns(conn, "lead_lag_pairs")
             assert {c: found[c] for c in columns} == columns
-            assert pairs_text(conn) == before
+            assert _pairs_text(conn, pair_columns) == before
             nulls = conn.execute(
                 sa.text(
                     "SELECT count(*) FROM lead_lag_pairs WHERE reverse_lag IS NULL "
@@ -725,7 +711,7 @@ def test_revision_0008_adds_the_reverse_direction_and_keeps_the_pairs(
         assert [rev.id for rev in migrate.downgrade(db, "0007").applied] == ["0008"]
         with db.connect() as conn:
             assert not set(_table_columns(conn, "lead_lag_pairs")) & set(columns)
-            assert pairs_text(conn)[:3] == before
+            assert _pairs_text(conn, pair_columns)[:3] == before
             assert conn.execute(sa.text("SELECT count(*) FROM lead_lag_pairs")).scalar_one() == 13
         with db.begin() as conn:  # a development database that already has one of them
             conn.execute(sa.text("ALTER TABLE lead_lag_pairs ADD COLUMN reverse_lag smallint"))
