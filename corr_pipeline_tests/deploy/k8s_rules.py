@@ -87,12 +87,21 @@ def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 
 
 class Pod:
-    """A pod as NetworkPolicies see it: its labels and its namespace's labels."""
+    """A pod as NetworkPolicies see it: its labels and its namespace's labels (the name label
+    Kubernetes sets on every namespace, and ``namespace_labels``)."""
 
-    def __init__(self, labels: dict[str, str], namespace: str) -> None:
+    def __init__(
+        self,
+        labels: dict[str, str],
+        namespace: str,
+        namespace_labels: dict[str, str] | None = None,
+    ) -> None:
         self.labels = labels
         self.namespace = namespace
-        self.namespace_labels = {"kubernetes.io/metadata.name": namespace}
+        self.namespace_labels = {
+            **(namespace_labels or {}),
+            "kubernetes.io/metadata.name": namespace,
+        }
 
 
 def _peer_matches(peer: dict[str, Any], source: Pod, policy_namespace: str) -> bool:

@@ -5,8 +5,9 @@
   Security Standard, which the namespace enforces; the pods that need no Kubernetes API mount no
   token; ours have a read-only root file system.
 - The NetworkPolicies, evaluated for every pair of pods and port: only run pods and workers reach
-  the Dask scheduler, only the webserver and daemon reach the code server, nothing else reaches
-  anything but the webserver.
+  the Dask scheduler, only the webserver and daemon reach the code server, only pods of the
+  namespace labelled ``corr-pipeline/ui-proxy=true`` reach the webserver, nothing else reaches
+  anything.
 - The Dask commands of ``deploy/k8s/dask.yaml``, run here as processes with certificates made
   as ``secret.example.yaml`` says: a cluster that the runs' settings reach over TLS and that
   refuses a plain TCP client and a client of another authority.
@@ -174,8 +175,9 @@ def test_the_rules_refuse_what_the_standard_refuses():
 
 
 def _pods() -> dict[str, Pod]:
-    """Every kind of pod of the deploy, with the labels its template gives it, and two
-    outsiders: an unlabelled pod in the namespace and a pod of another namespace."""
+    """Every kind of pod of the deploy, with the labels its template gives it, the UI's proxy
+    (a namespace labelled for it), and two outsiders: an unlabelled pod in the namespace and a
+    pod of another namespace."""
     chart = {"app.kubernetes.io/name": "dagster", "app.kubernetes.io/instance": "dagster"}
     run_labels = {
         **get_common_labels(),
@@ -196,7 +198,8 @@ def _pods() -> dict[str, Pod]:
         ),
         "run": Pod(run_labels, NAMESPACE),
         "stranger": Pod({"app": "debug"}, NAMESPACE),
-        "other-namespace": Pod({"app": "ingress"}, "ingress-nginx"),
+        "ui-proxy": Pod({"app": "proxy"}, "ingress-nginx", {"corr-pipeline/ui-proxy": "true"}),
+        "other-namespace": Pod({"app": "ingress"}, "monitoring"),
     }
 
 
@@ -206,6 +209,7 @@ EXPECTED = {
     ("dask-worker", 8788): {"run", "dask-scheduler", "dask-worker"},
     ("dask-worker", 8789): {"run", "dask-scheduler", "dask-worker"},
     ("code-server", 3030): {"webserver", "daemon"},
+    ("webserver", 8080): {"ui-proxy"},
 }
 PORTS = (8786, 8787, 8788, 8789, 3030, 8080, 5432)
 
@@ -229,18 +233,14 @@ def _reachable(policies: list[dict[str, Any]]) -> dict[tuple[str, int], set[str]
 
 
 def test_each_policy_lets_in_exactly_the_pods_it_should():
-    reachable = _reachable(_policies())
-    everyone = set(_pods())
-    for (target, port), sources in reachable.items():
-        if target == "webserver" and port == 8080:  # the UI, behind the proxy (comment there)
-            assert sources == everyone
-        else:
-            assert sources == EXPECTED.get((target, port), set()), (target, port)
+    for (target, port), sources in _reachable(_policies()).items():
+        assert sources == EXPECTED.get((target, port), set()), (target, port)
 
 
 def test_the_policy_check_can_fail():
     """Without the default deny, a stranger reaches the code server; with a policy that lets
-    every pod reach the scheduler, so does the code server."""
+    every pod reach the scheduler, so does the code server; with the webserver's peer any
+    namespace, a pod of another namespace reaches the UI."""
     policies = _policies()
     without_deny = [p for p in policies if p["metadata"]["name"] != "default-deny-ingress"]
     assert (
@@ -251,6 +251,9 @@ def test_the_policy_check_can_fail():
     (scheduler,) = [p for p in opened if p["metadata"]["name"].startswith("dask-scheduler")]
     scheduler["spec"]["ingress"][0]["from"] = [{"podSelector": {}}]
     assert "code-server" in _reachable(opened)[("dask-scheduler", 8786)]
+    (webserver,) = [p for p in opened if p["metadata"]["name"] == "webserver-from-the-proxy"]
+    webserver["spec"]["ingress"][0]["from"] = [{"namespaceSelector": {}}]
+    assert "other-namespace" in _reachable(opened)[("webserver", 8080)]
 
 
 # ------------------------------------------------------------------------------------------------
