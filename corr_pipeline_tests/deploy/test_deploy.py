@@ -2,13 +2,15 @@
 
 - ``deploy/dagster.yaml`` is loaded by Dagster: every field validated by the config schemas of
   Dagster, dagster-postgres and dagster-k8s; its PostgreSQL storage created on a real server (the
-  test server, reached over TCP); its K8s run launcher built (in-cluster configuration from a
-  stand-in service-account token); and the Kubernetes Job it submits for a ``snapshot_job`` run
-  captured and validated against the Kubernetes 1.37 schema (strict: no unknown field).
+  test server, reached over TCP); its K8s run launcher built with its in-cluster configuration,
+  which reaches a stand-in API server over HTTPS (``k8s_api.py``); and the Kubernetes Job it
+  submits for a ``snapshot_job`` run captured there and validated against the Kubernetes 1.37
+  schema (strict: no unknown field).
 - Every manifest of ``deploy/k8s/`` validates strictly against the same schema, and every name
   the instance and the Helm values refer to (ConfigMap, Secret, volume claim) is defined there.
-- ``deploy/helm/dagster-values.yaml`` says what ``deploy/dagster.yaml`` says (limits, launcher,
-  volumes, resources), and its Kubernetes objects validate inside a Pod.
+- ``deploy/helm/dagster-values.yaml`` says what ``deploy/dagster.yaml`` says (limits, the whole
+  launcher but the chart's own names, volumes, resources), and its Kubernetes objects validate
+  inside a Pod.
 """
 
 from __future__ import annotations
@@ -19,22 +21,24 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import dagster as dg
-import kubernetes
 import kubernetes_validate
 import pytest
 import yaml
-from dagster._core.launcher import LaunchRunContext
 from sqlalchemy.engine import make_url
 
 from corr_pipeline.defs.concurrency import instance_limits
 from corr_pipeline.defs.run import snapshot_job_def
 from corr_pipeline.snapshot.sizing import run_memory
+from corr_pipeline_tests.deploy.k8s_api import JobRecorder
 from corr_pipeline_tests.deploy.k8s_rules import Pod, allowed, restricted_problems
 from corr_pipeline_tests.reliability import helpers as h
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 K8S_VERSION = "1.37.0"
 IMAGE = "registry.example.com/corr-pipeline:TAG"
+#: the release name of the install command (deploy/helm/dagster-values.yaml): the chart names its
+#: instance ConfigMap after it
+RELEASE = "dagster"
 
 
 def _docs(path: Path) -> list[dict[str, Any]]:
@@ -144,19 +148,25 @@ def test_helm_values_agree_with_the_instance_file():
             "default_limit": concurrency["pools"]["defaultLimit"],
         },
     }
-    launcher = instance["run_launcher"]["config"]
-    helm_launcher = values["runLauncher"]["config"]["k8sRunLauncher"]
-    assert values["runLauncher"]["type"] == instance["run_launcher"]["class"] == "K8sRunLauncher"
-    assert launcher["job_namespace"] == helm_launcher["jobNamespace"]
-    assert launcher["load_incluster_config"] == helm_launcher["loadInclusterConfig"]
-    assert launcher["env_config_maps"] == [c["name"] for c in helm_launcher["envConfigMaps"]]
-    assert launcher["env_secrets"] == [s["name"] for s in helm_launcher["envSecrets"]]
-    assert launcher["volumes"] == helm_launcher["volumes"]
-    assert launcher["volume_mounts"] == helm_launcher["volumeMounts"]
-    k8s_config = helm_launcher["runK8sConfig"]
-    assert launcher["run_k8s_config"]["container_config"] == k8s_config["containerConfig"]
-    assert launcher["run_k8s_config"]["job_spec_config"] == k8s_config["jobSpecConfig"]
-    assert launcher["service_account_name"] == values["global"]["serviceAccountName"]
+    # the launcher: the same class and config, but for the names the chart gives its instance
+    # ConfigMap, its storage secret and DAGSTER_HOME, where the instance file reads variables
+    assert values["runLauncher"]["type"] == "CustomRunLauncher"
+    custom = values["runLauncher"]["config"]["customRunLauncher"]
+    assert (custom["module"], custom["class"]) == ("dagster_k8s", "K8sRunLauncher")
+    assert (custom["module"], custom["class"]) == (
+        instance["run_launcher"]["module"],
+        instance["run_launcher"]["class"],
+    )
+    launcher, helm_launcher = instance["run_launcher"]["config"], custom["config"]
+    chart_names = {
+        "dagster_home": values["global"]["dagsterHome"],
+        "instance_config_map": f"{RELEASE}-instance",
+        "postgres_password_secret": values["global"]["postgresqlSecretName"],
+    }
+    assert {k: helm_launcher[k] for k in chart_names} == chart_names
+    assert {k: v for k, v in helm_launcher.items() if k not in chart_names} == {
+        k: v for k, v in launcher.items() if k not in chart_names
+    }
     storage = instance["storage"]["postgres"]["postgres_db"]
     assert storage["scheme"] == values["postgresql"]["postgresqlScheme"] == "postgresql+psycopg2"
     monitoring = values["dagsterDaemon"]["runMonitoring"]
@@ -165,15 +175,20 @@ def test_helm_values_agree_with_the_instance_file():
 
     (deployment,) = values["dagster-user-deployments"]["deployments"]
     assert deployment["dagsterApiGrpcArgs"] == ["--module-name", "corr_pipeline.definitions"]
+    # the run pods get their settings from the launcher alone (the values say why)
+    assert deployment["includeConfigInLaunchedRuns"] == {"enabled": False}
     assert deployment["volumes"] == helm_launcher["volumes"]
-    assert deployment["volumeMounts"] == helm_launcher["volumeMounts"]
+    assert deployment["volumeMounts"] == helm_launcher["volume_mounts"]
+    assert [c["name"] for c in deployment["envConfigMaps"]] == helm_launcher["env_config_maps"]
+    assert [s["name"] for s in deployment["envSecrets"]] == helm_launcher["env_secrets"]
     assert f"{deployment['image']['repository']}:{deployment['image']['tag']}" == IMAGE
     manifests = _manifests()
-    for ref in deployment["envConfigMaps"] + helm_launcher["envConfigMaps"]:
-        assert ("ConfigMap", ref["name"]) in manifests
-    for ref in deployment["envSecrets"] + helm_launcher["envSecrets"]:
-        assert ("Secret", ref["name"]) in manifests
+    for name in helm_launcher["env_config_maps"]:
+        assert ("ConfigMap", name) in manifests
+    for name in helm_launcher["env_secrets"]:
+        assert ("Secret", name) in manifests
     assert ("Secret", values["global"]["postgresqlSecretName"]) in manifests
+    assert ("ServiceAccount", helm_launcher["service_account_name"]) in manifests
 
 
 def test_helm_kubernetes_objects_validate_in_a_pod():
@@ -204,15 +219,15 @@ def test_helm_kubernetes_objects_validate_in_a_pod():
                 ]
             )
         )
-    run = values["runLauncher"]["config"]["k8sRunLauncher"]
+    run = values["runLauncher"]["config"]["customRunLauncher"]["config"]
     _validate(
         _pod(
             containers=[
                 {
                     "name": "run",
                     "image": IMAGE,
-                    "volumeMounts": run["volumeMounts"],
-                    **run["runK8sConfig"]["containerConfig"],
+                    "volumeMounts": run["volume_mounts"],
+                    **run["run_k8s_config"]["container_config"],
                 }
             ],
             volumes=run["volumes"],
@@ -225,31 +240,8 @@ def test_helm_kubernetes_objects_validate_in_a_pod():
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def in_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """What a pod has: a service-account token and CA file, and the API server's address (a
-    stand-in; nothing connects to it)."""
-    token, cert = tmp_path / "token", tmp_path / "ca.crt"
-    token.write_text("stand-in-token")
-    cert.write_text("stand-in-ca")
-    monkeypatch.setattr(kubernetes.config.incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
-    monkeypatch.setattr(kubernetes.config.incluster_config, "SERVICE_CERT_FILENAME", str(cert))
-    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
-    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
-
-
-class _RecordingK8sClient:
-    """Stands in for the Kubernetes API: records the Jobs the launcher submits."""
-
-    def __init__(self) -> None:
-        self.jobs: list[tuple[Any, str]] = []
-
-    def create_namespaced_job_with_retries(self, body: Any, namespace: str) -> None:
-        self.jobs.append((body, namespace))
-
-
 def test_the_instance_file_loads_creates_its_storage_and_launches_a_valid_job(
-    new_database, in_cluster, tmp_path, monkeypatch
+    new_database, tmp_path, monkeypatch
 ):
     url = make_url(new_database())  # Dagster's own database on the test server
     socket_dir = (
@@ -280,17 +272,19 @@ def test_the_instance_file_loads_creates_its_storage_and_launches_a_valid_job(
     }.items():
         monkeypatch.setenv(name, value)
     try:
-        instance = dg.DagsterInstance.from_config(str(home))
-        try:
-            _check_instance(instance)
-        finally:
-            instance.dispose()
+        with JobRecorder(tmp_path / "api") as api:
+            api.serve_in_cluster(monkeypatch)
+            instance = dg.DagsterInstance.from_config(str(home))
+            try:
+                _check_instance(instance, api)
+            finally:
+                instance.dispose()
     finally:
         if proxy is not None:
             proxy.stop()
 
 
-def _check_instance(instance: dg.DagsterInstance) -> None:
+def _check_instance(instance: dg.DagsterInstance, api: JobRecorder) -> None:
     from dagster._core.run_coordinator import QueuedRunCoordinator
     from dagster_k8s import K8sRunLauncher
     from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage
@@ -317,14 +311,9 @@ def _check_instance(instance: dg.DagsterInstance) -> None:
         tags={"dagster/partition": "2026-11-27"},
         job_code_origin=origin,
     )
-    recorder = _RecordingK8sClient()
-    launcher._api_client = recorder  # type: ignore[assignment]
-    launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
-    ((job, namespace),) = recorder.jobs
+    instance.launch_run(run.run_id, workspace=None)  # type: ignore[arg-type]
+    ((namespace, doc),) = api.jobs  # the Job as the API server received it
     assert namespace == "corr-pipeline"
-    doc = kubernetes.client.ApiClient().sanitize_for_serialization(job)
-    doc.setdefault("apiVersion", "batch/v1")
-    doc.setdefault("kind", "Job")
     _validate(doc)
     pod = doc["spec"]["template"]["spec"]
     (container,) = pod["containers"]

@@ -66,11 +66,16 @@ def _instance_launcher() -> dict[str, Any]:
     return yaml.safe_load((DEPLOY / "dagster.yaml").read_text())["run_launcher"]["config"]
 
 
+def _helm_launcher() -> dict[str, Any]:
+    """The config of the run launcher the values give the chart (a custom launcher)."""
+    return _helm()["runLauncher"]["config"]["customRunLauncher"]["config"]
+
+
 def _helm_pods() -> dict[str, dict[str, Any]]:
     """The pod specs the Dagster chart builds from the values (its deployment-webserver,
     deployment-daemon and deployment-user templates: the pod's securityContext from
     ``podSecurityContext``, every container's, init containers included, from
-    ``securityContext``), and the run pod of the launcher's ``runK8sConfig``."""
+    ``securityContext``), and the run pod of the launcher's ``run_k8s_config``."""
     values = _helm()
     pods = {}
     for component, inits in (
@@ -89,13 +94,13 @@ def _helm_pods() -> dict[str, dict[str, Any]]:
         "containers": [{"name": "dagster", "securityContext": deployment["securityContext"]}],
         "volumes": deployment["volumes"],
     }
-    run = values["runLauncher"]["config"]["k8sRunLauncher"]
+    run = _helm_launcher()
     pods["run"] = {
-        **run["runK8sConfig"]["podSpecConfig"],
+        **run["run_k8s_config"]["pod_spec_config"],
         "containers": [
             {
                 "name": "dagster",
-                "securityContext": run["runK8sConfig"]["containerConfig"]["securityContext"],
+                "securityContext": run["run_k8s_config"]["container_config"]["securityContext"],
             }
         ],  # fmt: skip
         "volumes": run["volumes"],
@@ -138,11 +143,9 @@ def test_every_dagster_pod_is_restricted(name):
 
 
 def test_the_run_pods_are_read_only_without_a_token_in_both_launcher_configs():
-    helm_run = _helm()["runLauncher"]["config"]["k8sRunLauncher"]["runK8sConfig"]
+    helm_run = _helm_launcher()["run_k8s_config"]
     instance_run = _instance_launcher()["run_k8s_config"]
-    assert helm_run["podSpecConfig"] == instance_run["pod_spec_config"]
-    assert helm_run["containerConfig"] == instance_run["container_config"]
-    assert helm_run["podTemplateSpecMetadata"] == instance_run["pod_template_spec_metadata"]
+    assert helm_run == instance_run
     assert instance_run["pod_spec_config"]["automountServiceAccountToken"] is False
     assert instance_run["container_config"]["securityContext"]["readOnlyRootFilesystem"] is True
     code_server = _helm_pods()["code-server"]
