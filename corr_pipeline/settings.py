@@ -367,7 +367,7 @@ def child_environment(pythonpath_first: str) -> dict[str, str]:
 
 
 def dask_scheduler() -> str | None:
-    """``$CORR_PIPELINE_DASK_SCHEDULER`` (a scheduler address such as ``tcp://host:8786``), or
+    """``$CORR_PIPELINE_DASK_SCHEDULER`` (a scheduler address such as ``tls://host:8786``), or
     None: the products then run on threads in the step's process."""
     return read(ENV_DASK_SCHEDULER)
 

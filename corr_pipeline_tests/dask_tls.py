@@ -1,36 +1,61 @@
-"""A certificate authority and certificates for a Dask cluster over TLS (``openssl``), for tests."""
+"""Dask clusters over TLS for tests, with certificates made as ``corr-pipeline dask certs`` makes
+them (:mod:`corr_pipeline.snapshot.scheduler_certs`)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
+from typing import Any
 
-ROLES = ("scheduler", "worker", "client")
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+from corr_pipeline.snapshot.scheduler_certs import ClusterCertificates
+from corr_pipeline.snapshot.scheduler_certs import make_certificates as make_cluster_certificates
 
 
 def make_certificates(directory: Path) -> dict[str, Path]:
-    """``ca`` (certificate) and ``<role>_cert`` / ``<role>_key`` for every role of
-    :data:`ROLES`, signed by that authority, in ``directory`` (keys 0600)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    _openssl(
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
-        "-days", "2", "-subj", "/CN=corr-pipeline-test-ca", cwd=directory,
-    )  # fmt: skip
-    files = {"ca": directory / "ca.pem"}
-    for role in ROLES:
-        _openssl(
-            "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{role}.key", "-out",
-            f"{role}.csr", "-subj", f"/CN={role}", cwd=directory,
-        )  # fmt: skip
-        _openssl(
-            "x509", "-req", "-in", f"{role}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", f"{role}.pem", "-days", "2", cwd=directory,
-        )  # fmt: skip
-        files[f"{role}_cert"] = directory / f"{role}.pem"
-        files[f"{role}_key"] = directory / f"{role}.key"
-        files[f"{role}_key"].chmod(0o600)
-    return files
+    """A new authority's files in ``directory``: ``ca`` and ``<role>_cert`` / ``<role>_key`` for
+    the roles scheduler and worker (the cluster's certificate) and client."""
+    certs = make_cluster_certificates(directory)
+    return {
+        "ca": certs.ca,
+        "scheduler_cert": certs.cluster_cert,
+        "scheduler_key": certs.cluster_key,
+        "worker_cert": certs.cluster_cert,
+        "worker_key": certs.cluster_key,
+        "client_cert": certs.client_cert,
+        "client_key": certs.client_key,
+    }
+
+
+def cluster_security(certs: ClusterCertificates) -> Any:
+    """The ``distributed.Security`` of a LocalCluster's scheduler, workers and the client it
+    makes, from ``certs``, encryption required."""
+    from distributed.security import Security
+
+    return Security(
+        tls_ca_file=str(certs.ca),
+        tls_scheduler_cert=str(certs.cluster_cert),
+        tls_scheduler_key=str(certs.cluster_key),
+        tls_worker_cert=str(certs.cluster_cert),
+        tls_worker_key=str(certs.cluster_key),
+        tls_client_cert=str(certs.client_cert),
+        tls_client_key=str(certs.client_key),
+        require_encryption=True,
+    )
+
+
+def tls_local_cluster(certs: ClusterCertificates, n_workers: int, **kwargs: Any) -> Any:
+    """A ``distributed.LocalCluster`` of ``n_workers`` processes x 1 thread on
+    ``tls://127.0.0.1``, its workers' files in ``certs.worker_space``, the dashboard on a free
+    port of 127.0.0.1 (use it as a context manager)."""
+    import distributed
+
+    return distributed.LocalCluster(
+        n_workers=n_workers,
+        threads_per_worker=1,
+        processes=True,
+        protocol="tls://",
+        host="127.0.0.1",
+        security=cluster_security(certs),
+        local_directory=str(certs.worker_space),
+        dashboard_address="127.0.0.1:0",  # any free port: never another cluster's 8787
+        **kwargs,
+    )

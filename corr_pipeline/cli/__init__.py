@@ -29,6 +29,9 @@ library; the command modules parse, call, print.
                                              SIGINT/SIGTERM/SIGHUP stop all of it     (cli.ui)
     corr-pipeline concurrency show|set [LIMIT] [--n N --t T ...]
                                              snapshot runs at once, sized by memory (cli.concurrency)
+    corr-pipeline dask certs [DIR]           a private authority and certificates for a Dask cluster
+                                             over TLS; prints its commands and settings
+                                                                                    (cli.dask_cluster)
 
 The project's ``.env`` (``./.env``, the file ``dg dev`` and ``dagster dev`` read when started from
 the repository root) applies to every command, with Dagster's precedence (its values replace the
@@ -55,6 +58,7 @@ from corr_pipeline.cli.bench import add_bench_command
 from corr_pipeline.cli.calendar import add_calendar_command
 from corr_pipeline.cli.common import UsageError
 from corr_pipeline.cli.concurrency import add_concurrency_commands
+from corr_pipeline.cli.dask_cluster import add_dask_commands
 from corr_pipeline.cli.db import add_db_commands
 from corr_pipeline.cli.demo import add_demo_command
 from corr_pipeline.cli.prices import add_prices_commands
@@ -106,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_store_commands(commands)
     add_ui_command(commands)
     add_concurrency_commands(commands)
+    add_dask_commands(commands)
     return parser
 
 

@@ -41,7 +41,7 @@ class SnapshotParameters:
     clusters (SPEC §5); ``working_memory_mb``: the budget for each step's temporaries.
 
     ``dask_scheduler``: where the products run, not what they compute — the address of a Dask
-    scheduler (``tcp://host:8786``) for the correlation, neighbors and lead-lag stripes, or None
+    scheduler (``tls://host:8786``) for the correlation, neighbors and lead-lag stripes, or None
     for threads in the step's process. The results are bit-identical either way, so it is not
     recorded in ``snapshots.params`` (:meth:`as_dict` leaves it out).
 
@@ -213,7 +213,7 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
     scheduler = p.get("dask_scheduler")
     if scheduler is not None and not _SCHEDULER_ADDRESS.fullmatch(scheduler):
         problems.append(
-            f"dask_scheduler must be a scheduler address such as tcp://host:8786 "
+            f"dask_scheduler must be a scheduler address such as tls://host:8786 "
             f"(got {scheduler!r})"
         )
     return problems

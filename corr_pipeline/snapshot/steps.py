@@ -132,8 +132,8 @@ def load_returns_range(
 @contextmanager
 def stripe_runner(params: SnapshotParameters) -> Iterator[DaskRunner | None]:
     """A runner on the Dask scheduler ``params.dask_scheduler`` (disconnected on exit), or None
-    when it is unset (the steps then run on threads); only a loopback ``tcp://`` or a
-    ``tls://`` address, with the settings' certificates (:mod:`corr_pipeline.snapshot.scheduler`).
+    when it is unset (the steps then run on threads); only a ``tls://`` address, with the
+    settings' certificates (:mod:`corr_pipeline.snapshot.scheduler`).
     Needs the ``dask`` extra."""
     if params.dask_scheduler is None:
         yield None

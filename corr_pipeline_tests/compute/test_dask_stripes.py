@@ -1,4 +1,5 @@
-"""The products in stripes on a Dask LocalCluster (2 worker processes) against the threads.
+"""The products in stripes on a Dask LocalCluster (2 worker processes, over TLS as the pipeline
+reaches Dask) against the threads.
 
 Bit-identical (``np.array_equal`` with NaN positions, and the overlap) to
 :func:`pairwise_correlation`, :func:`top_k_neighbors` and :func:`find_lead_lag_pairs`, for 1 and
@@ -54,37 +55,34 @@ from corr_pipeline.compute.parallel.runners import (
 )
 from corr_pipeline.compute.standardize import standardize
 from corr_pipeline.compute.tiling import PRODUCT_COLUMNS, overlap_dtype
+from corr_pipeline.snapshot.scheduler_certs import make_certificates
 from corr_pipeline_tests.compute.universes import adversarial_universe, realistic_universe
+from corr_pipeline_tests.dask_tls import tls_local_cluster
 
 UNIVERSE = adversarial_universe(21, 120, PRODUCT_COLUMNS + 180, 30)
 LEAD_LAG = realistic_universe(22, 90, 700, 40, injected=[(3, 500, 2), (650, 10, 4)])
 
 
-def _cluster(n_workers: int):
-    cluster = distributed.LocalCluster(
-        n_workers=n_workers,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=":0",  # any free port: never another cluster's 8787
-    )
-    client = distributed.Client(cluster, set_as_default=False)
-    return cluster, client
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory):
+    return make_certificates(tmp_path_factory.mktemp("dask") / "tls")
+
+
+def _cluster(certificates, n_workers: int):
+    with tls_local_cluster(certificates, n_workers) as cluster:
+        assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
+        with distributed.Client(cluster, set_as_default=False) as client:
+            yield DaskRunner(client)
 
 
 @pytest.fixture(scope="module")
-def two_workers():
-    cluster, client = _cluster(2)
-    yield DaskRunner(client)
-    client.close()
-    cluster.close()
+def two_workers(certificates):
+    yield from _cluster(certificates, 2)
 
 
 @pytest.fixture(scope="module")
-def one_worker():
-    cluster, client = _cluster(1)
-    yield DaskRunner(client)
-    client.close()
-    cluster.close()
+def one_worker(certificates):
+    yield from _cluster(certificates, 1)
 
 
 @pytest.fixture(scope="module")

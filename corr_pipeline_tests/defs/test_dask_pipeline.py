@@ -1,6 +1,7 @@
-"""The snapshot graph with its stripes on a Dask LocalCluster (2 worker processes): the same
-published rows as on threads, and the link to the cluster's dashboard in the run's metadata,
-which serves it (bokeh, in the dask extra)."""
+"""The snapshot graph with its stripes on a Dask LocalCluster (2 worker processes) reached over
+``tls://`` with certificates made by ``corr-pipeline dask certs``: the same published rows as on
+threads, and the link to the cluster's dashboard in the run's metadata, which serves it (bokeh,
+in the dask extra)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ distributed = pytest.importorskip("distributed")
 from corr_pipeline import settings  # noqa: E402
 from corr_pipeline.db.schema import SNAPSHOT_CHILD_TABLES  # noqa: E402
 from corr_pipeline.defs.resources import SnapshotParams  # noqa: E402
-from corr_pipeline_tests.dask_tls import make_certificates  # noqa: E402
+from corr_pipeline.snapshot.scheduler_certs import (  # noqa: E402
+    ClusterCertificates,
+    client_environment,
+)
+from corr_pipeline_tests.cli.test_cli import run_cli  # noqa: E402
+from corr_pipeline_tests.dask_tls import tls_local_cluster  # noqa: E402
 from corr_pipeline_tests.defs.test_pipeline import (  # noqa: E402, F401  (universe: a fixture)
     LAST,
     PARAMS,
@@ -25,10 +31,18 @@ from corr_pipeline_tests.defs.test_pipeline import (  # noqa: E402, F401  (unive
 
 
 @pytest.fixture(scope="module")
-def scheduler():
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-    ) as cluster:
+def certificates(tmp_path_factory) -> ClusterCertificates:
+    """The files ``corr-pipeline dask certs DIR`` makes."""
+    directory = tmp_path_factory.mktemp("dask") / "tls"
+    made = run_cli("dask", "certs", str(directory))
+    assert made.returncode == 0, made.stderr
+    return ClusterCertificates(directory)
+
+
+@pytest.fixture(scope="module")
+def scheduler(certificates):
+    with tls_local_cluster(certificates, 2) as cluster:
+        assert cluster.scheduler_address.startswith("tls://127.0.0.1:")
         yield cluster.scheduler_address
 
 
@@ -44,8 +58,8 @@ def _published(engine: sa.Engine) -> dict[str, list[tuple]]:
 
 
 @pytest.mark.usefixtures("universe")
-def test_stripes_on_a_cluster_publish_what_threads_publish(
-    engine, tmp_path, scheduler, monkeypatch
+def test_stripes_on_a_tls_cluster_publish_what_threads_publish(
+    engine, tmp_path, scheduler, certificates, monkeypatch
 ):
     monkeypatch.delenv(settings.ENV_DASK_SCHEDULER, raising=False)
     threads = _materialize(tmp_path / "threads", LAST)
@@ -58,9 +72,17 @@ def test_stripes_on_a_cluster_publish_what_threads_publish(
     )
 
     monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, scheduler)
+    for name, value in client_environment(certificates).items():  # as the command prints
+        monkeypatch.setenv(name, value)
     on_dask = _materialize(tmp_path / "dask", LAST)
     assert on_dask.success
     assert _published(engine) == on_threads
+    workers = {
+        e.materialization.asset_key.to_user_string(): e.materialization.metadata.get("dask_workers")
+        for e in on_dask.get_asset_materialization_events()
+    }
+    assert workers["correlation_matrix"] is not None
+    assert workers["correlation_matrix"].value == 2
     links = {
         event.materialization.asset_key.to_user_string(): event.materialization.metadata.get(
             "dask_dashboard"
@@ -75,60 +97,16 @@ def test_stripes_on_a_cluster_publish_what_threads_publish(
     assert page.status == 200 and b"Dask needs" not in served and b"bokeh" in served.lower()
 
 
-def test_the_scheduler_is_the_environments_never_a_resource_field(monkeypatch):
-    monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, "tcp://127.0.0.1:8786")
+def test_the_scheduler_is_the_environments_never_a_resource_field(certificates, monkeypatch):
+    for name, value in client_environment(certificates).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, "tls://127.0.0.1:8786")
     params = SnapshotParams(**PARAMS).to_parameters()
-    assert params.dask_scheduler == "tcp://127.0.0.1:8786"
+    assert params.dask_scheduler == "tls://127.0.0.1:8786"
     assert "dask_scheduler" not in params.as_dict()  # where it ran is not a result parameter
     assert "dask_scheduler" not in SnapshotParams.model_fields
     monkeypatch.delenv(settings.ENV_DASK_SCHEDULER)
     assert SnapshotParams(**PARAMS).to_parameters().dask_scheduler is None
-    monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, "tcp://10.1.2.3:8786")
-    with pytest.raises(ValueError, match="loopback interface only"):
+    monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, "tcp://127.0.0.1:8786")
+    with pytest.raises(ValueError, match="plain tcp:// lets whoever reaches the port"):
         SnapshotParams(**PARAMS).to_parameters()
-
-
-@pytest.mark.usefixtures("universe")
-def test_stripes_on_a_tls_cluster_publish_what_threads_publish(engine, tmp_path, monkeypatch):
-    """A cluster whose scheduler, workers and client hold certificates of one authority,
-    encryption required: reached over tls:// with the settings' files, the snapshot is the
-    same as on threads."""
-    from distributed.security import Security
-
-    monkeypatch.delenv(settings.ENV_DASK_SCHEDULER, raising=False)
-    assert _materialize(tmp_path / "threads", LAST).success
-    on_threads = _published(engine)
-    files = make_certificates(tmp_path / "tls")
-    cluster_security = Security(
-        tls_ca_file=str(files["ca"]),
-        tls_scheduler_cert=str(files["scheduler_cert"]),
-        tls_scheduler_key=str(files["scheduler_key"]),
-        tls_worker_cert=str(files["worker_cert"]),
-        tls_worker_key=str(files["worker_key"]),
-        tls_client_cert=str(files["client_cert"]),
-        tls_client_key=str(files["client_key"]),
-        require_encryption=True,
-    )
-    with distributed.LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        protocol="tls://",
-        host="127.0.0.1",
-        security=cluster_security,
-        dashboard_address=":0",
-    ) as cluster:
-        assert cluster.scheduler_address.startswith("tls://")
-        monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, cluster.scheduler_address)
-        monkeypatch.setenv(settings.ENV_DASK_TLS_CA_FILE, str(files["ca"]))
-        monkeypatch.setenv(settings.ENV_DASK_TLS_CERT, str(files["client_cert"]))
-        monkeypatch.setenv(settings.ENV_DASK_TLS_KEY, str(files["client_key"]))
-        on_tls = _materialize(tmp_path / "tls_store", LAST)
-        assert on_tls.success
-        assert _published(engine) == on_threads
-        workers = [
-            e.materialization.metadata.get("dask_workers")
-            for e in on_tls.get_asset_materialization_events()
-            if e.materialization.asset_key.to_user_string() == "correlation_matrix"
-        ]
-        assert workers and workers[0].value == 2

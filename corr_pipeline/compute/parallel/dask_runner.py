@@ -120,9 +120,9 @@ class DaskRunner:
 
 @contextmanager
 def connect(address: str, security: Any = None) -> Iterator[DaskRunner]:
-    """A runner on the scheduler at ``address`` (``tcp://127.0.0.1:8786``, ``tls://host:8786``),
-    closed on exit; ``security``: a ``distributed.Security`` for ``tls://`` (which addresses
-    may be used, and how: :mod:`corr_pipeline.snapshot.scheduler`)."""
+    """A runner on the scheduler at ``address`` (``tls://host:8786``), closed on exit;
+    ``security``: the ``distributed.Security`` it is reached with (the pipeline's, mutual TLS:
+    :mod:`corr_pipeline.snapshot.scheduler`)."""
     from distributed import Client
 
     with Client(address, security=security, set_as_default=False) as client:
