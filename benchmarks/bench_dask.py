@@ -9,7 +9,8 @@ the correlation read from the map; the correlation's outputs are fresh files for
 allocated as the pipeline's step allocates them, ``MatrixStore.allocate``): the threaded
 function (one thread per core, BLAS on one thread) and the striped one on a ``LocalCluster`` of
 ``--workers`` processes x 1 thread (started before the timings, numba compiled in the workers by
-a small warm-up run), side by side, ``--rounds`` times: the threads first in odd rounds, Dask
+a small warm-up run; over ``tls://127.0.0.1``, as the pipeline reaches Dask, with certificates
+made as ``corr-pipeline dask certs`` makes them, in the work directory), side by side, ``--rounds`` times: the threads first in odd rounds, Dask
 first in even ones (the median and the geometric mean of the ratios at the end). The outputs
 are compared byte for byte; the correlation's by a SHA-256 of each file taken after its call,
 and the first call's files are deleted before the second call runs. Every timed call starts
@@ -81,6 +82,7 @@ from corr_pipeline.compute.parallel.dask_runner import DaskRunner
 from corr_pipeline.compute.parallel.runners import DEFAULT_STRIPE_ROWS, InProcessRunner, MappedFile
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.snapshot.measure import read_proc_status_kib, reset_peak_rss
+from corr_pipeline.snapshot.scheduler_certs import cluster_security, make_certificates
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline.synth import ragged_returns
 
@@ -333,11 +335,16 @@ def main() -> None:
 
     if args.no_worker_profiler:  # Dask's statistical profiler samples every worker's stack
         dask.config.set({"distributed.worker.profile.enabled": False})
+    certs = make_certificates(work / "dask-tls")
     cluster = LocalCluster(
         n_workers=args.workers,
         threads_per_worker=args.threads_per_worker,
         processes=True,
-        dashboard_address=":0",
+        protocol="tls://",
+        host="127.0.0.1",
+        security=cluster_security(certs),
+        local_directory=str(certs.worker_space),
+        dashboard_address="127.0.0.1:0",
     )
     client = Client(cluster, set_as_default=False)
     runner = DaskRunner(client)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from corr_pipeline.snapshot.scheduler_certs import ClusterCertificates
+from corr_pipeline.snapshot.scheduler_certs import ClusterCertificates, cluster_security
 from corr_pipeline.snapshot.scheduler_certs import make_certificates as make_cluster_certificates
 
 
@@ -23,23 +23,6 @@ def make_certificates(directory: Path) -> dict[str, Path]:
         "client_cert": certs.client_cert,
         "client_key": certs.client_key,
     }
-
-
-def cluster_security(certs: ClusterCertificates) -> Any:
-    """The ``distributed.Security`` of a LocalCluster's scheduler, workers and the client it
-    makes, from ``certs``, encryption required."""
-    from distributed.security import Security
-
-    return Security(
-        tls_ca_file=str(certs.ca),
-        tls_scheduler_cert=str(certs.cluster_cert),
-        tls_scheduler_key=str(certs.cluster_key),
-        tls_worker_cert=str(certs.cluster_cert),
-        tls_worker_key=str(certs.cluster_key),
-        tls_client_cert=str(certs.client_cert),
-        tls_client_key=str(certs.client_key),
-        require_encryption=True,
-    )
 
 
 def tls_local_cluster(certs: ClusterCertificates, n_workers: int, **kwargs: Any) -> Any:

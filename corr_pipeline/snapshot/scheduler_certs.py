@@ -27,6 +27,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from corr_pipeline import settings
 
@@ -36,6 +37,7 @@ __all__ = [
     "CertificatesError",
     "ClusterCertificates",
     "client_environment",
+    "cluster_security",
     "make_certificates",
 ]
 
@@ -89,6 +91,24 @@ def client_environment(certs: ClusterCertificates) -> dict[str, str]:
         settings.ENV_DASK_TLS_CERT: str(certs.client_cert),
         settings.ENV_DASK_TLS_KEY: str(certs.client_key),
     }
+
+
+def cluster_security(certs: ClusterCertificates) -> Any:
+    """The ``distributed.Security`` of a cluster run in one program (a ``LocalCluster``): its
+    scheduler and workers with ``certs``' cluster certificate, its client with the client's,
+    encryption required."""
+    from distributed.security import Security
+
+    return Security(
+        tls_ca_file=str(certs.ca),
+        tls_scheduler_cert=str(certs.cluster_cert),
+        tls_scheduler_key=str(certs.cluster_key),
+        tls_worker_cert=str(certs.cluster_cert),
+        tls_worker_key=str(certs.cluster_key),
+        tls_client_cert=str(certs.client_cert),
+        tls_client_key=str(certs.client_key),
+        require_encryption=True,
+    )
 
 
 def _pem_files(days: int) -> dict[str, bytes]:
