@@ -137,7 +137,7 @@ def _pem_files(days: int) -> dict[str, bytes]:
         )  # fmt: skip
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = name(f"corr-pipeline Dask authority {now:%Y-%m-%dT%H:%M:%SZ}")
+    ca_name = name(f"corr-pipeline Dask authority {os.urandom(8).hex()}")  # its own name
     ca = (
         x509.CertificateBuilder()
         .subject_name(ca_name)
