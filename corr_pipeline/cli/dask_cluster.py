@@ -7,9 +7,9 @@ user: :mod:`corr_pipeline.snapshot.scheduler`). The command writes the files of
 :mod:`corr_pipeline.snapshot.scheduler_certs` into ``DIR`` (default
 ``$CORR_PIPELINE_HOME/dask-tls``; 0700, every file 0600, the authority's key never written),
 then prints, one per line, the ``dask scheduler`` and ``dask worker`` commands (encryption
-required, the scheduler and its dashboard on 127.0.0.1, the workers' files in the private
-``DIR/worker-space``) and the settings the pipeline reads (``export`` lines; the same lines
-without ``export`` go into the project's ``.env``).
+required, the scheduler, the workers and their dashboards on 127.0.0.1 alone, the workers' files
+in the private ``DIR/worker-space``) and the settings the pipeline reads (``export`` lines; the
+same lines without ``export`` go into the project's ``.env``).
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ def cluster_commands(certs: ClusterCertificates, port: int) -> list[str]:
     return [
         f"{REQUIRE_ENCRYPTION} dask scheduler --host tls://127.0.0.1 --port {port} "
         f"--dashboard-address 127.0.0.1:{port + 1} {tls}",
-        f"{REQUIRE_ENCRYPTION} dask worker {address} --host 127.0.0.1 --nworkers {WORKERS} "
-        f"--nthreads {THREADS} --local-directory {q(str(certs.worker_space))} {tls}",
+        f"{REQUIRE_ENCRYPTION} dask worker {address} --host 127.0.0.1 --dashboard-address "
+        f"127.0.0.1:0 --nworkers {WORKERS} --nthreads {THREADS} "
+        f"--local-directory {q(str(certs.worker_space))} {tls}",
         *(f"export {name}={q(value)}" for name, value in environment.items()),
     ]
 

@@ -135,9 +135,9 @@ def test_another_user_cannot_read_the_certificates():
 
 
 @contextlib.contextmanager
-def _printed_cluster(certs_dir: Path, port: int) -> Iterator[dict[str, str]]:
-    """``corr-pipeline dask certs``'s scheduler and worker commands running; the settings it
-    printed."""
+def _printed_cluster(certs_dir: Path, port: int) -> Iterator[tuple[dict[str, str], list[int]]]:
+    """``corr-pipeline dask certs``'s scheduler and worker commands running: the settings it
+    printed, the processes' ids."""
     made = run_cli("dask", "certs", str(certs_dir), "--port", str(port))
     assert made.returncode == 0, made.stderr
     lines = [line for line in made.stdout.splitlines() if not line.startswith("#")]
@@ -158,7 +158,7 @@ def _printed_cluster(certs_dir: Path, port: int) -> Iterator[dict[str, str]]:
                     start_new_session=True,
                 )
             )
-        yield dict(e.split("=", 1) for e in exports)
+        yield dict(e.split("=", 1) for e in exports), [p.pid for p in processes]
     finally:
         for process in processes:
             process.terminate()
@@ -181,7 +181,7 @@ def test_only_holders_of_the_printed_certificates_reach_the_printed_cluster(tmp_
     certs = ClusterCertificates(tmp_path / "dask-tls")
     with (
         dask.config.set({"distributed.comm.timeouts.connect": "10s"}),
-        _printed_cluster(certs.directory, port) as printed,
+        _printed_cluster(certs.directory, port) as (printed, pids),
     ):
         assert printed[settings.ENV_DASK_SCHEDULER] == f"tls://127.0.0.1:{port}"
         for name, value in printed.items():
@@ -195,6 +195,8 @@ def test_only_holders_of_the_printed_certificates_reach_the_printed_cluster(tmp_
             assert all(w.startswith("tls://127.0.0.1:") for w in workers), workers
             spaces = runner.client.run(lambda dask_worker: dask_worker.local_directory)
             assert all(Path(s).is_relative_to(certs.worker_space) for s in spaces.values())
+        listening = _listening(pids)  # scheduler, nanny, workers and every dashboard
+        assert len(listening) >= 7 and {ip for ip, _ in listening} == {"127.0.0.1"}, listening
 
         with pytest.raises(OSError):  # plain TCP: refused by the scheduler
             distributed.Client(f"tcp://127.0.0.1:{port}", timeout=5, set_as_default=False)
@@ -233,6 +235,20 @@ def test_only_holders_of_the_printed_certificates_reach_the_printed_cluster(tmp_
         finally:
             squatter.terminate()
             squatter.wait(timeout=30)
+
+
+def _listening(pids: list[int]) -> set[tuple[str, int]]:
+    """The addresses the processes ``pids`` and their children listen on."""
+    import psutil
+
+    processes = [psutil.Process(pid) for pid in pids]
+    processes += [c for p in list(processes) for c in p.children(recursive=True)]
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for p in processes
+        for c in p.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    }
 
 
 def _wait_for_listener(port: int) -> None:
