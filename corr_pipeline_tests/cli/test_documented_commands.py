@@ -107,6 +107,10 @@ COMMANDS: dict[str, list[str] | None] = {
         "corr-pipeline concurrency set --n 24000 --t 252",
         "corr-pipeline concurrency set 2",
     ],
+    "corr-pipeline dask certs": [
+        "corr-pipeline dask certs",
+        "corr-pipeline dask certs dask-tls-elsewhere --port 18786 --days 30",
+    ],
     "corr-pipeline ui": None,
     "dg dev": None,
     "dg check defs": ["dg check defs"],
