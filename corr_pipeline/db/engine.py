@@ -60,6 +60,7 @@ __all__ = [
     "parse_url",
     "redact_url",
     "release_embedded_server",
+    "secret_texts",
     "start_embedded_server",
 ]
 
@@ -127,7 +128,7 @@ def redact_url(url: str | URL | None) -> str:
     return rendered.replace("=" + quote_plus(HIDDEN), "=" + HIDDEN)
 
 
-def _secret_texts(parsed: URL) -> list[str]:
+def _password_forms(parsed: URL) -> list[str]:
     """The password (and query secrets) of ``parsed`` in every form a text may hold them:
     decoded, and percent-encoded as a user would type them or a renderer would write them."""
     secrets = [parsed.password] + [parsed.query.get(key) for key in SECRET_QUERY_KEYS]
@@ -140,10 +141,11 @@ def _secret_texts(parsed: URL) -> list[str]:
     return sorted(forms, key=len, reverse=True)
 
 
-def hide_secrets(text: str, *urls: str | URL | None) -> str:
-    """``text`` with the password of each of ``urls`` and of ``$CORR_PIPELINE_DATABASE_URL``
-    replaced by ``***`` wherever it appears (decoded or percent-encoded). A last line of defence
-    for text we did not write (driver messages): our own messages never contain a password."""
+def secret_texts(*urls: str | URL | None) -> list[str]:
+    """The passwords (and query secrets) of each of ``urls`` and of
+    ``$CORR_PIPELINE_DATABASE_URL``, in every form a text may hold them (decoded or
+    percent-encoded), longest first; a URL that cannot be parsed contributes nothing."""
+    forms: set[str] = set()
     for url in (*urls, settings.database_url_from_env()):
         if url is None:
             continue
@@ -151,8 +153,17 @@ def hide_secrets(text: str, *urls: str | URL | None) -> str:
             parsed = url if isinstance(url, URL) else make_url(str(url).strip())
         except Exception:
             continue
-        for secret in _secret_texts(parsed):
-            text = text.replace(secret, HIDDEN)
+        forms.update(_password_forms(parsed))
+    return sorted(forms, key=len, reverse=True)
+
+
+def hide_secrets(text: str, *urls: str | URL | None) -> str:
+    """``text`` with the password of each of ``urls`` and of ``$CORR_PIPELINE_DATABASE_URL``
+    replaced by ``***`` wherever it appears (decoded or percent-encoded, :func:`secret_texts`).
+    A last line of defence for text we did not write (driver messages, the errors a run's
+    events record): our own messages never contain a password."""
+    for secret in secret_texts(*urls):
+        text = text.replace(secret, HIDDEN)
     return text
 
 

@@ -31,6 +31,7 @@ from corr_pipeline.db.price_source import PriceSourceError
 from corr_pipeline.db.published_reads import published_dates
 from corr_pipeline.defs import metadata, ranges
 from corr_pipeline.defs.io_manager import MatrixStoreResource
+from corr_pipeline.defs.literal_config import literal_fields
 from corr_pipeline.defs.partitions import snapshot_date
 from corr_pipeline.defs.publication import PUBLISH_STAGES, SnapshotConfig, apply_retention
 from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, SnapshotParams
@@ -66,6 +67,7 @@ STAGES = (*COMPUTE_STAGES, *PUBLISH_STAGES)
     check_specs=snapshot_check_specs(),
     can_subset=True,
     retry_policy=DATABASE_RETRY_POLICY,
+    config_schema=literal_fields(SnapshotConfig),
     description="The correlation snapshot of each session of the run, in date order: window, "
     "correlation and overlap, neighbors, clusters, lead-lag pairs, publication and changes, "
     "each session reported as soon as it is done.",
@@ -73,7 +75,6 @@ STAGES = (*COMPUTE_STAGES, *PUBLISH_STAGES)
 )
 def snapshot(
     context: dg.AssetExecutionContext,
-    config: SnapshotConfig,
     snapshot_params: SnapshotParams,
     postgres: PostgresResource,
     price_source: PriceSourceResource,
@@ -106,7 +107,7 @@ def snapshot(
             database=postgres.describe(),
             source=source,
             matrix_store=matrix_store,
-            top_m=config.top_m,
+            top_m=SnapshotConfig(**context.op_config).top_m,
             runner=runner,
             dashboard=metadata.dask_cluster(context, runner),
         )

@@ -18,7 +18,8 @@ the nightly schedule, and the resources:
 Where a run connects, reads and writes (the database, the store, the price source, the Dask
 scheduler) is the environment of the code location's processes, read when a run uses it: no
 resource has a config field for it, so run config cannot choose it
-(:mod:`corr_pipeline.defs.resources`).
+(:mod:`corr_pipeline.defs.resources`). The fields run config may set take literal values only,
+never ``{env: VAR}`` (:mod:`corr_pipeline.defs.literal_config`).
 
 The code location itself is :mod:`corr_pipeline.definitions` (``defs = build_definitions()``).
 """
@@ -31,6 +32,7 @@ from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.executor import snapshot_executor
 from corr_pipeline.defs.io_manager import MatrixStoreIOManager, MatrixStoreResource
 from corr_pipeline.defs.jobs import nightly_snapshot_schedule, snapshot_job
+from corr_pipeline.defs.literal_config import literal_resource
 from corr_pipeline.defs.monitoring import (
     publication_freshness_check,
     publication_freshness_sensor,
@@ -44,14 +46,15 @@ __all__ = ["build_definitions", "build_resources"]
 
 
 def build_resources() -> dict[str, object]:
-    """Resources of the code location (module docstring)."""
+    """Resources of the code location (module docstring); those with run config fields take
+    literals only (:func:`~corr_pipeline.defs.literal_config.literal_resource`)."""
     return {
-        "snapshot_params": SnapshotParams(),
+        "snapshot_params": literal_resource(SnapshotParams()),
         "postgres": PostgresResource(),
         "price_source": PriceSourceResource(),
-        "prices_sensor_settings": PricesSensorSettings(),
+        "prices_sensor_settings": literal_resource(PricesSensorSettings()),
         MATRIX_IO_MANAGER: MatrixStoreIOManager(),
-        "matrix_store": MatrixStoreResource(),
+        "matrix_store": literal_resource(MatrixStoreResource()),
     }
 
 

@@ -48,7 +48,12 @@ from typing import Any
 
 import yaml
 from dagster import DagsterInstance
-from dagster._core.events import ASSET_CHECK_EVENTS, ASSET_EVENTS, BATCH_WRITABLE_EVENTS
+from dagster._core.events import (
+    ASSET_CHECK_EVENTS,
+    ASSET_EVENTS,
+    BATCH_WRITABLE_EVENTS,
+    DagsterEventBatchMetadata,
+)
 from dagster._core.events.log import EventLogEntry
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
@@ -69,6 +74,8 @@ from dagster._serdes import ConfigurableClassData
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
+
+from corr_pipeline.defs.event_secrets import hide_event_secrets
 
 __all__ = [
     "OPEN_RUN_DATABASES",
@@ -249,7 +256,16 @@ class PooledSqliteStorage(DagsterSqliteStorage):
 
 class SnapshotInstance(DagsterInstance):
     """Dagster's instance whose default storage is :class:`PooledSqliteStorage` in the
-    instance's directory (module docstring); nothing else differs."""
+    instance's directory (module docstring), and which stores every event with the database
+    password hidden (:func:`corr_pipeline.defs.event_secrets.hide_event_secrets`)."""
+
+    def handle_new_event(
+        self, event: EventLogEntry, *, batch_metadata: DagsterEventBatchMetadata | None = None
+    ) -> None:
+        super().handle_new_event(hide_event_secrets(event), batch_metadata=batch_metadata)
+
+    def store_event(self, event: EventLogEntry) -> None:
+        super().store_event(hide_event_secrets(event))
 
     @classmethod
     def config_schema(cls) -> dict[str, Any]:

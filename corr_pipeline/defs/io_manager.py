@@ -182,7 +182,8 @@ class MatrixStoreResource(dg.ConfigurableResource):
     each publication (:meth:`keep`).
     """
 
-    model_config = ConfigDict(extra="forbid")  # base_dir is not a field: the environment
+    # base_dir is not a field (the environment); pydantic's errors leave the input out
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     keep_matrices: int | None = Field(
         default=None,

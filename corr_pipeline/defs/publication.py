@@ -14,7 +14,7 @@ from functools import partial
 from typing import Any
 
 import dagster as dg
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
@@ -37,6 +37,8 @@ __all__ = ["PUBLISH_STAGES", "SnapshotConfig", "apply_retention"]
 
 class SnapshotConfig(dg.Config):
     """Run configuration of the snapshot op."""
+
+    model_config = ConfigDict(hide_input_in_errors=True)  # pydantic's errors leave the input out
 
     top_m: int = Field(
         default=100, ge=0, description="Pairs kept by |corr today - corr previous| (SPEC §10.2)."

@@ -73,9 +73,13 @@ def refuse_locations(params: Mapping[str, Any]) -> None:
 
 
 class SnapshotParams(dg.ConfigurableResource):
-    """Parameters of one correlation snapshot (SPEC §2-§6), validated as a whole."""
+    """Parameters of one correlation snapshot (SPEC §2-§6), validated as a whole. A refused
+    value is never repeated in the error (``hide_input_in_errors``; the messages of
+    :func:`~corr_pipeline.snapshot.params.parameter_problems` say what a text field allows,
+    not what it was given): the error lands in the run's event log."""
 
-    model_config = ConfigDict(extra="forbid")  # a field it does not have is an error
+    # a field it does not have is an error; pydantic's errors leave the input out
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     lookback_days: int = Field(
         default=DEFAULTS.lookback_days,

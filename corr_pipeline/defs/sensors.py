@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import dagster as dg
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from corr_pipeline import settings
 from corr_pipeline.db.price_reads import SessionPrices, session_prices
@@ -73,6 +73,8 @@ CURSOR_SESSIONS = 10
 class PricesSensorSettings(dg.ConfigurableResource):
     """When ``prices_ready_sensor`` considers a session's prices in (fields left unset take
     their environment variable when the sensor evaluates)."""
+
+    model_config = ConfigDict(hide_input_in_errors=True)  # pydantic's errors leave the input out
 
     min_share: float | None = Field(
         default=None,

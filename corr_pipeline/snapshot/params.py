@@ -117,7 +117,9 @@ class SnapshotParameters:
 
 
 def parameter_problems(p: dict[str, Any]) -> list[str]:
-    """Every rule the parameters break, each message starting with the field it is about.
+    """Every rule the parameters break, each message starting with the field it is about. A
+    text field's message says what the field allows, never the value it was given (a refused
+    text may be anything, a secret included, and the message reaches the run's event log).
 
     Rules: each count >= 1 (lookback_days, min_history_days and min_overlap >= 2, a correlation
     needs two points); ``min_overlap <= min_history_days <= lookback_days`` (SPEC §2);
@@ -177,8 +179,8 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
             )
     if p["linkage_method"] not in LINKAGE_METHODS:
         problems.append(
-            f"linkage_method must be one of {', '.join(LINKAGE_METHODS)} "
-            f"(got {p['linkage_method']!r})"
+            f"linkage_method must be one of {', '.join(LINKAGE_METHODS)} (the value given "
+            "is not repeated)"
         )
     threshold, n_clusters = p["distance_threshold"], p["n_clusters"]
     if (threshold is None) == (n_clusters is None):
@@ -213,8 +215,8 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
     scheduler = p.get("dask_scheduler")
     if scheduler is not None and not _SCHEDULER_ADDRESS.fullmatch(scheduler):
         problems.append(
-            f"dask_scheduler must be a scheduler address such as tls://host:8786 "
-            f"(got {scheduler!r})"
+            "dask_scheduler must be a scheduler address such as tls://host:8786 (the value "
+            "given is not repeated)"
         )
     return problems
 
