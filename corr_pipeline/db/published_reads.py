@@ -28,6 +28,7 @@ __all__ = [
     "change_staleness",
     "changes_to_refresh",
     "first_published",
+    "published_at",
     "published_before",
     "published_dates",
     "published_head",
@@ -98,6 +99,16 @@ def published_sessions(
             day: PublishedSession(day, dict(params or {}), bool(recorded))
             for day, params, recorded in conn.execute(statement)
         }
+
+
+def published_at(engine: sa.Engine, day: dt.date | str) -> dt.datetime | None:
+    """When ``day`` was published (its ``snapshots.created_at``), or None when it is not (one
+    indexed probe)."""
+    statement = sa.select(snapshots.c.created_at).where(
+        snapshots.c.snapshot_date == as_iso_date(day, "day")
+    )
+    with engine.connect() as conn:
+        return conn.execute(statement).scalar_one_or_none()
 
 
 def published_before(engine: sa.Engine, day: dt.date | str) -> dt.date | None:

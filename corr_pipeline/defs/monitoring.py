@@ -2,8 +2,12 @@
 evaluates it, and the run-failure sensor.
 
 **Freshness.** ``publication_freshness`` (an asset check on ``snapshot_publication``) passes
-when the latest session whose deadline has passed has a materialization of
-``snapshot_publication``; the deadline of a session is its close +
+when the latest session whose deadline has passed is published: it has its row in the
+database's ``snapshots`` table (:func:`corr_pipeline.db.published_reads.published_at`). What is
+published decides, never Dagster's event log: a materialization of ``snapshot_publication``
+can be reported from the UI by anyone (a "runless" event) without anything published; it
+makes the sensor evaluate the check again, and the check still fails. A database that cannot
+be read fails the check (red), saying why. The deadline of a session is its close +
 ``$CORR_PIPELINE_SCHEDULE_DELAY_MINUTES`` + ``$CORR_PIPELINE_FRESHNESS_HOURS`` (default 90 min +
 6 h: 23:30 New York on a regular XNYS day, 20:30 on a half day). A failure says why: with
 severity ERROR (red in the UI) when the session's prices are there and its run is what is
@@ -46,7 +50,9 @@ from collections.abc import Callable
 import dagster as dg
 
 from corr_pipeline import settings
+from corr_pipeline.db.engine import hide_secrets
 from corr_pipeline.db.price_reads import latest_trade_date
+from corr_pipeline.db.published_reads import published_at
 from corr_pipeline.defs.partitions import PARTITION_FMT, snapshot_calendar
 from corr_pipeline.sessions import SessionCalendar
 from corr_pipeline.snapshot import display
@@ -128,16 +134,24 @@ def _freshness(
     now: dt.datetime,
     meta: dict[str, dg.MetadataValue],
 ) -> dg.AssetCheckResult:
-    """The check's result for ``session`` due by ``deadline``: passed when it is published,
-    else failed (a warning when the prices end before the session: no run could publish it)."""
+    """The check's result for ``session`` due by ``deadline``: passed when it has its row in
+    the ``snapshots`` table, else failed (a warning when the prices end before the session: no
+    run could publish it); failed when the database cannot be read."""
     key = session.strftime(PARTITION_FMT)
-    records = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=PUBLICATION, asset_partitions=[key]), limit=1
-    ).records
     meta["expected_partition"] = dg.MetadataValue.text(key)
     meta["dagster/overdue_deadline_timestamp"] = dg.MetadataValue.timestamp(deadline)
-    if records:
-        published = dt.datetime.fromtimestamp(records[0].timestamp, dt.UTC)
+    try:
+        published = published_at(context.resources.postgres.get_engine(), session)
+    except Exception as exc:  # no verdict without the database: red, saying why
+        return dg.AssetCheckResult(
+            passed=False,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=f"cannot tell whether session {key} is published: the database "
+            f"cannot be read ({type(exc).__name__}: {hide_secrets(' '.join(str(exc).split()))})",
+            metadata=meta,
+        )
+    if published is not None:
+        published = published.astimezone(dt.UTC)
         meta["published_at"] = dg.MetadataValue.timestamp(published)
         return dg.AssetCheckResult(
             passed=True,
@@ -188,8 +202,8 @@ def evaluate_publication_freshness(
 
 
 def _last_trade_date(context: dg.AssetCheckExecutionContext) -> dt.date | None:
-    """The price source's last trade date, or None when the database cannot tell (then the
-    check says what it knows without it: the check never fails for the database's sake)."""
+    """The price source's last trade date, or None when the database cannot tell (the
+    verdict, read from the ``snapshots`` table, stands; only its reason is missing)."""
     try:
         engine = context.resources.postgres.get_engine()
         return latest_trade_date(engine, context.resources.price_source.source())

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
+from pathlib import Path
 
 import dagster as dg
 
+from corr_pipeline import settings
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.definitions import defs
 from corr_pipeline.defs.assets import snapshot_assets
@@ -18,7 +20,7 @@ from corr_pipeline.defs.monitoring import (
     snapshot_failure_sensor,
 )
 from corr_pipeline.defs.partitions import snapshot_partitions
-from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource
+from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, SnapshotParams
 from corr_pipeline.sessions import get_calendar
 from corr_pipeline_tests.deployment import resources_at
 
@@ -39,7 +41,27 @@ def _evaluate(instance: dg.DagsterInstance, now: dt.datetime) -> dg.AssetCheckEv
     return evaluation
 
 
-def test_the_freshness_check_fails_past_the_deadline_and_passes_after_a_publication():
+#: Snapshot parameters small enough for a 30-symbol, 90-day universe.
+SMALL = dict(
+    lookback_days=60, min_history_days=40, min_overlap=30, max_lag=3, max_q_value=1.0,
+    working_memory_mb=16,
+)  # fmt: skip
+
+
+def _publish(instance: dg.DagsterInstance, engine, store: Path, day: str) -> None:
+    """Publish ``day`` for real: its prices, then a run of the snapshot assets."""
+    write_synthetic_universe(engine, n_symbols=30, n_days=90, seed=11, end_date=day)
+    resources = resources_at(store)
+    resources["snapshot_params"] = SnapshotParams(**SMALL)
+    result = dg.materialize(
+        snapshot_assets, partition_key=day, resources=resources, instance=instance
+    )
+    assert result.success
+
+
+def test_the_freshness_check_fails_past_the_deadline_and_passes_after_a_publication(
+    clean_db, tmp_path
+):
     instance = dg.DagsterInstance.ephemeral()
     # Tuesday 2025-06-10: close 16:00 + 90 min + 6 h = 23:30 New York
     before = _evaluate(instance, dt.datetime(2025, 6, 10, 23, 29, tzinfo=NY))
@@ -52,11 +74,16 @@ def test_the_freshness_check_fails_past_the_deadline_and_passes_after_a_publicat
     assert late.metadata["dagster/overdue_seconds"].value == 5400
     assert "2025-06-10 has no publication 1.5 h after its deadline" in late.description
 
+    # a materialization reported from the UI publishes nothing: the check still fails
     instance.report_runless_asset_event(
         dg.AssetMaterialization(PUBLICATION, partition="2025-06-10")
     )
+    reported = _evaluate(instance, dt.datetime(2025, 6, 11, 1, 0, tzinfo=NY))
+    assert not reported.passed and "2025-06-10 has no publication" in reported.description
+
+    _publish(instance, clean_db, tmp_path / "store", "2025-06-10")
     fresh = _evaluate(instance, dt.datetime(2025, 6, 11, 1, 0, tzinfo=NY))
-    assert fresh.passed
+    assert fresh.passed and "published_at" in fresh.metadata
     # fresh until the next session's deadline (Wednesday 23:30 New York)
     until = fresh.metadata["dagster/fresh_until_timestamp"].value
     assert dt.datetime.fromtimestamp(until, NY) == dt.datetime(2025, 6, 11, 23, 30, tzinfo=NY)
@@ -88,16 +115,24 @@ def test_the_freshness_check_says_when_the_prices_end_before_the_session(clean_d
     assert evaluation.metadata["last_trade_date"].value == "2026-12-02"
 
 
-def test_a_holiday_expects_the_session_before_it():
+def test_a_holiday_expects_the_session_before_it(clean_db):
     instance = dg.DagsterInstance.ephemeral()
-    instance.report_runless_asset_event(
-        dg.AssetMaterialization(PUBLICATION, partition="2025-07-03")
-    )
     # 2025-07-04 is a holiday: late that night the latest session is still July 3rd
-    assert _evaluate(instance, dt.datetime(2025, 7, 4, 23, 45, tzinfo=NY)).passed
+    evaluation = _evaluate(instance, dt.datetime(2025, 7, 4, 23, 45, tzinfo=NY))
+    assert evaluation.metadata["expected_partition"].value == "2025-07-03"
 
 
-def test_the_freshness_sensor_requests_the_check_then_waits_for_a_publication():
+def test_the_freshness_check_fails_when_the_database_cannot_be_read(monkeypatch):
+    monkeypatch.setenv(settings.ENV_DATABASE_URL, "postgresql://u:pw-x@127.0.0.1:1/none")
+    evaluation = _evaluate(
+        dg.DagsterInstance.ephemeral(), dt.datetime(2025, 6, 11, 1, 0, tzinfo=NY)
+    )
+    assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR
+    assert "cannot tell whether session 2025-06-10 is published" in evaluation.description
+    assert "pw-x" not in evaluation.description
+
+
+def test_the_freshness_sensor_requests_the_check_then_waits_for_a_publication(clean_db):
     from corr_pipeline.defs.monitoring import publication_freshness_sensor
 
     instance = dg.DagsterInstance.ephemeral()
