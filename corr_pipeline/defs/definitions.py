@@ -10,6 +10,7 @@ the nightly schedule, and the resources:
 - ``price_source`` (:class:`PriceSourceResource`): the table or view the window reads
   (``$CORR_PIPELINE_PRICES_TABLE`` / ``_COLUMNS`` / ``_TIMEZONE`` when the run starts; default
   the project's ``prices``);
+- ``io_manager``: Dagster's default (``FilesystemIOManager``), its ``base_dir`` a literal;
 - ``matrix_io_manager`` / ``matrix_store``: the matrix store under
   ``$CORR_PIPELINE_STORE_DIR`` (default ``$CORR_PIPELINE_HOME/store``).
   ``matrix_store.keep_matrices`` (default ``$CORR_PIPELINE_KEEP_MATRICES``, else 5) is the
@@ -55,6 +56,7 @@ def build_resources() -> dict[str, object]:
         "prices_sensor_settings": literal_resource(PricesSensorSettings()),
         MATRIX_IO_MANAGER: MatrixStoreIOManager(),
         "matrix_store": literal_resource(MatrixStoreResource()),
+        "io_manager": literal_resource(dg.FilesystemIOManager()),  # Dagster's default
     }
 
 

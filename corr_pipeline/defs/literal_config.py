@@ -69,7 +69,9 @@ def literal_fields(config_class: type[dg.Config]) -> dict[str, dg.Field]:
     return {name: literal_field(field) for name, field in shape.fields.items()}
 
 
-def literal_resource(resource: dg.ConfigurableResource) -> dg.ResourceDefinition:
+def literal_resource(
+    resource: dg.ConfigurableResource | dg.ConfigurableIOManagerFactory,
+) -> dg.ResourceDefinition:
     """``resource``'s definition with a literal-only config schema (:func:`literal_field`):
     the same resource (assets typed with its class receive an instance of it), configured
     with the run config's values as they are."""

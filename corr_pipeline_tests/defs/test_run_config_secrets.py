@@ -31,8 +31,8 @@ PASSWORD = "Pw-9f3k2x-SECRET"
 SECRET_URL = f"postgresql://pipeline:{PASSWORD}@db.internal:5432/corr"
 
 #: (where in the run config, the field, what the variable holds): a text field reading the
-#: database URL, and number fields of three resources and of the snapshot op's own config
-#: reading a number (which a number field would take as it is).
+#: database URL, number fields of three resources and of the snapshot op's own config reading
+#: a number (which a number field would take as it is), and the default IO manager's directory.
 ENV_FIELDS = [
     (("resources", "snapshot_params"), "linkage_method", SECRET_URL),
     (("resources", "snapshot_params"), "lookback_days", "7"),
@@ -40,6 +40,7 @@ ENV_FIELDS = [
     (("resources", "matrix_store"), "keep_matrices", "7"),
     (("resources", "prices_sensor_settings"), "cutoff_minutes", "7"),
     (("ops", "snapshot"), "top_m", "7"),
+    (("resources", "io_manager"), "base_dir", "/tmp/elsewhere"),
 ]
 
 
