@@ -6,7 +6,9 @@ database, the matrix store's directory, the price source relation and the Dask s
 from the environment of the code location (the environment, ``.env`` in the project root:
 :mod:`corr_pipeline.settings`); no resource has a config field for them, so a launchpad or a run
 config that names one is refused by Dagster's config check before the run is created (SPEC §7,
-docs/operations.md, threat model). The launchpad sets the numerical parameters only.
+docs/operations.md, threat model). The launchpad sets the numerical parameters only, as values
+written out: the code location binds these resources with literal-only schemas, so ``{env: VAR}``
+is refused too (:mod:`corr_pipeline.defs.literal_config`).
 
 ``SnapshotParams`` is a resource rather than per-asset ``Config`` so that one set of numbers
 drives the whole graph; it is the launchpad face of
