@@ -42,8 +42,8 @@ def hide_event_secrets(entry: EventLogEntry) -> EventLogEntry:
     secrets = secret_texts()
     if not secrets:
         return entry
-    data = json.loads(dg.serialize_value(entry))
-    hidden = _hidden(data, secrets)
-    if hidden == data:
+    text = dg.serialize_value(entry)
+    if not any(json.dumps(secret)[1:-1] in text for secret in secrets):  # as JSON writes it
         return entry
+    hidden = _hidden(json.loads(text), secrets)
     return dg.deserialize_value(json.dumps(hidden), EventLogEntry)

@@ -22,6 +22,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from pydantic import ValidationError
+from sqlalchemy.engine import make_url
 
 from corr_pipeline import settings
 from corr_pipeline.defs.resources import SnapshotParams
@@ -112,8 +113,10 @@ def test_a_refused_parameter_is_not_repeated_in_python():
 
 @dg.asset
 def quotes_the_database_url() -> None:
-    """Fails as a library might: its error quoting the URL it was given."""
-    raise RuntimeError(f"could not connect with {settings.database_url_from_env()}")
+    """Fails as a library might: its error quoting the URL it was given and the password it
+    read from it (decoded)."""
+    url = settings.database_url_from_env()
+    raise RuntimeError(f"could not connect with {url}: password {make_url(url).password} refused")
 
 
 def quoting_job() -> dg.JobDefinition:
@@ -123,15 +126,23 @@ def quoting_job() -> dg.JobDefinition:
     ).resolve_job_def("quoting_job")
 
 
-def test_the_instance_stores_no_database_password(instance, monkeypatch):
-    """A step whose error holds the database password: the run's stored events (the step's
-    failure, its error and the run's failure) say ``***`` in its place."""
-    monkeypatch.setenv(settings.ENV_DATABASE_URL, SECRET_URL)
+@pytest.mark.parametrize(
+    ("url", "password"),
+    [(SECRET_URL, PASSWORD), ("postgresql://pipeline:%C3%A9%22q%40@db.internal/corr", 'é"q@')],
+)
+def test_the_instance_stores_no_database_password(url, password, instance, monkeypatch):
+    """A step whose error holds the database password (percent-encoded in the URL, decoded
+    after it): the run's stored events (the step's failure, its error and the run's failure)
+    say ``***`` in its place, in whichever form it appeared."""
+    monkeypatch.setenv(settings.ENV_DATABASE_URL, url)
     result = dg.execute_job(
         dg.reconstructable(quoting_job), instance=instance, raise_on_error=False
     )
     assert not result.success
     events = _stored_events(instance)
-    failures = [text for text in events if "could not connect with" in text]
-    assert failures and all("pipeline:***@db.internal" in text for text in failures)
-    assert not [text for text in events if PASSWORD in text]
+    failures = [dg.deserialize_value(text) for text in events if "could not connect with" in text]
+    assert failures
+    for entry in failures:  # decoded from JSON: the texts as the UI shows them
+        shown = repr(entry)
+        assert "pipeline:***@db.internal" in shown and "password *** refused" in shown
+        assert password not in shown and url not in shown
