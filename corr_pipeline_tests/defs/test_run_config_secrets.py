@@ -17,6 +17,9 @@ every stored event of every run.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -146,3 +149,31 @@ def test_the_instance_stores_no_database_password(url, password, instance, monke
         shown = repr(entry)
         assert "pipeline:***@db.internal" in shown and "password *** refused" in shown
         assert password not in shown and url not in shown
+
+
+def test_dg_launch_refuses_env_in_run_config(tmp_path, monkeypatch):
+    """The launchpad's route: a run config validated against the code location's job schema
+    (here ``dg launch --config-json``, validated as the launchpad does) with a field reading the
+    database URL from the environment: refused, no run, the password nowhere in the output."""
+    root = Path(__file__).resolve().parents[2]
+    home = tmp_path / "dagster_home"
+    instance = open_instance(home)  # the repository's dagster.yaml
+    instance.dispose()
+    config = (
+        '{"resources": {"snapshot_params": {"config": {"linkage_method": {"env": "SOME_VAR"}}}}}'
+    )
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("dg")), "launch", "--job", "snapshot_job",
+         "--partition", "2025-06-10", "--config-json", config],
+        cwd=root, env={**os.environ, "DAGSTER_HOME": str(home), "SOME_VAR": SECRET_URL},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "linkage_method" in result.stdout + result.stderr
+    assert PASSWORD not in result.stdout + result.stderr
+    instance = open_instance(home)
+    try:
+        assert instance.get_runs() == []
+        assert not [text for text in _stored_events(instance) if PASSWORD in text]
+    finally:
+        instance.dispose()
