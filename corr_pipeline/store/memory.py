@@ -5,73 +5,184 @@ published (SPEC §8: only the newest ``keep_matrices`` sessions keep them). Thei
 ``overlap`` versions are written to a memory file system instead of the store's disk, so a
 10-year backfill writes to disk only the matrices it keeps::
 
-    <memory dir>/corr_pipeline-<uid>/            0700, owned by the user (checked, never followed)
-      <store id>/<asset>/<partition>/            store id: the first 16 hex digits of the
-        <name>.<version>.npy / .json             SHA-256 of the store's absolute path
+    <memory dir>/corr_pipeline-<uid>-<random>/   the store's area: 0700, the user's, made by
+      <asset>/<partition>/                       mkdtemp (a name no one else can guess or take
+        <name>.<version>.npy / .json             first), checked before every use
+    <store>/.memory_areas/<key>.json             where it is: one record per memory file system
+                                                 (key: the machine's boot and the file system)
 
 The memory dir is :func:`corr_pipeline.settings.memory_dir` (``/dev/shm`` when it is a
-``tmpfs``). The user's directory sits in a world-writable directory, so it is used only when
-it is a real directory (not a symbolic link) owned by the user with no access for anyone
-else; otherwise there is no memory area and every version goes to disk. Its pages are shared
-memory (``RssShmem``, counted like the page cache of the same matrices on disk by
-:mod:`corr_pipeline.snapshot.sizing`); a reboot empties it, which only loses matrices that
-retention would have removed.
+``tmpfs``). It is shared with other users, so it is used only when others cannot remove or
+rename what the user puts in it (owned by root or the user; if others may write it, with the
+sticky bit), and the area only when it is a real directory (not a symbolic link) of the user
+with no access for anyone else. Every process that uses the store on this machine finds the
+area through the record (in the store, the user's private directory); each machine, and each
+pod with its own ``/dev/shm``, has its own. When there is no usable area every version goes to
+disk, and a warning names the cause. Its pages are shared memory (``RssShmem``, counted like the
+page cache of the same matrices on disk by :mod:`corr_pipeline.snapshot.sizing`); a reboot
+empties it, which only loses matrices that retention would have removed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import re
 import stat
+import tempfile
 from pathlib import Path
 
 from corr_pipeline import settings
+from corr_pipeline.store import locks
+from corr_pipeline.store.durable import make_dir, read_json_file, write_json_atomic
+from corr_pipeline.store.errors import CorruptMatrixError
+from corr_pipeline.store.layout import FORMAT_VERSION
 
-__all__ = ["area_budget_bytes", "free_bytes", "has_room", "store_area"]
+__all__ = ["RECORDS_DIR", "area_budget_bytes", "free_bytes", "has_room", "store_area"]
 
 #: What the memory file system keeps free beyond a version it takes.
 _MARGIN = 256 * 2**20
 _CGROUP = Path("/sys/fs/cgroup")
+#: The store's directory of records (not an asset name: the store's listings skip it).
+RECORDS_DIR = ".memory_areas"
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+_LOG = logging.getLogger(__name__)
+_warned: set[str] = set()
 
 
-def _private_dir(path: Path, *, create: bool) -> bool:
-    """Whether ``path`` is a directory of this user that nobody else may enter (made 0700 when
-    missing and ``create``); never follows a symbolic link."""
-    if create:
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-        except OSError:
-            return False
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        _LOG.warning("%s", message)
+
+
+def _area_prefix() -> str:
+    return f"corr_pipeline-{os.geteuid()}-"
+
+
+def _root_problem(root: Path) -> str | None:
+    """Why the memory dir ``root`` cannot hold the user's area, or None: it must be a directory
+    owned by root or the user, and one others may write must have the sticky bit (else they
+    could rename the area and put their own in its place)."""
     try:
-        info = os.lstat(path)
+        st = os.stat(root)
+    except OSError as exc:
+        return f"{root}: {exc.strerror}"
+    mode = stat.S_IMODE(st.st_mode)
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{root} is not a directory"
+    if st.st_uid not in (0, os.geteuid()):
+        return f"{root} belongs to uid {st.st_uid} (mode {mode:04o})"
+    if mode & 0o022 and not mode & stat.S_ISVTX:
+        return f"{root} may be written by others and has no sticky bit (mode {mode:04o})"
+    return None
+
+
+def _area_problem(path: Path) -> str | None:
+    """Why ``path`` is not a directory of this user that nobody else may enter, or None; never
+    follows a symbolic link."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return f"{path} does not exist"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid != os.geteuid():
+        return f"{path} belongs to uid {st.st_uid} (mode {mode:04o})"
+    if mode & 0o077:
+        return f"{path} is open to others (mode {mode:04o})"
+    return None
+
+
+def _record_path(base_dir: Path, root: Path) -> Path:
+    """The record of the store at ``base_dir`` for the memory file system at ``root``: keyed
+    by this boot of the machine and the file system's device (each pod's ``/dev/shm`` has its
+    own)."""
+    try:
+        boot = _BOOT_ID.read_text().strip()
     except OSError:
-        return False
-    return (
-        stat.S_ISDIR(info.st_mode)
-        and info.st_uid == os.geteuid()
-        and stat.S_IMODE(info.st_mode) & 0o077 == 0
-    )
+        boot = ""
+    key = f"{boot}\0{os.stat(root).st_dev}\0{root}"
+    name = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return base_dir / RECORDS_DIR / f"{name}.json"
 
 
-def _user_dir_name() -> str:
-    return f"corr_pipeline-{os.geteuid()}"
+def _recorded(record: Path, root: Path) -> Path | None:
+    """The area ``record`` names, when it names one of this user's in ``root``."""
+    try:
+        data = read_json_file(record, "memory area record")
+    except (CorruptMatrixError, OSError):
+        return None
+    raw = data.get("path") if data else None
+    if not isinstance(raw, str):
+        return None
+    path = Path(raw)
+    pattern = re.escape(_area_prefix()) + r"[A-Za-z0-9_]+"
+    if path.parent != root or not re.fullmatch(pattern, path.name):
+        return None
+    return path
+
+
+def _new_area(base_dir: Path, root: Path, record: Path) -> Path | None:
+    """The recorded area, or a new one (mkdtemp: 0700, a random name) recorded for every
+    process of the store, under the record directory's lock; None (with a warning) when none
+    can be made."""
+    make_dir(base_dir / RECORDS_DIR)
+    fd = os.open(base_dir / RECORDS_DIR / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        locks.lock_fd(fd, exclusive=True, blocking=True)
+        area = _recorded(record, root)
+        if area is not None:
+            problem = _area_problem(area)
+            if problem is None:
+                return area
+            if area.exists():
+                _warn_once(f"the store's memory area {problem}: not used; a new one is made")
+        try:
+            area = Path(tempfile.mkdtemp(prefix=_area_prefix(), dir=root))
+        except OSError as exc:
+            _warn_once(
+                f"no memory area in {root} ({exc.strerror}): every matrix goes to disk; "
+                f"set {settings.ENV_MEMORY_DIR} to a memory file system you may write, or off"
+            )
+            return None
+        try:
+            write_json_atomic(record, {"format": FORMAT_VERSION, "path": str(area)})
+        except BaseException:
+            os.rmdir(area)
+            raise
+        return area
+    finally:
+        os.close(fd)
 
 
 def store_area(base_dir: Path, *, create: bool = False) -> Path | None:
     """The memory area of the store at ``base_dir`` (module docstring), or None when there is no
-    usable one (``create``: make the directories that are missing)."""
+    usable one (``create``: make it when missing; a warning names what keeps it from use)."""
     root = settings.memory_dir()
-    if root is None or not root.is_dir():
+    if root is None:
         return None
-    user_dir = root / _user_dir_name()
-    if not _private_dir(user_dir, create=create):
+    problem = _root_problem(root)
+    if problem is not None:
+        if create:
+            _warn_once(
+                f"no memory area: {problem}: every matrix goes to disk; set "
+                f"{settings.ENV_MEMORY_DIR} to a memory file system that is not, or off"
+            )
         return None
-    area = user_dir / hashlib.sha256(os.fsencode(base_dir)).hexdigest()[:16]
-    if not _private_dir(area, create=create):
+    record = _record_path(base_dir, root)
+    area = _recorded(record, root)
+    if area is not None and _area_problem(area) is None:
+        return area
+    if not create:
         return None
-    return area
+    try:
+        return _new_area(base_dir, root, record)
+    except OSError as exc:
+        _warn_once(f"no memory area for the store {base_dir} ({exc}): every matrix goes to disk")
+        return None
 
 
 def free_bytes(area: Path) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -79,28 +80,105 @@ def test_garbage_collection_and_removal_reach_the_memory_area(tmp_path):
     assert record["versions"]["correlation_matrix"]["corr"] == [new.version]
 
 
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="plants as the user nobody")
+NOBODY = 65534
+
+
+@pytest.fixture
+def shared_dir():
+    """A stand-in for ``/dev/shm`` on the same memory file system: a directory of mode ``mode``
+    (default: every user may write it, sticky, like ``/dev/shm``); removed afterwards."""
+    made = []
+
+    def make(mode: int = 0o1777) -> Path:
+        base = Path(tempfile.mkdtemp(prefix="corr_pipeline_shm_", dir=settings.memory_dir()))
+        base.chmod(mode)
+        made.append(base)
+        return base
+
+    yield make
+    for base in made:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @needs_shm
-def test_a_user_directory_that_is_not_private_is_never_used(tmp_path, monkeypatch):
-    """The user's directory sits in world-writable /dev/shm: a symbolic link planted there, or
-    a directory others may enter, sends every version to disk and is left as it was."""
+@pytest.mark.parametrize("planted", ["link", pytest.param("foreign", marks=needs_root)])
+def test_a_directory_planted_at_the_old_predictable_name_diverts_nothing(
+    tmp_path, monkeypatch, shared_dir, planted
+):
+    """Another user (or a link) at ``<memory dir>/corr_pipeline-<uid>``, the name the area once
+    had, neither sends the versions to disk nor receives them: the area has a random name."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    base = tmp_path / "shm"
-    base.mkdir()
-    user_dir = base / f"corr_pipeline-{os.geteuid()}"
+    base = shared_dir()
+    old_name = base / f"corr_pipeline-{os.geteuid()}"
+    if planted == "link":
+        old_name.symlink_to(elsewhere)
+    else:
+        old_name.mkdir()
+        old_name.chmod(0o777)
+        os.chown(old_name, NOBODY, NOBODY)
     monkeypatch.setenv(settings.ENV_MEMORY_DIR, str(base))
-    user_dir.symlink_to(elsewhere)
     store = MatrixStore(tmp_path / "store")
-    assert memory.store_area(store.base_dir, create=True) is None
+    stored = _commit(store, "2024-03-28", 0.5, in_memory=True)
+    area = memory.store_area(store.base_dir)
+    assert area is not None and area.parent == base and area != old_name
+    assert area.name.startswith(f"corr_pipeline-{os.geteuid()}-") and len(area.name) > 20
+    assert stored.path.parent == area / "correlation_matrix" / "2024-03-28"
+    assert (area.stat().st_mode & 0o777, area.stat().st_uid) == (0o700, os.geteuid())
+    assert list(elsewhere.iterdir()) == [] and list(old_name.iterdir()) == []
+    # another store of the same user gets an area of its own, under another random name
+    other = memory.store_area(MatrixStore(tmp_path / "other").base_dir, create=True)
+    assert other is not None and other != area and other.parent == base
+
+
+@needs_shm
+@pytest.mark.parametrize("tampered", ["link", "open"])
+def test_a_recorded_area_that_is_not_private_is_replaced_with_a_warning(
+    tmp_path, monkeypatch, shared_dir, caplog, tampered
+):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv(settings.ENV_MEMORY_DIR, str(shared_dir()))
+    store = MatrixStore(tmp_path / "store")
+    area = memory.store_area(store.base_dir, create=True)
+    assert area is not None
+    if tampered == "link":
+        area.rmdir()
+        area.symlink_to(elsewhere)
+    else:
+        area.chmod(0o755)
+    assert memory.store_area(store.base_dir) is None  # readers never use it
+    stored = _commit(store, "2024-03-28", 0.5, in_memory=True)
+    new = memory.store_area(store.base_dir)
+    assert new is not None and new != area and stored.path.parent.parent.parent == new
+    assert list(elsewhere.iterdir()) == []
+    why = "is not a directory" if tampered == "link" else "is open to others (mode 0755)"
+    assert f"the store's memory area {area} {why}: not used" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("mode", "owner", "cause"),
+    [
+        (0o777, None, "may be written by others and has no sticky bit (mode 0777)"),
+        pytest.param(0o755, NOBODY, f"belongs to uid {NOBODY} (mode 0755)", marks=needs_root),
+    ],
+)
+@needs_shm
+def test_a_memory_dir_others_control_is_refused_with_the_cause(
+    tmp_path, monkeypatch, shared_dir, caplog, mode, owner, cause
+):
+    """In a memory dir others could rename the area in (or own), nothing goes to memory, and
+    the warning says why."""
+    base = shared_dir(mode)
+    if owner is not None:
+        os.chown(base, owner, owner)
+    monkeypatch.setenv(settings.ENV_MEMORY_DIR, str(base))
+    store = MatrixStore(tmp_path / "store")
     stored = _commit(store, "2024-03-28", 0.5, in_memory=True)
     assert stored.path.parent == store.partition_dir("correlation_matrix", "2024-03-28")
-    assert list(elsewhere.iterdir()) == []
-    user_dir.unlink()
-    user_dir.mkdir(mode=0o755)
-    user_dir.chmod(0o755)
-    assert memory.store_area(store.base_dir, create=True) is None
-    user_dir.chmod(0o700)
-    assert memory.store_area(store.base_dir, create=True) is not None
+    assert os.listdir(base) == []
+    assert f"no memory area: {base} {cause}: every matrix goes to disk" in caplog.text
 
 
 def test_off_disables_the_memory_area(tmp_path, monkeypatch):
