@@ -19,6 +19,11 @@ private:
 
 Both act only on what the current user owns: a directory of another account, or a symbolic
 link in place of one, is left alone (:func:`private_instance_storage` says which).
+
+What the project reads configuration or data from must be the user's own and closed to writes by
+anyone else: :func:`untrusted_reason` is that one rule (the project's ``.env``, the repository's
+``dagster.yaml`` and its directory), :func:`check_own_directory` applies it to a directory the
+project is about to use (the home, the store) and refuses it in one line that says what to fix.
 """
 
 from __future__ import annotations
@@ -33,8 +38,11 @@ from pathlib import Path
 __all__ = [
     "INSTANCE_STORAGE_DIRS",
     "PRIVATE_UMASK",
+    "UntrustedDirectoryError",
+    "check_own_directory",
     "private_instance_storage",
     "private_umask",
+    "untrusted_reason",
 ]
 
 #: The permission bits a private process never grants: everything for group and others.
@@ -97,3 +105,46 @@ def private_instance_storage(home: str | os.PathLike[str] | None) -> list[str]:
         finally:
             os.close(fd)
     return problems
+
+
+def untrusted_reason(path: str | os.PathLike[str], st: os.stat_result) -> tuple[str, str] | None:
+    """``(what is wrong, what fixes it)`` when the file or directory ``path`` with status ``st``
+    belongs to another user or may be written by its group or by others; None when it is this
+    user's own and nobody else may write it. The one rule for what the project trusts."""
+    if st.st_uid != os.geteuid():
+        return (
+            f"belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})",
+            "remove it, or use one of your own",
+        )
+    if st.st_mode & 0o022:
+        return (
+            f"may be written by group or others (mode {stat.S_IMODE(st.st_mode):04o})",
+            f"chmod go-w {path}",
+        )
+    return None
+
+
+class UntrustedDirectoryError(PermissionError):
+    """A directory the project would use that another user owns or may write."""
+
+
+def check_own_directory(path: Path, setting: str) -> None:
+    """Refuse ``path`` (:class:`UntrustedDirectoryError`, one line: the path, the owner or mode
+    found, the ``chmod`` or the setting that fixes it) unless it is missing (it will be created
+    0700) or a directory, not a symbolic link, of this user that nobody else may write
+    (:func:`untrusted_reason`). ``setting``: the variable that chooses another directory."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        what = "is a symbolic link" if stat.S_ISLNK(st.st_mode) else "is not a directory"
+        raise UntrustedDirectoryError(
+            f"{path} {what}: not used; remove it, or set {setting} to a directory of your own"
+        )
+    problem = untrusted_reason(path, st)
+    if problem is not None:
+        what, fix = problem
+        instead = f"set {setting} to a directory of your own"
+        fix = instead if st.st_uid != os.geteuid() else f"{fix}, or {instead}"
+        raise UntrustedDirectoryError(f"{path} {what}: not used; {fix}")

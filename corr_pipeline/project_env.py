@@ -22,6 +22,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from corr_pipeline import privacy
+
 ENV_FILE_NAME = ".env"
 PROJECT_MARKERS = ("dagster.yaml", "pyproject.toml")
 
@@ -65,16 +67,12 @@ def env_file_values(path: Path | None = None) -> dict[str, str]:
         st = os.fstat(handle.fileno())
         if not stat.S_ISREG(st.st_mode):
             return {}
-        if st.st_uid != os.geteuid():
-            raise EnvFileError(
-                f"{path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): not "
-                "applied; remove it, or run from a project directory of your own"
-            )
-        if st.st_mode & 0o022:
-            raise EnvFileError(
-                f"{path} may be written by group or others (mode {stat.S_IMODE(st.st_mode):04o}"
-                f"): not applied; chmod go-w {path}"
-            )
+        problem = privacy.untrusted_reason(path, st)
+        if problem is not None:
+            what, fix = problem
+            if st.st_uid != os.geteuid():
+                fix = "remove it, or run from a project directory of your own"
+            raise EnvFileError(f"{path} {what}: not applied; {fix}")
         text = handle.read()
     return {k: v for k, v in dotenv_values(stream=io.StringIO(text)).items() if v is not None}
 

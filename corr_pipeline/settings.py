@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from corr_pipeline import privacy, project_env
 
 ENV_HOME = "CORR_PIPELINE_HOME"
 ENV_DATABASE_URL = "CORR_PIPELINE_DATABASE_URL"
@@ -169,7 +172,7 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         ENV_DAGSTER_HOME, "path", None, "the Dagster instance directory",
-        shown="the current directory when it holds dagster.yaml",
+        shown="the current directory when it is your own project root",
     ),
     Variable(ENV_PRICES_TABLE, "text", DEFAULT_PRICES_TABLE, "the table or view of daily prices"),
     Variable(
@@ -235,8 +238,12 @@ def corr_pipeline_home() -> Path:
     """The local state directory: ``$CORR_PIPELINE_HOME`` or ``./.corr_pipeline`` (absolute).
 
     The directory is not created here; use :func:`ensure_dir` on the path you are about to write.
+    An existing one must be the user's own and closed to writes by anyone else
+    (:func:`corr_pipeline.privacy.check_own_directory`: refused in one line otherwise).
     """
-    return read(ENV_HOME) or (Path.cwd() / DEFAULT_HOME_DIRNAME).resolve()
+    home = read(ENV_HOME) or (Path.cwd() / DEFAULT_HOME_DIRNAME).resolve()
+    privacy.check_own_directory(home, ENV_HOME)
+    return home
 
 
 def pgdata_dir() -> Path:
@@ -245,8 +252,11 @@ def pgdata_dir() -> Path:
 
 
 def store_dir() -> Path:
-    """Root of the matrix store (SPEC §8): ``$CORR_PIPELINE_STORE_DIR`` or ``home/store``."""
-    return read(ENV_STORE_DIR) or corr_pipeline_home() / "store"
+    """Root of the matrix store (SPEC §8): ``$CORR_PIPELINE_STORE_DIR`` or ``home/store``; an
+    existing one must be the user's own and closed to writes by anyone else (as the home)."""
+    store = read(ENV_STORE_DIR) or corr_pipeline_home() / "store"
+    privacy.check_own_directory(store, ENV_STORE_DIR)
+    return store
 
 
 def database_url_from_env() -> str | None:
@@ -335,16 +345,51 @@ def keep_matrices() -> int:
 
 
 def dagster_home() -> Path:
-    """``$DAGSTER_HOME`` if set; else the current directory when it holds a ``dagster.yaml`` (the
-    repository root, whose ``dagster.yaml`` is then the instance's configuration: Dagster reads
-    ``$DAGSTER_HOME/dagster.yaml``); else ``home/dagster_home`` (not created here)."""
+    """``$DAGSTER_HOME`` if set; else the current directory when it is the project root whose
+    ``dagster.yaml`` may configure the instance (:func:`project_instance_problem`: Dagster reads
+    ``$DAGSTER_HOME/dagster.yaml``, and its ``python_logs`` handlers run code); else
+    ``home/dagster_home`` (not created here; an existing one checked as the home is), with a
+    warning when the current directory holds a ``dagster.yaml`` that is not used."""
     explicit = read(ENV_DAGSTER_HOME)
     if explicit is not None:
         return explicit
     cwd = Path.cwd()
     if (cwd / DAGSTER_YAML).is_file():
-        return cwd
-    return corr_pipeline_home() / "dagster_home"
+        problem = project_instance_problem(cwd)
+        if problem is None:
+            return cwd
+        home = corr_pipeline_home() / "dagster_home"
+        _warn_once(
+            f"{cwd / DAGSTER_YAML} is not used as the Dagster instance ({problem}); the instance "
+            f"is {home}"
+        )
+    else:
+        home = corr_pipeline_home() / "dagster_home"
+    privacy.check_own_directory(home, ENV_DAGSTER_HOME)
+    return home
+
+
+@functools.lru_cache(maxsize=64)
+def _warn_once(message: str) -> None:
+    """Log ``message`` as a warning, once per process."""
+    logging.getLogger(__name__).warning("%s", message)
+
+
+def project_instance_problem(directory: Path) -> str | None:
+    """Why ``directory``'s ``dagster.yaml`` must not configure the instance, or None: it must
+    be the project root (:func:`corr_pipeline.project_env.is_project_root`), and the directory
+    and the file must be the user's own and closed to writes by anyone else, the rule of the
+    project's ``.env`` (:func:`corr_pipeline.privacy.untrusted_reason`)."""
+    if not project_env.is_project_root(directory):
+        return (
+            f"{directory} is not the project root (no {' and '.join(project_env.PROJECT_MARKERS)})"
+        )
+    for path in (directory, directory / DAGSTER_YAML):
+        st = os.lstat(path)
+        problem = privacy.untrusted_reason(path, st)
+        if problem is not None:
+            return f"{path} {problem[0]}; {problem[1]}, or set {ENV_DAGSTER_HOME}"
+    return None
 
 
 def runtime_dir() -> Path | None:
