@@ -53,6 +53,7 @@ ENV_SENSOR_MIN_SHARE = "CORR_PIPELINE_SENSOR_MIN_SHARE"
 ENV_SENSOR_CUTOFF_MINUTES = "CORR_PIPELINE_SENSOR_CUTOFF_MINUTES"
 ENV_FRESHNESS_HOURS = "CORR_PIPELINE_FRESHNESS_HOURS"
 ENV_DAGSTER_HOME = "DAGSTER_HOME"
+ENV_NUMBA_CACHE = "CORR_PIPELINE_NUMBA_CACHE"
 ENV_RUNTIME_DIR = "XDG_RUNTIME_DIR"
 
 DEFAULT_HOME_DIRNAME = ".corr_pipeline"
@@ -173,6 +174,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         ENV_DAGSTER_HOME, "path", None, "the Dagster instance directory",
         shown="the current directory when it is your own project root",
+    ),
+    Variable(
+        ENV_NUMBA_CACHE, "path", None,
+        "read-only kernels compiled in advance, copied into each process's private numba cache",
+        shown="unset; the image: its kernels",
     ),
     Variable(ENV_PRICES_TABLE, "text", DEFAULT_PRICES_TABLE, "the table or view of daily prices"),
     Variable(
