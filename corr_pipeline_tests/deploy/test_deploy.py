@@ -88,7 +88,7 @@ def test_the_store_is_shared_and_every_reference_is_defined():
     pvc = manifests[("PersistentVolumeClaim", "corr-pipeline-store")]
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
     config = manifests[("ConfigMap", "corr-pipeline-config")]["data"]
-    assert config["CORR_PIPELINE_STORE_DIR"] == "/data/store"
+    assert config["CORR_PIPELINE_STORE_DIR"] == "/data/store/matrices"
     scheduler = manifests[("Service", "corr-pipeline-dask-scheduler")]
     port = scheduler["spec"]["ports"][0]["port"]
     assert config["CORR_PIPELINE_DASK_SCHEDULER"].endswith(
@@ -115,7 +115,8 @@ def test_the_store_is_shared_and_every_reference_is_defined():
             assert container["image"] == IMAGE
             for mount in container.get("volumeMounts", []):
                 if mount["name"] in claims:
-                    assert mount["mountPath"] == config["CORR_PIPELINE_STORE_DIR"], doc["metadata"]
+                    store = config["CORR_PIPELINE_STORE_DIR"]
+                    assert store.startswith(mount["mountPath"] + "/"), doc["metadata"]
             for source in container.get("envFrom", []):
                 ref = source.get("configMapRef") or source.get("secretRef")
                 kind = "ConfigMap" if "configMapRef" in source else "Secret"
