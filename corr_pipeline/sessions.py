@@ -106,6 +106,21 @@ class SessionCalendar:
         i = self._index(day)
         return _date(self.sessions_array[i - 1]) if i > 0 else None
 
+    def sessions_between(self, earlier: dt.date, later: dt.date) -> int:
+        """How many sessions ``s`` have ``earlier < s < later``: 0 for consecutive sessions.
+
+        Counted in this calendar's range when it holds both dates (``first <= earlier`` and
+        ``later <= horizon``); otherwise with the same calendar built for ``earlier..later``
+        (:func:`get_calendar`), so a date before the first partition (a history published
+        before the partitions' start) is counted the same way. ValueError when ``later`` is not
+        after ``earlier``, or when the calendar cannot cover that range (``get_calendar``)."""
+        if not earlier < later:
+            raise ValueError(f"sessions between {earlier} and {later}: {later} is not after it")
+        covered = self.first <= earlier and later <= self.horizon
+        calendar = self if covered else get_calendar(self.name, earlier, later)
+        one = dt.timedelta(days=1)
+        return len(calendar.sessions(earlier + one, later - one))
+
     def close(self, session: dt.date) -> dt.datetime:
         """The closing instant (aware, UTC) of ``session``; KeyError if it is not one."""
         i = self._index(session)

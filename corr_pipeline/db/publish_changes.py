@@ -118,6 +118,7 @@ SUMMARY_COLUMNS = (
     "params",
     "snapshot_published_at",
     "previous_published_at",
+    "sessions_between",
 )
 _JSON_COLUMNS = ("quantiles", "change_histogram", "skipped", "params")
 
@@ -167,6 +168,14 @@ def _validate(changes: ChangesPublication) -> tuple[dt.date, list[Any]]:
     previous = as_iso_date(changes.summary["previous_date"], "previous_date", PublishError)
     if not previous < d:
         raise PublishError(f"previous_date {previous} must be before the snapshot date {d}")
+    between = changes.summary["sessions_between"]
+    if between is not None and (
+        isinstance(between, bool) or not isinstance(between, int) or between < 0
+    ):
+        raise PublishError(
+            f"change_summaries.sessions_between: {between!r} is not a count of sessions "
+            "(an int >= 0, or None when unknown)"
+        )
     values: list[Any] = []
     for column in SUMMARY_COLUMNS:
         value = changes.summary[column]

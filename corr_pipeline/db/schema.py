@@ -30,7 +30,8 @@ Tables
 ``change_summaries``         one row per snapshot_date whose changes against the previous
                              published session were computed (SPEC §10): the market-level drift,
                              the parts skipped, the publications (``created_at``) of both dates
-                             it was computed from (stale when either was re-published); parent
+                             it was computed from (stale when either was re-published), the
+                             calendar's sessions between the two (0: overnight); parent
                              of the four ``change_*`` tables below
                              (``FOREIGN KEY ... ON DELETE CASCADE``: a few thousand rows a date).
 ``change_pairs``             (snapshot_date, rank) -> the top moves by |Δcorr|.
@@ -167,6 +168,9 @@ change_summaries = sa.Table(
     # the snapshots.created_at of the two publications compared (migration 0006; NULL before)
     sa.Column("snapshot_published_at", sa.DateTime(timezone=True), nullable=True),
     sa.Column("previous_published_at", sa.DateTime(timezone=True), nullable=True),
+    # the calendar's sessions strictly between the two dates (migration 0009; NULL before)
+    sa.Column("sessions_between", sa.Integer, nullable=True),
+    sa.CheckConstraint("sessions_between >= 0", name="ck_change_summaries_sessions_between"),
 )
 
 

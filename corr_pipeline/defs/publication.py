@@ -26,6 +26,7 @@ from corr_pipeline.db.published_reads import (
 from corr_pipeline.defs import metadata, pictures, ranges
 from corr_pipeline.defs.checks import check_result
 from corr_pipeline.defs.metadata_order import in_reading_order
+from corr_pipeline.defs.partitions import snapshot_calendar
 from corr_pipeline.defs.runs import partitions_in_flight
 from corr_pipeline.defs.stages import Session, SnapshotStep, Stage
 from corr_pipeline.snapshot import changes, display, retention, steps, verify
@@ -181,14 +182,15 @@ def apply_retention(
 
 def _compute_changes(step: SnapshotStep, day):
     """:func:`corr_pipeline.snapshot.changes.compute_and_publish` of ``day`` with the run's
-    configuration, logging to the run: (results, rows, report), or None without a previous
-    session."""
+    configuration, the gap counted in the partitions' calendar, logging to the run: (results,
+    rows, report), or None without a previous session."""
     return changes.compute_and_publish(
         step.engine,
         step.matrix_store.store,
         day,
         top_m=step.top_m,
         working_memory_mb=step.params.working_memory_mb,
+        calendar=snapshot_calendar,
         log=partial(ranges.log, step.context),
     )
 

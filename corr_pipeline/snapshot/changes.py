@@ -2,6 +2,10 @@
 
 The *previous session* of a snapshot date ``D`` is the newest published ``snapshot_date < D``
 (:func:`previous_session`); with none there is nothing to compare and nothing is recorded.
+When the session before ``D`` is not published (a gap in the history), the previous session is
+an older one: :attr:`ChangesResults.sessions_between` counts the calendar's sessions strictly
+between the two (0: overnight changes), recorded with the changes so that every place showing
+them can say they are not overnight (SPEC §7 "Ranges").
 Both sides are read the same way, so the changes describe exactly what was published:
 
 - the published rows of both dates (:func:`corr_pipeline.db.published_reads.published_rows`: symbols,
@@ -62,6 +66,7 @@ from corr_pipeline.db.published_reads import (
     published_head,
     published_rows,
 )
+from corr_pipeline.sessions import SessionCalendar, configured_calendar
 from corr_pipeline.store.matrix_store import (
     MatrixNotFoundError,
     MatrixStore,
@@ -76,6 +81,7 @@ __all__ = [
     "compute_changes",
     "previous_session",
     "publication",
+    "sessions_between",
 ]
 
 #: The parts that need both dates' matrices (skipped when the previous ones were pruned).
@@ -92,11 +98,14 @@ class ChangesResults:
     by name; ``correlation``: drift and top moves (None when skipped); ``n_neighbors`` /
     ``new_neighbors``: the turnover per common symbol; ``clusters``, ``lead_lag``: the
     migrations and lead-lag changes; ``skipped``: ``{part: reason}`` for the parts not computed;
-    ``params``: the parameters used (recorded with the publication).
+    ``params``: the parameters used (recorded with the publication); ``sessions_between``: the
+    calendar's sessions strictly between ``previous_date`` and ``snapshot_date`` (0: consecutive
+    sessions, overnight changes; None: the calendar cannot cover that range).
     """
 
     snapshot_date: dt.date
     previous_date: dt.date
+    sessions_between: int | None
     today: PublishedRows
     previous: PublishedRows
     match: SymbolMatch
@@ -196,14 +205,17 @@ def compute_changes(
     min_members: int = 2,
     quantiles: tuple[float, ...] = DEFAULT_QUANTILES,
     working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB,
+    calendar: SessionCalendar | None = None,
     log: Callable[[str], None] | None = None,
 ) -> ChangesResults | None:
     """The changes of the published snapshot of ``day`` against ``previous`` (default: its
     :func:`previous_session`); None when there is no previous session.
 
     ``top_m``: pairs kept by |Δcorr| (SPEC §10.2); ``min_members``: the split/merge threshold
-    (SPEC §10.4); ``min_overlap`` is today's snapshot parameter. Raises ``LookupError`` when
-    ``day`` itself is not published.
+    (SPEC §10.4); ``min_overlap`` is today's snapshot parameter; ``calendar``: the sessions
+    that count the gap between the two dates (:func:`sessions_between`; default
+    :func:`corr_pipeline.sessions.configured_calendar`, the partitions' calendar). Raises
+    ``LookupError`` when ``day`` itself is not published.
     """
     say = log or (lambda _message: None)
     if previous is None:
@@ -250,6 +262,7 @@ def compute_changes(
     return ChangesResults(
         snapshot_date=day,
         previous_date=previous,
+        sessions_between=sessions_between(calendar or configured_calendar(), previous, day, say),
         today=today,
         previous=before,
         match=match,
@@ -266,6 +279,26 @@ def compute_changes(
             "quantiles": list(quantiles),
         },
     )
+
+
+def sessions_between(
+    calendar: SessionCalendar, previous: dt.date, day: dt.date, say: Callable[[str], None]
+) -> int | None:
+    """The sessions of ``calendar`` strictly between ``previous`` and ``day``
+    (:meth:`corr_pipeline.sessions.SessionCalendar.sessions_between`: outside the calendar's
+    range, counted with the same calendar built for that range); None, said through ``say``,
+    when the calendar cannot cover it (the changes are still recorded, their gap unknown)."""
+    try:
+        between = calendar.sessions_between(previous, day)
+    except ValueError as exc:
+        say(f"the sessions between {previous} and {day} cannot be counted: {exc}")
+        return None
+    if between:
+        say(
+            f"the previous published session of {day} is {previous}: {between:,} sessions "
+            "between the two were not published, these are NOT overnight changes"
+        )
+    return between
 
 
 def _from_rows(
@@ -336,6 +369,7 @@ def _summary_row(results: ChangesResults) -> dict[str, Any]:
     means = corr.means if corr is not None else {}
     return {
         "previous_date": results.previous_date,
+        "sessions_between": results.sessions_between,
         "n_symbols": len(today.symbols),
         "n_previous_symbols": len(before.symbols),
         "n_common": len(match.common),

@@ -222,6 +222,7 @@ def test_oldest_schema_with_data_upgrades_to_head_with_nothing_lost(
             "0006",
             "0007",
             "0008",
+            "0009",
         ]
         with old.connect() as conn:
             assert count_rows(conn, moved=True) == counts
@@ -392,6 +393,7 @@ def test_downgrade_to_the_oldest_and_back_keeps_the_rows(new_database: Callable[
         report = migrate.downgrade(db, "0001")
         assert (report.before, report.after) == (HEAD, "0001")
         assert [rev.id for rev in report.applied] == [
+            "0009",
             "0008",
             "0007",
             "0006",
@@ -467,6 +469,7 @@ def test_fresh_database(new_database: Callable[[], str]) -> None:
             "0005",
             "0006",
             "0007",
+            "0008",
             HEAD,
         ]
         with pytest.raises(SchemaVersionError) as info:
@@ -616,7 +619,11 @@ def test_revision_0007_adds_the_significance_and_keeps_the_pairs(
             ).one()
         assert tuple(counts) == (10, 10, 10)
 
-        assert [rev.id for rev in migrate.downgrade(db, "0006").applied] == ["0008", "0007"]
+        assert [rev.id for rev in migrate.downgrade(db, "0006").applied] == [
+            "0009",
+            "0008",
+            "0007",
+        ]
         with db.connect() as conn:
             assert not set(_table_columns(conn, "lead_lag_pairs")) & set(columns)
             assert _pairs_text(conn, pair_columns)[:3] == before
@@ -678,7 +685,7 @@ def test_revision_0008_adds_the_reverse_direction_and_keeps_the_pairs(
             )
             before = _pairs_text(conn, pair_columns)
             assert not set(_table_columns(conn, "lead_lag_pairs")) & set(columns)
-        assert [rev.id for rev in migrate.upgrade(db).applied] == ["0008"]
+        assert [rev.id for rev in migrate.upgrade(db, "0008").applied] == ["0008"]
         with db.connect() as conn:
             found = _table_columns(conn, "lead_lag_pairs")
             assert {c: found[c] for c in columns} == columns
@@ -715,10 +722,75 @@ def test_revision_0008_adds_the_reverse_direction_and_keeps_the_pairs(
             assert conn.execute(sa.text("SELECT count(*) FROM lead_lag_pairs")).scalar_one() == 13
         with db.begin() as conn:  # a development database that already has one of them
             conn.execute(sa.text("ALTER TABLE lead_lag_pairs ADD COLUMN reverse_lag smallint"))
-        assert [rev.id for rev in migrate.upgrade(db).applied] == ["0008"]
+        assert [rev.id for rev in migrate.upgrade(db, "0008").applied] == ["0008"]
         with db.connect() as conn:
             found = _table_columns(conn, "lead_lag_pairs")
             assert {c: found[c] for c in columns} == columns
+
+
+def test_revision_0009_records_the_sessions_between_and_keeps_the_change_sets(
+    new_database: Callable[[], str],
+) -> None:
+    """0008 -> 0009 adds change_summaries.sessions_between (integer, >= 0), NULL for the change
+    sets recorded before (their gap was never counted); 0009 -> 0008 drops it and keeps every
+    row. The upgrade also passes on a database that already has it."""
+    row_columns = "snapshot_date, previous_date, n_symbols, n_common, skipped"
+
+    def rows(conn: sa.Connection) -> list[str]:
+        return list(
+            conn.execute(
+                sa.text(
+                    f"SELECT CAST(ROW({row_columns}) AS text) FROM change_summaries "
+                    "ORDER BY snapshot_date"
+                )
+            ).scalars()
+        )
+
+    def insert(conn: sa.Connection, day: dt.date, between: int | None = None) -> None:
+        extra = ("", "") if between is None else (", sessions_between", ", :n")
+        conn.execute(
+            sa.text(
+                "INSERT INTO change_summaries (snapshot_date, previous_date, n_symbols, "
+                f"n_previous_symbols, n_common, n_entered, n_left{extra[0]}) "
+                f"VALUES (:d, :p, 3, 3, 3, 0, 0{extra[1]})"
+            ),
+            {"d": day, "p": D1, "n": between},
+        )
+
+    with opened(new_database()) as db:
+        migrate.upgrade(db, "0008")
+        with db.begin() as conn:
+            insert(conn, D2)
+            before = rows(conn)
+            assert "sessions_between" not in _table_columns(conn, "change_summaries")
+        assert [rev.id for rev in migrate.upgrade(db, "0009").applied] == ["0009"]
+        with db.begin() as conn:
+            found = _table_columns(conn, "change_summaries")
+            assert found["sessions_between"] == ("integer", "YES")
+            assert rows(conn) == before
+            assert (
+                conn.execute(sa.text("SELECT sessions_between FROM change_summaries")).scalar_one()
+                is None
+            )
+            insert(conn, dt.date(2024, 5, 10), between=4)
+        with pytest.raises(sa.exc.IntegrityError, match="sessions_between"), db.begin() as conn:
+            insert(conn, dt.date(2024, 5, 13), between=-1)
+
+        assert [rev.id for rev in migrate.downgrade(db, "0008").applied] == ["0009"]
+        with db.connect() as conn:
+            assert "sessions_between" not in _table_columns(conn, "change_summaries")
+            assert rows(conn)[:1] == before
+            assert conn.execute(sa.text("SELECT count(*) FROM change_summaries")).scalar_one() == 2
+        with db.begin() as conn:  # a development database that already has it
+            conn.execute(
+                sa.text("ALTER TABLE change_summaries ADD COLUMN sessions_between integer")
+            )
+        assert [rev.id for rev in migrate.upgrade(db, "0009").applied] == ["0009"]
+        with db.connect() as conn:
+            assert _table_columns(conn, "change_summaries")["sessions_between"] == (
+                "integer",
+                "YES",
+            )
 
 
 @pytest.mark.parametrize(

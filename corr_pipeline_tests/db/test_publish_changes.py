@@ -123,6 +123,10 @@ def test_invalid_changes_write_nothing(clean_db, tmp_path):
         ChangesPublication(D1, {**good.summary, "mean_change": float("inf")}, good.rows),
         ChangesPublication(D1, {**good.summary, "previous_date": D1}, good.rows),
         ChangesPublication(D1, {**good.summary, "quantiles": {"x": float("nan")}}, good.rows),
+        *(
+            ChangesPublication(D1, {**good.summary, "sessions_between": bad_count}, good.rows)
+            for bad_count in (-1, 2.0, "3", True)
+        ),
     ):
         with pytest.raises(PublishError):
             publish_changes(clean_db, bad)

@@ -204,3 +204,36 @@ def test_session_helpers_for_sensors_and_freshness_checks():
     assert XNYS.last_closed_session(ny(2025, 11, 28, 14, 30), delay) == dt.date(2025, 11, 28)
     assert partitions.partition_key_for(dt.date(2025, 11, 27), XNYS) == "2025-11-26"
     assert partitions.partition_key_for(dt.date(2024, 3, 9), XNYS) == "2024-03-08"
+
+
+def _brute_sessions_between(calendar, earlier: dt.date, later: dt.date) -> int:
+    """Every day strictly between the two dates asked one by one whether it is a session."""
+    days = (earlier + dt.timedelta(days=i) for i in range(1, (later - earlier).days))
+    return sum(calendar.is_session(day) for day in days)
+
+
+@pytest.mark.parametrize(
+    ("earlier", "later"),
+    [
+        (dt.date(2020, 3, 13), dt.date(2020, 3, 16)),  # Friday -> Monday: consecutive
+        (dt.date(2025, 11, 26), dt.date(2025, 11, 28)),  # over Thanksgiving: consecutive
+        (dt.date(2025, 11, 26), dt.date(2025, 12, 3)),  # three sessions unpublished
+        (dt.date(2020, 3, 14), dt.date(2020, 3, 16)),  # a Saturday before a Monday
+        (dt.date(2014, 7, 18), dt.date(2020, 3, 16)),  # before the calendar's first session
+        (dt.date(2027, 12, 30), dt.date(2028, 1, 5)),  # past its horizon
+    ],
+)
+def test_sessions_between_counts_every_session_strictly_between(earlier, later):
+    """SessionCalendar.sessions_between (the gap a change set records, SPEC §10) is the count of
+    the calendar's sessions strictly between the two dates, also outside the calendar's range
+    (counted with the same calendar built for that range)."""
+    wide = {
+        name: get_calendar(name, dt.date(2014, 1, 1), dt.date(2028, 12, 31))
+        for name in ("XNYS", "weekdays")
+    }
+    for calendar in (XNYS, WEEKDAYS):
+        expected = _brute_sessions_between(wide[calendar.name], earlier, later)
+        assert calendar.sessions_between(earlier, later) == expected, calendar.name
+    assert XNYS.sessions_between(dt.date(2014, 7, 18), dt.date(2020, 3, 16)) == 1423
+    with pytest.raises(ValueError, match="is not after"):
+        XNYS.sessions_between(later, earlier)
