@@ -17,7 +17,7 @@ import numpy as np
 from corr_pipeline.db.schema import DRIFT_COLUMNS
 from corr_pipeline.db.window import TOO_FEW_RETURNS, ZERO_VARIANCE, ReturnsWindow
 from corr_pipeline.defs import ranges
-from corr_pipeline.snapshot import direction, display, markdown
+from corr_pipeline.snapshot import direction, display, markdown, session_gap
 from corr_pipeline.snapshot.measure import StageStats, measure_stage
 from corr_pipeline.snapshot.verify import CorrelationStats, Verdict
 
@@ -230,11 +230,20 @@ def lead_lag(
 def changes(
     results: Any, summary: dict[str, Any], rows: dict[str, Any], stats: StageStats
 ) -> dict[str, Any]:
-    """The changes against the previous session (SPEC §10): the drift as floats (plotted
-    across partitions), counts of every kind of change, the largest moves and the symbols with
-    the largest neighbor turnover as markdown, the parts skipped."""
+    """The changes against the previous session (SPEC §10): the session compared with
+    (``previous_date``, ``sessions_between`` the calendar's sessions between the two, an int
+    plotted across partitions and left out when unknown, and ``compared_with`` in words, which
+    the markdown previews repeat when the changes are not overnight), the drift as floats
+    (plotted across partitions), counts of every kind of change, the largest moves and the
+    symbols with the largest neighbor turnover as markdown, the parts skipped."""
+    between = results.sessions_between
+    compared = session_gap.compared_with(results.previous_date, between)
+    # a markdown preview opened on its own says too that the changes span a gap
+    heading = "" if session_gap.is_overnight(between) else f"**{markdown.escape(compared)}**\n\n"
     out: dict[str, Any] = {
         "previous_date": dg.MetadataValue.text(results.previous_date.isoformat()),
+        **({} if between is None else {"sessions_between": dg.MetadataValue.int(int(between))}),
+        "compared_with": dg.MetadataValue.text(compared),
         "n_common": dg.MetadataValue.int(int(summary["n_common"])),
         "n_entered": dg.MetadataValue.int(int(summary["n_entered"])),
         "n_left": dg.MetadataValue.int(int(summary["n_left"])),
@@ -249,7 +258,9 @@ def changes(
         out["median_abs_corr"] = number(quantiles["abs_corr_today"][median], display.corr)
     if summary["n_pairs"] is not None:
         out["n_pairs_compared"] = dg.MetadataValue.int(int(summary["n_pairs"]))
-        out["largest_moves"] = dg.MetadataValue.md(markdown.largest_moves(rows["change_pairs"]))
+        out["largest_moves"] = dg.MetadataValue.md(
+            heading + markdown.largest_moves(rows["change_pairs"])
+        )
     migrations = results.clusters
     lead_lag = results.lead_lag
     out.update(
@@ -263,7 +274,8 @@ def changes(
             "n_lead_lag_vanished": dg.MetadataValue.int(int(lead_lag.vanished.size)),
             "n_lead_lag_lag_changed": dg.MetadataValue.int(int(lead_lag.changed_today.size)),
             "largest_turnover": dg.MetadataValue.md(
-                markdown.largest_turnover(
+                heading
+                + markdown.largest_turnover(
                     results.match.common, results.new_neighbors, results.n_neighbors
                 )
             ),

@@ -29,7 +29,7 @@ from corr_pipeline.defs.metadata_order import in_reading_order
 from corr_pipeline.defs.partitions import snapshot_calendar
 from corr_pipeline.defs.runs import partitions_in_flight
 from corr_pipeline.defs.stages import Session, SnapshotStep, Stage
-from corr_pipeline.snapshot import changes, display, retention, steps, verify
+from corr_pipeline.snapshot import changes, display, retention, session_gap, steps, verify
 from corr_pipeline.snapshot.measure import measure_stage
 from corr_pipeline.store.matrix_store import MatrixBundle
 
@@ -209,8 +209,8 @@ def _refresh_following(step: SnapshotStep, day, later: set[str]) -> dict[str, An
         return {"refreshed_following": dg.MetadataValue.text("none")}
     results, rows, report = refreshed
     step.context.log.info(
-        f"the changes of {following} were stale or missing: recomputed against "
-        f"{results.previous_date}"
+        f"the changes of {following} were stale or missing: recomputed against the "
+        f"{session_gap.compared_with(results.previous_date, results.sessions_between)}"
     )
     # the following session's partition shows what its rows now say (the UI and the database
     # agree): a materialization of that partition, logged by this run
@@ -264,8 +264,9 @@ def changes_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Sess
             return {"snapshot_changes": _nothing_recorded(step, note, refreshed)}
         results, rows, report = published
         refreshed = _refresh_following(step, day, later)
+    gap = session_gap.title_note(results.sessions_between)
     ranges.log(
-        step.context, metadata.stage_line(f"changes {day} vs {results.previous_date}", stats)
+        step.context, metadata.stage_line(f"changes {day} vs {results.previous_date}{gap}", stats)
     )
     for part, reason in results.skipped.items():
         step.context.log.warning(f"{part} skipped: {reason}")
@@ -289,7 +290,7 @@ def changes_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Sess
                             corr.change_counts,
                             corr.change_edges,
                             mean_abs_change=corr.means["abs_change"],
-                            title=f"Correlation changes {results.previous_date} → {day}",
+                            title=f"Correlation changes {results.previous_date} → {day}{gap}",
                         ),
                         session=key,
                     )

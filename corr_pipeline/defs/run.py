@@ -45,6 +45,7 @@ from corr_pipeline.defs.partitions import (
 )
 from corr_pipeline.defs.resources import SnapshotParams, refuse_locations
 from corr_pipeline.defs.runs import run_sessions
+from corr_pipeline.snapshot import session_gap
 
 SNAPSHOT_JOB_NAME = "snapshot_job"
 #: The code location as ``workspace.yaml`` and ``[tool.dg]`` name it (the UI finds the runs of
@@ -189,8 +190,11 @@ class SnapshotRunSummary:
             return "  changes: not computed"
         if previous == "none":
             return f"  changes: {self.value('snapshot_changes', 'note', 'nothing to compare')}"
+        between = self.value("snapshot_changes", "sessions_between")
+        gap = session_gap.title_note(between if isinstance(between, int) else None)
         return (
-            f"  changes against {previous}: {self.value('snapshot_changes', 'n_common', '?')} "
+            f"  changes against {previous}{gap}: "
+            f"{self.value('snapshot_changes', 'n_common', '?')} "
             f"symbols in common, mean |Δcorr| "
             f"{_fmt(self.value('snapshot_changes', 'mean_abs_change'))}, "
             f"{self.value('snapshot_changes', 'n_moved_symbols', '?')} symbols changed cluster, "

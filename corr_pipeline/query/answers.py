@@ -309,7 +309,8 @@ class ChangesResult:
     ``moves`` (the largest, rows of ``change_pairs``), ``entered`` / ``left`` (symbols, by
     name) and ``counts`` of the other kinds of change. ``previous_date`` and ``summary`` are
     None for the first published snapshot (nothing to compare with). ``stale``: why the
-    recorded changes no longer describe the published snapshots (SPEC §10.7; empty: current)."""
+    recorded changes no longer describe the published snapshots (SPEC §10.7; empty: current).
+    :attr:`sessions_between`: the calendar's sessions between the two dates (0: overnight)."""
 
     snapshot: Snapshot
     previous_date: dt.date | None
@@ -320,14 +321,27 @@ class ChangesResult:
     counts: dict[str, int]
     stale: list[str] = field(default_factory=list)
 
+    @property
+    def sessions_between(self) -> int | None:
+        """The sessions of the calendar strictly between ``previous_date`` and the snapshot's
+        date, as recorded (``change_summaries.sessions_between``): 0 for overnight changes,
+        None when not recorded (or nothing compared)."""
+        return None if self.summary is None else self.summary.get("sessions_between")
+
     def to_json(self) -> dict[str, Any]:
         drift = ("n_pairs", *DRIFT_COLUMNS, "quantiles", "skipped")
         if self.previous_date is None or self.summary is None:
-            return {"query": "changes", **self.snapshot.to_json(), "previous_date": None}
+            return {
+                "query": "changes",
+                **self.snapshot.to_json(),
+                "previous_date": None,
+                "sessions_between": None,
+            }
         return {
             "query": "changes",
             **self.snapshot.to_json(),
             "previous_date": self.previous_date.isoformat(),
+            "sessions_between": self.sessions_between,
             "stale": list(self.stale),
             "n_common": self.summary["n_common"],
             "entered": self.entered,
@@ -347,7 +361,7 @@ class SymbolChangesResult:
     largest correlation moves (``moves``, from the matrices of both days when they are in the
     store, else its rows among the market's top moves: ``moves_source`` says which).
     ``previous_date`` is None (``status`` ``"first"``) for the first published snapshot.
-    ``stale`` as in :class:`ChangesResult`."""
+    ``stale`` and ``sessions_between`` as in :class:`ChangesResult`."""
 
     snapshot: Snapshot
     previous_date: dt.date | None
@@ -364,12 +378,14 @@ class SymbolChangesResult:
     moves: list[dict[str, Any]]
     moves_source: str
     stale: list[str] = field(default_factory=list)
+    sessions_between: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "query": "changes",
             **self.snapshot.to_json(),
             "previous_date": None if self.previous_date is None else self.previous_date.isoformat(),
+            "sessions_between": self.sessions_between,
             "stale": list(self.stale),
             "symbol": self.symbol,
             "status": self.status,

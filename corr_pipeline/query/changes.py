@@ -308,6 +308,7 @@ def symbol_changes(
         moves=moves,
         moves_source=source,
         stale=stale,
+        sessions_between=summary.get("sessions_between"),
     )
 
 

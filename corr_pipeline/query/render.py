@@ -36,7 +36,7 @@ from corr_pipeline.query.answers import (
     SnapshotsResult,
     SymbolChangesResult,
 )
-from corr_pipeline.snapshot import direction, display
+from corr_pipeline.snapshot import direction, display, session_gap
 
 __all__ = ["display_width", "format_table", "printable", "to_text"]
 
@@ -320,15 +320,24 @@ def _stale_lines(reasons: list[str], day: dt.date) -> list[str]:
     ]
 
 
+def _gap_lines(previous: dt.date, sessions_between: int | None) -> list[str]:
+    """The line saying the changes are not overnight (SPEC §7 "Ranges"): none when the two
+    dates are consecutive sessions."""
+    if session_gap.is_overnight(sessions_between):
+        return []
+    return [session_gap.compared_with(previous, sessions_between)]
+
+
 def _render_changes(result: ChangesResult) -> str:
     s, c = result.summary, result.counts
-    if s is None:
+    if s is None or result.previous_date is None:
         return (
             f"no changes in {_describe(result.snapshot)}: no snapshot before it is published, "
             "so there is nothing to compare it with"
         )
     lines = [
         f"changes in {_describe(result.snapshot)} since {result.previous_date}",
+        *_gap_lines(result.previous_date, result.sessions_between),
         *_stale_lines(result.stale, result.snapshot.snapshot_date),
         f"symbols: {s['n_common']:,} in both, {len(result.entered):,} entered, "
         f"{len(result.left):,} left",
@@ -414,6 +423,7 @@ def _render_symbol_changes(result: SymbolChangesResult) -> str:
         )
     lines = [
         f"changes of {who} in {_describe(result.snapshot)} since {result.previous_date}",
+        *_gap_lines(result.previous_date, result.sessions_between),
         *_stale_lines(result.stale, result.snapshot.snapshot_date),
     ]
     if result.status == "entered":

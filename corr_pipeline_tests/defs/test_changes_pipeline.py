@@ -5,6 +5,7 @@ changes are computed, and a re-materialization replacing the date's changes."""
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 
 import dagster as dg
@@ -13,9 +14,11 @@ import pandas as pd
 import sqlalchemy as sa
 
 from corr_pipeline.db.published_reads import change_staleness
+from corr_pipeline.defs import pictures
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.io_manager import MatrixStoreResource
-from corr_pipeline.snapshot import display
+from corr_pipeline.defs.partitions import snapshot_calendar
+from corr_pipeline.snapshot import display, markdown
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.defs.test_pipeline import LAST, _resources, universe  # noqa: F401
@@ -69,6 +72,9 @@ def test_changes_in_the_pipeline(universe, engine, tmp_path):  # noqa: F811
     assert publication.metadata["retention_removed"].value == [FIRST]
     meta = _metadata(second)
     assert meta["recorded"] is True and meta["previous_date"] == FIRST
+    # consecutive sessions (Thanksgiving between is no session): overnight changes
+    assert meta["sessions_between"] == 0 and meta["compared_with"] == f"previous session: {FIRST}"
+    assert "overnight" not in meta["largest_moves"]
     assert meta["skipped"] == {}
     assert store.partition_keys() == [LAST]
     picture = meta["picture: correlation changes"]
@@ -194,3 +200,50 @@ def test_changes_of_the_next_session_are_refreshed_when_a_session_is_published_l
             ._mapping
         )
         assert change_staleness(conn, summary) == []
+
+
+#: a session published before a gap: 2026-11-19, 20, 23, 24 and 25 are sessions not published
+BEFORE_GAP = "2026-11-18"
+
+
+def test_changes_across_a_gap_say_so_in_the_metadata(
+    universe,  # noqa: F811
+    engine,
+    tmp_path,
+    monkeypatch,
+):
+    """The run of LAST after one of BEFORE_GAP only: its changes compare with BEFORE_GAP, and
+    the materialization's metadata, markdown previews and picture title say how many sessions
+    of the partitions' calendar lie between (counted here day by day), not overnight."""
+    titles: list[str] = []
+    draw = pictures.change_histogram_metadata
+
+    def drawn(*args, title: str, **kwargs):
+        titles.append(title)
+        return draw(*args, title=title, **kwargs)
+
+    monkeypatch.setattr(pictures, "change_histogram_metadata", drawn)
+    store_dir = tmp_path / "store"
+    _run(store_dir, BEFORE_GAP)
+    meta = _metadata(_run(store_dir, LAST))
+    earlier, later = dt.date.fromisoformat(BEFORE_GAP), dt.date.fromisoformat(LAST)
+    between = [
+        earlier + dt.timedelta(days=i)
+        for i in range(1, (later - earlier).days)
+        if snapshot_calendar.is_session(earlier + dt.timedelta(days=i))
+    ]
+    assert len(between) == 5  # Thanksgiving (11-26) and the weekend are no sessions
+    assert meta["previous_date"] == BEFORE_GAP and meta["sessions_between"] == len(between)
+    warning = f"previous published session: {BEFORE_GAP}, 5 sessions between the two"
+    assert meta["compared_with"] == warning + " — NOT overnight changes"
+    assert meta["largest_moves"].startswith("**" + markdown.escape(warning))
+    assert meta["largest_turnover"].startswith("**" + markdown.escape(warning))
+    assert titles == [
+        f"Correlation changes {BEFORE_GAP} → {LAST} (5 sessions between: NOT overnight)"
+    ]
+    with engine.connect() as conn:
+        recorded = conn.execute(
+            sa.text("SELECT sessions_between FROM change_summaries WHERE snapshot_date = :d"),
+            {"d": LAST},
+        ).scalar_one()
+    assert recorded == 5

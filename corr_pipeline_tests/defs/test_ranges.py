@@ -140,6 +140,9 @@ def test_a_range_in_one_run_publishes_what_each_session_publishes_alone(
     assert in_memory == [settings.memory_dir() is not None] * len(SESSIONS)
     previous = [materialized["snapshot_changes"][d]["previous_date"].value for d in SESSIONS[1:]]
     assert previous == SESSIONS[:-1]
+    # consecutive sessions: overnight changes, no gap between them
+    between = [materialized["snapshot_changes"][d]["sessions_between"].value for d in SESSIONS[1:]]
+    assert between == [0] * (len(SESSIONS) - 1)
 
     # and its own check evaluations, one per check and session
     evaluations: dict[str, list[str]] = {}
