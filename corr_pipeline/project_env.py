@@ -10,7 +10,8 @@ project), and its values *replace* the ones already in the environment
 and to the UI; ``corr-pipeline demo`` writes its first partition there (:func:`write_env_value`).
 It applies only in the project root (a directory with the project's ``dagster.yaml`` and
 ``pyproject.toml``), only when the file is the user's own and nobody else may write it, and only
-its ``CORR_PIPELINE_*`` and ``DAGSTER_*`` keys.
+its ``CORR_PIPELINE_*`` and ``DAGSTER_*`` keys; ``corr-pipeline ui``, whose processes load
+code, does not start at all while the file holds other keys (``strict``).
 """
 
 from __future__ import annotations
@@ -85,19 +86,26 @@ def env_file_settings(values: dict[str, str]) -> tuple[dict[str, str], list[str]
 
 
 @contextlib.contextmanager
-def env_file_applied(path: Path | None = None) -> Iterator[dict[str, str]]:
+def env_file_applied(path: Path | None = None, *, strict: bool = False) -> Iterator[dict[str, str]]:
     """Apply ``path`` (default: :func:`env_file` when the current directory is the project root,
     :func:`is_project_root`; nothing elsewhere) to ``os.environ`` with Dagster's precedence (the
     file's values replace the environment's), yield what was applied, and restore the whole
     environment afterwards: a command run in-process (e.g. by the tests) leaves nothing behind,
     neither the file's values nor what the command itself exported (the demo's first
     partition, the embedded database's URL). Only the project's and Dagster's keys apply
-    (:func:`env_file_settings`; a warning names the others); :class:`EnvFileError` for a file
+    (:func:`env_file_settings`; a warning names the others, or with ``strict``
+    :class:`EnvFileError` does, before anything is applied); :class:`EnvFileError` for a file
     that is not the user's own (:func:`env_file_values`)."""
     if path is None and not is_project_root(Path.cwd()):
         values: dict[str, str] = {}
     else:
         values, ignored = env_file_settings(env_file_values(path))
+        if ignored and strict:
+            raise EnvFileError(
+                f"{path or env_file()} sets {', '.join(ignored)}: only "
+                f"{'* and '.join(ENV_FILE_KEY_PREFIXES)}* settings may be there; move the others "
+                "out of the file (export them in your shell if you need them) and start again"
+            )
         if ignored:
             import logging
 

@@ -25,8 +25,10 @@ library; the command modules parse, call, print.
     corr-pipeline bench [--n N --t T ...]    time the whole chain (or --publish-only) on a synthetic
                                              universe, in a scratch embedded database by default
                                                                                     (cli.bench)
-    corr-pipeline ui [--port P --host H]     dg dev (Dagster UI + daemon) on the project's instance;
-                                             SIGINT/SIGTERM/SIGHUP stop all of it     (cli.ui)
+    corr-pipeline ui [--port P --host H --read-only --no-token]
+                                             Dagster UI + daemon on the project's instance, for
+                                             the holder of the printed token; SIGINT/SIGTERM/SIGHUP
+                                             stop all of it                           (cli.ui)
     corr-pipeline concurrency show|set [LIMIT] [--n N --t T ...]
                                              snapshot runs at once, sized by memory (cli.concurrency)
     corr-pipeline dask certs [DIR]           a private authority and certificates for a Dask cluster
@@ -35,7 +37,8 @@ library; the command modules parse, call, print.
 
 The project's ``.env`` (``./.env``, the file ``dg dev`` and ``dagster dev`` read when started from
 the repository root) applies to every command, with Dagster's precedence (its values replace the
-environment's), so the command line and the UI agree (:func:`corr_pipeline.project_env.env_file_applied`).
+environment's), so the command line and the UI agree (:func:`corr_pipeline.project_env.env_file_applied`);
+``corr-pipeline ui`` refuses to start while it holds keys other than the project's and Dagster's.
 
 Every file the command and the processes it starts create is its user's alone (``umask`` 077,
 :func:`corr_pipeline.privacy.private_umask`).
@@ -142,7 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.extra = extra
     _configure_logging(args.verbose)
     try:
-        with privacy.private_umask(), project_env.env_file_applied():
+        strict = bool(getattr(args, "strict_env_file", False))
+        with privacy.private_umask(), project_env.env_file_applied(strict=strict):
             return int(args.func(args) or 0)
     except USER_ERRORS as exc:
         if args.debug:

@@ -224,3 +224,93 @@ def test_no_token_answers_anyone_after_a_warning(tmp_path: Path) -> None:
         assert "?token=" not in ui.output
         warning = [line for line in ui.output.splitlines() if "WARNING: --no-token" in line]
         assert warning and "launch and terminate runs" in warning[0], ui.output
+
+
+# ------------------------------------------------------------------------------------------------
+# The project's .env: checked before anything starts, never applied by the UI's processes
+# ------------------------------------------------------------------------------------------------
+
+
+def _attempt(root: Path, wait: float = 90.0) -> tuple[int | None, str]:
+    """Run ``corr-pipeline ui`` from ``root`` for at most ``wait`` seconds: (exit status or
+    None when it was still running, then killed with its group; output)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CORR_PIPELINE_", "DAGSTER_"))}
+    env["DAGSTER_HOME"] = str(root)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corr_pipeline.cli", "ui", "--port", str(_free_port())],
+        cwd=root,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=wait)
+        return proc.returncode, out + err
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return None, out + err
+
+
+def _payload(tmp: Path) -> tuple[Path, Path]:
+    """(a directory whose sitecustomize.py creates a marker when Python starts with it on
+    PYTHONPATH, the marker)."""
+    site, marker = tmp / "site", tmp / "payload_ran"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    return site, marker
+
+
+def test_an_env_file_with_other_keys_stops_the_ui_before_it_starts(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    site, marker = _payload(tmp_path)
+    (root / ".env").write_text(f"CORR_PIPELINE_KEEP_MATRICES=3\nPYTHONPATH={site}\n")
+    (root / ".env").chmod(0o600)
+    code, output = _attempt(root)
+    assert code == 2, output
+    assert output.count("\n") == 1 and output.startswith("corr-pipeline: error:"), output
+    assert f"{root / '.env'} sets PYTHONPATH" in output, output
+    assert "move the others out of the file" in output, output
+    assert not marker.exists()
+    assert not (root / "history").exists() and not (root / "storage").exists()  # no instance
+
+
+def test_an_env_file_others_may_write_stops_the_ui(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    (root / ".env").write_text("CORR_PIPELINE_KEEP_MATRICES=3\n")
+    (root / ".env").chmod(0o620)
+    code, output = _attempt(root)
+    assert code == 2 and output.count("\n") == 1, output
+    assert "mode 0620" in output and "chmod go-w" in output, output
+    assert not (root / "history").exists()
+
+
+def test_the_uis_processes_run_where_no_env_file_is(tmp_path: Path) -> None:
+    """With a ``.env`` of allowed keys the UI starts; neither the web server, the daemon nor
+    their code servers run in the repository root, so none of them applies its ``.env`` (as
+    Dagster's commands do with the ``.env`` of their working directory, every key of it), now
+    or after the file changes."""
+    root = _project(tmp_path)
+    (root / ".env").write_text("CORR_PIPELINE_KEEP_MATRICES=3\nDAGSTER_PROJECT_ENV_FILE_PATHS={}\n")
+    (root / ".env").chmod(0o600)
+    import psutil
+
+    with serving(root) as ui:
+        deadline = time.monotonic() + 120
+        while True:  # the web server, the daemon and a code server for each
+            tree = psutil.Process(ui.proc.pid).children(recursive=True)
+            servers = [p for p in tree if "grpc" in " ".join(p.cmdline())]
+            if len(servers) >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert len(tree) >= 4 and servers, [p.cmdline() for p in tree]
+        for proc in tree:
+            cwd = Path(proc.cwd())
+            assert cwd != root and not (cwd / ".env").exists(), (proc.cmdline(), cwd)
+            assert "DAGSTER_PROJECT_ENV_FILE_PATHS" not in proc.environ(), proc.cmdline()
+            assert ui.token not in " ".join(proc.cmdline())
+            assert ui.token not in "".join(proc.environ().values())
