@@ -35,8 +35,8 @@ library; the command modules parse, call, print.
                                              over TLS; prints its commands and settings
                                                                                     (cli.dask_cluster)
 
-The project's ``.env`` (``./.env``, the file ``dg dev`` and ``dagster dev`` read when started from
-the repository root) applies to every command, with Dagster's precedence (its values replace the
+The project's ``.env`` (``./.env`` in the repository root, the file Dagster's commands read when
+started there) applies to every command, with Dagster's precedence (its values replace the
 environment's), so the command line and the UI agree (:func:`corr_pipeline.project_env.env_file_applied`);
 ``corr-pipeline ui`` refuses to start while it holds keys other than the project's and Dagster's.
 

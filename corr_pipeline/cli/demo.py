@@ -9,8 +9,8 @@ The demo is a list of steps (:data:`DEMO_STEPS`) sharing a :class:`DemoContext`:
 3. choose the partitions: the demo's partition is the session of the last trade date, and the
    first partition is the first session whose window of ``lookback_days + 1`` trade dates is full
    (:func:`first_full_window_session`), written as ``CORR_PIPELINE_PARTITION_START`` to the
-   project's ``.env`` when run from the repository root (the file ``dg dev``/``dagster dev`` and
-   ``corr-pipeline`` read), so the UI shows only partitions that can succeed;
+   project's ``.env`` when run from the repository root (the file ``corr-pipeline`` and its UI
+   read), so the UI shows only partitions that can succeed;
 4. launch the snapshot runs of the session before that partition and of the partition through
    the Dagster instance, like any other run (:func:`corr_pipeline.defs.run.launch_snapshot`), so
    that the partition's ``snapshot_changes`` compares the two, and print their summaries;
@@ -210,7 +210,7 @@ def demo_step_partitions(ctx: DemoContext) -> None:
     (:func:`first_full_window_session`). The first partition becomes
     ``CORR_PIPELINE_PARTITION_START`` of this process (so the code location the next step loads
     has it) and, when the demo runs from the project root (the directory holding the project's
-    ``dagster.yaml`` and ``pyproject.toml``: where ``dg dev`` runs), of its ``.env``, where only
+    ``dagster.yaml`` and ``pyproject.toml``: where ``corr-pipeline ui`` runs), of its ``.env``, where only
     that line and its comment are written; elsewhere the UI commands of the last step carry it."""
     from corr_pipeline.defs.run import latest_partition_key  # heavy: Dagster
     from corr_pipeline.snapshot.params import DEFAULTS  # numpy, numba: lazily
@@ -232,11 +232,11 @@ def demo_step_partitions(ctx: DemoContext) -> None:
             [
                 "written by `corr-pipeline demo`: the first session whose window of "
                 f"{lookback} returns the demo's prices fill;",
-                "dg dev, dagster dev and corr-pipeline read this file (its values win over the "
+                "corr-pipeline and its UI read this file (its values win over the "
                 "environment's). Edit or delete the line below to change the first partition.",
             ],
         )
-        told = f"written to {where} (read by dg dev, dagster dev and corr-pipeline)"
+        told = f"written to {where} (read by corr-pipeline and corr-pipeline ui)"
     else:
         ctx.ui_env[name] = first
         told = f"not written ({where.parent} is not the repository root): set it for the UI"
@@ -311,14 +311,10 @@ def demo_step_pipeline(ctx: DemoContext) -> None:
         }.items()
     )
     ctx.echo("[5] explore the results:")
-    ctx.echo(f"    Dagster UI:  {env} dg dev")
+    ctx.echo(f"    Dagster UI:  {env} corr-pipeline ui")
     ctx.echo(
-        "                 (from the repository root; then open http://127.0.0.1:3000 -> Assets -> "
-        "correlation_snapshot; this run is in Runs; Ctrl-C stops it)"
-    )
-    ctx.echo(
-        f"                 or: {env} corr-pipeline ui"
-        "   (the same; SIGTERM stops it whole, also from a script)"
+        "                 (from the repository root; then open the address with ?token=... it "
+        "prints -> Assets -> correlation_snapshot; this run is in Runs; Ctrl-C or SIGTERM stops it)"
     )
     ctx.echo(f"    tables:      snapshots, peer_neighbors, symbol_clusters, lead_lag_pairs ({key})")
     ctx.echo(

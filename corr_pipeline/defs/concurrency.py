@@ -32,7 +32,7 @@ snapshot run at once (a backfill of three sessions: three runs, with ``concurren
 saying 1). :func:`ensure_snapshot_pool` creates the row beforehand, at the default and marked
 as such (so it still reads as not explicit, and follows ``default_limit`` when that changes);
 :func:`corr_pipeline.defs.run.open_instance` calls it, so every ``corr-pipeline`` command that
-opens the instance (``ui`` before it starts ``dg dev``, ``demo``, ``concurrency show|set``,
+opens the instance (``ui`` before it starts the daemon, ``demo``, ``concurrency show|set``,
 ``bench``) leaves the pool in storage and the limit holds from the daemon's first pass. Not done
 by the code location or a sensor: loading definitions has no instance (and must not write to
 one), and a sensor tick is not ordered before the run queue's pass. A ``dg dev`` or

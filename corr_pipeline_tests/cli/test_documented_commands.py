@@ -19,11 +19,10 @@ the user follows it: its ```bash blocks in order, verbatim, in one bash session 
 of the repository (its exports and shell variables carry over from block to block; the backfill
 command waits for its runs itself); the only change is a free port for the UI instead of 3000.
 
-``dg dev`` (the demo's line, started with job control, stopped by SIGINT to its process group as
-the README says) and ``corr-pipeline ui`` (started like a background job of a non-interactive
-shell, SIGINT ignored, stopped by SIGTERM) run on free local ports, concurrently with the other
-commands, until their web server answers; then every process of theirs must be gone within
-``STOP_BOUND_S``.
+``corr-pipeline ui`` (the demo's line, started like a background job of a non-interactive shell,
+SIGINT ignored, stopped by SIGTERM) runs on a free local port, concurrently with the other
+commands, until its web server answers the token it printed; then every process of it must be
+gone within ``STOP_BOUND_S``.
 """
 
 from __future__ import annotations
@@ -54,7 +53,12 @@ WALK_THROUGH_TIMEOUT_S = 1800.0
 DOCS = [REPO / "README.md", REPO / "docs" / "user_guide.md"]
 PROGRAMS = ("corr-pipeline", "dg", "dagster")
 #: May be named in prose (as superseded), never taught in a ```bash block.
-SUPERSEDED = {"dagster dev", "dagster definitions validate", "dagster asset materialize"}
+SUPERSEDED = {
+    "dagster dev",
+    "dg dev",
+    "dagster definitions validate",
+    "dagster asset materialize",
+}
 WARNING = re.compile(r"warn", re.IGNORECASE)
 #: Exports of the docs' bash blocks the commands here follow; the others configure another price
 #: source (their own section and tests).
@@ -112,7 +116,6 @@ COMMANDS: dict[str, list[str] | None] = {
         "corr-pipeline dask certs dask-tls-elsewhere --port 18786 --days 30",
     ],
     "corr-pipeline ui": None,
-    "dg dev": None,
     "dg check defs": ["dg check defs"],
     "dg list defs": ["dg list defs"],
     "dg launch": ["dg launch --job snapshot_job --partition 2026-11-27"],
@@ -290,12 +293,23 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _answers(port: int) -> bool:
+def _answers(port: int, token: str) -> bool:
+    """Whether the web server on ``port`` answers a request carrying ``token`` (``""``: none)."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/server_info",
+        headers={"Authorization": f"Bearer {token}"} if token else {},
+    )
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2) as r:
+        with urllib.request.urlopen(request, timeout=2) as r:
             return bool(r.status == 200)
     except OSError:
         return False
+
+
+def _printed_token(log: Path) -> str:
+    """The token a UI printed in ``log`` (``""`` before it did)."""
+    found = re.search(r"\?token=([A-Za-z0-9_-]+)", log.read_text())
+    return found.group(1) if found else ""
 
 
 def _descendants(pid: int) -> list[psutil.Process]:
@@ -412,7 +426,7 @@ class Project:
             tree: list[psutil.Process] = []
             try:
                 deadline = time.monotonic() + UI_ANSWER_TIMEOUT_S
-                while not _answers(port):
+                while not _answers(port, _printed_token(log)):
                     if proc.poll() is not None:
                         problems.append(f"exited with {proc.returncode} before answering")
                         break
@@ -486,12 +500,9 @@ def test_every_documented_command_runs_without_a_warning(tmp_path: Path) -> None
         outcomes.append(project.run(command))
         assert not outcomes[-1].problems, _report(outcomes[-1:])
     demo = outcomes[-1].output
-    ui_lines = [
-        re.search(r"Dagster UI:\s+(\S.* dg dev)\s*$", demo, re.M),
-        re.search(r"or:\s+(\S.* corr-pipeline ui)\b", demo, re.M),
-    ]
-    assert all(ui_lines), f"the demo's summary names no UI command:\n{demo}"
-    dg_dev, ui = (m.group(1) for m in ui_lines if m)
+    ui_line = re.search(r"Dagster UI:\s+(\S.* corr-pipeline ui)\s*$", demo, re.M)
+    assert ui_line, f"the demo's summary names no UI command:\n{demo}"
+    ui = ui_line.group(1)
 
     # the UIs in the background while the other commands run: each run of the pipeline in its
     # own lane, the quick commands in one; then the last ones (the schedule's start before its
@@ -502,7 +513,7 @@ def test_every_documented_command_runs_without_a_warning(tmp_path: Path) -> None
     schedule.sort(key=lambda r: ("start" not in r, r))
     outcomes += _lanes(
         project,
-        [[(dg_dev, False)], [(ui, True)], *launches, quick],
+        [[(ui, True)], *launches, quick],
     )
     outcomes += _lanes(project, [schedule, [r for r in last if r not in schedule]])
 
