@@ -388,13 +388,10 @@ class Project:
         out.problems += [f"warning: {w}" for w in _warnings(out.output)]
         return out
 
-    def serve(self, command: str, *, scripted: bool) -> Outcome:
-        """Start a UI command in the background on a free port, wait until its web server
-        answers, stop it as the README says, and check that every process of it is gone.
-
-        ``scripted``: started like ``cmd &`` in a non-interactive shell (SIGINT ignored) and
-        stopped by SIGTERM to it (``corr-pipeline ui``); else started with job control (its own
-        process group) and stopped by SIGINT to the group (``dg dev``)."""
+    def serve(self, command: str) -> Outcome:
+        """Start a UI command like ``cmd &`` in a non-interactive shell (SIGINT ignored) on a
+        free port, wait until its web server answers the token it printed, stop it by SIGTERM
+        as the README says, and check that every process of it is gone."""
         port = _free_port()
         start = time.monotonic()
         log = self.root / f"serve-{port}.log"
@@ -402,10 +399,6 @@ class Project:
 
             def ignore_sigint() -> None:  # a background job of a non-interactive shell
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-            def default_sigint() -> None:  # a background job under job control (set -m)
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
             words = shlex.split(command)
             env = dict(self.env)
@@ -420,7 +413,7 @@ class Project:
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # so that the test can clean up whatever happens
-                preexec_fn=ignore_sigint if scripted else default_sigint,  # noqa: PLW1509
+                preexec_fn=ignore_sigint,  # noqa: PLW1509
             )
             problems: list[str] = []
             tree: list[psutil.Process] = []
@@ -435,10 +428,7 @@ class Project:
                         break
                     time.sleep(0.5)
                 tree = _descendants(proc.pid)
-                if scripted:
-                    proc.send_signal(signal.SIGTERM)
-                else:
-                    os.killpg(proc.pid, signal.SIGINT)
+                proc.send_signal(signal.SIGTERM)
                 try:
                     proc.wait(timeout=STOP_BOUND_S)
                 except subprocess.TimeoutExpired:
@@ -513,7 +503,7 @@ def test_every_documented_command_runs_without_a_warning(tmp_path: Path) -> None
     schedule.sort(key=lambda r: ("start" not in r, r))
     outcomes += _lanes(
         project,
-        [[(ui, True)], *launches, quick],
+        [[(ui,)], *launches, quick],
     )
     outcomes += _lanes(project, [schedule, [r for r in last if r not in schedule]])
 
@@ -630,14 +620,12 @@ def test_the_walk_through_runs_top_to_bottom(tmp_path: Path) -> None:
 
 
 def _lanes(project: Project, lanes: list[list]) -> list[Outcome]:
-    """Run each lane (commands, or one ``(ui command, scripted)`` to serve) in its own thread,
+    """Run each lane (commands, or one ``(ui command,)`` to serve) in its own thread,
     the commands of a lane one after the other."""
 
     def lane(items: list) -> list[Outcome]:
         return [
-            project.serve(item[0], scripted=item[1])
-            if isinstance(item, tuple)
-            else project.run(item)
+            project.serve(item[0]) if isinstance(item, tuple) else project.run(item)
             for item in items
         ]
 
