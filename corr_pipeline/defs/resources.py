@@ -152,6 +152,24 @@ class SnapshotParams(dg.ConfigurableResource):
         "clusters corr itself; 1 removes the market mode, so that in a sell-off the sectors "
         "stay apart instead of one cluster (docs/user_guide.md).",
     )
+    max_zero_return_share: float = Field(
+        default=DEFAULTS.max_zero_return_share,
+        description="A symbol whose share of zero returns (among its finite returns in the "
+        "window) exceeds this is reported as suspect: stale or forward-filled closes (SPEC §2; "
+        "0 < share <= 1).",
+    )
+    max_abs_return: float = Field(
+        default=DEFAULTS.max_abs_return,
+        description="A symbol whose largest |log return| in the window exceeds this is "
+        "reported as suspect: a price error or an unadjusted split (SPEC §2; > 0; 0.5 is a "
+        "move of +65 % / -39 % in a day).",
+    )
+    drop_suspect: bool = Field(
+        default=DEFAULTS.drop_suspect,
+        description="Drop the suspect symbols from the universe before the correlation, "
+        "with that reason among the dropped symbols; false: report them and keep them "
+        "(SPEC §2).",
+    )
     working_memory_mb: float = Field(
         default=DEFAULTS.working_memory_mb,
         description="Budget in MiB for the temporaries of one tile (correlation, neighbors, "

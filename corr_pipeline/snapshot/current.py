@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from corr_pipeline.db.published_reads import PublishedSession, first_published, published_sessions
-from corr_pipeline.snapshot.params import SnapshotParameters
+from corr_pipeline.snapshot.params import DEFAULTS, SnapshotParameters
 
 __all__ = ["RESULT_NEUTRAL", "WHEN_NOT_RECORDED", "current_sessions", "session_is_current"]
 
@@ -26,7 +26,12 @@ RESULT_NEUTRAL = frozenset({"working_memory_mb"})
 
 #: Parameters added after sessions were first published, with the value a published session
 #: that does not record them was computed with.
-WHEN_NOT_RECORDED = {"market_modes_removed": 0}
+WHEN_NOT_RECORDED = {
+    "market_modes_removed": 0,
+    "max_zero_return_share": DEFAULTS.max_zero_return_share,
+    "max_abs_return": DEFAULTS.max_abs_return,
+    "drop_suspect": False,
+}
 
 
 def session_is_current(

@@ -14,6 +14,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from corr_pipeline.compute.suspect import (
+    DEFAULT_MAX_ABS_RETURN,
+    DEFAULT_MAX_ZERO_RETURN_SHARE,
+    SuspectScreen,
+)
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 
 LINKAGE_METHODS = ("average", "single", "complete", "weighted")
@@ -38,7 +43,9 @@ class SnapshotParameters:
     eigenportfolios (SPEC §6 "Market residuals"; 0: the returns themselves);
     ``linkage_method``, exactly one of ``distance_threshold`` / ``n_clusters`` and
     ``market_modes_removed`` (the strongest eigenmodes taken out of the correlation first): the
-    clusters (SPEC §5); ``working_memory_mb``: the budget for each step's temporaries.
+    clusters (SPEC §5); ``max_zero_return_share``, ``max_abs_return``: the thresholds of the
+    suspect prices (SPEC §2), ``drop_suspect``: drop suspect symbols from the universe (default:
+    reported and kept); ``working_memory_mb``: the budget for each step's temporaries.
 
     ``dask_scheduler``: where the products run, not what they compute — the address of a Dask
     scheduler (``tls://host:8786``) for the correlation, neighbors and lead-lag stripes, or None
@@ -70,6 +77,9 @@ class SnapshotParameters:
     distance_threshold: float | None = 1.2
     n_clusters: int | None = None
     market_modes_removed: int = 0
+    max_zero_return_share: float = DEFAULT_MAX_ZERO_RETURN_SHARE
+    max_abs_return: float = DEFAULT_MAX_ABS_RETURN
+    drop_suspect: bool = False
     working_memory_mb: float = DEFAULT_WORKING_MEMORY_MB
     dask_scheduler: str | None = None
     clusters_memory_mb: int = 1024
@@ -105,8 +115,20 @@ class SnapshotParameters:
             ),
             "n_clusters": None if self.n_clusters is None else int(self.n_clusters),
             "market_modes_removed": int(self.market_modes_removed),
+            "max_zero_return_share": float(self.max_zero_return_share),
+            "max_abs_return": float(self.max_abs_return),
+            "drop_suspect": bool(self.drop_suspect),
             "working_memory_mb": float(self.working_memory_mb),
         }
+
+    @property
+    def suspect_screen(self) -> SuspectScreen:
+        """The suspect-prices screen of the window (SPEC §2)."""
+        return SuspectScreen(
+            max_zero_return_share=float(self.max_zero_return_share),
+            max_abs_return=float(self.max_abs_return),
+            drop=bool(self.drop_suspect),
+        )
 
     @property
     def cut(self) -> str:
@@ -131,6 +153,7 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
     >= 0 (and below the kept symbols, checked by the clusters step); ``lead_lag_market_modes``
     in 0 .. :data:`MAX_LEAD_LAG_MODES` (and below the kept symbols, checked by the lead-lag
     step); a finite min_improvement; ``0 < max_q_value <= 1``;
+    ``0 < max_zero_return_share <= 1``; ``max_abs_return`` finite and > 0;
     ``dask_scheduler``, when given, an address ``scheme://host:port``;
     ``clusters_memory_mb`` >= 0.
     """
@@ -210,6 +233,14 @@ def parameter_problems(p: dict[str, Any]) -> list[str]:
         problems.append(
             f"max_q_value must lie in (0, 1] (got {p['max_q_value']}); 1 keeps every candidate"
         )
+    share = p.get("max_zero_return_share", DEFAULT_MAX_ZERO_RETURN_SHARE)
+    if not 0.0 < share <= 1.0:
+        problems.append(
+            f"max_zero_return_share must lie in (0, 1] (got {share}); 1 never calls a symbol stale"
+        )
+    largest = p.get("max_abs_return", DEFAULT_MAX_ABS_RETURN)
+    if not (math.isfinite(largest) and largest > 0):
+        problems.append(f"max_abs_return must be a finite number > 0 (got {largest})")
     if p.get("clusters_memory_mb", 0) < 0:
         problems.append(f"clusters_memory_mb must be >= 0 (got {p['clusters_memory_mb']})")
     scheduler = p.get("dask_scheduler")

@@ -97,7 +97,8 @@ def load_returns(
     """The returns matrix of the window ending at ``day`` (SPEC §2), read from ``source``
     (default the project's ``prices`` table; checked against the catalog first); ``session``:
     ``day`` is a session of the calendar, which must have prices dated ``day``
-    (:class:`~corr_pipeline.db.window.StaleSessionError` otherwise)."""
+    (:class:`~corr_pipeline.db.window.StaleSessionError` otherwise). Suspect prices are
+    screened by ``params.suspect_screen`` (SPEC §2)."""
     return load_returns_window(
         engine,
         day,
@@ -105,6 +106,7 @@ def load_returns(
         min_history_days=params.min_history_days,
         source=source,
         session=session,
+        suspect_screen=params.suspect_screen,
     )
 
 
@@ -126,6 +128,7 @@ def load_returns_range(
         min_history_days=params.min_history_days,
         source=source,
         session=session,
+        suspect_screen=params.suspect_screen,
     )
 
 

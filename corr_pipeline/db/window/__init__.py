@@ -14,6 +14,9 @@ price source) without per-row Python.
 * **kept symbols**: at least ``min_history_days`` finite returns and non-zero variance of those
   returns (``max != min`` over the float32 values: exact, no rounding threshold). Others are
   reported in ``dropped`` as ``(symbol, reason)``.
+* **suspect prices**: per kept symbol, the share of its finite returns that are exactly 0 and its
+  largest ``|R|``; above the thresholds of the ``suspect_screen`` it is listed in ``suspects``
+  with both figures (:mod:`corr_pipeline.compute.suspect`), and kept unless the screen drops it.
 
 Query plan (two statements in one REPEATABLE READ, read-only transaction, so they see one
 consistent snapshot of ``prices`` even while an import commits):
@@ -72,6 +75,7 @@ from __future__ import annotations
 
 from corr_pipeline.db.window.errors import StaleSessionError, WindowError
 from corr_pipeline.db.window.returns import (
+    SUSPECT_PRICES,
     TOO_FEW_RETURNS,
     ZERO_VARIANCE,
     ReturnsWindow,
@@ -82,6 +86,7 @@ from corr_pipeline.db.window.sql import WINDOW_WORK_MEM
 from corr_pipeline.db.window.union import UnionWindows, load_returns_windows, read_windows
 
 __all__ = [
+    "SUSPECT_PRICES",
     "TOO_FEW_RETURNS",
     "WINDOW_WORK_MEM",
     "ZERO_VARIANCE",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from corr_pipeline.compute.suspect import SuspectScreen, SuspectSymbol, find_suspects
 from corr_pipeline.db.price_source import PriceSource, PriceSourceError
 from corr_pipeline.db.prices_import import MAX_SYMBOL_CHARS, symbol_problem
 from corr_pipeline.db.window.errors import WindowError
@@ -20,6 +21,7 @@ CLOSE_ELEM = np.dtype(">f8")
 #: Why a symbol in the window was not kept (SPEC §2): the keys of ``ReturnsWindow.drop_counts``.
 TOO_FEW_RETURNS = "too_few_returns"
 ZERO_VARIANCE = "zero_variance"
+SUSPECT_PRICES = "suspect_prices"
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,7 +34,10 @@ class ReturnsWindow:
     ``dates[t] -> dates[t + 1]``); ``as_of_trade_date`` = ``dates[-1]``;
     ``dropped``: ``(symbol, reason in words)`` for symbols present in the window but not kept;
     ``drop_counts``: how many were dropped for each reason (:data:`TOO_FEW_RETURNS`,
-    :data:`ZERO_VARIANCE`);
+    :data:`ZERO_VARIANCE`, :data:`SUSPECT_PRICES`);
+    ``suspects``: the symbols that pass the keep rule but whose prices are suspect (SPEC §2:
+    too many zero returns, or a too large ``|R|``), with both figures, in symbol order; kept
+    unless the screen drops them (then also in ``dropped``, with that reason);
     ``bad_prices``: number of rows in the window whose close is NaN, infinite or <= 0;
     ``n_price_rows``: rows read; ``timings``: seconds per phase (for asset metadata);
     ``source``: the price source read (``table prices (symbol, trade_date, close)``, ...) and
@@ -50,6 +55,7 @@ class ReturnsWindow:
     drop_counts: dict[str, int] = field(default_factory=dict)
     source: str = ""
     source_notes: tuple[str, ...] = ()
+    suspects: list[SuspectSymbol] = field(default_factory=list)
 
     @property
     def n_returns(self) -> int:
@@ -156,10 +162,12 @@ def select_symbols(
     dates: list[dt.date],
     d: dt.date,
     min_history_days: int,
-) -> tuple[np.ndarray, list[str], list[tuple[str, str]], dict[str, int]]:
+    screen: SuspectScreen,
+) -> tuple[np.ndarray, list[str], list[tuple[str, str]], dict[str, int], list[SuspectSymbol]]:
     """The kept columns of ``returns_all`` (float32, one column per symbol with a row in the
-    window), the kept symbols, ``dropped`` and ``drop_counts`` (SPEC §2); raises
-    :class:`WindowError` when every symbol is dropped."""
+    window), the kept symbols, ``dropped`` (in symbol order), ``drop_counts`` and the suspect
+    symbols (SPEC §2: among those the keep rule keeps, by ``screen``; dropped too when
+    ``screen.drop``); raises :class:`WindowError` when every symbol is dropped."""
     finite_count = np.isfinite(returns_all).sum(axis=0)
     # fmax/fmin ignore NaN; an all-NaN column gives -inf/+inf (and is "too few" anyway)
     col_max = np.fmax.reduce(returns_all, axis=0, initial=-np.inf)
@@ -167,6 +175,15 @@ def select_symbols(
     enough = finite_count >= min_history_days
     varies = col_max != col_min
     keep = enough & varies
+    kept_columns = np.flatnonzero(keep)
+    suspect_mask, suspects = find_suspects(
+        returns_all[:, kept_columns], [all_symbols[j] for j in kept_columns], screen
+    )
+    suspect = np.zeros_like(keep)
+    suspect[kept_columns[suspect_mask]] = True
+    reason_of = {s.symbol: s.reason for s in suspects}
+    if screen.drop:
+        keep &= ~suspect
     dropped: list[tuple[str, str]] = []
     for j in np.flatnonzero(~keep):
         if not enough[j]:
@@ -174,23 +191,29 @@ def select_symbols(
                 f"too few finite returns ({int(finite_count[j])} < "
                 f"min_history_days={min_history_days})"
             )
-        else:
+        elif not varies[j]:
             reason = "zero variance (constant returns over the window)"
+        else:
+            reason = f"suspect prices (drop_suspect): {reason_of[all_symbols[j]]}"
         dropped.append((all_symbols[j], reason))
+    n_suspect_dropped = int(suspect.sum()) if screen.drop else 0
     if not keep.any():
         n_all, n_few = len(all_symbols), int((~enough).sum())
         raise WindowError(
             f"every one of the {n_all} symbols with prices in the window {dates[0]}..{dates[-1]} "
             f"(snapshot date {d}) was dropped: {n_few} with fewer than "
-            f"min_history_days={min_history_days} finite returns, {n_all - n_few} with zero "
-            "variance"
+            f"min_history_days={min_history_days} finite returns, "
+            f"{n_all - n_few - n_suspect_dropped} with zero variance"
+            + (f", {n_suspect_dropped} with suspect prices" if n_suspect_dropped else "")
         )
     drop_counts = {
         TOO_FEW_RETURNS: int((~enough).sum()),
         ZERO_VARIANCE: int((enough & ~varies).sum()),
+        SUSPECT_PRICES: n_suspect_dropped,
     }
     returns = np.ascontiguousarray(returns_all[:, keep])
-    return returns, [all_symbols[j] for j in np.flatnonzero(keep)], dropped, drop_counts
+    symbols = [all_symbols[j] for j in np.flatnonzero(keep)]
+    return returns, symbols, dropped, drop_counts, suspects
 
 
 @dataclass

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import sqlalchemy as sa
 
+from corr_pipeline.compute.suspect import DEFAULT_SCREEN, SuspectScreen
 from corr_pipeline.db.bulk import driver_connection
 from corr_pipeline.db.dates import as_iso_date
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource, resolve_price_source
@@ -35,12 +36,15 @@ def load_returns_window(
     min_history_days: int,
     source: PriceSource = NATIVE_PRICES,
     session: bool = False,
+    suspect_screen: SuspectScreen = DEFAULT_SCREEN,
 ) -> ReturnsWindow:
     """Build the SPEC §2 window and returns matrix for snapshot date ``D = snapshot_date``,
     reading ``source`` (default: the project's ``prices`` table). ``session``: ``D`` is a
     session of the configured calendar, so its window must end on ``D``; without a price dated
     ``D``, :class:`StaleSessionError` (naming the latest trade date) before any price is read.
     Otherwise (a weekend or holiday ``D``) the window ends on the last trade date before it.
+    ``suspect_screen``: the thresholds of the suspect prices (SPEC §2, ``ReturnsWindow.suspects``)
+    and whether suspect symbols are dropped.
 
     The source is checked against the catalog first, in the same read-only transaction
     (:func:`~corr_pipeline.db.price_source.resolve_price_source`): a missing relation or column,
@@ -94,8 +98,8 @@ def load_returns_window(
     bad_prices = int((~(np.isfinite(close_values) & (close_values > 0))).sum()) + null_prices
     returns_all, all_symbols = pivot.returns, pivot.symbols
     del pivot, close_values  # the per-row arrays: only the returns are needed from here
-    returns, symbols, dropped, drop_counts = select_symbols(
-        returns_all, all_symbols, dates, d, min_history_days
+    returns, symbols, dropped, drop_counts, suspects = select_symbols(
+        returns_all, all_symbols, dates, d, min_history_days, suspect_screen
     )
     timings["pivot_s"] = time.perf_counter() - t3
     timings["total_s"] = time.perf_counter() - t0
@@ -111,4 +115,5 @@ def load_returns_window(
         drop_counts=drop_counts,
         source=src.describe(),
         source_notes=src.notes,
+        suspects=suspects,
     )

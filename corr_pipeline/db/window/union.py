@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sqlalchemy as sa
 
+from corr_pipeline.compute.suspect import DEFAULT_SCREEN, SuspectScreen
 from corr_pipeline.db.bulk import driver_connection
 from corr_pipeline.db.dates import as_iso_date
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource, resolve_price_source
@@ -89,6 +90,7 @@ def load_returns_windows(
     min_history_days: int,
     source: PriceSource = NATIVE_PRICES,
     session: bool = False,
+    suspect_screen: SuspectScreen = DEFAULT_SCREEN,
 ) -> dict[dt.date, ReturnsWindow | WindowError]:
     """Every window of :func:`read_windows` (same arguments), built at once: ``{day: window or
     WindowError}``, the distinct days ascending. A long range holds all its windows in memory
@@ -100,6 +102,7 @@ def load_returns_windows(
         min_history_days=min_history_days,
         source=source,
         session=session,
+        suspect_screen=suspect_screen,
     )
     return {day: union.window(day) for day in union.days}
 
@@ -117,6 +120,7 @@ class UnionWindows:
     union: _UnionPivot | None
     union_row: np.ndarray
     min_history_days: int
+    suspect_screen: SuspectScreen
     source: PriceSource
     resolved: str
     notes: tuple[str, ...]
@@ -141,12 +145,13 @@ class UnionWindows:
         union = self.union
         columns = np.flatnonzero(union.present[:, a:b].any(axis=1))
         try:
-            returns, symbols, dropped, drop_counts = select_symbols(
+            returns, symbols, dropped, drop_counts, suspects = select_symbols(
                 union.returns[a : b - 1][:, columns],
                 [union.symbols[j] for j in columns],
                 dates,
                 d,
                 self.min_history_days,
+                self.suspect_screen,
             )
         except WindowError as error:
             return error
@@ -163,6 +168,7 @@ class UnionWindows:
             drop_counts=drop_counts,
             source=self.resolved,
             source_notes=self.notes,
+            suspects=suspects,
         )
 
 
@@ -174,6 +180,7 @@ def read_windows(
     min_history_days: int,
     source: PriceSource = NATIVE_PRICES,
     session: bool = False,
+    suspect_screen: SuspectScreen = DEFAULT_SCREEN,
 ) -> UnionWindows:
     """The windows of several snapshot dates (a backfill's sessions) in one read: for each of
     ``days`` (any order, duplicates allowed; dates or ISO strings), what
@@ -181,7 +188,7 @@ def read_windows(
     is a session of the calendar) — its
     :class:`ReturnsWindow`, identical in every field but ``timings`` (returns bit for bit), or
     the :class:`WindowError` it would raise (no trade date ``<= D``, too few dates, every symbol
-    dropped), as a value: :meth:`UnionWindows.window`.
+    dropped), as a value: :meth:`UnionWindows.window`; ``suspect_screen`` as there.
 
     One REPEATABLE READ, read-only transaction, whatever the number of days: the catalog check,
     ONE loose index scan of the dates (from the last date ``<= max(days)`` down to the first
@@ -238,6 +245,7 @@ def read_windows(
         union=union,
         union_row=np.cumsum(read.in_union) - 1,  # scanned position -> union row
         min_history_days=min_history_days,
+        suspect_screen=suspect_screen,
         source=source,
         resolved=read.resolved,
         notes=read.notes,
