@@ -6,7 +6,8 @@
    publishers of the same ``snapshot_date`` queue up here (different dates do not block each
    other), so two concurrent publishers end with one whole snapshot — the one that commits
    last — instead of a unique violation or a mix;
-2. ``DELETE`` the date's rows from the three child tables, then its ``snapshots`` row
+2. ``DELETE`` the date's rows from the three child tables and ``suspect_prices``, then its
+   ``snapshots`` row
    (explicitly, so this does not depend on the schema's cascade trigger);
 3. ``INSERT`` the ``snapshots`` row (``params`` and ``matrix_versions`` as jsonb,
    ``created_at = now()``);
@@ -14,7 +15,8 @@
    into the published table, in primary-key order; the payload (symbol text included) is built
    with numpy, chunk by chunk, with no per-row Python. The schema's statement-level trigger
    checks once per COPY that the date has its ``snapshots`` row (migration 0002,
-   ``db/migrations/versions/r0002_reference_triggers.py``);
+   ``db/migrations/versions/r0002_reference_triggers.py``); then the snapshot's suspect prices
+   (SPEC §2, a handful of rows: :mod:`corr_pipeline.db.publish_suspects`);
 5. ``COMMIT``. Readers (any isolation level) see the previous snapshot until this commit and the
    new one after it, never a mix; on any error everything rolls back and the previous snapshot
    stays as it was.
@@ -69,8 +71,10 @@ import numpy as np
 import sqlalchemy as sa
 
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
+from corr_pipeline.compute.suspect import SuspectSymbol
 from corr_pipeline.db.bulk import driver_connection
 from corr_pipeline.db.dates import as_iso_date
+from corr_pipeline.db.publish_suspects import SUSPECT_TABLE, insert_suspects, suspect_rows
 from corr_pipeline.db.replace import lock_date, replace_date_rows
 from corr_pipeline.db.schema import CHANGE_TABLES, PUBLISHED_TABLES, SNAPSHOT_CHILD_TABLES
 
@@ -417,7 +421,7 @@ def _copy_binary(cursor: Any, table: str, chunks: Iterable[bytes]) -> None:
 def _delete_snapshot_rows(cursor: Any, d: dt.date) -> bool:
     """Delete ``d``'s child rows, then its ``snapshots`` row; True if there was one."""
     # explicit, so correctness does not hinge on the schema's cascade
-    for child in SNAPSHOT_CHILD_TABLES:
+    for child in (*SNAPSHOT_CHILD_TABLES, SUSPECT_TABLE):
         cursor.execute(f"DELETE FROM {child} WHERE snapshot_date = %s", (d,))
     cursor.execute("DELETE FROM snapshots WHERE snapshot_date = %s", (d,))
     return bool(cursor.rowcount > 0)
@@ -451,6 +455,8 @@ class PublishableSnapshot(Protocol):
     def lead_lag_pairs(self) -> Any: ...
     @property
     def matrix_versions(self) -> Mapping[str, Mapping[str, str]] | None: ...
+    @property
+    def suspects(self) -> Sequence[SuspectSymbol]: ...
 
 
 def _json_versions(versions: Mapping[str, Mapping[str, str]] | None) -> str | None:
@@ -494,6 +500,7 @@ def publish_snapshot(engine: sa.Engine, results: PublishableSnapshot) -> Publish
         raise PublishError(f"n_dropped ({n_dropped}) must be >= 0, lookback_days >= 1")
     params_json = _json_params(results.params)
     versions_json = _json_versions(results.matrix_versions)
+    suspects = suspect_rows(results.suspects, PublishError)
 
     sym = _Symbols(symbol_list)
     copies = _copies(results, n, (d - _PG_EPOCH).days, sym)
@@ -512,8 +519,11 @@ def publish_snapshot(engine: sa.Engine, results: PublishableSnapshot) -> Publish
         delete=partial(_delete_snapshot_rows, d=d),
         head=("snapshots", "replace_snapshot_row_s", *head),
         copies={
-            table: (n_rows, partial(_copy_table, table, columns, n_rows, sym))
-            for table, columns, n_rows in copies
+            **{
+                table: (n_rows, partial(_copy_table, table, columns, n_rows, sym))
+                for table, columns, n_rows in copies
+            },
+            SUSPECT_TABLE: (len(suspects), partial(insert_suspects, d, suspects)),
         },
     )
     return done.report(PublishReport, d, t_start, timings)
@@ -608,9 +618,10 @@ def delete_change_rows(cursor: Any, d: dt.date) -> bool:
 def read_snapshot_counts(
     engine: sa.Engine,
     snapshot_date: dt.date | str,
-    tables: Sequence[str] = PUBLISHED_TABLES,
+    tables: Sequence[str] = (*PUBLISHED_TABLES, SUSPECT_TABLE),
 ) -> dict[str, int]:
-    """Rows per table of ``tables`` (default the published snapshot's) for ``snapshot_date``,
+    """Rows per table of ``tables`` (default the published snapshot's, its suspect prices
+    included) for ``snapshot_date``,
     read in one consistent snapshot."""
     d = as_iso_date(snapshot_date, "snapshot_date", PublishError)
     query = " UNION ALL ".join(

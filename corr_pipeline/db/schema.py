@@ -39,6 +39,10 @@ Tables
                              turnover; one row per symbol of either day.
 ``change_clusters``          (snapshot_date, line) -> a cluster matched, appeared or vanished.
 ``change_lead_lag``          (snapshot_date, leader, lagger) -> appeared/vanished/lag changed.
+``suspect_prices``           (snapshot_date, symbol) -> zero_return_share, max_abs_return,
+                             reason, dropped: the snapshot's suspect prices (SPEC §2; migration
+                             0010), written in the publication's transaction
+                             (``FOREIGN KEY ... ON DELETE CASCADE``: a handful of rows a date).
 ``synthetic.lead_lag_truth`` (leader, lagger) -> lag, seed: the lead-lag pairs the synthetic
                              universe generator injected, so tests and the demo can check
                              recovery. In its own PostgreSQL schema ``synthetic``, apart from the
@@ -279,6 +283,29 @@ synthetic_lead_lag_truth = sa.Table(
     schema=SYNTHETIC_SCHEMA,
 )
 
+# ---- the snapshot's suspect prices (SPEC §2, migration 0010) ----------------------------------
+
+suspect_prices = sa.Table(
+    "suspect_prices",
+    metadata,
+    sa.Column(
+        "snapshot_date",
+        sa.Date,
+        sa.ForeignKey("snapshots.snapshot_date", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("symbol", SYMBOL, primary_key=True),
+    sa.Column("zero_return_share", sa.Double, nullable=False),
+    sa.Column("max_abs_return", sa.Double, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("dropped", sa.Boolean, nullable=False),
+    sa.CheckConstraint(
+        "zero_return_share >= 0 AND zero_return_share <= 1",
+        name="ck_suspect_prices_zero_return_share",
+    ),
+    sa.CheckConstraint("max_abs_return >= 0", name="ck_suspect_prices_max_abs_return"),
+)
+
 #: The production tables, children before parents (safe order for TRUNCATE/DELETE).
 PRODUCTION_TABLES: tuple[sa.Table, ...] = (
     change_pairs,
@@ -289,6 +316,7 @@ PRODUCTION_TABLES: tuple[sa.Table, ...] = (
     peer_neighbors,
     symbol_clusters,
     lead_lag_pairs,
+    suspect_prices,
     snapshots,
     prices,
 )

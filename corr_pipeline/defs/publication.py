@@ -17,6 +17,7 @@ import dagster as dg
 from pydantic import ConfigDict, Field
 
 from corr_pipeline.compute.neighbors import Neighbors
+from corr_pipeline.compute.suspect import SuspectSymbol
 from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
 from corr_pipeline.db.published_reads import (
     changes_to_refresh,
@@ -102,6 +103,7 @@ def _results(step: SnapshotStep, session: Session):
             "dagster_run_id": step.context.run.run_id,
         },
         matrix_versions=versions,
+        suspects=[SuspectSymbol.from_list(row) for row in window.get("suspects", [])],
     )
     return results, versions
 

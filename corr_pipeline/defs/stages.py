@@ -197,6 +197,7 @@ def returns_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Sess
             "as_of_trade_date": window.as_of_trade_date,
             "n_dropped": len(window.dropped),
             "dropped": [[symbol, reason] for symbol, reason in window.dropped],
+            "suspects": [suspect.as_list() for suspect in window.suspects],
             "bad_prices": int(window.bad_prices),
             "snapshot_params": params.as_dict(),
         },

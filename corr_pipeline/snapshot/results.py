@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from corr_pipeline.compute.suspect import SuspectSymbol
+
 __all__ = ["SnapshotResults"]
 
 
@@ -23,7 +25,8 @@ class SnapshotResults:
     indices into ``symbols`` (SPEC §6). ``params``: JSON-able run parameters stored as jsonb. ``matrix_versions``:
     the matrix-store versions the results were computed from, ``{asset: {array: version}}``
     (SPEC §8; e.g. ``{"correlation_matrix": {"corr": "<version>"}, ...}``), stored in
-    ``snapshots.matrix_versions``; None (NULL) when no store is involved.
+    ``snapshots.matrix_versions``; None (NULL) when no store is involved. ``suspects``: the
+    window's suspect prices (SPEC §2), stored in ``suspect_prices``.
     """
 
     snapshot_date: dt.date | str
@@ -38,3 +41,4 @@ class SnapshotResults:
     cluster_labels: Any
     lead_lag_pairs: Any
     matrix_versions: Mapping[str, Mapping[str, str]] | None = None
+    suspects: Sequence[SuspectSymbol] = ()

@@ -55,6 +55,7 @@ from corr_pipeline.compute.market_modes import MarketModes
 from corr_pipeline.compute.market_modes import market_modes as strongest_modes
 from corr_pipeline.compute.neighbors import Neighbors
 from corr_pipeline.compute.parallel.runners import StripeRunner
+from corr_pipeline.compute.suspect import SuspectSymbol
 from corr_pipeline.compute.tiling import Progress
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.db.window import (
@@ -319,11 +320,13 @@ def results_for_publication(
     pairs: np.ndarray,
     recorded: Mapping[str, Any],
     matrix_versions: Mapping[str, Mapping[str, str]] | None = None,
+    suspects: Sequence[SuspectSymbol] = (),
 ) -> SnapshotResults:
     """The value :func:`corr_pipeline.db.publish.publish_snapshot` writes (SPEC §7):
     ``snapshots.params`` holds every parameter plus ``recorded`` (window facts, run id);
     ``snapshots.matrix_versions`` the store versions the results come from
-    (:func:`matrix_versions`; None when the matrices are not kept in a store)."""
+    (:func:`matrix_versions`; None when the matrices are not kept in a store); ``suspects``
+    the window's suspect prices (SPEC §2, ``suspect_prices``)."""
     return SnapshotResults(
         snapshot_date=snapshot_date,
         as_of_trade_date=as_of_trade_date,
@@ -339,6 +342,7 @@ def results_for_publication(
         matrix_versions=None
         if matrix_versions is None
         else {asset: dict(arrays) for asset, arrays in matrix_versions.items()},
+        suspects=tuple(suspects),
     )
 
 

@@ -103,14 +103,14 @@ def test_older_schema_is_refused_until_db_upgrade(
     assert status.returncode == 1, status.stderr
     assert "schema revision: 0002\n" in status.stdout
     assert f"code revision:   {HEAD}\n" in status.stdout
-    assert "pending:         7 migration(s)\n  0003  " in status.stdout
+    assert "pending:         8 migration(s)\n  0003  " in status.stdout
     assert f"status:          database schema is at 0002, the code needs {HEAD}" in status.stdout
 
     upgraded = corr_pipeline("db", "upgrade")
     assert upgraded.returncode == 0, upgraded.stderr
     assert (
         f"revision {HEAD} (upgraded from 0002 to {HEAD}: applied 0003, 0004, 0005, 0006, 0007, "
-        "0008, 0009)" in upgraded.stdout
+        "0008, 0009, 0010)" in upgraded.stdout
     )
     status = corr_pipeline("db", "status")
     assert status.returncode == 0 and "status:          up to date" in status.stdout

@@ -223,6 +223,7 @@ def test_oldest_schema_with_data_upgrades_to_head_with_nothing_lost(
             "0007",
             "0008",
             "0009",
+            "0010",
         ]
         with old.connect() as conn:
             assert count_rows(conn, moved=True) == counts
@@ -393,6 +394,7 @@ def test_downgrade_to_the_oldest_and_back_keeps_the_rows(new_database: Callable[
         report = migrate.downgrade(db, "0001")
         assert (report.before, report.after) == (HEAD, "0001")
         assert [rev.id for rev in report.applied] == [
+            "0010",
             "0009",
             "0008",
             "0007",
@@ -470,6 +472,7 @@ def test_fresh_database(new_database: Callable[[], str]) -> None:
             "0006",
             "0007",
             "0008",
+            "0009",
             HEAD,
         ]
         with pytest.raises(SchemaVersionError) as info:
@@ -620,6 +623,7 @@ def test_revision_0007_adds_the_significance_and_keeps_the_pairs(
         assert tuple(counts) == (10, 10, 10)
 
         assert [rev.id for rev in migrate.downgrade(db, "0006").applied] == [
+            "0010",
             "0009",
             "0008",
             "0007",
@@ -823,3 +827,59 @@ def test_revision_0002_drops_foreign_keys_whatever_their_names(
             ).scalar_one()
             assert left == 0
             assert conn.execute(sa.text("SELECT to_regclass('prices')")).scalar_one() is not None
+
+
+def test_revision_0010_adds_suspect_prices_referencing_snapshots(
+    new_database: Callable[[], str],
+) -> None:
+    """0009 -> 0010 creates suspect_prices (the figures in range, a row only for a published
+    snapshot, deleted with it); the snapshots published before keep every row and have none;
+    0010 -> 0009 drops the table and keeps the snapshots."""
+
+    def insert_snapshot(conn: sa.Connection, day: dt.date) -> None:
+        conn.execute(
+            sa.text(
+                "INSERT INTO snapshots (snapshot_date, as_of_trade_date, n_symbols, n_dropped, "
+                "lookback_days) VALUES (:d, :d, 3, 0, 40)"
+            ),
+            {"d": day},
+        )
+
+    def insert_suspect(conn: sa.Connection, day: dt.date, share: float, largest: float) -> None:
+        conn.execute(
+            sa.text(
+                "INSERT INTO suspect_prices VALUES (:d, 'STALE', :share, :largest, 'why', false)"
+            ),
+            {"d": day, "share": share, "largest": largest},
+        )
+
+    with opened(new_database()) as db:
+        migrate.upgrade(db, "0009")
+        with db.begin() as conn:
+            insert_snapshot(conn, D1)
+        assert [rev.id for rev in migrate.upgrade(db, "0010").applied] == ["0010"]
+        with db.begin() as conn:
+            assert set(_table_columns(conn, "suspect_prices")) == {
+                "snapshot_date",
+                "symbol",
+                "zero_return_share",
+                "max_abs_return",
+                "reason",
+                "dropped",
+            }
+            assert conn.execute(sa.text("SELECT count(*) FROM suspect_prices")).scalar_one() == 0
+            insert_suspect(conn, D1, 0.3, 0.1)
+        for share, largest, says in ((1.5, 0.1, "zero_return_share"), (0.1, -1.0, "max_abs")):
+            with pytest.raises(sa.exc.IntegrityError, match=says), db.begin() as conn:
+                insert_suspect(conn, D1, share, largest)
+        with pytest.raises(sa.exc.IntegrityError, match="foreign key"), db.begin() as conn:
+            insert_suspect(conn, D2, 0.3, 0.1)  # no snapshot of D2
+        with db.begin() as conn:
+            conn.execute(sa.text("DELETE FROM snapshots WHERE snapshot_date = :d"), {"d": D1})
+            assert conn.execute(sa.text("SELECT count(*) FROM suspect_prices")).scalar_one() == 0
+            insert_snapshot(conn, D1)
+            insert_suspect(conn, D1, 0.3, 0.1)
+        assert [rev.id for rev in migrate.downgrade(db, "0009").applied] == ["0010"]
+        with db.connect() as conn:
+            assert _table_columns(conn, "suspect_prices") == {}
+            assert conn.execute(sa.text("SELECT count(*) FROM snapshots")).scalar_one() == 1

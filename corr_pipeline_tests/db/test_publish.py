@@ -203,6 +203,7 @@ def test_published_rows_are_exact(clean_db):
         "peer_neighbors": len(want["peer_neighbors"]),
         "symbol_clusters": 60,
         "lead_lag_pairs": 20,
+        "suspect_prices": 0,
     }
     assert report.rows["peer_neighbors"] < 60 * 5  # some rows were padded
     assert read_snapshot_counts(clean_db, D) == report.rows
