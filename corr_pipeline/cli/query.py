@@ -1,4 +1,4 @@
-"""``corr-pipeline query snapshots|peers|cluster|lead-lag|corr|changes``: the answers of
+"""``corr-pipeline query snapshots|peers|cluster|lead-lag|corr|changes|quality``: the answers of
 :mod:`corr_pipeline.query` on the command line.
 
 Each prints a fixed-width table (:func:`corr_pipeline.query.to_text`), or JSON with ``--json``
@@ -25,6 +25,7 @@ from corr_pipeline.query import (
     corr,
     lead_lag,
     peers,
+    quality,
     snapshots,
     symbol_changes,
     to_text,
@@ -115,6 +116,8 @@ def run_query(
             result = changes(engine, args.date, limit=args.limit)
         elif what == "changes":
             result = symbol_changes(engine, args.symbol, args.date, limit=args.limit)
+        elif what == "quality":
+            result = quality(engine, args.date)
         else:  # pragma: no cover - argparse restricts the choices
             raise QueryError(f"unknown query {what!r}")
     except QueryError as exc:
@@ -131,8 +134,8 @@ def run_query(
 def add_query_commands(
     commands: Any, *, engine_factory: Callable[[], sa.Engine] | None = None
 ) -> None:
-    """Register ``query snapshots|peers|cluster|lead-lag|corr`` on the ``corr-pipeline``
-    sub-command parser ``commands`` (each sets ``func`` to a handler returning the exit code).
+    """Register ``query snapshots|peers|cluster|lead-lag|corr|changes|quality`` on the
+    ``corr-pipeline`` sub-command parser ``commands`` (each sets ``func`` to a handler returning the exit code).
 
     ``engine_factory`` is passed to :func:`run_query` (default: the project's database).
     """
@@ -236,4 +239,12 @@ def add_query_commands(
         default=20,
         metavar="N",
         help="the N largest correlation moves (default 20, 0 = all recorded)",
+    )
+
+    common(
+        sub.add_parser(
+            "quality",
+            help="the snapshot's suspect prices: symbols with too many zero returns (stale "
+            "closes) or a too large |log return| (a price error), with both figures",
+        )
     )

@@ -15,7 +15,7 @@ import dagster as dg
 import numpy as np
 
 from corr_pipeline.db.schema import DRIFT_COLUMNS
-from corr_pipeline.db.window import TOO_FEW_RETURNS, ZERO_VARIANCE, ReturnsWindow
+from corr_pipeline.db.window import SUSPECT_PRICES, TOO_FEW_RETURNS, ZERO_VARIANCE, ReturnsWindow
 from corr_pipeline.defs import ranges
 from corr_pipeline.snapshot import direction, display, markdown, session_gap
 from corr_pipeline.snapshot.measure import StageStats, measure_stage
@@ -94,7 +94,9 @@ def pictures(
 
 
 def returns_window(window: ReturnsWindow, verdict: Verdict, stats: StageStats) -> dict[str, Any]:
-    """The window: symbols kept and dropped (by reason), bad prices, T, its dates, load phases."""
+    """The window: symbols kept and dropped (by reason), suspect prices (SPEC §2: how many, and
+    each with its zero-return share, largest |return| and reason), bad prices, T, its dates,
+    load phases."""
     R = window.returns
     return {
         "n_symbols": dg.MetadataValue.int(len(window.symbols)),
@@ -103,6 +105,8 @@ def returns_window(window: ReturnsWindow, verdict: Verdict, stats: StageStats) -
             window.drop_counts.get(TOO_FEW_RETURNS, 0)
         ),
         "n_dropped_zero_variance": dg.MetadataValue.int(window.drop_counts.get(ZERO_VARIANCE, 0)),
+        "n_dropped_suspect_prices": dg.MetadataValue.int(window.drop_counts.get(SUSPECT_PRICES, 0)),
+        "n_suspect_symbols": dg.MetadataValue.int(len(window.suspects)),
         "bad_prices": dg.MetadataValue.int(int(window.bad_prices)),
         "n_returns": dg.MetadataValue.int(int(R.shape[0])),
         "n_price_rows": dg.MetadataValue.int(int(window.n_price_rows)),
@@ -112,6 +116,7 @@ def returns_window(window: ReturnsWindow, verdict: Verdict, stats: StageStats) -
             verdict.metadata.get("missing_return_share", 0.0), display.share
         ),
         "dropped_symbols": dg.MetadataValue.md(markdown.dropped_symbols(window.dropped)),
+        "suspect_symbols": dg.MetadataValue.md(markdown.suspect_symbols(window.suspects)),
         **{f"load_{k}": number(v, display.seconds) for k, v in window.timings.items()},
         **stage(stats),
     }

@@ -17,6 +17,9 @@
                                         drift, largest moves, entered/left, counts
 ``symbol_changes(engine, s, date)``     one symbol's cluster move, neighbor turnover, lead-lag
                                         changes and largest correlation moves
+``quality(engine, date)``               the snapshot's suspect prices (``suspect_prices``,
+                                        SPEC §2): the screen's thresholds and each suspect
+                                        symbol's zero-return share, largest |log return|, reason
 
 ``date=None`` means the latest snapshot. Each function returns a typed answer
 (:mod:`~corr_pipeline.query.answers`) with ``.to_json()``; :func:`to_text` gives its text for a
@@ -26,7 +29,8 @@ what to do. The command line ``corr-pipeline query ...`` is ``corr_pipeline.cli.
 
 Modules: ``published`` (SQL reads of the published tables, one database snapshot per answer),
 ``matrix`` (reads of the matrix store), ``answers`` (result types and JSON), ``render`` (text),
-``errors`` (error types), ``symbols`` (close matches of a mistyped symbol).
+``errors`` (error types), ``symbols`` (close matches of a mistyped symbol), ``quality`` (the
+suspect prices).
 """
 
 from corr_pipeline.query.answers import (
@@ -36,6 +40,7 @@ from corr_pipeline.query.answers import (
     CorrResult,
     LeadLagResult,
     PeersResult,
+    QualityResult,
     Snapshot,
     SnapshotsResult,
     SymbolChangesResult,
@@ -58,6 +63,7 @@ from corr_pipeline.query.matrix import (
     corr_from_store,
 )
 from corr_pipeline.query.published import cluster, lead_lag, parse_date, peers, snapshots
+from corr_pipeline.query.quality import QualityNotRecordedError, quality
 from corr_pipeline.query.render import format_table, to_text
 from corr_pipeline.query.symbols import close_matches, suggest_symbols
 
@@ -76,6 +82,8 @@ __all__ = [
     "MatrixUnavailableError",
     "NoSnapshotError",
     "PeersResult",
+    "QualityNotRecordedError",
+    "QualityResult",
     "QueryError",
     "Snapshot",
     "SnapshotNotFoundError",
@@ -91,6 +99,7 @@ __all__ = [
     "lead_lag",
     "parse_date",
     "peers",
+    "quality",
     "snapshots",
     "suggest_symbols",
     "symbol_changes",

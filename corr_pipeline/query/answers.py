@@ -27,6 +27,7 @@ __all__ = [
     "CorrResult",
     "LeadLagResult",
     "PeersResult",
+    "QualityResult",
     "Snapshot",
     "SnapshotsResult",
     "SymbolChangesResult",
@@ -404,6 +405,39 @@ class SymbolChangesResult:
         }
 
 
+@dataclass
+class QualityResult:
+    """The suspect prices of a snapshot (SPEC §2): the thresholds it screened with, whether it
+    dropped the suspect symbols, and each suspect symbol as a row ``{symbol,
+    zero_return_share, max_abs_return, reason, dropped}`` of ``suspect_prices``, by symbol."""
+
+    snapshot: Snapshot
+    max_zero_return_share: float
+    max_abs_return: float
+    drop_suspect: bool
+    suspects: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "query": "quality",
+            **self.snapshot.to_json(),
+            "max_zero_return_share": self.max_zero_return_share,
+            "max_abs_return": self.max_abs_return,
+            "drop_suspect": self.drop_suspect,
+            "n_suspect": len(self.suspects),
+            "suspects": [
+                {
+                    "symbol": s["symbol"],
+                    "zero_return_share": _json_double(s["zero_return_share"]),
+                    "max_abs_return": _json_double(s["max_abs_return"]),
+                    "reason": s["reason"],
+                    "dropped": bool(s["dropped"]),
+                }
+                for s in self.suspects
+            ],
+        }
+
+
 #: Any answer of the query layer (what ``to_text`` and the command line accept).
 Answer: TypeAlias = (
     SnapshotsResult
@@ -413,4 +447,5 @@ Answer: TypeAlias = (
     | CorrResult
     | ChangesResult
     | SymbolChangesResult
+    | QualityResult
 )

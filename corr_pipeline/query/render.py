@@ -32,6 +32,7 @@ from corr_pipeline.query.answers import (
     CorrResult,
     LeadLagResult,
     PeersResult,
+    QualityResult,
     Snapshot,
     SnapshotsResult,
     SymbolChangesResult,
@@ -114,6 +115,8 @@ def to_text(result: Answer) -> str:
         return _render_changes(result)
     if isinstance(result, SymbolChangesResult):
         return _render_symbol_changes(result)
+    if isinstance(result, QualityResult):
+        return _render_quality(result)
     raise TypeError(f"not a query answer: {type(result).__name__}")
 
 
@@ -487,3 +490,35 @@ def _render_symbol_changes(result: SymbolChangesResult) -> str:
             )
         )
     return "\n".join(lines)
+
+
+def _render_quality(result: QualityResult) -> str:
+    share, largest = f"{result.max_zero_return_share:g}", f"{result.max_abs_return:g}"
+    kept = "dropped from" if result.drop_suspect else "kept in"
+    lines = [
+        f"suspect prices in {_describe(result.snapshot)}",
+        f"screen: zero-return share > {share} (stale closes) or largest |log return| > "
+        f"{largest} (price error); suspect symbols {kept} the universe "
+        f"(drop_suspect={'true' if result.drop_suspect else 'false'})",
+    ]
+    if not result.suspects:
+        lines.append(
+            f"no suspect prices: every symbol's zero-return share is at most {share} and its "
+            f"largest |log return| at most {largest}"
+        )
+        return "\n".join(lines)
+    lines.append(f"{len(result.suspects):,} suspect symbol(s):")
+    rows = [
+        [
+            s["symbol"],
+            display.figure_text(s["zero_return_share"]),
+            display.figure_text(s["max_abs_return"]),
+            "dropped" if s["dropped"] else "kept",
+            s["reason"],
+        ]
+        for s in result.suspects
+    ]
+    table = format_table(
+        ["symbol", "zero-return share", "max |log return|", "universe", "reason"], rows, "lrrll"
+    )
+    return "\n".join(lines) + "\n" + table

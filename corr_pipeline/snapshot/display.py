@@ -41,6 +41,7 @@ __all__ = [
     "corr",
     "corr_text",
     "dtype_text",
+    "figure_text",
     "mean_count",
     "mib",
     "seconds",
@@ -97,6 +98,13 @@ def corr_text(value: Any, *, signed: bool = True) -> str:
     if math.isnan(x):
         return "NaN"
     return f"{x:+.{CORR_DECIMALS}f}" if signed else f"{x:.{CORR_DECIMALS}f}"
+
+
+def figure_text(value: Any) -> str:
+    """A suspect-price figure (a zero-return share, a largest |log return|) as text with
+    exactly four decimals (``0.3016``, ``1.1000``; ``NaN``)."""
+    x = _decimals(value, 4)
+    return "NaN" if math.isnan(x) else f"{x:.4f}"
 
 
 def probability_text(value: Any) -> str:

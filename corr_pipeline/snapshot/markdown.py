@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from corr_pipeline.compute.suspect import SuspectSymbol
 from corr_pipeline.snapshot import direction, display
 
 _SPECIAL = str.maketrans({c: "\\" + c for c in "\\`*_{}[]<>()#+-.!|~"})
@@ -97,6 +98,25 @@ def dropped_symbols(dropped: Sequence[tuple[str, str]], *, limit: int = 25) -> s
     if len(dropped) > limit:
         rows.append(["...", f"{len(dropped) - limit} more"])
     return table(("symbol", "reason"), "ll", rows, empty="_no symbol dropped_")
+
+
+def suspect_symbols(suspects: Sequence[SuspectSymbol], *, limit: int = 25) -> str:
+    """The first ``limit`` suspect symbols of the window (SPEC §2): zero-return share, largest
+    |log return|, the reason, and whether it was dropped (``drop_suspect``)."""
+    rows = [
+        [
+            escape(s.symbol),
+            display.figure_text(s.zero_return_share),
+            display.figure_text(s.max_abs_return),
+            escape(s.reason),
+            "dropped" if s.dropped else "kept",
+        ]
+        for s in suspects[:limit]
+    ]
+    if len(suspects) > limit:
+        rows.append(["...", "", "", f"{len(suspects) - limit} more", ""])
+    headers = ("symbol", "zero-return share", "max abs return", "reason", "universe")
+    return table(headers, "lrrll", rows, empty="_no suspect prices_")
 
 
 def largest_moves(rows: Sequence[Sequence[Any]], *, top: int = 15) -> str:

@@ -98,6 +98,10 @@ COMMANDS: dict[str, list[str] | None] = {
         "corr-pipeline query changes",
         "corr-pipeline query changes S00003 --date 2026-11-27 --json",
     ],
+    "corr-pipeline query quality": [
+        "corr-pipeline query quality",
+        "corr-pipeline query quality --date 2026-11-27 --json",
+    ],
     "corr-pipeline store list": ["corr-pipeline store list", "corr-pipeline store list --json"],
     "corr-pipeline store prune": ["corr-pipeline store prune --keep 5 --dry-run"],
     "corr-pipeline store verify": [

@@ -28,7 +28,7 @@ DAYS = h.weekdays(D, LOOKBACK + 1)  # exactly the window: T = 40 returns
 GOOD = ["AAA", "BBB", "CCC", "DDD", "EEE", "FFF"]
 
 
-def _stale(name: str, n_zero: int, seed: int) -> list[tuple[str, dt.date, float]]:
+def stale_prices(name: str, n_zero: int, seed: int) -> list[tuple[str, dt.date, float]]:
     """Closes whose first ``n_zero`` returns are exactly 0 (the close repeated), the others
     random."""
     rng = np.random.default_rng(seed)
@@ -40,7 +40,9 @@ def _stale(name: str, n_zero: int, seed: int) -> list[tuple[str, dt.date, float]
     return [(name, day, float(c)) for day, c in zip(DAYS, closes, strict=True)]
 
 
-def _price_error(name: str, seed: int, factor: float = 3.0) -> list[tuple[str, dt.date, float]]:
+def price_error_prices(
+    name: str, seed: int, factor: float = 3.0
+) -> list[tuple[str, dt.date, float]]:
     """A random walk with one close ``factor`` times too large (day 20): two returns of
     ``±ln(factor)``."""
     rng = np.random.default_rng(seed)
@@ -49,7 +51,7 @@ def _price_error(name: str, seed: int, factor: float = 3.0) -> list[tuple[str, d
     return [(name, day, float(c)) for day, c in zip(DAYS, closes, strict=True)]
 
 
-def _reference(rows: list[tuple[str, dt.date, float]]) -> dict[str, tuple[float, float]]:
+def reference_figures(rows: list[tuple[str, dt.date, float]]) -> dict[str, tuple[float, float]]:
     """Brute force from the inserted closes: per symbol, a plain loop over consecutive window
     dates, ``math.log`` of the ratio of two finite positive closes; (share of those returns that
     are 0, largest |return| rounded to float32 as the returns matrix holds it)."""
@@ -72,8 +74,8 @@ def _reference(rows: list[tuple[str, dt.date, float]]) -> dict[str, tuple[float,
 @pytest.fixture
 def universe(clean_db):
     rows = h.factor_prices(GOOD, DAYS, seed=11)
-    rows += _stale("STALE", n_zero=12, seed=1)  # 12 / 40 = 0.30 > 0.25
-    rows += _price_error("JUMP", seed=2)  # ln 3 = 1.0986 > 0.5
+    rows += stale_prices("STALE", n_zero=12, seed=1)  # 12 / 40 = 0.30 > 0.25
+    rows += price_error_prices("JUMP", seed=2)  # ln 3 = 1.0986 > 0.5
     h.insert_prices(clean_db, rows)
     return clean_db, rows
 
@@ -81,7 +83,7 @@ def universe(clean_db):
 def test_stale_and_price_error_symbols_are_listed_with_both_figures(universe):
     engine, rows = universe
     window = load_returns_window(engine, D, lookback_days=LOOKBACK, min_history_days=HISTORY)
-    ref = _reference(rows)
+    ref = reference_figures(rows)
     assert [s.symbol for s in window.suspects] == ["JUMP", "STALE"]
     for suspect in window.suspects:
         share, largest = ref[suspect.symbol]
@@ -150,10 +152,10 @@ def test_a_figure_exactly_at_its_threshold_is_not_suspect(clean_db):
     largest |R| equal to max_abs_return is not above it; the next float below makes it
     suspect."""
     rows = h.factor_prices(GOOD, DAYS, seed=5)
-    rows += _stale("AT", n_zero=10, seed=3) + _stale("ABOVE", n_zero=11, seed=4)
+    rows += stale_prices("AT", n_zero=10, seed=3) + stale_prices("ABOVE", n_zero=11, seed=4)
     h.insert_prices(clean_db, rows)
     window = load_returns_window(clean_db, D, lookback_days=LOOKBACK, min_history_days=HISTORY)
-    ref = _reference(rows)
+    ref = reference_figures(rows)
     assert ref["AT"][0] == 0.25 and ref["ABOVE"][0] == 11 / 40
     assert [s.symbol for s in window.suspects] == ["ABOVE"]
 
@@ -177,7 +179,7 @@ def test_a_figure_exactly_at_its_threshold_is_not_suspect(clean_db):
 
 
 def test_every_symbol_suspect_and_dropped_fails_in_one_line(clean_db):
-    rows = _stale("S1", n_zero=20, seed=6) + _price_error("S2", seed=7)
+    rows = stale_prices("S1", n_zero=20, seed=6) + price_error_prices("S2", seed=7)
     h.insert_prices(clean_db, rows)
     with pytest.raises(WindowError) as refused:
         load_returns_window(

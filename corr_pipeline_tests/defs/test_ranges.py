@@ -70,7 +70,9 @@ def _resources(store: Path) -> dict:
 
 def _empty_published(engine: sa.Engine) -> None:
     with engine.begin() as conn:
-        conn.execute(sa.text(f"TRUNCATE {', '.join((*CHANGE_TABLES, *PUBLISHED_TABLES))}"))
+        conn.execute(
+            sa.text(f"TRUNCATE {', '.join((*CHANGE_TABLES, *PUBLISHED_TABLES, 'suspect_prices'))}")
+        )
 
 
 def test_a_range_in_one_run_publishes_what_each_session_publishes_alone(
