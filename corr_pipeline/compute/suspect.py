@@ -22,6 +22,7 @@ __all__ = [
     "SuspectSymbol",
     "find_suspects",
     "suspect_figures",
+    "suspect_reason",
 ]
 
 #: The thresholds' defaults (SPEC §2): a quarter of the returns exactly 0; a log return of 0.5

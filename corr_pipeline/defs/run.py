@@ -152,7 +152,8 @@ class SnapshotRunSummary:
             f"  as of trade date {self.value('returns_matrix', 'as_of_trade_date', '?')}: "
             f"{self.value('returns_matrix', 'n_symbols', '?')} symbols kept, "
             f"{self.value('returns_matrix', 'n_dropped', '?')} dropped, "
-            f"{self.value('returns_matrix', 'bad_prices', '?')} bad prices in the window",
+            f"{self.value('returns_matrix', 'bad_prices', '?')} bad prices in the window, "
+            f"{self.value('returns_matrix', 'n_suspect_symbols', '?')} suspect symbols",
             f"  mean |corr| {_fmt(self.value('correlation_matrix', 'mean_abs_corr'))}, "
             f"{self.value('clusters', 'n_clusters', '?')} clusters "
             f"(largest {self.value('clusters', 'largest_cluster_size', '?')}), "

@@ -70,7 +70,8 @@ with warnings.catch_warnings():
 _DESCRIPTIONS = {
     "returns_matrix": "Returns matrix R (T x N float32, SPEC §2) of the window ending at the "
     "snapshot date, read from the price source (`prices` unless configured); labels: symbols, "
-    "dates; dropped symbols with reasons.",
+    "dates; dropped symbols with reasons; suspect prices (stale closes, price errors) with "
+    "their zero-return share and largest |log return|.",
     "correlation_matrix": "Pairwise-complete Pearson correlation (N x N float32, exactly "
     "symmetric, SPEC §3), memory-mapped in the matrix store.",
     "overlap_matrix": "Common finite returns per pair (N x N, smallest integer type holding T, "

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from corr_pipeline.cli.query import add_query_commands
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
+from corr_pipeline.defs.run import SnapshotRunSummary
 from corr_pipeline.snapshot import display
 from corr_pipeline_tests.db.test_suspect_prices import (
     DAYS,
@@ -178,3 +179,15 @@ def test_a_threshold_out_of_range_stops_the_run_before_anything_runs(
     assert not materializations(result, "returns_matrix")
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM snapshots")).scalar_one() == 0
+
+
+def test_run_summary_counts_the_suspect_symbols(tmp_path: Path):
+    """The demo's summary line of the window says how many symbols are suspect ('?' when the
+    run did not record it)."""
+    summary = SnapshotRunSummary(DAY, "run", True, tmp_path, tmp_path)
+    summary.metadata["returns_matrix"] = {"n_symbols": 2811, "n_dropped": 189, "bad_prices": 6}
+    assert "6 bad prices in the window, ? suspect symbols" in str(summary)
+    summary.metadata["returns_matrix"]["n_suspect_symbols"] = 4
+    assert "2811 symbols kept, 189 dropped, 6 bad prices in the window, 4 suspect symbols" in str(
+        summary
+    )
