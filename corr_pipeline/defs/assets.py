@@ -33,7 +33,12 @@ from corr_pipeline.defs import metadata, ranges
 from corr_pipeline.defs.io_manager import MatrixStoreResource
 from corr_pipeline.defs.literal_config import literal_fields
 from corr_pipeline.defs.partitions import snapshot_date
-from corr_pipeline.defs.publication import PUBLISH_STAGES, SnapshotConfig, apply_retention
+from corr_pipeline.defs.publication import (
+    PUBLISH_STAGES,
+    SnapshotConfig,
+    apply_retention,
+    refresh_following,
+)
 from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, SnapshotParams
 from corr_pipeline.defs.retries import (
     DATABASE_RETRY_POLICY,
@@ -110,6 +115,7 @@ def snapshot(
             top_m=SnapshotConfig(**context.op_config).top_m,
             runner=runner,
             dashboard=metadata.dask_cluster(context, runner),
+            last=todo[-1] if todo else "",
         )
         if "correlation_matrix" in selected:
             step.in_memory = _sessions_in_memory(step, todo)
@@ -145,6 +151,24 @@ def _sessions(step: SnapshotStep, todo: list[str], failed: dict[str, str]) -> It
             # (the published rows' arrays: ~20 MiB at N = 24,000) until it closes
             step.engine.dispose()
             release_freed_memory()
+    if todo and todo[-1] in failed and "snapshot_changes" in selected:
+        _refresh_after_failed_last(step, todo[-1])
+
+
+def _refresh_after_failed_last(step: SnapshotStep, key: str) -> None:
+    """The run's last session failed before its changes: the next published session's changes
+    are computed again all the same (:func:`corr_pipeline.defs.publication.refresh_following`),
+    against the newest session published before it. A failure is logged, not raised (the
+    sessions are reported; ``query changes`` says the changes are stale)."""
+    try:
+        refresh_following(step, snapshot_date(key))
+    except Exception as exc:
+        if is_database_unavailable(exc):
+            raise
+        step.context.log.error(
+            f"the changes of the session after {key} were not computed again: "
+            f"{type(exc).__name__}: {exc}"
+        )
 
 
 def _check_names(session: Session) -> set[str]:

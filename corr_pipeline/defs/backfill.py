@@ -250,6 +250,23 @@ def _failed_sessions(instance: dg.DagsterInstance, run_id: str) -> dict[str, str
     return failed
 
 
+def _published_line(
+    materialization: dg.AssetMaterialization, outcome: RunOutcome, done_before: int, total: int
+) -> str | None:
+    """The line of a ``snapshot_changes`` materialization of the run: a session of the run
+    published (counted once, added to ``outcome.published``), or the changes of the next
+    published session after the range computed again (not a session of the backfill)."""
+    key = str(materialization.partition)
+    if key not in outcome.sessions:
+        previous: Any = materialization.metadata.get("previous_date")
+        against = f" against {previous.value}" if previous is not None else ""
+        return f"  {key} (published before): its changes computed again{against}"
+    if key in outcome.published:
+        return None
+    outcome.published.append(key)
+    return f"  {key} published ({done_before + len(outcome.published)}/{total})"
+
+
 def _watch(
     instance: dg.DagsterInstance,
     outcome: RunOutcome,
@@ -277,11 +294,9 @@ def _watch(
             materialization = record.asset_materialization
             if materialization is None or materialization.asset_key.path != ["snapshot_changes"]:
                 continue
-            outcome.published.append(str(materialization.partition))
-            echo(
-                f"  {materialization.partition} published "
-                f"({done_before + len(outcome.published)}/{total})"
-            )
+            line = _published_line(materialization, outcome, done_before, total)
+            if line is not None:
+                echo(line)
         if run.is_finished and not connection.has_more:
             return run
         if run.status == dg.DagsterRunStatus.QUEUED and not _daemon_running(instance):

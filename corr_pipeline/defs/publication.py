@@ -3,9 +3,11 @@
 
 Each session is published in its own transaction, then compared with the session published
 before it, exactly as a run of that session alone would: in a run over a range the session
-before it is the range's previous session, published a moment earlier. A publication that
-makes the changes of the next published session stale (a session backfilled below it, or
-published again) computes those again and reports them as that session's materialization.
+before it is the range's previous session, published a moment earlier. A publication makes
+the changes of the next published session stale (a session backfilled below it, or published
+again); the run's last session computes those again once, after the range
+(:func:`refresh_following`), and reports them as that session's materialization: the
+sessions before it only make them stale again in turn.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from corr_pipeline.snapshot import changes, display, retention, session_gap, ste
 from corr_pipeline.snapshot.measure import measure_stage
 from corr_pipeline.store.matrix_store import MatrixBundle
 
-__all__ = ["PUBLISH_STAGES", "SnapshotConfig", "apply_retention"]
+__all__ = ["PUBLISH_STAGES", "SnapshotConfig", "apply_retention", "refresh_following"]
 
 
 class SnapshotConfig(dg.Config):
@@ -197,13 +199,16 @@ def _compute_changes(step: SnapshotStep, day):
     )
 
 
-def _refresh_following(step: SnapshotStep, day, later: set[str]) -> dict[str, Any]:
-    """Compute again the changes of the next published session when they are stale or missing
-    now that ``day`` is published (:func:`corr_pipeline.db.published_reads.changes_to_refresh`): a
-    re-published ``day``, or runs of a parallel backfill that computed the next session's
-    changes before ``day`` was published. Returns the metadata saying which date (or none)."""
+def refresh_following(step: SnapshotStep, day) -> dict[str, Any]:
+    """Compute again the changes of the next published session after ``day`` when they are
+    stale or missing (:func:`corr_pipeline.db.published_reads.changes_to_refresh`): a
+    re-published ``day``, a range backfilled below a published session, or runs of a parallel
+    backfill that computed the next session's changes before ``day`` was published. Called once
+    per run, after its last session (``day``, published or failed): the changes then compare
+    the next session with the newest published before it. Returns the metadata saying which
+    date (or none)."""
     following = changes_to_refresh(step.engine, day)
-    if following is None or following.isoformat() in later:  # this run computes it next
+    if following is None:
         return {"refreshed_following": dg.MetadataValue.text("none")}
     with measure_stage() as stats:
         refreshed = _compute_changes(step, following)
@@ -249,9 +254,16 @@ def _nothing_recorded(step: SnapshotStep, note: str, refreshed: dict) -> ranges.
     )
 
 
+def _refresh_after(step: SnapshotStep, session: Session) -> dict[str, Any]:
+    """:func:`refresh_following` after the run's last session; nothing before it (the next
+    session of the range, published next, makes the following session's changes stale again)."""
+    if session.key != step.last:
+        return {}
+    return refresh_following(step, session.day)
+
+
 def changes_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.SessionResult]:
     day, key = session.day, session.key
-    later = {k for k in step.keys if k > key}  # their changes are computed by this run
     with measure_stage() as stats:
         try:
             published = _compute_changes(step, day)
@@ -262,10 +274,10 @@ def changes_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Sess
             return {"snapshot_changes": _nothing_recorded(step, f"{exc}: nothing to compare", {})}
         if published is None:
             note = f"no snapshot before {day} is published: nothing to compare"
-            refreshed = _refresh_following(step, day, later)
+            refreshed = _refresh_after(step, session)
             return {"snapshot_changes": _nothing_recorded(step, note, refreshed)}
         results, rows, report = published
-        refreshed = _refresh_following(step, day, later)
+        refreshed = _refresh_after(step, session)
     gap = session_gap.title_note(results.sessions_between)
     ranges.log(
         step.context, metadata.stage_line(f"changes {day} vs {results.previous_date}{gap}", stats)

@@ -60,7 +60,9 @@ NO_PRICES_TAG = "corr_pipeline/no_prices_for"
 class SnapshotStep:
     """What every session of one run of the op shares: the context, the parameters, the
     resources, the Dask runner (None: threads), the sessions whose matrices go to the store's
-    memory area, and (read once, on first use) the windows of a range and the synthetic truth."""
+    memory area, ``last``: the last session the run computes (after it, the next published
+    session's stale changes are computed again), and (read once, on first use) the windows of a
+    range and the synthetic truth."""
 
     context: dg.AssetExecutionContext
     params: SnapshotParameters
@@ -74,6 +76,7 @@ class SnapshotStep:
     dashboard: dict[str, Any] = field(default_factory=dict)
     in_memory: set[str] = field(default_factory=set)
     stale: list[str] = field(default_factory=list)
+    last: str = ""
 
     def selected(self, asset: str) -> bool:
         return dg.AssetKey(asset) in self.context.selected_asset_keys

@@ -590,3 +590,49 @@ def test_a_killed_backfill_resumes_from_its_first_unpublished_session(project, r
     for day in GOOD:
         _assert_consistent(project.engine, day)
         assert published_rows(project.engine, day) == reference[day], day
+
+
+# --------------------------------------------------------------------------------------------
+# 4. a range below a session already published
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_range_below_a_published_session_counts_each_session_once(project, reference):
+    """With the last session published first, a backfill of the sessions before it prints each
+    of them once, the count never past its total, and computes the later session's changes
+    again once, after the range: they end current, against the range's last session."""
+    later, sessions = GOOD[-1], GOOD[:-1]
+    first = project.backfill(later, later)
+    assert first.returncode == 0, (first.stdout, first.stderr[-5000:])
+    assert _changes_recorded(project.engine) == {}  # nothing before it to compare with
+
+    result = project.backfill(sessions[0], sessions[-1], "--per-run", str(len(sessions)))
+    out = result.stdout
+    assert result.returncode == 0, (result.returncode, out, result.stderr[-5000:])
+    counts = re.findall(r"^  (\S+) published \((\d+)/(\d+)\)$", out, re.MULTILINE)
+    assert [day for day, _, _ in counts] == sessions, out
+    assert all(int(done) <= int(total) == len(sessions) for _, done, total in counts), out
+    assert [int(done) for _, done, _ in counts] == list(range(1, len(sessions) + 1)), out
+    refreshed = re.findall(rf"^  {later} \(published before\): .*$", out, re.MULTILINE)
+    assert refreshed == [
+        f"  {later} (published before): its changes computed again against {sessions[-1]}"
+    ], out
+
+    # the run recomputed the later session's changes once, and they describe what is published
+    runs = project.runs()
+    assert [s for _, s, _ in runs[1:]] == [sessions], runs
+    with dg.DagsterInstance.from_config(str(project.dagster_home)) as instance:
+        records = instance.get_records_for_run(
+            runs[-1][0], of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+        ).records
+    changes_of_later = [
+        r
+        for r in records
+        if r.asset_materialization.asset_key == dg.AssetKey("snapshot_changes")
+        and r.asset_materialization.partition == later
+    ]
+    assert len(changes_of_later) == 1, len(changes_of_later)
+    assert _changes_recorded(project.engine) == dict(zip(GOOD[1:], GOOD[:-1], strict=True))
+    for day in GOOD:
+        _assert_consistent(project.engine, day)  # changes current (not stale)
+        assert published_rows(project.engine, day) == reference[day], day
