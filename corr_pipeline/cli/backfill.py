@@ -5,16 +5,22 @@ Prints the plan (sessions, those already current, sessions per run), then every 
 (each step as it ends, each session as it is published), then a summary with the sessions per
 hour and every session that failed with its reason. Exit status 0 when every session of the
 range is published and current, 1 when some failed; running it again computes only those.
+
+Ctrl-C or SIGTERM asks Dagster to terminate the run in progress, says which and exits 130;
+with ``--detach`` the run is left running (:func:`corr_pipeline.defs.backfill.stop_runs`).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from corr_pipeline.cli.common import echo, iso_date, open_engine, parse_params, positive_int
 
-__all__ = ["add_backfill_command", "cmd_backfill"]
+__all__ = ["add_backfill_command", "cmd_backfill", "sigterm_interrupts"]
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
@@ -37,16 +43,33 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         overrides=overrides,
         per_run=args.per_run,
         force=args.force,
+        detach=args.detach,
     )
     engine = open_engine(create_if_fresh=False)
     instance = open_instance()
     try:
-        report = run_backfill(instance, engine, request, echo=echo)
+        with sigterm_interrupts():
+            report = run_backfill(instance, engine, request, echo=echo)
     finally:
         instance.dispose()
     for line in report.lines():
         echo(line)
     return 0 if report.success else 1
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While the block runs, SIGTERM interrupts it as Ctrl-C does (``KeyboardInterrupt``), so
+    that ``kill PID`` stops the backfill's runs too; the previous handler is restored after."""
+
+    def interrupt(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def add_backfill_command(commands: Any) -> None:
@@ -64,6 +87,12 @@ def add_backfill_command(commands: Any) -> None:
     )
     parser.add_argument(
         "--force", action="store_true", help="recompute sessions already published and current"
+    )
+    parser.add_argument(
+        "--detach",
+        action="store_true",
+        help="on Ctrl-C or SIGTERM leave the run in progress running (default: ask Dagster to "
+        "terminate it)",
     )
     parser.add_argument(
         "--param",

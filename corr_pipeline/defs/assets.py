@@ -42,6 +42,7 @@ from corr_pipeline.defs.publication import (
 from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, SnapshotParams
 from corr_pipeline.defs.retries import (
     DATABASE_RETRY_POLICY,
+    interrupt_not_retried,
     is_database_unavailable,
     one_line_failure,
     retry_only_if_database_unavailable,
@@ -99,28 +100,29 @@ def snapshot(
     keys = ranges.session_keys(context)
     label = ranges.sessions_label(keys)
     _log_request(context, label, params, postgres, source, "returns_matrix" in selected)
-    with retry_only_if_database_unavailable(f"snapshot {label}"):
-        engine = postgres.get_engine()  # a schema at another revision fails here, not retried
-        todo = _sessions_to_compute(context, engine, keys, params)
-    fix_mmap_threshold()  # the sessions' temporaries leave no high-water mark in the heap
-    with steps.stripe_runner(params) as runner:
-        step = SnapshotStep(
-            context=context,
-            params=params,
-            keys=keys,
-            engine=engine,
-            database=postgres.describe(),
-            source=source,
-            matrix_store=matrix_store,
-            top_m=SnapshotConfig(**context.op_config).top_m,
-            runner=runner,
-            dashboard=metadata.dask_cluster(context, runner),
-            last=todo[-1] if todo else "",
-        )
-        if "correlation_matrix" in selected:
-            step.in_memory = _sessions_in_memory(step, todo)
-        failed: dict[str, str] = {}
-        yield from _sessions(step, todo, failed)
+    with interrupt_not_retried(f"snapshot {label}"):  # the run was asked to terminate
+        with retry_only_if_database_unavailable(f"snapshot {label}"):
+            engine = postgres.get_engine()  # a schema at another revision fails here, not retried
+            todo = _sessions_to_compute(context, engine, keys, params)
+        fix_mmap_threshold()  # the sessions' temporaries leave no high-water mark in the heap
+        with steps.stripe_runner(params) as runner:
+            step = SnapshotStep(
+                context=context,
+                params=params,
+                keys=keys,
+                engine=engine,
+                database=postgres.describe(),
+                source=source,
+                matrix_store=matrix_store,
+                top_m=SnapshotConfig(**context.op_config).top_m,
+                runner=runner,
+                dashboard=metadata.dask_cluster(context, runner),
+                last=todo[-1] if todo else "",
+            )
+            if "correlation_matrix" in selected:
+                step.in_memory = _sessions_in_memory(step, todo)
+            failed: dict[str, str] = {}
+            yield from _sessions(step, todo, failed)
     if failed:
         raise ranges.failure(failed, len(todo))
 

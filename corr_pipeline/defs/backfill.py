@@ -19,6 +19,12 @@ backfill again computes only what is still pending: a killed run resumes from it
 unpublished session. Without a daemon, a run whose worker was killed would stay "started" for
 ever and hold its sessions; the backfill marks such runs failed first (:func:`fail_dead_runs`),
 as the daemon's run monitoring does.
+
+Stopped by Ctrl-C (or SIGTERM, which the command turns into the same interrupt), the backfill
+asks Dagster to terminate the runs it created that have not finished (:func:`stop_runs`: a
+queued run is canceled, a started one terminated through the run coordinator, as the UI's
+*Terminate* does), waits for them and says which; with ``detach`` it leaves them running.
+Killed (SIGKILL) it can do neither: its run goes on until it ends.
 """
 
 from __future__ import annotations
@@ -38,7 +44,12 @@ from corr_pipeline.db.price_source import PriceSource
 from corr_pipeline.db.published_reads import published_matrix_versions, recorded_change_dates
 from corr_pipeline.defs.partitions import snapshot_partitions
 from corr_pipeline.defs.ranges import FAILED_SESSIONS
-from corr_pipeline.defs.run import check_run_limits, snapshot_location, snapshot_run_config
+from corr_pipeline.defs.run import (
+    SnapshotLocation,
+    check_run_limits,
+    snapshot_location,
+    snapshot_run_config,
+)
 from corr_pipeline.defs.runs import (
     PARTITION_TAG,
     RANGE_END_TAG,
@@ -59,6 +70,7 @@ __all__ = [
     "fail_dead_runs",
     "plan_backfill",
     "run_backfill",
+    "stop_runs",
 ]
 
 
@@ -97,8 +109,9 @@ class BackfillRequest:
     parameters of the result; ``overrides`` the fields given on the command line, passed to
     every run as run config), reading ``source``; ``per_run`` sessions per run (None: sized,
     module docstring); ``force``: every session is pending, current or not; ``log_level``: of
-    the runs' console log (the instance's event log keeps everything). The runs use the
-    deployment's database and matrix store (:mod:`corr_pipeline.settings`)."""
+    the runs' console log (the instance's event log keeps everything); ``detach``: an interrupt
+    leaves the runs running (:func:`stop_runs`). The runs use the deployment's database and
+    matrix store (:mod:`corr_pipeline.settings`)."""
 
     first: dt.date
     last: dt.date
@@ -108,6 +121,7 @@ class BackfillRequest:
     per_run: int | None = None
     force: bool = False
     log_level: str = "WARNING"
+    detach: bool = False
 
 
 def plan_backfill(engine: sa.Engine, request: BackfillRequest, *, force: bool) -> BackfillPlan:
@@ -320,55 +334,129 @@ def run_backfill(
     """Run the pending sessions of ``request`` (module docstring). After each run the database
     says which of its sessions are now published and current; a session of a failed run that
     is neither was the failed one (or, when the run's failure names no session, every such
-    session of the run). Ctrl-C terminates the run in progress and stops."""
+    session of the run). An interrupt (Ctrl-C) stops the runs not finished (:func:`stop_runs`,
+    unless ``request.detach``), says so and is raised again."""
     started = time.perf_counter()
     plan = plan_backfill(engine, request, force=request.force)
     report = BackfillReport(plan)
-    run_config, _ = snapshot_run_config(params=dict(request.overrides), log_level=request.log_level)
-    total = len(plan.pending)
     echo(
         f"backfill {plan.sessions[0]}..{plan.sessions[-1]}: {len(plan.sessions)} sessions, "
-        f"{len(plan.current)} current, {total} to compute, at most {plan.per_run} per run "
-        f"({plan.n_symbols:,} symbols)"
+        f"{len(plan.current)} current, {len(plan.pending)} to compute, at most {plan.per_run} "
+        f"per run ({plan.n_symbols:,} symbols)"
     )
     with snapshot_location(instance) as location:
-        while runs := plan.runs(leave_out=[*report.published, *report.failed]):
-            sessions = runs[0]
-            queued = _daemon_running(instance)
-            if not queued:  # what the queue would hold back, before a run exists
-                for line in fail_dead_runs(instance):
-                    echo(line)
-                check_run_limits(instance, sessions)
-            run = location.create_run(run_config, _run_tags(sessions))
-            outcome = RunOutcome(run.run_id, sessions, "STARTING")
-            report.runs.append(outcome)
-            if queued:
-                instance.submit_run(run.run_id, location.workspace)
-            else:
-                instance.launch_run(run.run_id, location.workspace)
-            echo(
-                f"run {run.run_id[:8]}: {sessions[0]}..{sessions[-1]} ({len(sessions)} "
-                f"session(s)), {'queued for the daemon' if queued else 'launched'}"
-            )
-            t0 = time.perf_counter()
-            try:
-                finished = _watch(
-                    instance, outcome, echo, len(report.published), total, poll_seconds
-                )
-            except DaemonGone as gone:
-                echo(f"  {gone}")
-                report.runs.remove(outcome)
-                continue
-            except KeyboardInterrupt:
-                instance.run_launcher.terminate(run.run_id)
-                raise
-            outcome.seconds = time.perf_counter() - t0
-            outcome.status = finished.status.value
-            _record_run(instance, engine, request, report, outcome, echo)
+        try:
+            _run_all(instance, engine, request, report, location, echo, poll_seconds)
+        except KeyboardInterrupt:
+            for line in stop_runs(instance, report.runs, request.detach, poll_seconds):
+                echo(line)
+            raise
     for line in _apply_retention(instance, engine):
         echo(line)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _run_all(
+    instance: dg.DagsterInstance,
+    engine: sa.Engine,
+    request: BackfillRequest,
+    report: BackfillReport,
+    location: SnapshotLocation,
+    echo: Callable[[str], None],
+    poll_seconds: float,
+) -> None:
+    """The runs of ``report.plan``, one after the other, each followed until it ends and
+    recorded in ``report`` (a run is in ``report.runs`` from the moment it exists)."""
+    plan = report.plan
+    run_config, _ = snapshot_run_config(params=dict(request.overrides), log_level=request.log_level)
+    while runs := plan.runs(leave_out=[*report.published, *report.failed]):
+        sessions = runs[0]
+        queued = _daemon_running(instance)
+        if not queued:  # what the queue would hold back, before a run exists
+            for line in fail_dead_runs(instance):
+                echo(line)
+            check_run_limits(instance, sessions)
+        run = location.create_run(run_config, _run_tags(sessions))
+        outcome = RunOutcome(run.run_id, sessions, "STARTING")
+        report.runs.append(outcome)
+        if queued:
+            instance.submit_run(run.run_id, location.workspace)
+        else:
+            instance.launch_run(run.run_id, location.workspace)
+        echo(
+            f"run {run.run_id[:8]}: {sessions[0]}..{sessions[-1]} ({len(sessions)} "
+            f"session(s)), {'queued for the daemon' if queued else 'launched'}"
+        )
+        t0 = time.perf_counter()
+        try:
+            finished = _watch(
+                instance, outcome, echo, len(report.published), len(plan.pending), poll_seconds
+            )
+        except DaemonGone as gone:
+            echo(f"  {gone}")
+            report.runs.remove(outcome)
+            continue
+        outcome.seconds = time.perf_counter() - t0
+        outcome.status = finished.status.value
+        _record_run(instance, engine, request, report, outcome, echo)
+
+
+#: How long a stopped backfill waits for the runs it asked to terminate to end.
+STOP_WAIT_SECONDS = 60.0
+
+
+def stop_runs(
+    instance: dg.DagsterInstance,
+    runs: Sequence[RunOutcome],
+    detach: bool,
+    poll_seconds: float = 1.0,
+) -> list[str]:
+    """What an interrupted backfill does with its ``runs`` not finished, a line each: with
+    ``detach`` nothing (they go on and publish their sessions); otherwise each is canceled
+    (queued, or created and not launched yet) or asked to terminate (started: the run
+    coordinator's ``cancel_run``, what the UI's *Terminate* does), then waited for up to
+    :data:`STOP_WAIT_SECONDS`. A run that cannot be reached is named with the reason and
+    where to stop it."""
+    left = []
+    for outcome in runs:
+        run = instance.get_run_by_id(outcome.run_id)
+        if run is not None and not run.is_finished:
+            left.append((outcome, run))
+    lines = []
+    for outcome, run in left:
+        label = f"run {run.run_id[:8]} ({outcome.sessions[0]}..{outcome.sessions[-1]})"
+        if detach:
+            lines.append(
+                f"stopped following {label}, left running (--detach): it publishes its sessions; "
+                "the rest of the range was not started, run the same command again for it"
+            )
+            continue
+        try:
+            if run.status == dg.DagsterRunStatus.NOT_STARTED:
+                instance.report_run_canceled(run, "canceled: its backfill was stopped")
+            else:
+                instance.run_coordinator.cancel_run(run.run_id)
+        except Exception as exc:  # noqa: BLE001 - said, with where to stop it by hand
+            lines.append(
+                f"could not ask Dagster to terminate {label}: {type(exc).__name__}: {exc}; "
+                "terminate it on the UI's Runs page"
+            )
+            continue
+        lines.append(f"stopping: asked Dagster to terminate {label}")
+    deadline = time.monotonic() + STOP_WAIT_SECONDS
+    for _, run in [] if detach else left:
+        ended = instance.get_run_by_id(run.run_id)
+        while ended is not None and not ended.is_finished and time.monotonic() < deadline:
+            time.sleep(poll_seconds)
+            ended = instance.get_run_by_id(run.run_id)
+        status = ended.status.value if ended is not None else "deleted"
+        done = ended is None or ended.is_finished
+        lines.append(
+            f"run {run.run_id[:8]}: {status}"
+            + ("" if done else f" after {STOP_WAIT_SECONDS:.0f} s: see the UI's Runs page")
+        )
+    return lines
 
 
 def _record_run(

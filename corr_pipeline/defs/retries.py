@@ -4,7 +4,8 @@ The database-touching assets carry :data:`DATABASE_RETRY_POLICY` and run their b
 :func:`retry_only_if_database_unavailable`: a connection failure propagates and Dagster retries
 the step (4 attempts over about 3 minutes); anything else (wrong data, inconsistent parameters,
 a bug) becomes ``dg.Failure(allow_retries=False)``, since running the same deterministic
-computation again cannot help.
+computation again cannot help. Nor is an interrupt retried (:func:`interrupt_not_retried`): a run
+asked to terminate ends.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from contextlib import contextmanager
 import dagster as dg
 import psycopg
 import sqlalchemy as sa
+from dagster._core.errors import DagsterExecutionInterruptedError
 
 from corr_pipeline.db.engine import DatabaseUnavailableError
 
@@ -62,3 +64,17 @@ def one_line_failure(*errors: type[Exception]) -> Iterator[None]:
         yield
     except errors as exc:
         raise dg.Failure(description=str(exc), allow_retries=False) from exc
+
+
+@contextmanager
+def interrupt_not_retried(what: str) -> Iterator[None]:
+    """An interrupt (Dagster raises one in the op when its run is asked to terminate: the UI's
+    *Terminate*, a stopped ``corr-pipeline backfill``) ends the step as a failure that is not
+    retried, so the run ends canceled. Dagster would otherwise turn it into a retry of the op's
+    retry policy, which is meant for an unreachable database, and the run would go on."""
+    try:
+        yield
+    except (DagsterExecutionInterruptedError, KeyboardInterrupt):
+        raise dg.Failure(
+            description=f"{what} interrupted: the run was asked to terminate", allow_retries=False
+        ) from None

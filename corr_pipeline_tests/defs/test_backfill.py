@@ -636,3 +636,108 @@ def test_a_range_below_a_published_session_counts_each_session_once(project, ref
     for day in GOOD:
         _assert_consistent(project.engine, day)  # changes current (not stale)
         assert published_rows(project.engine, day) == reference[day], day
+
+
+# --------------------------------------------------------------------------------------------
+# 5. stopped by SIGTERM or Ctrl-C
+# --------------------------------------------------------------------------------------------
+
+LAST_SESSION = "2026-11-27"  # the universe's last session: a run of about 75 sessions
+
+
+def _default_sigint() -> None:
+    """In the child: SIGINT handled as a terminal's Ctrl-C is, whatever this test's shell left
+    (a background job inherits it ignored, and Python then keeps ignoring it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _stopped_backfill(project: Project, stop: signal.Signals, *extra: str) -> tuple[int, str]:
+    """A backfill of about 75 sessions in one run, sent ``stop`` (the command alone, as
+    ``kill PID`` does) once its run has started: (its exit status, its output)."""
+    log = project.root / "stopped.log"
+    with log.open("w") as handle:
+        proc = subprocess.Popen(
+            project.command(GOOD[0], LAST_SESSION, "--per-run", "100", *extra),
+            cwd=project.root,
+            env=project.env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own process group: code server, run worker
+            preexec_fn=_default_sigint,
+        )
+    try:
+        deadline = time.monotonic() + CLI_TIMEOUT_S
+        while not any(status == dg.DagsterRunStatus.STARTED for _, _, status in project.runs()):
+            assert proc.poll() is None, log.read_text()[-5000:]
+            assert time.monotonic() < deadline, log.read_text()[-5000:]
+            time.sleep(0.2)
+        os.kill(proc.pid, stop)
+        status = proc.wait(CLI_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    return status, log.read_text()
+
+
+def _wait_finished(project: Project) -> list[tuple[str, list[str], dg.DagsterRunStatus]]:
+    """The instance's runs once every one has ended (a bound for a hung run, not a speed
+    target)."""
+    deadline = time.monotonic() + CLI_TIMEOUT_S
+    runs = project.runs()
+    while any(status in IN_PROGRESS for _, _, status in runs):
+        assert time.monotonic() < deadline, runs
+        time.sleep(0.5)
+        runs = project.runs()
+    return runs
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+def test_a_stopped_backfill_terminates_its_run(project, stop):
+    status, out = _stopped_backfill(project, stop)
+    try:
+        assert status == 130, out[-5000:]
+        # the one run it launched was asked to terminate, it says so, and the run ended canceled
+        runs = project.runs()
+        assert len(runs) == 1, runs
+        run_id, sessions, run_status = runs[0]
+        assert run_status == dg.DagsterRunStatus.CANCELED, (run_status, out[-5000:])
+        label = f"run {run_id[:8]} ({sessions[0]}..{sessions[-1]})"
+        assert f"stopping: asked Dagster to terminate {label}" in out, out[-5000:]
+        assert f"run {run_id[:8]}: CANCELED" in out, out[-5000:]
+    finally:
+        runs = _wait_finished(project)  # nothing left computing into the next test's database
+    # what it published before it stopped is whole
+    published = sorted(_created_at(project.engine))
+    assert published == sessions[: len(published)] and len(published) < len(sessions), published
+    for day in published:
+        _assert_consistent(project.engine, day)
+
+
+def test_a_detached_backfill_leaves_its_run_running(project):
+    status, out = _stopped_backfill(project, signal.SIGTERM, "--detach")
+    runs = _wait_finished(project)
+    assert status == 130, out[-5000:]
+    assert len(runs) == 1, runs
+    run_id, sessions, run_status = runs[0]
+    label = f"run {run_id[:8]} ({sessions[0]}..{sessions[-1]})"
+    assert f"stopped following {label}, left running (--detach)" in out, out[-5000:]
+    assert "asked Dagster to terminate" not in out, out[-5000:]
+    assert run_status == dg.DagsterRunStatus.SUCCESS, (run_status, out[-5000:])
+    assert sorted(_created_at(project.engine)) == sessions
+
+
+def test_the_run_of_a_killed_backfill_goes_on_and_can_be_terminated(project):
+    """``kill -9`` of the command alone: its run goes on; what the UI's *Terminate* does (the
+    run coordinator's ``cancel_run``) still ends it, canceled."""
+    status, out = _stopped_backfill(project, signal.SIGKILL)
+    assert status == -signal.SIGKILL, out[-5000:]
+    try:
+        (run_id, _, run_status), *others = project.runs()
+        assert not others and run_status == dg.DagsterRunStatus.STARTED, project.runs()
+        with dg.DagsterInstance.from_config(str(project.dagster_home)) as instance:
+            assert instance.run_coordinator.cancel_run(run_id)
+    finally:
+        runs = _wait_finished(project)
+    assert runs[0][2] == dg.DagsterRunStatus.CANCELED, runs
