@@ -19,7 +19,7 @@ library; the command modules parse, call, print.
                                              retention: matrices of the newest K published dates
     corr-pipeline demo                       embedded database + schema + demo universe (+ pipeline)
                                                                                     (cli.demo)
-    corr-pipeline backfill --from D1 --to D2 [--per-run K --force --param NAME=VALUE]
+    corr-pipeline backfill --from D1 --to D2 [--per-run K --force --detach --param NAME=VALUE]
                                              the snapshots of a range of sessions, few runs,
                                              resumable                              (cli.backfill)
     corr-pipeline bench [--n N --t T ...]    time the whole chain (or --publish-only) on a synthetic

@@ -11,8 +11,10 @@ that every session's changes are against the session before it.
 :func:`corr_pipeline.defs.run.launch_snapshot` do: the UI lists it, can re-execute it, and
 shows every session as its own partition), with the range tags of a backfill run
 (:mod:`corr_pipeline.defs.runs`). It is *submitted* to the run queue when the instance's daemon
-is running (the pool's limit applies), otherwise launched directly after the same limits are
-checked. While a run goes, every session it publishes is reported. A session that fails fails
+is running (its run queue sent a heartbeat within Dagster's interval plus
+:data:`DAEMON_TOLERANCE_S`; the pool's limit applies), otherwise launched directly after the same
+limits are checked; a daemon that ran on the instance and is gone is said at once, before
+anything is queued (:func:`daemon_gone_line`). While a run goes, every session it publishes is reported. A session that fails fails
 alone: the run publishes its other sessions and then fails naming each failed session with its
 reason (:func:`corr_pipeline.defs.ranges.failure`), which the backfill records. Running the same
 backfill again computes only what is still pending: a killed run resumes from its first
@@ -194,30 +196,50 @@ class BackfillReport:
         return out
 
 
-#: A daemon whose last heartbeat is older than its interval plus this is taken as gone (Dagster's
-#: own tolerance, 30 minutes, would leave a stopped daemon "healthy" for that long).
-DAEMON_TOLERANCE_S = 30.0
+#: A daemon whose last heartbeat is older than its interval (Dagster's, 30 s) plus this is taken
+#: as gone: its run queue loop writes one every interval. (Dagster's own tolerance, 30 minutes,
+#: would leave a stopped daemon "healthy" for that long.)
+DAEMON_TOLERANCE_S = 10.0
 
 
 class DaemonGone(RuntimeError):
     """The daemon stopped while a run of the backfill was queued for it."""
 
 
+def daemon_heartbeat_age(instance: dg.DagsterInstance) -> float | None:
+    """Seconds since the instance's run queue daemon last sent a heartbeat; None when none ever
+    did (no daemon ran on this instance)."""
+    beat = instance.get_daemon_heartbeats().get("QUEUED_RUN_COORDINATOR")
+    return None if beat is None else max(0.0, time.time() - beat.timestamp)
+
+
 def _daemon_running(instance: dg.DagsterInstance) -> bool:
     """Whether the instance queues runs and its daemon's run queue sent a heartbeat lately."""
     from dagster._core.run_coordinator import QueuedRunCoordinator
-    from dagster._daemon.controller import get_daemon_statuses
+    from dagster._daemon.controller import DEFAULT_HEARTBEAT_INTERVAL_SECONDS
 
     if not isinstance(instance.run_coordinator, QueuedRunCoordinator):
         return False
-    statuses = get_daemon_statuses(
-        instance,
-        ["QUEUED_RUN_COORDINATOR"],
-        ignore_errors=True,
-        heartbeat_tolerance_seconds=DAEMON_TOLERANCE_S,
+    age = daemon_heartbeat_age(instance)
+    return age is not None and age <= DEFAULT_HEARTBEAT_INTERVAL_SECONDS + DAEMON_TOLERANCE_S
+
+
+def daemon_gone_line(instance: dg.DagsterInstance) -> str | None:
+    """One line when the instance queues runs and a daemon ran on it but is gone (its
+    heartbeat is stale): the backfill launches its runs directly and says how to start it;
+    None otherwise."""
+    age = daemon_heartbeat_age(instance)
+    if age is None or _daemon_running(instance):
+        return None
+    from dagster._core.run_coordinator import QueuedRunCoordinator
+
+    if not isinstance(instance.run_coordinator, QueuedRunCoordinator):
+        return None
+    return (
+        f"the Dagster daemon of {instance.root_directory} is gone (its last heartbeat was "
+        f"{age:,.0f} s ago): the runs are launched directly; to queue them for it, start it "
+        "with `corr-pipeline ui`"
     )
-    status = statuses.get("QUEUED_RUN_COORDINATOR")
-    return bool(status is not None and status.healthy)
 
 
 def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
@@ -344,6 +366,9 @@ def run_backfill(
         f"{len(plan.current)} current, {len(plan.pending)} to compute, at most {plan.per_run} "
         f"per run ({plan.n_symbols:,} symbols)"
     )
+    gone = daemon_gone_line(instance)  # before anything is queued
+    if gone is not None:
+        echo(gone)
     with snapshot_location(instance) as location:
         try:
             _run_all(instance, engine, request, report, location, echo, poll_seconds)

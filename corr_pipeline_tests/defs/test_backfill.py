@@ -741,3 +741,39 @@ def test_the_run_of_a_killed_backfill_goes_on_and_can_be_terminated(project):
     finally:
         runs = _wait_finished(project)
     assert runs[0][2] == dg.DagsterRunStatus.CANCELED, runs
+
+
+# --------------------------------------------------------------------------------------------
+# 6. a daemon that is gone
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_gone_daemon_is_said_at_once_and_nothing_is_queued(project):
+    """The instance's daemon stopped a while ago (its last heartbeat older than Dagster's
+    interval plus its slack, though younger than a minute): the backfill
+    says at once that it is gone and how to start it, queues nothing, launches its run."""
+    from dagster._daemon.types import DaemonHeartbeat
+
+    age = 50  # a live daemon's is at most 30 s old (one every 30 s), plus its loop's delay
+    with dg.DagsterInstance.from_config(str(project.dagster_home)) as instance:
+        instance.add_daemon_heartbeat(
+            DaemonHeartbeat(time.time() - age, "QUEUED_RUN_COORDINATOR", "stopped-daemon", [])
+        )
+    result = project.backfill(GOOD[0], GOOD[0])
+    out = result.stdout
+    assert result.returncode == 0, (out, result.stderr[-5000:])
+    lines = out.splitlines()
+    assert lines[1].startswith(
+        f"the Dagster daemon of {project.dagster_home} is gone (its last heartbeat was "
+    ), out
+    assert lines[1].endswith("start it with `corr-pipeline ui`"), out
+    assert "queued" not in out, out
+    # nothing was ever queued: the one run was launched directly and published its session
+    (run_id, sessions, status), *others = project.runs()
+    assert not others and sessions == [GOOD[0]] and status == dg.DagsterRunStatus.SUCCESS
+    with dg.DagsterInstance.from_config(str(project.dagster_home)) as instance:
+        enqueued = instance.get_records_for_run(
+            run_id, of_type=dg.DagsterEventType.RUN_ENQUEUED
+        ).records
+    assert not enqueued
+    assert sorted(_created_at(project.engine)) == [GOOD[0]]
