@@ -497,13 +497,16 @@ def verify_injected_pairs(
 def verify_published_counts(results: SnapshotResults, counts: dict[str, int]) -> Verdict:
     """The rows read back for the snapshot date (``counts`` per table) equal what ``results``
     publishes: one ``snapshots`` row, one ``peer_neighbors`` row per filled neighbor, one
-    ``symbol_clusters`` row per symbol, one ``lead_lag_pairs`` row per pair."""
+    ``symbol_clusters`` row per symbol, one ``lead_lag_pairs`` row per pair, one
+    ``suspect_prices`` row per suspect symbol (when ``counts`` has that table)."""
     expected = {
         "snapshots": 1,
         "peer_neighbors": int(np.count_nonzero(np.asarray(results.neighbor_index) >= 0)),
         "symbol_clusters": len(results.symbols),
         "lead_lag_pairs": int(np.asarray(results.lead_lag_pairs).shape[0]),
     }
+    if "suspect_prices" in counts:
+        expected["suspect_prices"] = len(results.suspects)
     verdict = Verdict(passed=True, metadata={f"{k}_rows": v for k, v in counts.items()})
     for table, want in expected.items():
         if counts.get(table) != want:

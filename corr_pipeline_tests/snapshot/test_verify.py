@@ -320,3 +320,30 @@ def test_returns_check():
     assert not verify.verify_returns(
         kept, kept_symbols, min_history_days=60, lookback_days=80
     ).passed
+
+
+def test_published_counts_check_counts_the_suspect_prices():
+    """``published_rows_match`` compares every published table, the suspect prices included:
+    a missing ``suspect_prices`` row fails it, naming the table."""
+    from corr_pipeline.compute.suspect import SuspectSymbol
+    from corr_pipeline.snapshot.results import SnapshotResults
+
+    results = SnapshotResults(
+        snapshot_date="2024-03-01",
+        as_of_trade_date="2024-03-01",
+        symbols=["A", "B", "C"],
+        n_dropped=0,
+        lookback_days=60,
+        params={},
+        neighbor_index=np.array([[1], [0], [-1]]),
+        neighbor_corr=np.zeros((3, 1)),
+        neighbor_overlap=np.zeros((3, 1), dtype=np.int64),
+        cluster_labels=np.array([1, 1, 2]),
+        lead_lag_pairs=np.zeros(0, dtype=LEAD_LAG_DTYPE),
+        suspects=[SuspectSymbol("C", 0.4, 0.1, "zero returns 40 % > 25 %", False)],
+    )
+    counts = {"snapshots": 1, "peer_neighbors": 2, "symbol_clusters": 3, "lead_lag_pairs": 0}
+    assert verify.verify_published_counts(results, {**counts, "suspect_prices": 1}).passed
+    verdict = verify.verify_published_counts(results, {**counts, "suspect_prices": 0})
+    assert not verdict.passed
+    assert "suspect_prices: 0 rows" in " ".join(verdict.problems)
