@@ -167,7 +167,9 @@ def clusters(
     modes: MarketModes,
     params: SnapshotParameters,
 ) -> dict[str, Any]:
-    """Number of clusters, the largest, singletons, the largest clusters' first members, and the
+    """Number of clusters, the largest, singletons (``n_singletons`` clusters of one symbol and
+    ``singleton_share``, their share of the symbols: high when most correlations left are weaker
+    than the cut, as with the market modes removed), the largest clusters' first members, and the
     market modes (SPEC §5): ``market_mode_share`` ``λ_1 / N`` (plotted across partitions: it
     rises when everything moves together), ``market_modes_removed`` ``m`` and, for ``m > 0``,
     ``removed_modes_share`` ``Σ_{k<=m} λ_k / N``."""
@@ -177,6 +179,7 @@ def clusters(
         "n_clusters": dg.MetadataValue.int(int(facts.get("n_clusters", 0))),
         "largest_cluster_size": dg.MetadataValue.int(int(facts.get("largest_cluster_size", 0))),
         "n_singletons": dg.MetadataValue.int(int(facts.get("n_singletons", 0))),
+        "singleton_share": number(facts.get("singleton_share", 0.0), display.share),
         "largest_clusters": dg.MetadataValue.md(markdown.largest_clusters(labels, symbols)),
         "market_modes_removed": dg.MetadataValue.int(int(params.market_modes_removed)),
     }

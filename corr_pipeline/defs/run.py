@@ -156,7 +156,8 @@ class SnapshotRunSummary:
             f"{self.value('returns_matrix', 'n_suspect_symbols', '?')} suspect symbols",
             f"  mean |corr| {_fmt(self.value('correlation_matrix', 'mean_abs_corr'))}, "
             f"{self.value('clusters', 'n_clusters', '?')} clusters "
-            f"(largest {self.value('clusters', 'largest_cluster_size', '?')}), "
+            f"(largest {self.value('clusters', 'largest_cluster_size', '?')}, "
+            f"singleton share {_fmt(self.value('clusters', 'singleton_share'))}), "
             + self._lead_lag_text(),
             f"  published: {self.value('snapshot_publication', 'peer_neighbors_rows', '?')} "
             f"neighbor rows, {self.value('snapshot_publication', 'symbol_clusters_rows', '?')} "

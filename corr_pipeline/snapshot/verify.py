@@ -338,7 +338,8 @@ def verify_neighbors(
 
 def verify_clusters(labels: np.ndarray, n_symbols: int, *, top: int = 10) -> Verdict:
     """SPEC §5 labelling: one int32 label per symbol, ``0..K-1`` all used, numbered by first
-    appearance in column order. Facts: K, the ``top`` largest sizes, singletons, largest share."""
+    appearance in column order. Facts: K, the ``top`` largest sizes, singletons (clusters of
+    one symbol) and their share of the symbols, the largest cluster's share."""
     verdict = Verdict(passed=True)
     labels = np.asarray(labels)
     if labels.shape != (n_symbols,):
@@ -360,10 +361,12 @@ def verify_clusters(labels: np.ndarray, n_symbols: int, *, top: int = 10) -> Ver
         verdict.fail("labels are not numbered by first appearance in column order")
     sizes = np.bincount(labels.astype(np.int64))
     largest = np.sort(sizes)[::-1][:top]
+    n_singletons = int(np.count_nonzero(sizes == 1))
     verdict.metadata.update(
         {
             "n_clusters": n_clusters,
-            "n_singletons": int(np.count_nonzero(sizes == 1)),
+            "n_singletons": n_singletons,
+            "singleton_share": display.share(n_singletons / n_symbols),
             "largest_cluster_size": int(largest[0]),
             "largest_cluster_share": display.share(float(largest[0]) / n_symbols),
             "largest_sizes": ", ".join(str(int(s)) for s in largest),

@@ -649,7 +649,8 @@ def test_clusters_without_the_market_mode_are_published_and_reported(universe, t
     """``market_modes_removed = 1`` through the assets: the published clusters are scipy's on
     ``C_1`` from numpy ``eigh`` of the published session's own ``corr``, ``snapshots.params``
     records ``m``, and the clusters asset reports ``λ_1 / N`` as a float (plotted across
-    partitions) and the share removed."""
+    partitions), the share removed, and the singletons (clusters of one symbol) and their share
+    of the symbols as counted from the published ``symbol_clusters`` rows."""
     result = _materialize(tmp_path / "store", LAST, market_modes_removed=1)
     assert result.success
     corr = np.asarray(
@@ -678,3 +679,11 @@ def test_clusters_without_the_market_mode_are_published_and_reported(universe, t
     assert meta["market_mode_share"].value == display.share(w[0] / len(symbols))
     assert meta["removed_modes_share"].value == display.share(w[0] / len(symbols))
     assert meta["market_modes_removed"].value == 1
+    members: dict[int, int] = {}
+    for cluster_id in published.values():
+        members[cluster_id] = members.get(cluster_id, 0) + 1
+    singletons = sum(1 for size in members.values() if size == 1)
+    assert singletons > 0  # residual correlations are weak: the cut at 1.2 leaves some alone
+    assert meta["n_singletons"].value == singletons
+    assert isinstance(meta["singleton_share"], dg.FloatMetadataValue)
+    assert meta["singleton_share"].value == display.share(singletons / len(published))

@@ -10,7 +10,7 @@ import pytest
 
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.compute.matrix_facts import row_counts_above, upper_triangle_facts
-from corr_pipeline.snapshot import markdown, verify
+from corr_pipeline.snapshot import display, markdown, verify
 
 TINY_MB = 0.02  # forces 64-wide tiles / a few rows per block
 
@@ -210,6 +210,7 @@ def test_cluster_check():
     assert verdict.metadata["n_clusters"] == 4
     assert verdict.metadata["largest_cluster_size"] == 3
     assert verdict.metadata["n_singletons"] == 2
+    assert verdict.metadata["singleton_share"] == display.share(2 / 7)
     assert not verify.verify_clusters(good, 8).passed  # a symbol without a label
     assert not verify.verify_clusters(np.array([1, 1, 0], dtype=np.int32), 3).passed  # order
     assert not verify.verify_clusters(np.array([0, 2, 2], dtype=np.int32), 3).passed  # gap
