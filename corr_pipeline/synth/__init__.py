@@ -4,8 +4,9 @@ generate_universe   a daily close-price panel with known lead-lag pairs and real
                     (:mod:`corr_pipeline.synth.universe`; SPEC §1, §2, §6)
 ragged_returns      a ragged float32 returns matrix for the compute benchmarks
                     (:mod:`corr_pipeline.synth.returns`; SPEC §2)
-market_like_returns returns with a reversing market, common GARCH volatility, fat tails and
-                    optional lead-lag pairs, for the lead-lag calibration
+market_like_returns returns with a reversing market, common GARCH volatility, fat tails,
+                    optional sectors (reported per symbol) and lead-lag pairs, for the
+                    lead-lag calibration and the clusters' cuts
                     (:mod:`corr_pipeline.synth.market_like`; SPEC §6)
 """
 

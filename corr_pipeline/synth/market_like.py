@@ -103,12 +103,15 @@ class MarketLikeReturns:
             leader; empty without pairs.
         market: float64 ``(T,)`` the market factor ``m`` over the window.
         variance: float64 ``(T,)`` the common variance ``h`` over the window.
+        sector: int64 ``(N,)`` each symbol's sector ``s(j)`` (step 1), ``-1`` for the symbols
+            of the injected pairs (no sector exposure); all 0 with ``n_sectors = 0``.
     """
 
     returns: np.ndarray
     truth: np.ndarray
     market: np.ndarray
     variance: np.ndarray
+    sector: np.ndarray
 
 
 def market_like_returns(
@@ -195,11 +198,14 @@ def market_like_returns(
         else:
             returns[n_returns - rows :, column] = np.nan
 
+    sector = sector.astype(np.int64)
+    sector[in_pair] = -1
     return MarketLikeReturns(
         returns=returns.astype(np.float32),
         truth=truth,
         market=market[window].copy(),
         variance=variance[window].copy(),
+        sector=sector,
     )
 
 
