@@ -10,6 +10,9 @@
   starts (Dagster's step processes), sampled from ``/proc``.
 * :func:`run_publish_benchmark` (:mod:`.publish`): publication alone, on results of realistic
   size and dtypes made directly with numpy (:func:`synthetic_results`).
+* :func:`~corr_pipeline.bench.cluster_cuts.run_cluster_cuts` (:mod:`.cluster_cuts`, run as
+  ``python -m corr_pipeline.bench.cluster_cuts``): the singleton share and the adjusted Rand
+  index against the true sectors of each dendrogram cut, with 0, 1 and 2 market modes removed.
 
 Memory is measured with :class:`corr_pipeline.snapshot.measure.PeakMemory` (peak RSS from
 ``VmHWM``, peak RssAnon sampled every 10 ms).
