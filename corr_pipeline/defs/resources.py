@@ -150,7 +150,8 @@ class SnapshotParams(dg.ConfigurableResource):
         default=DEFAULTS.market_modes_removed,
         description="Cluster the correlation without its m strongest eigenmodes (SPEC §5): 0 "
         "clusters corr itself; 1 removes the market mode, so that in a sell-off the sectors "
-        "stay apart instead of one cluster (docs/user_guide.md).",
+        "stay apart instead of one cluster. The correlations left are small: with m >= 1 cut "
+        "into n_clusters, since the cut at 1.2 leaves many singletons (docs/user_guide.md).",
     )
     max_zero_return_share: float = Field(
         default=DEFAULTS.max_zero_return_share,
