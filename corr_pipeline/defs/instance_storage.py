@@ -29,7 +29,8 @@ After a ``fork`` the child forgets the parent's connections and opens its own.
 directory) with this event log. :class:`SnapshotInstance`, the instance class ``dagster.yaml``
 names, makes it the default storage of the instance's directory (where Dagster's default is
 ``DagsterSqliteStorage``); a ``storage:`` entry in ``dagster.yaml`` (PostgreSQL, say) still
-replaces it::
+replaces it. Whichever storage it has, opening the instance creates the snapshot pool there at
+its default limit if it is missing (:mod:`corr_pipeline.defs.pool`)::
 
     instance_class:
       module: corr_pipeline.defs.instance_storage
@@ -38,6 +39,7 @@ replaces it::
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import weakref
@@ -76,6 +78,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 from corr_pipeline.defs.event_secrets import hide_event_secrets
+from corr_pipeline.defs.pool import SNAPSHOT_POOL, ensure_snapshot_pool
 
 __all__ = [
     "OPEN_RUN_DATABASES",
@@ -256,8 +259,23 @@ class PooledSqliteStorage(DagsterSqliteStorage):
 
 class SnapshotInstance(DagsterInstance):
     """Dagster's instance whose default storage is :class:`PooledSqliteStorage` in the
-    instance's directory (module docstring), and which stores every event with the database
-    password hidden (:func:`corr_pipeline.defs.event_secrets.hide_event_secrets`)."""
+    instance's directory (module docstring), which stores every event with the database
+    password hidden (:func:`corr_pipeline.defs.event_secrets.hide_event_secrets`), and whose
+    storage has the snapshot pool from the moment it is opened
+    (:func:`corr_pipeline.defs.pool.ensure_snapshot_pool`: the pool's limit holds from the
+    daemon's first pass, however the daemon was started)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        try:
+            ensure_snapshot_pool(self)
+        except Exception as exc:  # noqa: BLE001 - reported; the instance still opens
+            logging.getLogger(__name__).warning(
+                "could not create the concurrency pool %s in the instance's storage (%s): "
+                "until it exists, the daemon's first pass may start every queued snapshot run",
+                SNAPSHOT_POOL,
+                exc,
+            )
 
     def handle_new_event(
         self, event: EventLogEntry, *, batch_metadata: DagsterEventBatchMetadata | None = None

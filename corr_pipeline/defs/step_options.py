@@ -10,6 +10,7 @@ import dagster as dg
 
 from corr_pipeline import settings
 from corr_pipeline.defs.partitions import snapshot_partitions
+from corr_pipeline.defs.pool import SNAPSHOT_POOL
 from corr_pipeline.snapshot import sizing
 from corr_pipeline.snapshot.params import DEFAULTS
 
@@ -18,9 +19,6 @@ warnings.filterwarnings("ignore", message="Parameter `backfill_policy`", categor
 
 #: The asset group of the snapshot (the job selects it).
 SNAPSHOT_GROUP = "correlation_snapshot"
-#: The concurrency pool every snapshot asset declares: how many snapshot runs at once
-#: (:mod:`corr_pipeline.defs.concurrency`).
-SNAPSHOT_POOL = "corr_pipeline_snapshot"
 #: Resource key of the matrix-store IO manager.
 MATRIX_IO_MANAGER = "matrix_io_manager"
 

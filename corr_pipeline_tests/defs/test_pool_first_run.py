@@ -1,20 +1,23 @@
-"""The snapshot pool's limit holds from the daemon's very first pass on a fresh instance.
+"""The snapshot pool's limit holds from the daemon's very first pass on a fresh instance, however
+the daemon was started.
 
 Dagster 1.13's queued-run daemon applies the pools' ``default_limit`` only to a pool that has a
 row in storage, and the pass that finds a queued run of a pool without one creates the row after
 it has read the configured pool keys, so that pass sees no limit and launches every queued run
-of the pool (:mod:`corr_pipeline.defs.concurrency`, "The pool exists from the start").
-:func:`corr_pipeline.defs.run.open_instance` creates the pool beforehand
-(:func:`~corr_pipeline.defs.concurrency.ensure_snapshot_pool`).
+of the pool (:mod:`corr_pipeline.defs.pool`). The project's instance class
+(:class:`~corr_pipeline.defs.instance_storage.SnapshotInstance`) creates the pool whenever an
+instance is opened (:func:`~corr_pipeline.defs.pool.ensure_snapshot_pool`).
 
-The proof, through the real thing: a fresh ``DAGSTER_HOME`` with the repository's
-``dagster.yaml`` (pool granularity ``run``, ``default_limit: 1``, no limit stored), opened with
-``open_instance``; three runs of a tiny job whose one op declares the pool and sleeps, queued
-before the daemon starts (as a backfill queues its runs between two passes); then a
-``dagster-daemon run`` subprocess on a workspace of that job dequeues them. From the instance's
-own timestamps no two runs were ever in progress at once, counted from their launch (the
-``RUN_STARTING`` event) and from their execution (``start_time``) to their end. Without the pool
-created first, the daemon's first pass launches all three together.
+The proof, through the real thing and no ``corr-pipeline`` command: a fresh ``DAGSTER_HOME``
+with the repository's ``dagster.yaml`` (pool granularity ``run``, ``default_limit: 1``, no limit
+stored), opened with ``DagsterInstance.from_config``; three runs of a tiny job whose one op
+declares the pool and sleeps, queued before the daemon starts (as a backfill queues its runs
+between two passes); the pool's row then deleted, so the storage is that of an instance the
+daemon is the first to open; then ``dagster-daemon run``, started directly as a subprocess on a
+workspace of that job, dequeues them. From the instance's own timestamps no two runs were ever
+in progress at once, counted from their launch (the ``RUN_STARTING`` event) and from their
+execution (``start_time``) to their end. Without the pool created when the daemon opens the
+instance, its first pass launches all three together.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ from corr_pipeline.defs.concurrency import (
     instance_limits,
     set_snapshot_runs_limit,
 )
+from corr_pipeline.defs.instance_storage import SnapshotInstance
+from corr_pipeline.defs.pool import SNAPSHOT_POOL
 from corr_pipeline.defs.run import REPO_DAGSTER_YAML, open_instance
-from corr_pipeline.defs.step_options import SNAPSHOT_POOL
 from corr_pipeline_tests.defs.test_parallel_backfill import _launched_at, _max_overlap, _stop
 from corr_pipeline_tests.reliability import helpers as h
 
@@ -69,10 +73,21 @@ JOB_FILE = textwrap.dedent(
 )
 
 
-def _fresh_home(tmp_path: Path) -> Path:
+INSTANCE_CLASS = (
+    "instance_class:\n  module: corr_pipeline.defs.instance_storage\n  class: SnapshotInstance\n"
+)
+
+
+def _fresh_home(tmp_path: Path, *, dagsters_instance: bool = False) -> Path:
+    """A new ``DAGSTER_HOME`` with the repository's ``dagster.yaml``; with ``dagsters_instance``
+    without its ``instance_class`` (Dagster's own instance class, as ``deploy/dagster.yaml``)."""
     home = tmp_path / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_bytes(REPO_DAGSTER_YAML.read_bytes())
+    config = REPO_DAGSTER_YAML.read_text()
+    if dagsters_instance:
+        assert INSTANCE_CLASS in config
+        config = config.replace(INSTANCE_CLASS, "")
+    (home / "dagster.yaml").write_text(config)
     return home
 
 
@@ -122,16 +137,23 @@ def _queue_runs(instance: dg.DagsterInstance, workspace: Path, count: int) -> li
     return run_ids
 
 
-def test_pool_limit_holds_from_the_daemons_first_pass(tmp_path: Path) -> None:
+def test_pool_limit_holds_from_the_first_pass_of_a_daemon_started_directly(
+    tmp_path: Path,
+) -> None:
     home = _fresh_home(tmp_path)
     workspace = _write_workspace(tmp_path)
-    instance = open_instance(home)
+    instance = dg.DagsterInstance.from_config(str(home))  # Dagster's way, no corr-pipeline code
     try:
+        assert isinstance(instance, SnapshotInstance)
+        assert _pool_rows(instance) == {SNAPSHOT_POOL: (1, True)}  # opening it created the pool
         limits = instance_limits(instance)
         assert (limits.granularity, limits.snapshot_runs, limits.explicit) == ("run", 1, False)
         run_ids = _queue_runs(instance, workspace, RUNS)
         queued = instance.get_runs(filters=dg.RunsFilter(run_ids=run_ids))
         assert {r.status for r in queued} == {dg.DagsterRunStatus.QUEUED}
+        # queued runs and no pool: what the daemon finds on an instance it is the first to open
+        instance.event_log_storage.delete_concurrency_limit(SNAPSHOT_POOL)
+        assert _pool_rows(instance) == {}
         log = tmp_path / "daemon.log"
         with log.open("wb") as out:
             daemon = subprocess.Popen(
@@ -186,20 +208,25 @@ def test_pool_limit_holds_from_the_daemons_first_pass(tmp_path: Path) -> None:
         instance.dispose()
 
 
-def test_ensure_snapshot_pool_creates_the_default_and_keeps_an_explicit_limit(
+def test_opening_the_instance_creates_the_pool_and_keeps_an_explicit_limit(
     tmp_path: Path,
 ) -> None:
     home = _fresh_home(tmp_path)
     instance = dg.DagsterInstance.from_config(str(home))
     try:
-        assert _pool_rows(instance) == {}  # a fresh instance has no pool: the daemon's trap
-        assert ensure_snapshot_pool(instance)
         assert _pool_rows(instance) == {SNAPSHOT_POOL: (1, True)}
         limits = instance_limits(instance)
         assert (limits.snapshot_runs, limits.explicit) == (1, False)
         assert not ensure_snapshot_pool(instance)  # already there: nothing written
+        instance.event_log_storage.delete_concurrency_limit(SNAPSHOT_POOL)
+        assert ensure_snapshot_pool(instance)
+        assert _pool_rows(instance) == {SNAPSHOT_POOL: (1, True)}
         set_snapshot_runs_limit(instance, 3)
         assert not ensure_snapshot_pool(instance)
+    finally:
+        instance.dispose()
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
         assert _pool_rows(instance) == {SNAPSHOT_POOL: (3, False)}  # the explicit limit stays
         limits = instance_limits(instance)
         assert (limits.snapshot_runs, limits.explicit) == (3, True)
@@ -207,7 +234,7 @@ def test_ensure_snapshot_pool_creates_the_default_and_keeps_an_explicit_limit(
         instance.dispose()
 
 
-def test_ensure_snapshot_pool_without_a_default_limit_writes_nothing(tmp_path: Path) -> None:
+def test_without_a_default_limit_no_pool_is_written(tmp_path: Path) -> None:
     home = _fresh_home(tmp_path)
     config = home / "dagster.yaml"
     assert "    default_limit: 1\n" in config.read_text()
@@ -221,31 +248,41 @@ def test_ensure_snapshot_pool_without_a_default_limit_writes_nothing(tmp_path: P
         instance.dispose()
 
 
-def test_ensure_snapshot_pool_follows_a_changed_default(tmp_path: Path) -> None:
+def test_opening_the_instance_follows_a_changed_default(tmp_path: Path) -> None:
     home = _fresh_home(tmp_path)
-    instance = open_instance(home)  # creates the pool at default_limit 1
+    instance = dg.DagsterInstance.from_config(str(home))  # creates the pool at default_limit 1
     instance.dispose()
     config = home / "dagster.yaml"
     config.write_text(config.read_text().replace("default_limit: 1", "default_limit: 2"))
     instance = dg.DagsterInstance.from_config(str(home))
     try:
-        assert _pool_rows(instance) == {SNAPSHOT_POOL: (1, True)}
-        assert ensure_snapshot_pool(instance)
         assert _pool_rows(instance) == {SNAPSHOT_POOL: (2, True)}
-        assert (instance_limits(instance).snapshot_runs, instance_limits(instance).explicit) == (
-            2,
-            False,
-        )
+        limits = instance_limits(instance)
+        assert (limits.snapshot_runs, limits.explicit) == (2, False)
     finally:
         instance.dispose()
 
 
-def test_ui_creates_the_pool_before_dg_dev(tmp_path: Path) -> None:
-    home = _fresh_home(tmp_path)
+def test_commands_create_the_pool_in_an_instance_of_dagsters_class(tmp_path: Path) -> None:
+    """``open_instance`` (every command) and ``corr-pipeline ui`` create the pool in an instance
+    whose ``dagster.yaml`` names no instance class of the project."""
+    home = _fresh_home(tmp_path, dagsters_instance=True)
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        assert not isinstance(instance, SnapshotInstance)
+        assert _pool_rows(instance) == {}
+    finally:
+        instance.dispose()
     said: list[str] = []
     _ensure_snapshot_pool(str(home), said.append)
     assert said == []
     instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        assert _pool_rows(instance) == {SNAPSHOT_POOL: (1, True)}
+        instance.event_log_storage.delete_concurrency_limit(SNAPSHOT_POOL)
+    finally:
+        instance.dispose()
+    instance = open_instance(home)
     try:
         assert _pool_rows(instance) == {SNAPSHOT_POOL: (1, True)}
     finally:
