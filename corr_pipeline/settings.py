@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from corr_pipeline import privacy, project_env
+from corr_pipeline.dates import date_problem, missing_day
 
 ENV_HOME = "CORR_PIPELINE_HOME"
 ENV_DATABASE_URL = "CORR_PIPELINE_DATABASE_URL"
@@ -104,10 +105,11 @@ class Variable:
         if self.kind == "path":
             return Path(raw).expanduser().resolve()
         if self.kind == "date":
-            try:
-                return dt.datetime.strptime(raw, "%Y-%m-%d").date()
-            except ValueError:
-                raise ValueError(f"{self.name}={raw!r} {self.must}") from None
+            problem = date_problem(raw)
+            if problem is not None:
+                example = "" if missing_day(raw) is not None else f" {self.must}"
+                raise ValueError(f"{self.name}={raw!r}: {problem}{example}")
+            return dt.date.fromisoformat(raw)
         number: float
         try:
             number = int(raw) if self.kind == "int" else float(raw)
@@ -143,7 +145,7 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         ENV_PARTITION_START, "date", DEFAULT_PARTITION_START, "first snapshot date (partition)",
-        must=f"is not a date in YYYY-MM-DD form (e.g. {DEFAULT_PARTITION_START})",
+        must=f"(e.g. {DEFAULT_PARTITION_START})",
     ),
     Variable(
         ENV_MAX_RUNTIME, "int", DEFAULT_MAX_RUNTIME_SECONDS,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from corr_pipeline.dates import date_problem
 from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db.migrate import ensure_schema
 
@@ -70,11 +71,13 @@ def positive_float(text: str) -> float:
 
 
 def iso_date(text: str) -> dt.date:
-    """argparse type: a date ``YYYY-MM-DD``."""
-    try:
-        return dt.date.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a date YYYY-MM-DD, got {text!r}") from None
+    """argparse type: a date ``YYYY-MM-DD``; otherwise the text and what is wrong with it
+    (:func:`corr_pipeline.dates.date_problem`: ``2024-02-30: not a date (February 2024 has 29
+    days)``)."""
+    problem = date_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{text}: {problem}")
+    return dt.date.fromisoformat(text)
 
 
 def parse_params(items: list[str]) -> dict[str, Any]:

@@ -34,7 +34,9 @@ any order), then one row per (symbol, trade_date), RFC 4180 quoting allowed, UTF
   unparsable last line is reported as such).
 
 Any violation rejects the whole file, naming the file and the line of the first offending row
-(``prices.csv line 17: unparsable trade_date '2024-13-01'``); nothing is loaded (one transaction).
+(``prices.csv line 17: trade_date '2024-02-30' is not a date (February 2024 has 29 days)``,
+``prices.csv line 18: unparsable trade_date '02/01/2024' (expected YYYY-MM-DD)``); nothing is
+loaded (one transaction).
 Rows whose key already exists in ``prices`` overwrite its close.
 
 How (no per-row Python). Measured with 6,000,000 rows (20,000 symbols x 300 days, 167 MB) on a
@@ -78,6 +80,8 @@ from typing import IO, Any
 import psycopg
 import sqlalchemy as sa
 
+from corr_pipeline.dates import FORM as DATE_FORM
+from corr_pipeline.dates import missing_day
 from corr_pipeline.db.bulk import (
     PRICE_COLUMNS,
     STRICT_TEXT_EXPRESSIONS,
@@ -335,7 +339,8 @@ def _validity_functions(conn: sa.Connection) -> tuple[str, str]:
 
 
 def _problem_cases(date_ok: str, number_ok: str) -> list[tuple[str, str]]:
-    """(condition, message SQL expression) pairs, checked in this order for the first bad row."""
+    """(condition, message SQL expression) pairs, checked in this order for the first bad row;
+    the message of a bad trade_date is NULL: :func:`trade_date_problem` says it."""
     return [
         ("symbol IS NULL OR symbol = ''", "'empty symbol'"),
         (
@@ -345,7 +350,7 @@ def _problem_cases(date_ok: str, number_ok: str) -> list[tuple[str, str]]:
         ("trade_date IS NULL OR trade_date = ''", "'empty trade_date'"),
         (
             f"trade_date !~ '^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}$' OR NOT {date_ok.format('trade_date')}",
-            "'unparsable trade_date ' || quote_literal(trade_date) || ' (expected YYYY-MM-DD)'",
+            "NULL",  # said by trade_date_problem
         ),
         ("close IS NULL OR close = ''", "'empty close'"),
         (f"NOT {number_ok.format('close')}", "'unparsable close ' || quote_literal(close)"),
@@ -367,10 +372,25 @@ def _first_invalid_row(
     if first_bad is None:
         return None
     reason_sql = " ".join(f"WHEN {cond} THEN {msg}" for cond, msg in cases)
-    reason = conn.exec_driver_sql(
-        f"SELECT CASE {reason_sql} END FROM {_STAGING} WHERE line = {int(first_bad)}"
-    ).scalar_one()
-    return PricesImportError(path, int(first_bad) + 1, reason)
+    reason, trade_date, quoted = conn.exec_driver_sql(
+        f"SELECT CASE {reason_sql} END, trade_date, quote_literal(trade_date) FROM {_STAGING} "
+        f"WHERE line = {int(first_bad)}"
+    ).one()
+    return PricesImportError(
+        path, int(first_bad) + 1, reason or trade_date_problem(trade_date, quoted)
+    )
+
+
+def trade_date_problem(text: str, quoted: str) -> str:
+    """The message for a ``trade_date`` (``quoted``: as SQL quotes it) that PostgreSQL does not
+    take as a ``YYYY-MM-DD`` date: ``trade_date '2024-02-30' is not a date (February 2024 has
+    29 days)`` when it has the form but names no day
+    (:func:`corr_pipeline.dates.missing_day`), else ``unparsable trade_date '02/01/2024'
+    (expected YYYY-MM-DD)``."""
+    missing = missing_day(text)
+    if missing is not None:
+        return f"trade_date {quoted} is not a date ({missing})"
+    return f"unparsable trade_date {quoted} (expected {DATE_FORM})"
 
 
 def _locate_problem(

@@ -24,6 +24,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from corr_pipeline.dates import date_problem, missing_day
 from corr_pipeline.db.price_source import (
     PriceSource,
     configured_price_source,
@@ -69,7 +70,9 @@ LATEST_SHOWN = 5  # dates listed when a requested date has no snapshot
 def parse_date(value: dt.date | str | None) -> dt.date | None:
     """``None``/``"latest"`` → None (latest snapshot); a ``date`` or ``YYYY-MM-DD`` string → date.
 
-    Anything else raises :class:`QueryError`.
+    Anything else raises :class:`QueryError` saying what is wrong
+    (:func:`corr_pipeline.dates.date_problem`: ``--date 2024-02-30: not a date (February 2024
+    has 29 days)``).
     """
     if value is None or isinstance(value, dt.date) and not isinstance(value, dt.datetime):
         return value
@@ -78,12 +81,12 @@ def parse_date(value: dt.date | str | None) -> dt.date | None:
     text = str(value).strip()
     if text.lower() in ("", "latest"):
         return None
-    try:
+    problem = date_problem(text)
+    if problem is None:
         return dt.date.fromisoformat(text)
-    except ValueError:
-        raise QueryError(
-            f"--date: expected a date YYYY-MM-DD (or 'latest'), got {quote(text)}"
-        ) from None
+    if missing_day(text) is not None:  # digits and dashes: shown as typed
+        raise QueryError(f"--date {text}: {problem}")
+    raise QueryError(f"--date {quote(text)}: {problem} (or 'latest')")
 
 
 def consistent_read(engine: sa.Engine) -> sa.Connection:

@@ -51,12 +51,12 @@ def test_prices_import_success_and_rejection(clean_db: sa.Engine, tmp_path: Path
     assert _count(clean_db) == 2
 
     bad = tmp_path / "bad.csv"
-    bad.write_text("symbol,trade_date,close\nBBB,2024-01-02,1\nBBB,2024-13-01,2\n")
+    bad.write_text("symbol,trade_date,close\nBBB,2024-01-02,1\nBBB,2024-02-30,2\n")
     result = run_cli("prices", "import", str(bad))
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
-        f"corr-pipeline: error: {bad} line 3: unparsable trade_date '2024-13-01' "
-        "(expected YYYY-MM-DD)"
+        f"corr-pipeline: error: {bad} line 3: trade_date '2024-02-30' is not a date "
+        "(February 2024 has 29 days)"
     )
     assert "Traceback" not in result.stderr
     assert _count(clean_db) == 2  # nothing from the bad file

@@ -147,8 +147,14 @@ def test_bad_closes_are_loaded_and_counted(clean_db: sa.Engine, tmp_path: Path) 
         pytest.param(
             HEADER + "AAA,2024-01-02,1\nAAA,2024-01-03,2\nBBB,2024-13-01,3\nBBB,2024-01-02,x\n",
             4,
-            "unparsable trade_date '2024-13-01'",
+            "trade_date '2024-13-01' is not a date (there is no month 13)",
             id="bad-date",
+        ),
+        pytest.param(
+            HEADER + "AAA,2024-01-02,1\nAAA,2023-02-29,2\n",
+            3,
+            "trade_date '2023-02-29' is not a date (February 2023 has 28 days)",
+            id="no-such-day",
         ),
         pytest.param(
             HEADER + "AAA,2024-01-02,1\nAAA,02/01/2024,2\n",
@@ -402,7 +408,7 @@ def test_first_offending_line_wins_between_symbols_and_values(
     clean_db: sa.Engine, tmp_path: Path
 ) -> None:
     later_symbol = HEADER + "A,2024-01-02,1\nB,2024-13-01,1\nC\u200b,2024-01-02,1\n"
-    with pytest.raises(PricesImportError, match=r"line 3: unparsable trade_date"):
+    with pytest.raises(PricesImportError, match=r"line 3: trade_date '2024-13-01' is not a date"):
         import_prices_csv(clean_db, _write(tmp_path, later_symbol.encode()))
     earlier_symbol = HEADER + "A\u200b,2024-01-02,1\nB,2024-13-01,1\nA,2024-01-02,1\n"
     with pytest.raises(PricesImportError, match=r"line 2: symbol .* U\+200B"):

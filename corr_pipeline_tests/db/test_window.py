@@ -196,7 +196,7 @@ def test_errors_are_clear(clean_db):
         load_returns_window(clean_db, days[-1], lookback_days=10, min_history_days=1)
     with pytest.raises(WindowError, match="lookback_days must be >= 1"):
         load_returns_window(clean_db, days[-1], lookback_days=0, min_history_days=2)
-    with pytest.raises(WindowError, match="not an ISO date"):
+    with pytest.raises(WindowError, match="expected a date YYYY-MM-DD"):
         load_returns_window(clean_db, "next tuesday", lookback_days=10, min_history_days=2)
 
 

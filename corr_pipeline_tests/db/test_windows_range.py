@@ -272,7 +272,7 @@ def test_arguments(clean_db):
         load_returns_windows(clean_db, ["2024-01-05"], lookback_days=0, min_history_days=2)
     with pytest.raises(WindowError, match="min_history_days must be >= 2"):
         load_returns_windows(clean_db, ["2024-01-05"], lookback_days=5, min_history_days=1)
-    with pytest.raises(WindowError, match="not an ISO date"):
+    with pytest.raises(WindowError, match="expected a date YYYY-MM-DD"):
         load_returns_windows(clean_db, ["next tuesday"], lookback_days=5, min_history_days=2)
     with pytest.raises(WindowError, match="a sequence of dates"):
         load_returns_windows(clean_db, "2024-01-05", lookback_days=5, min_history_days=2)

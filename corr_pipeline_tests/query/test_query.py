@@ -285,6 +285,9 @@ def test_date_without_snapshot_lists_the_latest(published):
 def test_bad_date_and_nothing_published(clean_db):
     with pytest.raises(q.QueryError, match="expected a date YYYY-MM-DD"):
         q.peers(clean_db, "AAPL", "28/03/2024")
+    with pytest.raises(q.QueryError) as info:
+        q.peers(clean_db, "AAPL", "2024-02-30")
+    assert str(info.value) == "--date 2024-02-30: not a date (February 2024 has 29 days)"
     with pytest.raises(q.NoSnapshotError, match="no snapshot has been published yet"):
         q.peers(clean_db, "AAPL")
     assert q.to_text(q.snapshots(clean_db)) == "no snapshot has been published yet"
