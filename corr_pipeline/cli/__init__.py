@@ -12,8 +12,8 @@ library; the command modules parse, call, print.
                                              replace prices with a synthetic universe
     corr-pipeline prices check [--days N]    check the configured price source, its fit to the calendar
     corr-pipeline calendar [--from D --to D] the sessions (partitions) and when runs start (cli.calendar)
-    corr-pipeline query peers|cluster|lead-lag|corr|snapshots ...
-                                             answers from the published snapshot (cli.query)
+    corr-pipeline query snapshots|peers|cluster|lead-lag|corr|changes|quality ...
+                                             answers from the published snapshots (cli.query)
     corr-pipeline store list                 the matrix store's partitions          (cli.store)
     corr-pipeline store prune [--keep K --dry-run]
                                              retention: matrices of the newest K published dates

@@ -24,6 +24,8 @@ from corr_pipeline.query import (
     cluster,
     corr,
     lead_lag,
+    parse_date,
+    parse_max_q,
     peers,
     quality,
     snapshots,
@@ -31,7 +33,11 @@ from corr_pipeline.query import (
     to_text,
 )
 
-__all__ = ["add_query_commands", "run_query"]
+__all__ = ["QUERIES", "add_query_commands", "run_query"]
+
+#: The ``query`` subcommands, in the order ``corr-pipeline query --help`` lists them (the
+#: top-level help names them all).
+QUERIES = ("snapshots", "peers", "cluster", "lead-lag", "corr", "changes", "quality")
 
 
 def _limit(text: str) -> int | None:
@@ -43,17 +49,6 @@ def _limit(text: str) -> int | None:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
     return None if value == 0 else value
-
-
-def _q_value(text: str) -> float:
-    """A q-value bound: a number ``q`` with ``0 < q <= 1``."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
-    if not 0.0 < value <= 1.0:  # False for NaN as well
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
-    return value
 
 
 def _emit(result: Answer, as_json: bool, out: TextIO) -> None:
@@ -73,7 +68,9 @@ def run_query(
 ) -> int:
     """Run one ``query`` subcommand; prints the result (table or JSON) and returns the exit
     status (0, or 2 for a :class:`QueryError`, whose message goes to stderr — and, with
-    ``--json``, also to stdout as ``{"error": {...}}``).
+    ``--json``, also to stdout as ``{"error": {...}}``). ``--date`` and ``--max-q`` are checked
+    before the database is opened (:func:`corr_pipeline.query.parse_date`,
+    :func:`corr_pipeline.query.parse_max_q`: one line saying what is wrong).
 
     ``engine_factory`` defaults to the project's database (``get_engine()``), whose schema must
     be at the code's revision: an older, newer or absent schema raises
@@ -92,32 +89,30 @@ def run_query(
             return engine
 
     try:
+        # the arguments first: a bad one is said before a database is opened
+        date = parse_date(getattr(args, "date", None))
+        max_q = parse_max_q(getattr(args, "max_q", None))
         engine = engine_factory()
         what = args.query_command
         result: Answer
         if what == "snapshots":
             result = snapshots(engine, limit=args.limit)
         elif what == "peers":
-            result = peers(engine, args.symbol, args.date, limit=args.limit)
+            result = peers(engine, args.symbol, date, limit=args.limit)
         elif what == "cluster":
-            result = cluster(engine, args.symbol, args.date, members=args.members)
+            result = cluster(engine, args.symbol, date, members=args.members)
         elif what == "lead-lag":
             result = lead_lag(
-                engine,
-                args.symbol,
-                args.date,
-                limit=args.limit,
-                max_q=args.max_q,
-                one_way=args.one_way,
+                engine, args.symbol, date, limit=args.limit, max_q=max_q, one_way=args.one_way
             )
         elif what == "corr":
-            result = corr(engine, args.a, args.b, args.date)
+            result = corr(engine, args.a, args.b, date)
         elif what == "changes" and args.symbol is None:
-            result = changes(engine, args.date, limit=args.limit)
+            result = changes(engine, date, limit=args.limit)
         elif what == "changes":
-            result = symbol_changes(engine, args.symbol, args.date, limit=args.limit)
+            result = symbol_changes(engine, args.symbol, date, limit=args.limit)
         elif what == "quality":
-            result = quality(engine, args.date)
+            result = quality(engine, date)
         else:  # pragma: no cover - argparse restricts the choices
             raise QueryError(f"unknown query {what!r}")
     except QueryError as exc:
@@ -145,7 +140,7 @@ def add_query_commands(
 
     query = commands.add_parser(
         "query",
-        help="answers for one symbol from the published snapshot (peers, cluster, lead-lag, corr)",
+        help="answers from the published snapshots: " + ", ".join(QUERIES),
         description="Query the published correlation snapshot. Tables for humans, --json for "
         "scripts. Exit status 2 for an unknown symbol or a date without a snapshot.",
     )
@@ -199,7 +194,6 @@ def add_query_commands(
     )
     p.add_argument(
         "--max-q",
-        type=_q_value,
         default=None,
         metavar="Q",
         help="only pairs whose q-value (Benjamini-Hochberg, over all ordered pairs) is at most "

@@ -62,7 +62,14 @@ from corr_pipeline.query.matrix import (
     corr,
     corr_from_store,
 )
-from corr_pipeline.query.published import cluster, lead_lag, parse_date, peers, snapshots
+from corr_pipeline.query.published import (
+    cluster,
+    lead_lag,
+    parse_date,
+    parse_max_q,
+    peers,
+    snapshots,
+)
 from corr_pipeline.query.quality import QualityNotRecordedError, quality
 from corr_pipeline.query.render import format_table, to_text
 from corr_pipeline.query.symbols import close_matches, suggest_symbols
@@ -98,6 +105,7 @@ __all__ = [
     "format_table",
     "lead_lag",
     "parse_date",
+    "parse_max_q",
     "peers",
     "quality",
     "snapshots",

@@ -53,11 +53,13 @@ from corr_pipeline.snapshot.direction import snapshot_max_q_value
 
 __all__ = [
     "LATEST_SHOWN",
+    "MAX_Q_RANGE",
     "cluster",
     "consistent_read",
     "direction_recorded",
     "lead_lag",
     "parse_date",
+    "parse_max_q",
     "peers",
     "require_symbol",
     "resolve_snapshot",
@@ -65,6 +67,8 @@ __all__ = [
 ]
 
 LATEST_SHOWN = 5  # dates listed when a requested date has no snapshot
+#: The values ``--max-q`` takes (:func:`parse_max_q`).
+MAX_Q_RANGE = "0 < Q <= 1"
 
 
 def parse_date(value: dt.date | str | None) -> dt.date | None:
@@ -87,6 +91,26 @@ def parse_date(value: dt.date | str | None) -> dt.date | None:
     if missing_day(text) is not None:  # digits and dashes: shown as typed
         raise QueryError(f"--date {text}: {problem}")
     raise QueryError(f"--date {quote(text)}: {problem} (or 'latest')")
+
+
+def parse_max_q(value: float | str | None) -> float | None:
+    """A q-value bound (``--max-q``): None → None; a number ``0 < q <= 1``, or its text, → that
+    number. Anything else raises :class:`QueryError` in one line saying the valid range:
+    ``--max-q 0: out of range: a q-value bound Q must satisfy 0 < Q <= 1``."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    try:
+        number = float(text)
+    except ValueError:
+        raise QueryError(
+            f"--max-q {quote(text)}: not a number: a q-value bound Q must satisfy {MAX_Q_RANGE}"
+        ) from None
+    if not 0.0 < number <= 1.0:  # False for NaN as well
+        raise QueryError(
+            f"--max-q {text}: out of range: a q-value bound Q must satisfy {MAX_Q_RANGE}"
+        )
+    return number
 
 
 def consistent_read(engine: sa.Engine) -> sa.Connection:
@@ -342,7 +366,7 @@ def lead_lag(
 ) -> LeadLagResult:
     """Pairs of ``lead_lag_pairs`` (SPEC §6) with ``leader = symbol`` or ``lagger = symbol``,
     by improvement descending (then leader, lagger), at most ``limit`` (None = all); with
-    ``max_q`` (``0 < max_q <= 1``, else :class:`QueryError`) only those with
+    ``max_q`` (``0 < max_q <= 1``, else :class:`QueryError`: :func:`parse_max_q`) only those with
     ``q_value <= max_q`` (a pair without a q-value, NULL, never passes).
 
     Each pair comes with its reverse direction (SPEC §6 "Direction"), judged at ``max_q`` when
@@ -351,8 +375,7 @@ def lead_lag(
     snapshot that did not record the direction (:func:`direction_recorded`). With ``one_way``
     only the pairs known to be one-way: the reverse pair is not significant or has no best lag
     (a pair of unknown direction never passes)."""
-    if max_q is not None and not 0.0 < max_q <= 1.0:  # False for NaN as well
-        raise QueryError(f"--max-q: expected a q-value in (0, 1], got {max_q}")
+    max_q = parse_max_q(max_q)
     c = t_lead_lag.c
     involved = sa.or_(c.leader == symbol, c.lagger == symbol)
     passing = involved if max_q is None else sa.and_(involved, c.q_value <= max_q)

@@ -1,10 +1,12 @@
-"""What the ``corr-pipeline`` command says when the input is wrong: one way of saying a date
-is not a date."""
+"""What the ``corr-pipeline`` command says when the input is wrong, and what its help lists:
+every query in the top-level help, one way of saying a date is not a date, one line for an
+out-of-range ``--max-q``."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,26 @@ from corr_pipeline.dates import DateTextError, date_problem, missing_day, parse_
 from corr_pipeline.db.dates import as_iso_date
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    return capsys.readouterr().out
+
+
+def test_top_level_help_names_every_query(capsys: pytest.CaptureFixture[str]) -> None:
+    """``corr-pipeline --help`` names every query ``corr-pipeline query --help`` lists, and so
+    does the README's command table."""
+    queries = re.findall(r"^    ([a-z-]+)", _help(["query"], capsys), re.MULTILINE)
+    assert {"snapshots", "peers", "lead-lag", "changes", "quality"} <= set(queries)
+    text = " ".join(_help([], capsys).split())
+    line = text[text.index(" query ") : text.index(" store ")]
+    for name in queries:
+        assert re.search(rf" {name}(,|$)", line), (name, line)
+    readme = (REPO / "README.md").read_text()
+    for name in queries:
+        assert f"| `corr-pipeline query {name}" in readme or f"`query {name}" in readme, name
 
 
 # --------------------------------------------------------------------------------------------
@@ -87,3 +109,28 @@ def test_date_options_say_not_a_date(argv: list[str], capsys: pytest.CaptureFixt
     option = argv[-2] if argv[0] != "backfill" else "--from"
     assert f"argument {option}: 2024-02-30: not a date (February 2024 has 29 days)" in err
     assert "unparsable" not in err and "expected a date" not in err
+
+
+def test_query_date_is_one_line_before_the_database(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["query", "peers", "AAA", "--date", "2024-02-30"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err == (
+        "corr-pipeline query: --date 2024-02-30: not a date (February 2024 has 29 days)\n"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# --max-q
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["0", "1.5", "-1"])
+def test_max_q_out_of_range_is_one_line(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["query", "lead-lag", "AAA", "--max-q", bad])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err == (
+        f"corr-pipeline query: --max-q {bad}: out of range: a q-value bound Q must satisfy "
+        "0 < Q <= 1\n"
+    )

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 
 from corr_pipeline import query as q
-from corr_pipeline.cli.query import add_query_commands
+from corr_pipeline.cli.query import add_query_commands, run_query
 from corr_pipeline.db import schema
 from corr_pipeline.store import MatrixStore
 
@@ -385,7 +385,9 @@ def test_lead_lag_max_q_keeps_the_pairs_at_most_q(published):
 
 @pytest.mark.parametrize("bad", [0.0, -0.1, 1.5, float("nan"), float("inf")])
 def test_lead_lag_max_q_must_lie_in_zero_one(published, bad):
-    with pytest.raises(q.QueryError, match=r"--max-q: expected a q-value in \(0, 1\]"):
+    with pytest.raises(
+        q.QueryError, match=r"out of range: a q-value bound Q must satisfy 0 < Q <= 1"
+    ):
         q.lead_lag(published["engine"], "AAPL", max_q=bad)
 
 
@@ -513,7 +515,8 @@ def test_cli_errors_exit_2_with_message_and_json(published, capsys):
 
 def test_cli_lead_lag_max_q(published, capsys):
     """``query lead-lag --max-q Q`` filters by q-value; a Q outside (0, 1] or not a number is
-    refused by the parser with the reason (exit status 2, nothing queried)."""
+    refused in one line saying the valid range (exit status 2), before the database is
+    opened."""
     engine = published["engine"]
     code, out, err = _run(engine, ["query", "lead-lag", "AAPL", "--max-q", "0.01"], capsys)
     assert code == 0 and err == ""
@@ -522,12 +525,26 @@ def test_cli_lead_lag_max_q(published, capsys):
     data = json.loads(out)
     assert code == 0 and data["max_q"] == 0.05
     assert [p["q_value"] for p in data["pairs"]] == [4.1e-05, 0.0123]
-    for bad in ("0", "1.01", "-0.5", "nan", "q"):
-        with pytest.raises(SystemExit) as exit_info:
-            _run(engine, ["query", "lead-lag", "AAPL", "--max-q", bad], capsys)
-        assert exit_info.value.code == 2
-        _, err = capsys.readouterr()
-        assert f"argument --max-q: expected a number in (0, 1], got {bad!r}" in err
+    for bad, what in (
+        ("0", "out of range"),
+        ("1.01", "out of range"),
+        ("-0.5", "out of range"),
+        ("nan", "out of range"),
+        ("q", "not a number"),
+    ):
+        args = _parser(engine).parse_args(["query", "lead-lag", "AAPL", "--max-q", bad])
+        code = run_query(args, engine_factory=_never_opened)
+        out, err = capsys.readouterr()
+        assert code == 2 and out == ""
+        shown = bad if what == "out of range" else f'"{bad}"'
+        assert err == (
+            f"corr-pipeline query: --max-q {shown}: {what}: a q-value bound Q must satisfy "
+            "0 < Q <= 1\n"
+        )
+
+
+def _never_opened() -> sa.Engine:
+    raise AssertionError("the database was opened for an argument refused beforehand")
 
 
 def test_format_table_aligns_wide_characters():
