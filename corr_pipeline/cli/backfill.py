@@ -24,14 +24,15 @@ __all__ = ["add_backfill_command", "cmd_backfill", "sigterm_interrupts"]
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    """Plan and run the backfill; exit 1 when a session failed."""
+    """Plan and run the backfill; exit 1 when a session failed. A range that ends before it
+    starts is refused first, before Dagster is imported or anything is opened."""
+    if args.to < args.from_:
+        raise ValueError(f"--to {args.to} is before --from {args.from_}")
     from corr_pipeline.db.price_source import configured_price_source
     from corr_pipeline.defs.backfill import BackfillRequest, run_backfill  # imports Dagster
     from corr_pipeline.defs.resources import SnapshotParams, refuse_locations
     from corr_pipeline.defs.run import open_instance
 
-    if args.to < args.from_:
-        raise ValueError(f"--to {args.to} is before --from {args.from_}")
     overrides = parse_params(args.param or [])
     refuse_locations(overrides)
     params = SnapshotParams(**overrides).to_parameters()

@@ -1,12 +1,16 @@
 """What the ``corr-pipeline`` command says when the input is wrong, and what its help lists:
 every query in the top-level help, one way of saying a date is not a date, one line for an
-out-of-range ``--max-q``."""
+out-of-range ``--max-q``, and a backwards backfill range refused before anything slow."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -134,3 +138,37 @@ def test_max_q_out_of_range_is_one_line(bad: str, capsys: pytest.CaptureFixture[
         f"corr-pipeline query: --max-q {bad}: out of range: a q-value bound Q must satisfy "
         "0 < Q <= 1\n"
     )
+
+
+# --------------------------------------------------------------------------------------------
+# backfill
+# --------------------------------------------------------------------------------------------
+
+
+def test_backwards_backfill_range_is_refused_before_anything_slow(tmp_path: Path) -> None:
+    """Refused in one line before Dagster is imported, an instance or a database opened (the
+    home stays empty)."""
+    home = tmp_path / "home"
+    script = textwrap.dedent(
+        """
+        import sys
+        from corr_pipeline.cli import main
+        code = main(["backfill", "--from", "2024-03-01", "--to", "2024-02-01"])
+        print("dagster imported" if "dagster" in sys.modules else "dagster not imported")
+        sys.exit(code)
+        """
+    )
+    env = dict(os.environ, CORR_PIPELINE_HOME=str(home), DAGSTER_HOME=str(tmp_path / "dh"))
+    env.pop(settings.ENV_DATABASE_URL, None)
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == "corr-pipeline: error: --to 2024-02-01 is before --from 2024-03-01\n"
+    assert result.stdout == "dagster not imported\n"
+    assert not home.exists()
