@@ -10,7 +10,9 @@ library; the command modules parse, call, print.
     corr-pipeline prices import FILE         load a CSV (symbol,trade_date,close)   (cli.prices)
     corr-pipeline prices synth [--symbols N --days T --seed S --end-date D]
                                              replace prices with a synthetic universe
-    corr-pipeline prices check [--days N]    check the configured price source, its fit to the calendar
+    corr-pipeline prices check [--days N --lookback-days L]
+                                             check the configured price source, its first
+                                             session with a full window, its fit to the calendar
     corr-pipeline calendar [--from D --to D] the sessions (partitions) and when runs start (cli.calendar)
     corr-pipeline query snapshots|peers|cluster|lead-lag|corr|changes|quality ...
                                              answers from the published snapshots (cli.query)

@@ -13,11 +13,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
 from corr_pipeline import settings
 from corr_pipeline.cli.common import echo, iso_date, open_engine, positive_int, write_synthetic
-from corr_pipeline.cli.demo import DEMO_DAYS, DEMO_SEED, DEMO_SYMBOLS
+from corr_pipeline.cli.demo import (
+    DEMO_DAYS,
+    DEMO_SEED,
+    DEMO_SYMBOLS,
+    SnapshotRunError,
+    first_full_window_session,
+)
 from corr_pipeline.cli.progress import cli_progress
-from corr_pipeline.db.price_source import configured_price_source, resolve_price_source
+from corr_pipeline.db.price_source import (
+    PriceSource,
+    configured_price_source,
+    resolve_price_source,
+)
 from corr_pipeline.db.prices_import import import_prices_csv
 
 __all__ = ["add_prices_commands", "cmd_prices_check", "cmd_prices_import", "cmd_prices_synth"]
@@ -70,12 +82,39 @@ def _dates(days: list[dt.date]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
+def _full_window_line(
+    engine: sa.Engine, source: PriceSource, last: dt.date, lookback_days: int | None
+) -> str:
+    """The first session whose window (SPEC §2: the last ``lookback_days + 1`` trade dates on
+    or before it) the source covers fully: the first session of the calendar on or after its
+    ``(lookback_days + 1)``-th trade date (:func:`corr_pipeline.cli.demo.first_full_window_session`),
+    where a backfill can start and ``CORR_PIPELINE_PARTITION_START`` should be."""
+    if lookback_days is None:
+        from corr_pipeline.snapshot.params import DEFAULTS  # numpy, numba: lazily
+
+        lookback_days = DEFAULTS.lookback_days
+    window = f"lookback_days {lookback_days}: {lookback_days + 1} trade dates"
+    try:
+        first = first_full_window_session(engine, lookback_days, last, source)
+    except SnapshotRunError as exc:
+        return f"first session with a full window ({window}): none yet ({exc})"
+    line = f"first session with a full window ({window}): {first}"
+    start = settings.partition_start()
+    if first > start:
+        return (
+            f"{line}; the earlier partitions fail for lack of history: backfill from {first}, "
+            f"set {settings.ENV_PARTITION_START}={first} (now {start})"
+        )
+    return f"{line}; every partition from {settings.ENV_PARTITION_START}={start} has one"
+
+
 def cmd_prices_check(args: argparse.Namespace) -> int:
     """Check the configured price source as a run's first step does (the relation, its columns
     and their types; one line and exit status 2 when it is unusable), then say what the
     pipeline will see: the latest trade date and how complete it is (what
-    ``prices_ready_sensor`` measures), and how the source's trade dates of the last
-    ``args.days`` days fit the calendar (``CORR_PIPELINE_CALENDAR``). Reads only."""
+    ``prices_ready_sensor`` measures), the first session with a full window of
+    ``args.lookback_days`` returns (default: the snapshot's), and how the source's trade dates
+    of the last ``args.days`` days fit the calendar (``CORR_PIPELINE_CALENDAR``). Reads only."""
     from corr_pipeline.db.price_reads import latest_trade_date, session_prices, trade_dates
     from corr_pipeline.sessions import configured_calendar
 
@@ -105,6 +144,7 @@ def cmd_prices_check(args: argparse.Namespace) -> int:
             f"{settings.sensor_min_share():.0%})"
         )
     echo(line)
+    echo(_full_window_line(engine, source, last, args.lookback_days))
     calendar = configured_calendar()
     if last < calendar.first:
         echo(
@@ -133,8 +173,11 @@ def cmd_prices_check(args: argparse.Namespace) -> int:
 
 
 def add_prices_commands(commands: Any) -> None:
-    """Register ``prices import`` and ``prices synth`` on the sub-command parser ``commands``."""
-    prices = commands.add_parser("prices", help="load daily prices")
+    """Register ``prices import``, ``prices synth`` and ``prices check`` on the sub-command
+    parser ``commands``."""
+    prices = commands.add_parser(
+        "prices", help="daily prices: import a CSV, a synthetic universe, check the price source"
+    )
     price_commands = prices.add_subparsers(
         dest="prices_command", metavar="SUBCOMMAND", required=True
     )
@@ -167,5 +210,13 @@ def add_prices_commands(commands: Any) -> None:
         default=30,
         metavar="N",
         help="compare the trade dates of the last N days with the calendar's sessions (default 30)",
+    )
+    check.add_argument(
+        "--lookback-days",
+        type=positive_int,
+        default=None,
+        metavar="L",
+        help="the window's returns for the first session with a full window (default: the "
+        "snapshot's lookback_days, 252)",
     )
     check.set_defaults(func=cmd_prices_check)

@@ -153,6 +153,42 @@ def test_prices_check_compares_only_dates_from_the_first_partition(market_view) 
     assert "not XNYS sessions" not in late.stdout
 
 
+def test_prices_check_names_the_first_session_with_a_full_window(market_view) -> None:
+    """The first session whose window (SPEC §2: the last lookback_days + 1 trade dates on or
+    before it) the prices cover: its window holds them all, the session before it does not."""
+    dates = trade_dates(market_view, dt.date(2000, 1, 1), LAST)
+    lookback = 20
+    first = dates[lookback]  # the 21st trade date: a weekday, not an XNYS holiday here
+    assert first.weekday() < 5 and first.month == 10
+    held = [d for d in dates if d <= first]
+    before = [d for d in dates if d < first]  # the session before: every weekday is one here
+    assert len(held) == lookback + 1 and len(before) == lookback
+    result = run_cli("prices", "check", "--lookback-days", str(lookback))
+    assert result.returncode == 0, result.stderr
+    assert (
+        f"first session with a full window (lookback_days {lookback}: {lookback + 1} trade "
+        f"dates): {first}; the earlier partitions fail for lack of history: backfill from "
+        f"{first}, set {settings.ENV_PARTITION_START}={first} (now 2020-01-01)"
+    ) in result.stdout
+    later = run_cli(
+        "prices",
+        "check",
+        "--lookback-days",
+        str(lookback),
+        env=_env(**{settings.ENV_PARTITION_START: "2026-11-24"}),
+    )
+    assert (
+        f"dates): {first}; every partition from {settings.ENV_PARTITION_START}=2026-11-24 has one"
+    ) in later.stdout
+    # the default window, 252 returns, is longer than these 60 days
+    default = run_cli("prices", "check")
+    assert default.returncode == 0, default.stderr
+    assert (
+        "first session with a full window (lookback_days 252: 253 trade dates): none yet "
+        f"(prices holds fewer than 253 trade dates up to {LAST}" in default.stdout
+    )
+
+
 def test_prices_check_of_an_unusable_source_is_one_line(market_view) -> None:
     env = _env(
         **{
