@@ -32,7 +32,8 @@ library; the command modules parse, call, print.
                                              the holder of the printed token; SIGINT/SIGTERM/SIGHUP
                                              stop all of it                           (cli.ui)
     corr-pipeline concurrency show|set [LIMIT] [--n N --t T ...]
-                                             snapshot runs at once, sized by memory (cli.concurrency)
+                                             snapshot runs at once, sized by memory and cores
+                                                                                    (cli.concurrency)
     corr-pipeline dask certs [DIR]           a private authority and certificates for a Dask cluster
                                              over TLS; prints its commands and settings
                                                                                     (cli.dask_cluster)

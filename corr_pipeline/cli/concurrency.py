@@ -2,7 +2,9 @@
 
 ``show`` prints the memory one run needs for a universe of N symbols and T returns
 (:func:`corr_pipeline.snapshot.sizing.run_memory`, term by term), the memory of this machine
-(or of ``--memory-gib``), the number of runs that fit, and the limits the Dagster instance
+(or of ``--memory-gib``), the number of runs that fit it, the cores (or ``--cores``), the
+number of runs at once, the lower of the two bounds, and which one binds
+(:func:`corr_pipeline.snapshot.sizing.runs_at_once`), and the limits the Dagster instance
 (``DAGSTER_HOME``) has now. ``set`` stores that number, or an explicit ``LIMIT``, as the limit of
 the snapshot pool (:func:`corr_pipeline.defs.concurrency.set_snapshot_runs_limit`); the daemon
 applies it at its next dequeue.
@@ -42,8 +44,12 @@ def _recommendation(args: argparse.Namespace) -> tuple[int, list[str]]:
         if args.reserve_gib is not None
         else sizing.DEFAULT_RESERVE_BYTES
     )
-    limit = sizing.runs_limit(machine, memory.per_run, reserve)
+    from corr_pipeline.compute.workers import available_cores
+
+    cores = args.cores or available_cores()
+    runs = sizing.runs_at_once(machine, memory.per_run, reserve, cores)
     source = "--memory-gib" if args.memory_gib else "this machine"
+    cores_source = "--cores" if args.cores else "this machine's, its CPU affinity"
     lines = [
         f"one snapshot run at N = {args.n:,}, T = {t}, working_memory_mb = {working_memory_mb:g}:",
         f"  its process (the run worker)                 {_gib(memory.process)}",
@@ -51,10 +57,21 @@ def _recommendation(args: argparse.Namespace) -> tuple[int, list[str]]:
         f"  matrices of two sessions, page cache (12·N²) {_gib(memory.matrices)}",
         f"  per run                                      {_gib(memory.per_run)}",
         f"memory: {_gib(machine)} ({source}), reserve {_gib(reserve)}",
-        f"snapshot runs at once: {limit} = max(1, floor(({_gib(machine)} − {_gib(reserve)}) / "
-        f"{_gib(memory.per_run)}))",
+        f"  runs that fit the memory: {runs.by_memory} = max(1, floor(({_gib(machine)} − "
+        f"{_gib(reserve)}) / {_gib(memory.per_run)}))",
+        f"cores: {cores} ({cores_source})",
+        f"  runs by cores: {runs.by_cores} (one per core: each run's kernels use every core)",
+        f"snapshot runs at once: {runs.limit} = min({runs.by_memory} by memory, "
+        f"{runs.by_cores} by cores): {_binds(runs.binding)}",
     ]
-    return limit, lines
+    return runs.limit, lines
+
+
+def _binds(binding: str) -> str:
+    """Which bound of :class:`~corr_pipeline.snapshot.sizing.RunsAtOnce` binds, in words."""
+    return {"memory": "the memory binds", "cores": "the cores bind"}.get(
+        binding, "memory and cores bind alike"
+    )
 
 
 def _describe(limits: Any) -> list[str]:
@@ -94,7 +111,7 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
             echo(line)
         limit = limit or recommended
     elif args.action == "set" and limit is None:
-        raise ValueError("give the LIMIT, or --n (and --t ...) to size it from memory")
+        raise ValueError("give the LIMIT, or --n (and --t ...) to size it from memory and cores")
     instance = open_instance()
     try:
         home = settings.dagster_home()
@@ -118,7 +135,9 @@ def cmd_concurrency(args: argparse.Namespace) -> int:
 
 def _add_sizing_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--n", type=positive_int, help="symbols in the universe (size the limit from memory)"
+        "--n",
+        type=positive_int,
+        help="symbols in the universe (size the limit from memory and cores)",
     )
     parser.add_argument("--t", type=positive_int, help="returns in the window (default 252)")
     parser.add_argument(
@@ -128,6 +147,12 @@ def _add_sizing_options(parser: argparse.ArgumentParser) -> None:
         "--memory-gib",
         type=positive_float,
         help="memory to size against (default: this machine's, or its cgroup limit)",
+    )
+    parser.add_argument(
+        "--cores",
+        type=positive_int,
+        help="cores to size against: at most one run per core (default: this machine's, its "
+        "CPU affinity)",
     )
     parser.add_argument(
         "--reserve-gib",

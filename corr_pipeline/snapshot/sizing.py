@@ -31,7 +31,14 @@ On a machine with M bytes (its memory, or its cgroup's limit when lower) of whic
 kept for the rest (the operating system, PostgreSQL, the Dagster web server, daemon and code
 server), the number of snapshot runs at once is
 
-    runs limit = max(1, floor((M − reserve) / per_run))
+    runs by memory = max(1, floor((M − reserve) / per_run))
+    runs by cores  = C, the cores the runs may use (this process's CPU affinity by default)
+    runs limit     = min(runs by memory, runs by cores)
+
+Cores bound it too: each run's kernels use one thread per core, so runs beyond one per core only
+share the same cores (no run ends sooner) while each holds its memory; what parallel runs gain is
+the overlap of the parts that leave cores idle (the database load and publication, process
+start-up, the single-threaded NN-chain), which one run per core already has.
 
 **Sessions per backfill run.** Memory does not grow with the sessions of a run, so a run covers
 as many as a share of its maximum runtime (``dagster/max_runtime``, default 4 h) allows, at
@@ -123,10 +130,41 @@ def sessions_per_run(n: int, t: int, max_runtime_seconds: float) -> int:
 
 
 def runs_limit(memory_bytes: int, per_run_bytes: int, reserve_bytes: int) -> int:
-    """``max(1, floor((memory − reserve) / per_run))``: snapshot runs that fit at once."""
+    """``max(1, floor((memory − reserve) / per_run))``: snapshot runs that fit the memory at once
+    (the cores bound them too: :func:`runs_at_once`)."""
     if per_run_bytes < 1:
         raise ValueError(f"per_run_bytes must be >= 1, got {per_run_bytes}")
     return max(1, (memory_bytes - reserve_bytes) // per_run_bytes)
+
+
+@dataclass(frozen=True)
+class RunsAtOnce:
+    """Snapshot runs at once (module docstring): ``by_memory`` those that fit the memory,
+    ``by_cores`` one per core; ``limit`` the lower, ``binding`` which bound that is (``memory``,
+    ``cores``, or ``memory and cores`` when they are equal)."""
+
+    by_memory: int
+    by_cores: int
+
+    @property
+    def limit(self) -> int:
+        return min(self.by_memory, self.by_cores)
+
+    @property
+    def binding(self) -> str:
+        if self.by_memory == self.by_cores:
+            return "memory and cores"
+        return "cores" if self.by_cores < self.by_memory else "memory"
+
+
+def runs_at_once(
+    memory_bytes: int, per_run_bytes: int, reserve_bytes: int, cores: int
+) -> RunsAtOnce:
+    """``min(runs_limit(memory, per_run, reserve), cores)`` with both bounds (module
+    docstring); ``cores`` must be >= 1."""
+    if cores < 1:
+        raise ValueError(f"cores must be >= 1, got {cores}")
+    return RunsAtOnce(runs_limit(memory_bytes, per_run_bytes, reserve_bytes), int(cores))
 
 
 def machine_memory_bytes() -> int:

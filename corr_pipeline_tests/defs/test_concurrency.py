@@ -1,4 +1,4 @@
-"""The memory-sized limit of snapshot runs at once: the sizing formula, the limits the
+"""The limit of snapshot runs at once, sized by memory and cores: the sizing formula, the limits the
 repository's ``dagster.yaml`` gives an instance, and ``corr-pipeline concurrency show|set``.
 (The limits at work, a backfill through the daemon: ``test_parallel_backfill.py``.)"""
 
@@ -71,6 +71,46 @@ def test_runs_limit_is_the_floor_and_at_least_one():
     )
 
 
+def test_runs_at_once_is_bounded_by_cores_as_well_as_memory():
+    per_run = sizing.run_memory(3_000, 252, 512).per_run
+    runs = sizing.runs_at_once(24 * sizing.GIB, per_run, sizing.DEFAULT_RESERVE_BYTES, 2)
+    assert runs.by_memory == 24 and runs.by_cores == 2
+    assert (runs.limit, runs.binding) == (2, "cores")
+    roomy = sizing.runs_at_once(24 * sizing.GIB, 7 * sizing.GIB, 2 * sizing.GIB, 64)
+    assert (roomy.limit, roomy.binding) == (3, "memory")
+    even = sizing.runs_at_once(24 * sizing.GIB, 7 * sizing.GIB, 2 * sizing.GIB, 3)
+    assert (even.limit, even.binding) == (3, "memory and cores")
+    with pytest.raises(ValueError, match="cores"):
+        sizing.runs_at_once(24 * sizing.GIB, per_run, 0, 0)
+
+
+def test_concurrency_show_says_which_bound_binds(tmp_path: Path):
+    """At N = 3,000 a 24 GiB machine holds the memory of 24 runs; on 2 cores 2 run at once,
+    and the output says the cores bind; by default the cores are this process's."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copyfile(REPO_DAGSTER_YAML, home / "dagster.yaml")
+    env = dict(os.environ, DAGSTER_HOME=str(home))
+    sizing_args = ("concurrency", "show", "--n", "3000", "--memory-gib", "24")
+    shown = run_cli(*sizing_args, "--cores", "2", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "  runs that fit the memory: 24 = max(1, floor((24.00 GiB" in shown.stdout
+    assert "cores: 2 (--cores)" in shown.stdout
+    assert "snapshot runs at once: 2 = min(24 by memory, 2 by cores): the cores bind" in (
+        shown.stdout
+    )
+    many = run_cli(*sizing_args, "--cores", "64", env=env)
+    assert "snapshot runs at once: 24 = min(24 by memory, 64 by cores): the memory binds" in (
+        many.stdout
+    )
+    cores = len(os.sched_getaffinity(0))
+    default = run_cli(*sizing_args, env=env)
+    assert f"cores: {cores} (this machine's, its CPU affinity)" in default.stdout
+    assert f"snapshot runs at once: {min(24, cores)} = min(24 by memory, {cores} by cores)" in (
+        default.stdout
+    )
+
+
 def test_every_snapshot_asset_declares_the_pool():
     pools = {
         key.to_user_string(): asset.op.pool
@@ -114,16 +154,17 @@ def test_concurrency_commands(tmp_path: Path):
     home.mkdir()
     shutil.copyfile(REPO_DAGSTER_YAML, home / "dagster.yaml")
     env = dict(os.environ, DAGSTER_HOME=str(home))
-    shown = run_cli("concurrency", "show", "--n", "24000", "--memory-gib", "64", env=env)
+    sized = ("--n", "24000", "--memory-gib", "64", "--cores", "16")
+    shown = run_cli("concurrency", "show", *sized, env=env)
     assert shown.returncode == 0, shown.stderr
     per_run = sizing.run_memory(24_000, 252, 512).per_run
     expected = sizing.runs_limit(64 * sizing.GIB, per_run, sizing.DEFAULT_RESERVE_BYTES)
-    assert f"snapshot runs at once: {expected} = " in shown.stdout
+    assert f"snapshot runs at once: {expected} = min({expected} by memory, 16 by cores)" in (
+        shown.stdout
+    )
     assert "snapshot runs at once (pool): 1 (dagster.yaml's pools.default_limit)" in shown.stdout
     assert "runs per partition at once:   1" in shown.stdout
-    set_ = run_cli(
-        "concurrency", "set", "--n", "24000", "--memory-gib", "64", "--reserve-gib", "0", env=env
-    )
+    set_ = run_cli("concurrency", "set", *sized, "--reserve-gib", "0", env=env)
     assert set_.returncode == 0, set_.stderr
     limit = sizing.runs_limit(64 * sizing.GIB, per_run, 0)
     assert f"snapshot runs at once set to {limit}" in set_.stdout
