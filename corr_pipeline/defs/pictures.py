@@ -92,7 +92,8 @@ def change_histogram_metadata(
     counts: np.ndarray, edges: np.ndarray, *, mean_abs_change: float, title: str
 ) -> dict[str, Any]:
     """``{"picture: correlation changes": <distribution of correlation changes>}``
-    (:func:`corr_pipeline.viz.changes.change_histogram_png`, SPEC §10.1)."""
+    (:func:`corr_pipeline.viz.changes.change_histogram_png`, SPEC §10.1): ``counts`` over
+    ``edges``, best the scan's fine ones, which the picture re-bins to fit the data."""
     from corr_pipeline.viz.changes import change_histogram_png
 
     png = change_histogram_png(counts, edges, mean_abs_change=mean_abs_change, title=title)

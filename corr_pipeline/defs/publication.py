@@ -301,8 +301,8 @@ def changes_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Sess
                         step.context,
                         "change histogram",
                         lambda: pictures.change_histogram_metadata(
-                            corr.change_counts,
-                            corr.change_edges,
+                            corr.fine_change_counts,
+                            corr.fine_change_edges,
                             mean_abs_change=corr.means["abs_change"],
                             title=f"Correlation changes {results.previous_date} → {day}{gap}",
                         ),

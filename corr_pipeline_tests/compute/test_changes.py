@@ -19,6 +19,7 @@ from corr_pipeline.compute.changes import (
     match_symbols,
     neighbor_turnover,
 )
+from corr_pipeline.compute.changes.drift import FINE_PER_BIN
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 
 LEVELS = (0.0, 0.01, 0.25, 0.5, 0.9, 1.0)
@@ -103,11 +104,13 @@ def _check(symbols_t, corr_t, ov_t, symbols_p, corr_p, ov_p, *, min_overlap, top
         change_bins=16,
         working_memory_mb=budget,
     )
-    f, top, counts = _reference(
-        _pairs_frame(symbols_t, corr_t, ov_t, symbols_p, corr_p, ov_p), min_overlap, top_m, 16
-    )
+    frame = _pairs_frame(symbols_t, corr_t, ov_t, symbols_p, corr_p, ov_p)
+    f, top, counts = _reference(frame, min_overlap, top_m, 16)
     assert got.n_pairs == len(f)
     np.testing.assert_array_equal(got.change_counts, counts)
+    fine = _reference(frame, min_overlap, top_m, 16 * FINE_PER_BIN)[2]
+    np.testing.assert_array_equal(got.fine_change_counts, fine)
+    np.testing.assert_array_equal(got.fine_change_edges, np.linspace(-2, 2, fine.size + 1))
     columns = _distribution_columns(f)
     for name in DISTRIBUTIONS:
         if len(f):

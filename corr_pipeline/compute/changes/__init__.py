@@ -26,7 +26,8 @@ temporary. A pair is *compared* iff both correlations are finite and both overla
   values a sort would put there). Two reads, not one that guesses the bins from a sample of
   rows: the rows of a sector are alike, so a sample of rows places a quantile only to about
   1 % of rank, wider than the bins one read could afford to collect;
-- a histogram of ``Δ`` (``change_bins`` equal bins over [−2, 2]);
+- a histogram of ``Δ`` (``change_bins`` equal bins over [−2, 2], counted at 1024 times that
+  resolution, which the picture re-bins to fit the data);
 - the top ``top_m`` pairs by ``|Δ|`` descending, ties to the smaller pair ``(p, q)``
   (lexicographic, i.e. by name): a running selection in that total order
   (:func:`corr_pipeline.compute.top_k.offer`), so the order the rows are scanned in does not

@@ -34,6 +34,11 @@ DEFAULT_QUANTILES: tuple[float, ...] = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 DISTRIBUTIONS = ("corr_today", "corr_previous", "abs_corr_today", "abs_corr_previous")
 #: At most this many interleaved row chunks (one task each on the worker threads).
 _MAX_CHUNKS = 4
+#: Fine bins per bin of the recorded histogram of ``Δ``: the scan counts ``change_bins × 1024``
+#: equal bins over [−2, 2] (width 4.9e-5 at 80 bins), which the recorded bins sum exactly (a
+#: power of two: ``(Δ + 2) · bins · 1024`` is ``(Δ + 2) · bins`` scaled, not rounded again), and
+#: which the picture re-bins to fit the data (:mod:`corr_pipeline.viz.changes`).
+FINE_PER_BIN = 1024
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,8 @@ class CorrelationChanges:
     quantiles : ``{name in DISTRIBUTIONS: float64 array of len(quantile_levels)}`` (NaN when no pair).
     change_counts : int64 histogram of ``Δ`` over ``change_edges`` (float64, bins + 1 edges over
         [−2, 2]; the last bin includes 2).
+    fine_change_counts, fine_change_edges : the same histogram at :data:`FINE_PER_BIN` times the
+        resolution (``change_counts`` is the sum of each run of :data:`FINE_PER_BIN` of them).
     top_p, top_q : int64 positions (into the common symbols) of the top pairs, ``p < q``, by
         ``|Δ|`` descending then ``(p, q)`` ascending; at most ``top_m`` (fewer if fewer pairs).
     top_corr_today, top_corr_previous : float32 values; top_overlap_today, top_overlap_previous :
@@ -59,6 +66,8 @@ class CorrelationChanges:
     quantiles: dict[str, np.ndarray]
     change_counts: np.ndarray
     change_edges: np.ndarray
+    fine_change_counts: np.ndarray
+    fine_change_edges: np.ndarray
     top_p: np.ndarray
     top_q: np.ndarray
     top_corr_today: np.ndarray
@@ -208,7 +217,8 @@ def correlation_changes(
     hist = np.zeros((chunks, 2, N_BINS + 1), np.uint32)
     scanned_total = np.zeros((chunks, 2, N_BINS + 1), np.int64)
     hist_total = scanned_total[:, :, :N_BINS]
-    change_counts = np.zeros((chunks, int(change_bins) + 1), np.int64)
+    fine_bins = int(change_bins) * FINE_PER_BIN
+    change_counts = np.zeros((chunks, fine_bins + 1), np.int64)
     runs = column_runs(ti, pi)
     top_scores = np.full((chunks, m), -np.inf, np.float64)
     top_keys = np.full((chunks, m), -1, np.int64)
@@ -333,6 +343,7 @@ def correlation_changes(
                 hi = min(lo + 1, count - 1)
                 out_quantiles[name][i] = _lerp(value[(d, lo)], value[(d, hi)], h - lo)
 
+    fine_counts = change_counts[:, :-1].sum(axis=0)
     # the global top M is among the chunks' top M: |Δ| descending, then the pair key
     scores, all_keys = top_scores.ravel(), top_keys.ravel()
     kept = np.flatnonzero(all_keys >= 0)
@@ -346,8 +357,10 @@ def correlation_changes(
         means=means,
         quantile_levels=levels,
         quantiles=out_quantiles,
-        change_counts=change_counts[:, :-1].sum(axis=0),
+        change_counts=fine_counts.reshape(int(change_bins), FINE_PER_BIN).sum(axis=1),
         change_edges=np.linspace(-2.0, 2.0, int(change_bins) + 1),
+        fine_change_counts=fine_counts,
+        fine_change_edges=np.linspace(-2.0, 2.0, fine_bins + 1),
         top_p=tp,
         top_q=tq,
         top_corr_today=top_corr_today,
