@@ -13,7 +13,7 @@ import base64
 import contextlib
 import io
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -53,8 +53,40 @@ def new_figure(width_in: float, height_in: float, dpi: int = 100) -> tuple[Any, 
 
 
 def set_title(ax: Any, head: str, sub: str) -> None:
-    ax.set_title(head + ("\n" + sub if sub else ""), fontsize=10, loc="left")
-    ax.title.set_parse_math(False)
+    """Title of ``ax`` at its left: ``head``, broken into lines that fit between the axes' left
+    edge and the figure's right edge (:func:`fit_lines`), then ``sub`` on a line of its own."""
+    title = ax.set_title(head, fontsize=10, loc="left")
+    title.set_parse_math(False)
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    room = fig.bbox.width - ax.get_window_extent(renderer).x0 - 4.0
+    font = title.get_fontproperties()
+
+    def fits(line: str) -> bool:
+        width, _, _ = renderer.get_text_width_height_descent(line, font, ismath=False)
+        return bool(width <= room)
+
+    title.set_text("\n".join([*fit_lines(head, fits), *([sub] if sub else [])]))
+
+
+def fit_lines(text: str, fits: Callable[[str], bool]) -> list[str]:
+    """``text`` as lines that each satisfy ``fits``: the whole when it fits; else broken before
+    the last `` (`` whose first part fits (a parenthesised note goes whole to the next line);
+    else between words, as many on a line as fit (a single word too long stays one line)."""
+    if fits(text):
+        return [text]
+    for at in reversed([i for i in range(1, len(text)) if text.startswith(" (", i)]):
+        if fits(text[:at]):
+            return [text[:at], *fit_lines(text[at + 1 :], fits)]
+    words = text.split(" ")
+    lines = [words[0]]
+    for word in words[1:]:
+        joined = f"{lines[-1]} {word}"
+        if fits(joined):
+            lines[-1] = joined
+        else:
+            lines.append(word)
+    return lines
 
 
 def safe_tick_labels(labels: Iterable[Any]) -> None:

@@ -7,6 +7,7 @@ import pytest
 
 from corr_pipeline.compute.changes.drift import FINE_PER_BIN
 from corr_pipeline.viz.changes import MAX_BINS, change_histogram_png, picture_bins
+from corr_pipeline.viz.figures import fit_lines
 from corr_pipeline_tests.viz.helpers import decode
 
 
@@ -76,3 +77,39 @@ def test_change_histogram_draws_the_fine_bins():
     columns = np.flatnonzero(blue.any(axis=0))
     # the bars span most of the plot's width, not two bars in the middle
     assert columns.size > 0.5 * pixels.shape[1]
+
+
+def test_a_long_title_is_broken_into_lines_inside_the_picture():
+    """The title of changes across a gap ends in a note that would run past the picture's right
+    edge on one line: the note goes to a line of its own, and no title text touches the edge."""
+    edges = np.linspace(-0.4, 0.3, 15)
+    counts = np.array([1, 0, 7, 24, 160, 1200, 13_000, 1_600_000, 2_200_000, 20_000, 500, 30, 2, 2])
+    title = "Correlation changes 2014-07-18 → 2020-03-16 (1,423 sessions between: NOT overnight)"
+    pixels = decode(change_histogram_png(counts, edges, mean_abs_change=0.01, title=title))
+    rows = pixels.shape[0]
+    title_band = pixels[: rows // 6, -6:, :]  # above the axes, at the right edge
+    assert title_band.min() > 200  # background only: no glyph cut off by the edge
+
+
+@pytest.mark.parametrize(
+    ("text", "width", "lines"),
+    [
+        ("short title", 20, ["short title"]),
+        (
+            "changes A → B (8 sessions between: NOT overnight)",
+            40,
+            ["changes A → B", "(8 sessions between: NOT overnight)"],
+        ),
+        (
+            "changes A → B (8 sessions between: NOT overnight)",
+            20,
+            ["changes A → B", "(8 sessions between:", "NOT overnight)"],
+        ),
+        ("one two three four", 9, ["one two", "three", "four"]),
+        ("unbreakableword", 5, ["unbreakableword"]),
+    ],
+)
+def test_fit_lines_breaks_before_a_parenthesis_then_between_words(text, width, lines):
+    """A text too wide is broken before its last parenthesis whose head fits, then between
+    words; nothing is lost and a word wider than the room stays whole."""
+    assert fit_lines(text, lambda line: len(line) <= width) == lines
