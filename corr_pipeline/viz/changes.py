@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from corr_pipeline.viz.figures import (
     DEFAULT_MAX_PNG_BYTES,
     figure_png,
     new_figure,
+    quiet_drawing,
     set_title,
 )
 
@@ -120,7 +122,7 @@ def change_histogram_png(
         text += f"\nbeyond the range shown: {bins.below:,} below, {bins.above:,} above"
     if n:
         text += f"\nbin width {float(edges[1] - edges[0]):.2g}"
-    ax.text(
+    note = ax.text(
         0.99,
         0.97,
         text,
@@ -131,4 +133,21 @@ def change_histogram_png(
         parse_math=False,
     )
     set_title(ax, title, "pairs present on both days with enough overlap")
+    if used.size:
+        _room_above_bars(fig, ax, note, float(counts.max()))
     return figure_png(fig, max_bytes=max_bytes)
+
+
+def _room_above_bars(fig: Any, ax: Any, note: Any, tallest: float) -> None:
+    """Raise the top of the log y axis so that the tallest bar (``tallest`` pairs) ends below
+    ``note``, the figures at the top of the axes: the share of the axes' height the note takes
+    (measured once the figure is laid out, plus a small gap) is left above the bars."""
+    with quiet_drawing():
+        fig.tight_layout()
+    renderer = fig.canvas.get_renderer()
+    box = ax.get_window_extent(renderer)
+    share = min(0.6, (box.y1 - note.get_window_extent(renderer).y0 + 4.0) / box.height)
+    low, high = (math.log10(v) for v in ax.get_ylim())
+    top = low + (math.log10(tallest) - low) / (1.0 - share)
+    if top > high:
+        ax.set_ylim(top=10.0**top)

@@ -113,3 +113,20 @@ def test_fit_lines_breaks_before_a_parenthesis_then_between_words(text, width, l
     """A text too wide is broken before its last parenthesis whose head fits, then between
     words; nothing is lost and a word wider than the room stays whole."""
     assert fit_lines(text, lambda line: len(line) <= width) == lines
+
+
+def test_the_figures_at_the_top_stay_above_the_bars():
+    """The figures written at the top of the axes (pairs, mean |Δ|, beyond the range, bin
+    width) never lie over the bars: the y axis leaves room above the tallest bar."""
+    counts, edges, _ = _night()
+    pixels = decode(change_histogram_png(counts, edges, mean_abs_change=0.0044, title="night"))
+    dark = pixels.max(axis=2) < 90
+    blue = (pixels[..., 2] > 150) & (pixels[..., 0] < 120)
+    # the axes' frame: the rows and the columns a dark line runs along
+    rows = np.flatnonzero(dark.sum(axis=1) > 0.5 * pixels.shape[1])
+    columns = np.flatnonzero(dark.sum(axis=0) > 0.4 * pixels.shape[0])
+    inside = np.s_[rows.min() + 2 : rows.max() - 1, columns.min() + 2 : columns.max() - 1]
+    text_rows = np.flatnonzero(dark[inside].any(axis=1))
+    bar_rows = np.flatnonzero(blue[inside].any(axis=1))
+    assert text_rows.size and bar_rows.size
+    assert text_rows.max() < bar_rows.min()
