@@ -37,10 +37,19 @@ def _blas_controller() -> ThreadpoolController:
 
 
 @contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """numpy's BLAS limited to one thread for the block. A product's rounding depends on how
+    BLAS splits it between its threads, so products that must come out the same in every
+    process (the lead-lag sweep's) are taken inside this, whatever pool runs them."""
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        yield
+
+
+@contextmanager
 def worker_pool() -> Iterator[ThreadPoolExecutor]:
     """A pool of one thread per available core, with numpy's BLAS limited to one thread."""
     with (
-        _blas_controller().limit(limits=1, user_api="blas"),
+        single_threaded_blas(),
         ThreadPoolExecutor(available_cores(), thread_name_prefix="corr-worker") as pool,
     ):
         yield pool

@@ -9,9 +9,11 @@ not given) against the laggers give every lag's ``P = Σ_t Z[t, i]·Z[t + ℓ, j
 are exact zeros) as the float64 sum of float32 products over row chunks of at most
 :data:`K_CHUNK` rows (:attr:`Sweep.k_chunks` of them), and ``S²`` against ``Z²`` every lag's
 ``Q = Σ_t Z[t, i]²·Z[t + ℓ, j]²`` as float32 products over chunks of :data:`Q_CHUNK` rows added
-in float32 (a sum of positive terms: its relative error does not grow with cancellation). The grid of tiles,
-columns and row chunks is fixed, so every value is the same whatever the blocks, threads or
-stripes.
+in float32 (a sum of positive terms: its relative error does not grow with cancellation). The
+grid of tiles, columns and row chunks is fixed, and each lag's ``P`` is a product call of its
+own on one BLAS thread (BLAS rounds an element differently as the rows of its call or its
+threads change: OpenBLAS 0.3.31 does), so every value is the same whatever the blocks, threads,
+stripes or pool, with or without lag 0.
 
 **Per pair** (:func:`sweep_tile`, vectorised over the laggers), for each lag: the overlap's
 sums ``Sx, Sy, Sxx, Syy, n`` of ``kernels.overlap_moments`` (the same operations in the same
@@ -88,7 +90,7 @@ from corr_pipeline.compute.lead_lag.sweep_kernels import (
 )
 from corr_pipeline.compute.standardize import Standardized
 from corr_pipeline.compute.tiling import GEMM_TILE, PRODUCT_COLUMNS, Progress, tiles_covering
-from corr_pipeline.compute.workers import fresh_buffer
+from corr_pipeline.compute.workers import fresh_buffer, single_threaded_blas
 
 EPSILON = 9e-4
 """A counted p-value is within a factor ``1 + EPSILON`` of the pair's own (module docstring)."""
@@ -327,9 +329,10 @@ class Sweep:
             for tile in tiles
             for col0 in range(0, n_cols, PRODUCT_COLUMNS)
         ]
-        for done, _ in enumerate(pool.map(item_of, items), start=1):  # re-raises an error
-            if progress is not None:
-                progress(done, len(items))
+        with single_threaded_blas():  # the same products on any pool (workers module)
+            for done, _ in enumerate(pool.map(item_of, items), start=1):  # re-raises an error
+                if progress is not None:
+                    progress(done, len(items))
 
     def _sweep_columns(self, space, where, shifted, shifted_sq, col1, flags, outputs) -> None:
         """The products and :func:`sweep_tile` of one tile and laggers ``[col0, col1)``
@@ -344,11 +347,9 @@ class Sweep:
         squares = space.buffer("squares", (self.max_lag, height, width), np.float32)
         for k in range(c):
             u0, u1 = int(self.inputs.chunks[k]), int(self.inputs.chunks[k + 1])
-            np.matmul(
-                shifted[:, :, u0:u1].reshape(-1, u1 - u0),
-                window.z[u0:u1, col0:col1],
-                out=products[k].reshape(-1, width),
-            )
+            laggers = window.z[u0:u1, col0:col1]
+            for lag in range(n_lags):  # one call per lag: the same shape with or without lag 0
+                np.matmul(shifted[lag, :, u0:u1], laggers, out=products[k, lag])
         q_chunks = self.inputs.q_chunks
         for k in range(q_chunks.size - 1):
             u0, u1 = int(q_chunks[k]), int(q_chunks[k + 1])
