@@ -645,8 +645,9 @@ def test_revision_0008_adds_the_reverse_direction_and_keeps_the_pairs(
     """0007 -> 0008 adds lead_lag_pairs.reverse_lag (smallint), reverse_lagged_corr (real) and
     reverse_q_value (double precision), NULL for the pairs published before (their reverse
     direction was never recorded), which the pipeline's reader returns as 0 and NaN; a
-    publication fills them; 0008 -> 0007 drops them and keeps every row, significance included.
-    The upgrade also passes on a database that already has one of them."""
+    publication (on the newest schema, which the code writes) fills them; going back to 0007
+    drops them and keeps every row, significance included. The upgrade also passes on a
+    database that already has one of them."""
     columns = {
         "reverse_lag": ("smallint", "YES"),
         "reverse_lagged_corr": ("real", "YES"),
@@ -708,6 +709,7 @@ def test_revision_0008_adds_the_reverse_direction_and_keeps_the_pairs(
         assert np.isnan(old.lead_lag_pairs["reverse_lagged_corr"]).all()
         assert np.isnan(old.lead_lag_pairs["reverse_q_value"]).all()
 
+        later = migrate.upgrade(db).applied  # the code publishes to the newest schema
         publish(db, D2, n=10)
         with db.connect() as conn:
             counts = conn.execute(
@@ -719,7 +721,8 @@ def test_revision_0008_adds_the_reverse_direction_and_keeps_the_pairs(
             ).one()
         assert tuple(counts) == (10, 10, 10, 10)
 
-        assert [rev.id for rev in migrate.downgrade(db, "0007").applied] == ["0008"]
+        applied = [rev.id for rev in migrate.downgrade(db, "0007").applied]
+        assert applied == [rev.id for rev in reversed(later)] + ["0008"]
         with db.connect() as conn:
             assert not set(_table_columns(conn, "lead_lag_pairs")) & set(columns)
             assert _pairs_text(conn, pair_columns)[:3] == before
