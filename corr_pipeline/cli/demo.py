@@ -10,11 +10,15 @@ The demo is a list of steps (:data:`DEMO_STEPS`) sharing a :class:`DemoContext`:
    first partition is the first session whose window of ``lookback_days + 1`` trade dates is full
    (:func:`first_full_window_session`), written as ``CORR_PIPELINE_PARTITION_START`` to the
    project's ``.env`` when run from the repository root (the file ``corr-pipeline`` and its UI
-   read), so the UI shows only partitions that can succeed;
+   read), so the UI offers no partition that fails for lack of history (the sessions after
+   the last trade date, up to today's, are offered too: they fail until their prices are in);
 4. launch the snapshot runs of the session before that partition and of the partition through
    the Dagster instance, like any other run (:func:`corr_pipeline.defs.run.launch_snapshot`), so
-   that the partition's ``snapshot_changes`` compares the two, and print their summaries;
-5. print how to explore the results (Dagster UI, tables, matrices).
+   that the partition's ``snapshot_changes`` compares the two, and print their summaries; the
+   runs' INFO lines go to their event log (the UI's run page), not to the terminal, where only
+   their warnings and errors appear;
+5. print how to explore the results (Dagster UI, tables, matrices) and end with the queries to
+   try on them (:func:`suggested_queries`).
 
 Every line goes through ``DemoContext.echo`` (stdout by default).
 """
@@ -56,6 +60,8 @@ __all__ = [
     "demo_params",
     "demo_sessions",
     "first_full_window_session",
+    "freshness_line",
+    "suggested_queries",
     "demo_step_database",
     "demo_step_partitions",
     "demo_step_pipeline",
@@ -66,6 +72,8 @@ __all__ = [
 DEMO_SYMBOLS = 3_000
 DEMO_DAYS = 300
 DEMO_SEED = 7
+#: The console log level of the demo's runs: their INFO lines stay in the run's event log.
+DEMO_RUN_LOG_LEVEL = "WARNING"
 
 
 class SnapshotRunError(ValueError):
@@ -206,7 +214,7 @@ def first_full_window_session(
 
 def demo_step_partitions(ctx: DemoContext) -> None:
     """The demo's partition (the session of the last trade date), its parameters
-    (:func:`demo_params`) and the first partition that can succeed
+    (:func:`demo_params`) and the first partition with a full window
     (:func:`first_full_window_session`). The first partition becomes
     ``CORR_PIPELINE_PARTITION_START`` of this process (so the code location the next step loads
     has it) and, when the demo runs from the project root (the directory holding the project's
@@ -261,13 +269,62 @@ def demo_sessions(engine: sa.Engine, key: str, source: PriceSource = NATIVE_PRIC
     return [earlier[-1].isoformat(), key] if earlier else [key]
 
 
+def freshness_line(evaluation: Any) -> str:
+    """The verdict of ``publication_freshness`` (an ``AssetCheckEvaluation``) as the UI shows
+    it: passed; failed with severity WARN, "Failed (Warning)" in yellow; or failed with severity
+    ERROR, in red; then its description."""
+    if evaluation.passed:
+        verdict = "passed"
+    elif evaluation.severity.value == "WARN":
+        verdict = "failed (warning; yellow in the UI, not red)"
+    else:
+        verdict = "FAILED (red in the UI)"
+    return f"publication_freshness {verdict}: {evaluation.description}"
+
+
+def suggested_queries(engine: sa.Engine, key: str) -> list[tuple[str, str]]:
+    """Three ``corr-pipeline query`` commands that answer from the snapshot of ``key`` just
+    published, each with what it shows: the lead-lag pairs of the leader of its most
+    significant pair (else the cluster of its first symbol), that symbol's neighbors, and the
+    snapshot's suspect prices. Empty when nothing is published for ``key``."""
+    import numpy as np  # lazily, as the other heavy imports
+
+    from corr_pipeline.db.published_reads import published_rows
+
+    rows = published_rows(engine, key)
+    if rows is None or not rows.symbols:
+        return []
+    pairs = rows.lead_lag_pairs
+    if pairs.size:
+        best = pairs[np.lexsort((-pairs["improvement"], pairs["q_value"]))[0]]
+        symbol = rows.symbols[int(best["leader"])]
+        lag, q_value = int(best["lag"]), float(best["q_value"])
+        first = (
+            f"corr-pipeline query lead-lag {shlex.quote(symbol)} --limit 3",
+            f"{symbol} leads {rows.symbols[int(best['lagger'])]} by {lag} day{'s' * (lag > 1)}"
+            + (f", q {q_value:.1e}" if np.isfinite(q_value) else ""),
+        )
+    else:
+        symbol = rows.symbols[0]
+        first = (f"corr-pipeline query cluster {shlex.quote(symbol)}", f"the cluster of {symbol}")
+    return [
+        first,
+        (
+            f"corr-pipeline query peers {shlex.quote(symbol)} --limit 5",
+            f"the 5 symbols most correlated with {symbol}",
+        ),
+        ("corr-pipeline query quality", f"the suspect prices of {key}"),
+    ]
+
+
 def demo_step_pipeline(ctx: DemoContext) -> None:
     """Launch the snapshot runs of the demo's sessions (:func:`demo_sessions`: the session
     before the demo's partition, then the partition) through the Dagster instance (the code
     location loaded as the UI loads it, so each run has its origin: Overview timeline,
-    re-execution), evaluate ``publication_freshness`` (so the UI shows its verdict and why,
-    not "not evaluated") and print the summaries and how to open the UI. Raises
-    :class:`SnapshotRunError` when a run fails."""
+    re-execution), their INFO lines kept to their event log (:data:`DEMO_RUN_LOG_LEVEL` on the
+    console), evaluate ``publication_freshness`` (so the UI shows its verdict and why, not
+    "not evaluated") and print the summaries, how to open the UI and the queries to try
+    (:func:`suggested_queries`). Raises :class:`SnapshotRunError` when a run fails."""
     from corr_pipeline.defs.definitions import build_resources  # heavy: Dagster
     from corr_pipeline.defs.monitoring import evaluate_publication_freshness
     from corr_pipeline.defs.run import launch_snapshot, open_instance
@@ -288,7 +345,9 @@ def demo_step_pipeline(ctx: DemoContext) -> None:
         if params:
             ctx.echo(f"    short price history: using {params}")
         for session in keys:
-            summary = launch_snapshot(session, instance=instance, params=params or None)
+            summary = launch_snapshot(
+                session, instance=instance, params=params or None, log_level=DEMO_RUN_LOG_LEVEL
+            )
             for line in str(summary).splitlines():
                 ctx.echo(f"    {line}")
             if not summary.success:
@@ -298,8 +357,7 @@ def demo_step_pipeline(ctx: DemoContext) -> None:
                     f"open the UI (below) or see run {summary.run_id} in {home}"
                 )
         freshness = evaluate_publication_freshness(instance, build_resources())
-        verdict = "passed" if freshness.passed else "FAILED"
-        ctx.echo(f"    publication_freshness {verdict}: {freshness.description}")
+        ctx.echo(f"    {freshness_line(freshness)}")
     finally:
         instance.dispose()
     env = " ".join(
@@ -313,13 +371,18 @@ def demo_step_pipeline(ctx: DemoContext) -> None:
     ctx.echo("[5] explore the results:")
     ctx.echo(f"    Dagster UI:  {env} corr-pipeline ui")
     ctx.echo(
-        "                 (from the repository root; then open the address with ?token=... it "
-        "prints -> Assets -> correlation_snapshot; this run is in Runs; Ctrl-C or SIGTERM stops it)"
+        "                 (from the repository root; open the address with ?token=... it prints; "
+        "menu Lineage: the asset graph; Catalog: each asset's checks and metadata plots; Runs: "
+        "these runs and their logs; Ctrl-C or SIGTERM stops it)"
     )
     ctx.echo(f"    tables:      snapshots, peer_neighbors, symbol_clusters, lead_lag_pairs ({key})")
     ctx.echo(
         f"    matrices:    {summary.store_dir}/<asset>/{key}/*.npy (np.load(..., mmap_mode='r'))"
     )
+    queries = suggested_queries(ctx.require_engine(), key)
+    width = max((len(command) for command, _ in queries), default=0)
+    for i, (command, what) in enumerate(queries):
+        ctx.echo(f"    {'try next:' if i == 0 else '':<13}{command:<{width}}  # {what}")
 
 
 #: The demo, in order. Each step takes the shared DemoContext.

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -53,12 +54,21 @@ def _trade_dates(engine: sa.Engine) -> list[dt.date]:
         )
 
 
+def _suggested_commands(lines: list[str]) -> list[str]:
+    """The commands of the demo's last lines, from ``try next:`` on, without their comments."""
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("try next:"))
+    tail = [line.split("try next:", 1)[-1] for line in lines[start:]]
+    return [line.split("  #", 1)[0].strip() for line in tail]
+
+
 def test_demo_seeds_launches_and_explains_the_ui(
-    clean_db: sa.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    clean_db: sa.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd
 ) -> None:
     """The demo from the project root: seeds, sets the first partition to the first session with
     a full window (in ./.env, keeping the file's other lines), launches its run through the
-    instance (with its code-location origin) and explains the UI."""
+    instance (with its code-location origin), keeps the runs' INFO lines off the terminal (in
+    their event log), says the freshness verdict as the UI does, explains the UI and ends with
+    queries that run on what it published."""
     root = _project_root(tmp_path)
     (root / ".env").write_text("# the team's own\nSOMETHING_ELSE=1\n")
     monkeypatch.chdir(root)
@@ -68,6 +78,12 @@ def test_demo_seeds_launches_and_explains_the_ui(
     ctx = DemoContext(symbols=200, days=DAYS, seed=11, echo=lines.append)
     run_demo(ctx)
     text = "\n".join(lines)
+    # the terminal: the summary, and no line of Dagster's (the runs' workers write to the same
+    # terminal: captured here at the file descriptors)
+    printed = capfd.readouterr()
+    terminal = (printed.out + printed.err).splitlines()
+    assert not [line for line in terminal if " - dagster - " in line], printed
+    assert "did not yield" not in printed.out + printed.err + text
     assert "seeding a synthetic universe of 200 symbols" in text
     # two sessions: the one before KEY (Thanksgiving, 2026-11-26, is no session) and KEY, so
     # that KEY's changes compare something on first sight
@@ -89,6 +105,11 @@ def test_demo_seeds_launches_and_explains_the_ui(
     # synthetic prices end on KEY, so a later session cannot be published, and it says so
     (freshness,) = [line for line in lines if "publication_freshness" in line]
     assert f"the prices end on {KEY}: no snapshot of " in freshness, freshness
+    # ... with severity WARN: the UI shows "Failed (Warning)" in yellow, not a red failure
+    assert freshness.strip().startswith(
+        "publication_freshness failed (warning; yellow in the UI, not red): "
+    ), freshness
+    assert "FAILED" not in freshness
     assert "DAGSTER_HOME=" in text and " corr-pipeline ui" in text and " dg dev" not in text
 
     # the first partition: the first XNYS session on or after the 253rd trade date (brute force)
@@ -140,6 +161,11 @@ def test_demo_seeds_launches_and_explains_the_ui(
     assert run.tags[dg.MAX_RUNTIME_SECONDS_TAG] == str(settings.max_runtime_seconds())
     assert run.tags["dagster/partition_set"] == "snapshot_job_partition_set"
     assert run.status == dg.DagsterRunStatus.SUCCESS
+    # the run's INFO lines are in its event log (the UI's run page), Dagster's complaint is not
+    with dg.DagsterInstance.from_config(str(settings.dagster_home())) as instance:
+        messages = [entry.message for entry in instance.all_logs(run.run_id)]
+    assert any(m.startswith(f"loading the windows of {KEY}") for m in messages), messages
+    assert not [m for m in messages if "did not yield" in m]
 
     with clean_db.connect() as conn:
         row = conn.execute(
@@ -153,6 +179,32 @@ def test_demo_seeds_launches_and_explains_the_ui(
     assert row.lookback_days == 252
     assert clusters == row.n_symbols > 150
     assert f"{row.n_symbols} symbols kept" in text
+
+    # the demo ends with three queries to try, each of which runs on what it published
+    commands = _suggested_commands(lines)
+    assert len(commands) == 3 and lines[-3].strip().startswith("try next:"), lines[-5:]
+    assert [c.split()[:3] for c in commands] == [
+        ["corr-pipeline", "query", "lead-lag"],
+        ["corr-pipeline", "query", "peers"],
+        ["corr-pipeline", "query", "quality"],
+    ], commands
+    symbol = shlex.split(commands[0])[3]
+    answers = {
+        "lead-lag": f"lead-lag pairs of {symbol} in snapshot {KEY}",
+        "peers": f"peers of {symbol} in snapshot {KEY}",
+        "quality": f"suspect prices in snapshot {KEY}",
+    }
+    for command in commands:
+        ran = subprocess.run(
+            ["bash", "-c", command],
+            cwd=root,
+            env=settings.child_environment(str(REPO)),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert ran.returncode == 0, (command, ran.stdout, ran.stderr)
+        assert answers[command.split()[2]] in ran.stdout, (command, ran.stdout)
 
 
 def test_demo_outside_the_project_root_writes_no_env_file(
