@@ -11,7 +11,9 @@ and to the UI; ``corr-pipeline demo`` writes its first partition there (:func:`w
 It applies only in the project root (a directory with the project's ``dagster.yaml`` and
 ``pyproject.toml``), only when the file is the user's own and nobody else may write it, and only
 its ``CORR_PIPELINE_*`` and ``DAGSTER_*`` keys; ``corr-pipeline ui``, whose processes load
-code, does not start at all while the file holds other keys (``strict``).
+code, does not start at all while the file holds other keys (``strict``). With
+``CORR_PIPELINE_ENV_FILE=off`` in the environment no ``.env`` is applied or written
+(:func:`env_file_in_use`): the environment alone configures the commands (the test-suite runs so).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from corr_pipeline import privacy
 
 ENV_FILE_NAME = ".env"
 PROJECT_MARKERS = ("dagster.yaml", "pyproject.toml")
+#: ``off``: the ``corr-pipeline`` commands neither apply nor write the project's ``.env``.
+#: Read here, from the environment only (this module is below :mod:`corr_pipeline.settings`,
+#: whose table lists it as ``CORR_PIPELINE_ENV_FILE``).
+ENV_FILE_SWITCH = "CORR_PIPELINE_ENV_FILE"
 
 
 def env_file() -> Path:
@@ -39,6 +45,21 @@ def is_project_root(directory: Path) -> bool:
     """True when ``directory`` holds the project's ``dagster.yaml`` and ``pyproject.toml`` (the
     repository root, or a copy of it): the directory Dagster is started from."""
     return all((directory / name).is_file() for name in PROJECT_MARKERS)
+
+
+def env_file_in_use() -> Path | None:
+    """The ``.env`` the ``corr-pipeline`` commands apply and ``corr-pipeline demo`` writes:
+    :func:`env_file` when the current directory is the project root (:func:`is_project_root`)
+    and ``$CORR_PIPELINE_ENV_FILE`` is not ``off``; None otherwise. ValueError naming the
+    variable for a value other than ``off`` (blank is unset)."""
+    raw = os.environ.get(ENV_FILE_SWITCH, "").strip()
+    if raw and raw.lower() != "off":
+        raise ValueError(
+            f"{ENV_FILE_SWITCH}={raw!r} must be off (apply no .env) or unset (the project's .env)"
+        )
+    if raw or not is_project_root(Path.cwd()):
+        return None
+    return env_file()
 
 
 #: The keys a ``.env`` may set for ``corr-pipeline``: the project's settings and Dagster's own.
@@ -87,22 +108,23 @@ def env_file_settings(values: dict[str, str]) -> tuple[dict[str, str], list[str]
 
 @contextlib.contextmanager
 def env_file_applied(path: Path | None = None, *, strict: bool = False) -> Iterator[dict[str, str]]:
-    """Apply ``path`` (default: :func:`env_file` when the current directory is the project root,
-    :func:`is_project_root`; nothing elsewhere) to ``os.environ`` with Dagster's precedence (the
-    file's values replace the environment's), yield what was applied, and restore the whole
-    environment afterwards: a command run in-process (e.g. by the tests) leaves nothing behind,
-    neither the file's values nor what the command itself exported (the demo's first
-    partition, the embedded database's URL). Only the project's and Dagster's keys apply
-    (:func:`env_file_settings`; a warning names the others, or with ``strict``
+    """Apply ``path`` (default: :func:`env_file_in_use`: the project's ``.env``, none outside the
+    project root or with ``CORR_PIPELINE_ENV_FILE=off``) to ``os.environ`` with Dagster's
+    precedence (the file's values replace the environment's), yield what was applied, and
+    restore the whole environment afterwards: a command run in-process (e.g. by the tests)
+    leaves nothing behind, neither the file's values nor what the command itself exported (the
+    demo's first partition, the embedded database's URL). Only the project's and Dagster's keys
+    apply (:func:`env_file_settings`; a warning names the others, or with ``strict``
     :class:`EnvFileError` does, before anything is applied); :class:`EnvFileError` for a file
     that is not the user's own (:func:`env_file_values`)."""
-    if path is None and not is_project_root(Path.cwd()):
+    path = path or env_file_in_use()
+    if path is None:
         values: dict[str, str] = {}
     else:
         values, ignored = env_file_settings(env_file_values(path))
         if ignored and strict:
             raise EnvFileError(
-                f"{path or env_file()} sets {', '.join(ignored)}: only "
+                f"{path} sets {', '.join(ignored)}: only "
                 f"{'* and '.join(ENV_FILE_KEY_PREFIXES)}* settings may be there; move the others "
                 "out of the file (export them in your shell if you need them) and start again"
             )
@@ -111,7 +133,7 @@ def env_file_applied(path: Path | None = None, *, strict: bool = False) -> Itera
 
             logging.getLogger(__name__).warning(
                 "%s: not applied: %s (only %s* settings are)",
-                path or env_file(),
+                path,
                 ", ".join(ignored),
                 "* and ".join(ENV_FILE_KEY_PREFIXES),
             )

@@ -56,6 +56,7 @@ ENV_FRESHNESS_HOURS = "CORR_PIPELINE_FRESHNESS_HOURS"
 ENV_DAGSTER_HOME = "DAGSTER_HOME"
 ENV_NUMBA_CACHE = "CORR_PIPELINE_NUMBA_CACHE"
 ENV_RUNTIME_DIR = "XDG_RUNTIME_DIR"
+ENV_ENV_FILE = project_env.ENV_FILE_SWITCH
 
 DEFAULT_HOME_DIRNAME = ".corr_pipeline"
 DEFAULT_PARTITION_START = "2020-01-01"
@@ -172,6 +173,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         ENV_TEST_DATABASE_URL, "text", None, "the PostgreSQL of the test-suite",
         shown="a temporary embedded server",
+    ),
+    Variable(
+        ENV_ENV_FILE, "text", None,
+        "off: corr-pipeline neither applies nor writes the project's .env (read by "
+        "corr_pipeline.project_env.env_file_in_use)",
+        shown="./.env in the project root",
     ),
     Variable(
         ENV_DAGSTER_HOME, "path", None, "the Dagster instance directory",

@@ -2,7 +2,10 @@
 
 - Every test session gets its own ``CORR_PIPELINE_HOME`` and ``DAGSTER_HOME`` in a temporary
   directory, and ``CORR_PIPELINE_DATABASE_URL`` from the caller's shell is removed, so tests never
-  touch the user's ``./.corr_pipeline`` or their real database.
+  touch the user's ``./.corr_pipeline`` or their real database. ``CORR_PIPELINE_ENV_FILE=off``:
+  no ``corr-pipeline`` command a test runs, in-process or not, applies or writes the checkout's
+  ``.env`` (``corr-pipeline demo`` writes one there); the tests of the ``.env`` rules ask for
+  ``env_files_apply`` and use project roots of their own under ``tmp_path``.
 - ``database_url`` (session): ``$CORR_PIPELINE_TEST_DATABASE_URL`` if set, otherwise an embedded
   PostgreSQL started in a temporary directory (stopped and deleted at session end). With
   pytest-xdist every worker gets its own database (its own embedded server, or a database named
@@ -61,6 +64,7 @@ def isolated_home() -> Iterator[Path]:
         if memory is not None:
             mp.setenv(settings.ENV_MEMORY_DIR, str(memory))
         mp.setenv(settings.ENV_HOME, str(home))
+        mp.setenv(settings.ENV_ENV_FILE, "off")
         mp.setenv("DAGSTER_HOME", str(dagster_home))
         mp.delenv(settings.ENV_DATABASE_URL, raising=False)
         mp.delenv(settings.ENV_STORE_DIR, raising=False)
@@ -71,6 +75,14 @@ def isolated_home() -> Iterator[Path]:
             shutil.rmtree(home, ignore_errors=True)
             if memory is not None:
                 shutil.rmtree(memory, ignore_errors=True)
+
+
+@pytest.fixture
+def env_files_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For the tests of the project's ``.env`` itself: ``CORR_PIPELINE_ENV_FILE`` unset for the
+    test and the commands it starts, so a ``.env`` in a project root applies again. Such a test
+    runs its commands in a project root of its own (under ``tmp_path``), never the checkout's."""
+    monkeypatch.delenv(settings.ENV_ENV_FILE, raising=False)
 
 
 #: The deployment settings a test may set for itself (where runs read and write: never run

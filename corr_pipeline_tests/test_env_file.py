@@ -16,6 +16,10 @@ from dagster._core.secrets.env_file import get_env_var_dict
 
 from corr_pipeline import project_env, settings
 
+#: These tests are about the file itself: the commands they run apply one (in project roots of
+#: their own), unlike the rest of the suite's (conftest: ``CORR_PIPELINE_ENV_FILE=off``).
+pytestmark = pytest.mark.usefixtures("env_files_apply")
+
 NAME = "CORR_PIPELINE_TEST_ENV_FILE_KEY"
 INTRUDER_URL = "postgresql+psycopg://intruder@203.0.113.9:5432/theirs"
 
@@ -105,6 +109,23 @@ def test_an_env_file_outside_the_project_root_is_not_applied(
     _make_project_root(tmp_path)  # the same file in a project root applies
     shown = _cli(tmp_path, "db", "url")
     assert "intruder@203.0.113.9" in shown.stdout, shown.stdout + shown.stderr
+
+
+def test_env_file_off_leaves_the_projects_env_file_alone(
+    clean_db: sa.Engine, tmp_path: Path
+) -> None:
+    """``CORR_PIPELINE_ENV_FILE=off``: a command in the project root takes the environment's
+    values, not the ``.env``'s; a value other than ``off`` is refused in one line."""
+    _make_project_root(tmp_path)
+    (tmp_path / ".env").write_text(f"{settings.ENV_DATABASE_URL}={INTRUDER_URL}\n")
+    (tmp_path / ".env").chmod(0o600)
+    shown = _cli(tmp_path, "db", "url", **{settings.ENV_ENV_FILE: "off"})
+    assert shown.returncode == 0, shown.stderr
+    assert "intruder" not in shown.stdout and "203.0.113.9" not in shown.stdout
+    assert clean_db.url.database in shown.stdout, shown.stdout
+    refused = _cli(tmp_path, "db", "url", **{settings.ENV_ENV_FILE: "no"})
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused
+    assert f"{settings.ENV_ENV_FILE}='no' must be off" in refused.stderr, refused.stderr
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="gives the file to the user nobody")

@@ -218,8 +218,10 @@ def demo_step_partitions(ctx: DemoContext) -> None:
     (:func:`first_full_window_session`). The first partition becomes
     ``CORR_PIPELINE_PARTITION_START`` of this process (so the code location the next step loads
     has it) and, when the demo runs from the project root (the directory holding the project's
-    ``dagster.yaml`` and ``pyproject.toml``: where ``corr-pipeline ui`` runs), of its ``.env``, where only
-    that line and its comment are written; elsewhere the UI commands of the last step carry it."""
+    ``dagster.yaml`` and ``pyproject.toml``: where ``corr-pipeline ui`` runs), of its ``.env``,
+    where only that line and its comment are written
+    (:func:`corr_pipeline.project_env.env_file_in_use`); elsewhere, or with
+    ``CORR_PIPELINE_ENV_FILE=off``, the UI commands of the last step carry it."""
     from corr_pipeline.defs.run import latest_partition_key  # heavy: Dagster
     from corr_pipeline.snapshot.params import DEFAULTS  # numpy, numba: lazily
 
@@ -231,8 +233,8 @@ def demo_step_partitions(ctx: DemoContext) -> None:
     first_day = first_full_window_session(engine, lookback, dt.date.fromisoformat(key), ctx.source)
     settings.export_partition_start(first_day)
     first, name = first_day.isoformat(), settings.ENV_PARTITION_START
-    where = project_env.env_file()
-    if project_env.is_project_root(where.parent):
+    where = project_env.env_file_in_use()
+    if where is not None:
         project_env.write_env_value(
             where,
             name,
@@ -247,7 +249,12 @@ def demo_step_partitions(ctx: DemoContext) -> None:
         told = f"written to {where} (read by corr-pipeline and corr-pipeline ui)"
     else:
         ctx.ui_env[name] = first
-        told = f"not written ({where.parent} is not the repository root): set it for the UI"
+        why = (
+            f"{settings.ENV_ENV_FILE}=off"
+            if project_env.is_project_root(Path.cwd())
+            else f"{Path.cwd()} is not the repository root"
+        )
+        told = f"not written ({why}): set it for the UI"
     ctx.echo(
         f"[3] partitions: {first} .. {key}, the sessions with a full window of {lookback} "
         f"returns; {name}={first} {told}"

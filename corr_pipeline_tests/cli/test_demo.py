@@ -62,7 +62,11 @@ def _suggested_commands(lines: list[str]) -> list[str]:
 
 
 def test_demo_seeds_launches_and_explains_the_ui(
-    clean_db: sa.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd
+    clean_db: sa.Engine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd,
+    env_files_apply: None,
 ) -> None:
     """The demo from the project root: seeds, sets the first partition to the first session with
     a full window (in ./.env, keeping the file's other lines), launches its run through the
@@ -207,20 +211,35 @@ def test_demo_seeds_launches_and_explains_the_ui(
         assert answers[command.split()[2]] in ran.stdout, (command, ran.stdout)
 
 
-def test_demo_outside_the_project_root_writes_no_env_file(
-    clean_db: sa.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("where", ["elsewhere", "off"])
+def test_demo_writes_no_env_file_elsewhere_or_when_told(
+    clean_db: sa.Engine,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    env_files_apply: None,
+    where: str,
 ) -> None:
-    """Elsewhere the first partition goes into the UI commands the demo prints, not into a .env
-    that no Dagster command would read; the partition step alone (no run)."""
+    """Outside the project root, or in it with ``CORR_PIPELINE_ENV_FILE=off``, the first
+    partition goes into the UI commands the demo prints, not into a .env; the partition step
+    alone (no run)."""
     from corr_pipeline.cli.demo import demo_step_database, demo_step_partitions, demo_step_prices
 
-    monkeypatch.chdir(tmp_path)
+    cwd = tmp_path if where == "elsewhere" else _project_root(tmp_path)
+    if where == "off":
+        monkeypatch.setenv(settings.ENV_ENV_FILE, "off")
+    monkeypatch.chdir(cwd)
     monkeypatch.setenv(settings.ENV_DATABASE_URL, os.environ[settings.ENV_DATABASE_URL])
     monkeypatch.delenv(settings.ENV_PARTITION_START, raising=False)
     lines: list[str] = []
     ctx = DemoContext(symbols=20, days=40, seed=3, echo=lines.append)
     run_demo(ctx, steps=[demo_step_database, demo_step_prices, demo_step_partitions])
-    assert not (tmp_path / ".env").exists()
+    assert not (cwd / ".env").exists()
+    why = (
+        "CORR_PIPELINE_ENV_FILE=off"
+        if where == "off"
+        else f"{Path.cwd()} is not the repository root"
+    )
+    assert any(f"not written ({why}): set it for the UI" in line for line in lines), lines
     # 40 weekdays: the whole history is the window, so the only full one is the last session's
     assert ctx.ui_env == {settings.ENV_PARTITION_START: KEY}
     # exported for the demo's own run only: the process environment is restored afterwards

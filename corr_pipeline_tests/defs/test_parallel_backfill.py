@@ -113,8 +113,11 @@ def _submit_backfill(instance: dg.DagsterInstance, partitions: list[str]) -> str
 def _start_daemon(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
-            [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", "workspace.yaml"],
-            cwd=REPO,
+            [
+                str(Path(sys.executable).parent / "dagster-daemon"),
+                *("run", "-w", str(REPO / "workspace.yaml")),
+            ],
+            cwd=log.parent,  # not the checkout, whose .env Dagster's commands would apply
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
