@@ -6,6 +6,9 @@
   no ``corr-pipeline`` command a test runs, in-process or not, applies or writes the checkout's
   ``.env`` (``corr-pipeline demo`` writes one there); the tests of the ``.env`` rules ask for
   ``env_files_apply`` and use project roots of their own under ``tmp_path``.
+- Programs a test starts begin with SIGINT at its default even when the session was started
+  with SIGINT ignored, as ``cmd &`` in a script or ``nohup ... &`` starts it
+  (``children_start_with_default_sigint``), so a test's Ctrl-C reaches them.
 - ``database_url`` (session): ``$CORR_PIPELINE_TEST_DATABASE_URL`` if set, otherwise an embedded
   PostgreSQL started in a temporary directory (stopped and deleted at session end). With
   pytest-xdist every worker gets its own database (its own embedded server, or a database named
@@ -31,10 +34,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 import sqlalchemy as sa
@@ -83,6 +88,30 @@ def env_files_apply(monkeypatch: pytest.MonkeyPatch) -> None:
     test and the commands it starts, so a ``.env`` in a project root applies again. Such a test
     runs its commands in a project root of its own (under ``tmp_path``), never the checkout's."""
     monkeypatch.delenv(settings.ENV_ENV_FILE, raising=False)
+
+
+def _sigint_ignored(_signum: int, _frame: FrameType | None) -> None:
+    """SIGINT in a session started with SIGINT ignored: still ignored (nothing happens)."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def children_start_with_default_sigint() -> Iterator[None]:
+    """Programs the tests start get SIGINT at its default however the session was started
+    (autouse). A shell starts a background job (``cmd &`` in a script, ``nohup ... &``) with
+    SIGINT ignored; an ignored signal stays ignored across ``exec``, and Python then keeps
+    ignoring it, so a test's Ctrl-C (SIGINT to a program it started) would do nothing. This
+    process goes on ignoring SIGINT, through a handler that does nothing: a caught signal is
+    reset to its default by ``exec``, so every program started from here begins as a terminal's
+    foreground program does. (xdist workers inherit the ignored SIGINT from the controller, which
+    runs no tests, and do the same.)"""
+    if signal.getsignal(signal.SIGINT) != signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, _sigint_ignored)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 #: The deployment settings a test may set for itself (where runs read and write: never run

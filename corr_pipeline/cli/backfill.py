@@ -8,6 +8,9 @@ range is published and current, 1 when some failed; running it again computes on
 
 Ctrl-C or SIGTERM asks Dagster to terminate the run in progress, says which and exits 130;
 with ``--detach`` the run is left running (:func:`corr_pipeline.defs.backfill.stop_runs`).
+Started with SIGINT ignored (a script's background job: ``cmd &``, ``nohup cmd &``) it keeps
+ignoring SIGINT, as the shell asked, so a Ctrl-C meant for the script's foreground leaves it
+running; SIGTERM (``kill PID``) stops it however it was started.
 """
 
 from __future__ import annotations

@@ -645,12 +645,6 @@ def test_a_range_below_a_published_session_counts_each_session_once(project, ref
 LAST_SESSION = "2026-11-27"  # the universe's last session: a run of about 75 sessions
 
 
-def _default_sigint() -> None:
-    """In the child: SIGINT handled as a terminal's Ctrl-C is, whatever this test's shell left
-    (a background job inherits it ignored, and Python then keeps ignoring it)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _stopped_backfill(project: Project, stop: signal.Signals, *extra: str) -> tuple[int, str]:
     """A backfill of about 75 sessions in one run, sent ``stop`` (the command alone, as
     ``kill PID`` does) once its run has started: (its exit status, its output)."""
@@ -664,8 +658,7 @@ def _stopped_backfill(project: Project, stop: signal.Signals, *extra: str) -> tu
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,  # its own process group: code server, run worker
-            preexec_fn=_default_sigint,
-        )
+        )  # SIGINT at its default even in a session started with it ignored (conftest)
     try:
         deadline = time.monotonic() + CLI_TIMEOUT_S
         while not any(status == dg.DagsterRunStatus.STARTED for _, _, status in project.runs()):
