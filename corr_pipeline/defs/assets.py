@@ -114,7 +114,7 @@ def snapshot(
                 database=postgres.describe(),
                 source=source,
                 matrix_store=matrix_store,
-                top_m=SnapshotConfig(**context.op_config).top_m,
+                top_m=SnapshotConfig(**context.op_execution_context.op_config).top_m,
                 runner=runner,
                 dashboard=metadata.dask_cluster(context, runner),
                 last=todo[-1] if todo else "",

@@ -64,7 +64,7 @@ def literal_field(field: dg.Field) -> dg.Field:
 
 def literal_fields(config_class: type[dg.Config]) -> dict[str, dg.Field]:
     """The fields of ``config_class`` taking literals only: the ``config_schema`` of an asset
-    whose body builds ``config_class(**context.op_config)``."""
+    whose body builds ``config_class(**context.op_execution_context.op_config)``."""
     shape = cast("dg.Shape", config_class.to_config_schema().as_field().config_type)
     return {name: literal_field(field) for name, field in shape.fields.items()}
 
