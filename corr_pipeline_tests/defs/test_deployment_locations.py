@@ -24,6 +24,7 @@ from corr_pipeline.defs.run import open_instance, snapshot_run_config
 from corr_pipeline.snapshot.scheduler import SchedulerError, scheduler_security
 from corr_pipeline_tests.cli.test_cli import run_cli
 from corr_pipeline_tests.dask_tls import make_certificates
+from corr_pipeline_tests.project_copy import project_copy
 
 #: (resource, config field, value): every way the run config of the reproduction (and its
 #: siblings) tried to choose where a run goes.
@@ -78,7 +79,7 @@ def test_dg_launch_refuses_a_run_config_with_a_scheduler(tmp_path):
     """The reproduction's route: a run config handed to the instance with a scheduler address
     (here through ``dg launch --config-json``, which validates as the launchpad does): refused,
     and no run is created."""
-    root = Path(__file__).resolve().parents[2]
+    root = project_copy(tmp_path)  # the repository's project, without its .env
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_bytes((root / "dagster.yaml").read_bytes())

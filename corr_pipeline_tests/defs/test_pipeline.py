@@ -48,6 +48,7 @@ from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.compute import reference as ref
 from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.deployment import resources_at, use_store
+from corr_pipeline_tests.project_copy import project_copy
 
 N_SYMBOLS, N_DAYS, SEED = 300, 120, 20261127
 LAST = "2026-11-27"  # Friday: the synthetic universe's last trade date
@@ -533,8 +534,8 @@ def test_only_database_outages_are_retried():
 
 def test_dg_check_defs_passes(tmp_path):
     """``dg check defs`` (what CI runs) loads the code location of [tool.dg] from the
-    repository root, without a warning."""
-    root = Path(__file__).resolve().parents[2]
+    repository's project root (a copy without its .env), without a warning."""
+    root = project_copy(tmp_path / "checkout")
     (tmp_path / "dagster.yaml").write_bytes((root / "dagster.yaml").read_bytes())
     env = {**os.environ, "DAGSTER_HOME": str(tmp_path)}
     dg_cli = Path(sys.executable).with_name("dg")

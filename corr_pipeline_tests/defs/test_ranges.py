@@ -37,6 +37,7 @@ from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.defs.published import published_rows
 from corr_pipeline_tests.deployment import resources_at, use_store
+from corr_pipeline_tests.project_copy import project_copy
 
 SESSIONS = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20", "2026-11-23"]
 #: Published first, as nightly runs would have: the sessions above are history older than them.
@@ -256,7 +257,7 @@ def test_a_session_fails_alone_and_a_reexecution_computes_only_it(universe, tmp_
 
 
 def _dg_launch(home: Path, *args: str, universe: int) -> subprocess.CompletedProcess:
-    root = Path(__file__).resolve().parents[2]
+    root = project_copy(home.parent)  # the repository's project, without its .env
     env = {**os.environ, "DAGSTER_HOME": str(home), settings.ENV_UNIVERSE_SYMBOLS: str(universe)}
     return subprocess.run(
         [str(Path(sys.executable).with_name("dg")), "launch", "--job", "snapshot_job", *args],

@@ -30,6 +30,7 @@ from sqlalchemy.engine import make_url
 from corr_pipeline import settings
 from corr_pipeline.defs.resources import SnapshotParams
 from corr_pipeline.defs.run import open_instance, snapshot_job_def
+from corr_pipeline_tests.project_copy import project_copy
 
 PASSWORD = "Pw-9f3k2x-SECRET"
 SECRET_URL = f"postgresql://pipeline:{PASSWORD}@db.internal:5432/corr"
@@ -155,7 +156,7 @@ def test_dg_launch_refuses_env_in_run_config(tmp_path, monkeypatch):
     """The launchpad's route: a run config validated against the code location's job schema
     (here ``dg launch --config-json``, validated as the launchpad does) with a field reading the
     database URL from the environment: refused, no run, the password nowhere in the output."""
-    root = Path(__file__).resolve().parents[2]
+    root = project_copy(tmp_path)  # the repository's project, without its .env
     home = tmp_path / "dagster_home"
     instance = open_instance(home)  # the repository's dagster.yaml
     instance.dispose()
