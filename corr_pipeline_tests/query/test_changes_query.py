@@ -134,7 +134,7 @@ def test_errors_follow_the_other_queries(published, clean_db):
     with pytest.raises(q.UnknownSymbolError, match="unknown symbol") as info:
         q.symbol_changes(engine, published["s1"][0] + "X", D1)
     assert published["s1"][0] in str(info.value)
-    with pytest.raises(q.QueryError, match="--date: expected a date"):
+    with pytest.raises(q.QueryError, match='--date "yesterday": expected a date'):
         q.changes(engine, "yesterday")
     publish_day(engine, None, D2, published["s1"], 3)  # published, changes not computed
     with pytest.raises(q.ChangesNotRecordedError, match="materialize snapshot_changes"):
