@@ -46,6 +46,7 @@ from corr_pipeline import settings
 from corr_pipeline.db.published_reads import PublishedSession, change_staleness
 from corr_pipeline.db.schema import PUBLISHED_TABLES, truncate_all
 from corr_pipeline.db.synth import write_synthetic_universe
+from corr_pipeline.definitions import build_resources
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.backfill import BackfillPlan
 from corr_pipeline.defs.resources import SnapshotParams
@@ -54,7 +55,6 @@ from corr_pipeline.defs.runs import run_sessions
 from corr_pipeline.snapshot.current import session_is_current
 from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline_tests.defs.published import published_rows
-from corr_pipeline_tests.deployment import resources_at
 
 N_SYMBOLS, N_DAYS, SEED = 80, 120, 20260810
 FIRST_TRADE_DATE = dt.date(2026, 6, 15)  # 120 weekdays ending 2026-11-27
@@ -243,15 +243,19 @@ def reference(engine: sa.Engine, tmp_path_factory: pytest.TempPathFactory) -> di
     truncate_all(engine)
     _write_universe(engine)
     store = tmp_path_factory.mktemp("reference_store")
-    resources = resources_at(store)
-    resources["snapshot_params"] = SnapshotParams(**PARAMS)
-    try:
-        for day in GOOD:
-            result = dg.materialize(snapshot_assets, partition_key=day, resources=resources)
-            assert result.success, day
-        rows = {day: published_rows(engine, day) for day in GOOD}
-    finally:
-        truncate_all(engine)
+    # a module fixture is set up before the test's own deployment_settings_restored takes its
+    # copy: the store it chooses is undone here, or the next tests of this worker would use it
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(settings.ENV_STORE_DIR, str(store))  # undone on leaving, unlike resources_at
+        resources = build_resources()
+        resources["snapshot_params"] = SnapshotParams(**PARAMS)
+        try:
+            for day in GOOD:
+                result = dg.materialize(snapshot_assets, partition_key=day, resources=resources)
+                assert result.success, day
+            rows = {day: published_rows(engine, day) for day in GOOD}
+        finally:
+            truncate_all(engine)
     for day in GOOD:
         assert rows[day]["snapshots"] and rows[day]["symbol_clusters"], day
     assert not rows[GOOD[0]]["change_summaries"]  # the first published: nothing to compare
