@@ -7,9 +7,7 @@ laggers, in sub-chunks of :data:`SWEEP_COLUMNS`: the tile's leaders shifted by e
 (``S[ℓ, i, u] = Z[u − ℓ, i]``, 0 for ``u < ℓ``; lag 0 too when the synchronous correlation is
 not given) against the laggers give every lag's ``P = Σ_t Z[t, i]·Z[t + ℓ, j]`` (the added terms
 are exact zeros) as the float64 sum of float32 products over row chunks of at most
-:data:`K_CHUNK` rows (:attr:`Sweep.k_chunks` of them), and ``S²`` against ``Z²`` every lag's
-``Q = Σ_t Z[t, i]²·Z[t + ℓ, j]²`` as float32 products over chunks of :data:`Q_CHUNK` rows added
-in float32 (a sum of positive terms: its relative error does not grow with cancellation). The
+:data:`K_CHUNK` rows (:attr:`Sweep.k_chunks` of them). The
 grid of tiles, columns and row chunks is fixed, and each lag's ``P`` is a product call of its
 own on one BLAS thread (BLAS rounds an element differently as the rows of its call or its
 threads change: OpenBLAS 0.3.31 does), so every value is the same whatever the blocks, threads,
@@ -19,7 +17,11 @@ stripes or pool, with or without lag 0.
 sums ``Sx, Sy, Sxx, Syy, n`` of ``kernels.overlap_moments`` (the same operations in the same
 order, so bit for bit the exact evaluation's; a lagger listed late or gone early from the
 per-lag table ``sweep_kernels.lagger_sums``), then ``r̂ = (P − Sx·Sy/n) / sqrt(var_x·var_y)``. At the
-largest ``|r̂|`` the robust statistic ``t̂ = P / sqrt(Q)`` (``p_values``).
+largest ``|r̂|`` the robust statistic ``t̂ = P / sqrt(Q)`` (``p_values``), with
+``Q = Σ_t Z[t, i]²·Z[t + ℓ, j]²`` at that lag alone, from the pair's two rows of ``Z²``:
+float32 partial sums of ``sweep_kernels.Q_TERMS`` terms added in float64 (a sum of positive
+terms: its relative error does not grow with cancellation), where products of every lag would
+cost as much as ``P``'s.
 
 **The bound.** With ``u = 2⁻²⁴`` and ``γ_k = k·u / (1 − k·u)``, a float32 dot product of ``k``
 terms in any order (BLAS's included) lies within ``γ_k·Σ|a·b|`` of the exact sum; the chunks'
@@ -36,9 +38,10 @@ rounding of the formula), unless a variance takes the exact evaluation's float64
 *certain* when the largest ``|r̂|`` beats every other lag's ``|r̂| + δ`` by more than its own
 ``δ`` and two float32 roundings (``2⁻²³``): the exact evaluation's choice (SPEC §6, the largest
 float32 ``|r|``) is then the same lag. For ``Q`` every term is positive: with the squares
-rounded to float32, ``|Q̂ − Q| <= γ_Q·Q + η`` (``γ_Q = γ_{K_Q+2} + γ_{c_Q+2}``, its chunks'
-rows and number, ``η = T·2⁻¹⁴⁸`` for
-products below float32's normal range), so ``Q ∈ [Q_lo, Q_hi] = [(Q̂ − η)/(1 + γ_Q),
+rounded to float32, ``|Q̂ − Q| <= γ_Q·Q + η`` (``γ_Q = γ_{K_Q+2} + γ'_{c_Q+2}``: the
+squares' and the product's roundings and the ``K_Q = Q_TERMS`` terms of a partial sum added
+in any order, then its ``c_Q`` partial sums in float64; ``η = T·2⁻¹⁴⁸`` for products below
+float32's normal range), so ``Q ∈ [Q_lo, Q_hi] = [(Q̂ − η)/(1 + γ_Q),
 (Q̂ + η)/(1 − γ_Q)]`` and
 
     |t̂ − t| <= Δ := (A + |P̂|) / sqrt(Q_lo) − |P̂| / sqrt(Q_hi) + 2⁻⁴⁸·|t̂|.
@@ -83,6 +86,7 @@ from corr_pipeline.compute.correlation.kernels import FALLBACK_TAU
 from corr_pipeline.compute.lead_lag.kernels import pair_data
 from corr_pipeline.compute.lead_lag.p_values import N_BINS
 from corr_pipeline.compute.lead_lag.sweep_kernels import (
+    Q_TERMS,
     exact_bins,
     lagger_sums,
     shift_leaders,
@@ -100,13 +104,9 @@ K_CHUNK = 128
 near-equal chunks, each a product of its own, added in float64 (``γ_K`` of the bound is that of
 a chunk)."""
 
-Q_CHUNK = 512
-"""Rows per float32 product of ``Q``, likewise: its error is relative (``γ_Q·|t|`` in the
-statistic), so longer chunks do; one product up to two years of daily returns."""
-
 SWEEP_COLUMNS = 512
-"""Laggers per product call inside a work item (its products, ``(2L + 1)·c·GEMM_TILE·512``
-floats, stay near the core's cache)."""
+"""Laggers per product call inside a work item (its products, ``(L + 1)·c·GEMM_TILE·512``
+floats, and the laggers' rows of ``Z²`` stay near the core's cache)."""
 
 _NOTHING = np.empty((0, 0), dtype=np.float32)
 _NO_SYNC = np.zeros((1, 1), dtype=np.float32)
@@ -199,11 +199,9 @@ class SweepInputs:
     min_overlap: int
     data: tuple
     laggers: tuple
-    squares: np.ndarray  # T × N float32, Z² rounded
-    squares_t: np.ndarray  # N × T float32
+    squares_t: np.ndarray  # N × T float32, Z² rounded
     roots: np.ndarray  # N float64, sqrt(S) rounded up
     chunks: np.ndarray  # the row chunks' boundaries, for P
-    q_chunks: np.ndarray  # and for Q
     params: tuple  # (G, γ_Q, η, ln(1 + EPSILON))
 
 
@@ -211,9 +209,7 @@ def sweep_inputs(window: Standardized, max_lag: int, min_overlap: int) -> SweepI
     """The :class:`SweepInputs` of ``window`` (module docstring)."""
     data = pair_data(window)
     chunks = row_chunks(window.n_rows, K_CHUNK)
-    q_chunks = row_chunks(window.n_rows, Q_CHUNK)
     longest = int(np.diff(chunks).max()) if window.n_rows else 0
-    longest_q = int(np.diff(q_chunks).max()) if window.n_rows else 0
     c = chunks.size - 1
     return SweepInputs(
         window=window,
@@ -221,14 +217,12 @@ def sweep_inputs(window: Standardized, max_lag: int, min_overlap: int) -> SweepI
         min_overlap=min_overlap,
         data=data,
         laggers=lagger_sums(data, max_lag),
-        squares=np.square(window.z),
         squares_t=np.square(window.z_t),
         roots=np.sqrt(window.prefix_sq[window.n_rows]) * (1.0 + 2.0**-40),
         chunks=chunks,
-        q_chunks=q_chunks,
         params=(
             gamma32(longest) + gamma64(c + 2) + gamma64(window.n_rows + 2),  # G
-            gamma32(longest_q + 2) + gamma32(q_chunks.size + 2),  # γ_Q
+            gamma32(Q_TERMS + 2) + gamma64(-(-window.n_rows // Q_TERMS) + 2),  # γ_Q
             window.n_rows * 2.0**-148,  # η
             math.log1p(EPSILON),
         ),
@@ -309,8 +303,7 @@ class Sweep:
             n_lags = self.max_lag + 1 - first_lag
             shape = (n_lags, tile.size, window.n_rows)
             shifted = space.buffer("shifted", shape, np.float32)
-            shifted_sq = space.buffer("shifted_sq", (self.max_lag, *shape[1:]), np.float32)
-            shift_leaders(window.z_t, self.inputs.squares_t, tile, first_lag, shifted, shifted_sq)
+            shift_leaders(window.z_t, tile, first_lag, shifted)
             rows = out_rows[tile] if bounds is not None else np.where(wanted[tile], 0, -1)
             for sub0 in range(col0, col1, SWEEP_COLUMNS):
                 sub1 = min(sub0 + SWEEP_COLUMNS, col1)
@@ -318,7 +311,6 @@ class Sweep:
                     space,
                     (tile, rows, sub0, first_lag),
                     shifted,
-                    shifted_sq,
                     sub1,
                     (count, activity, recorded),
                     outputs,
@@ -334,7 +326,7 @@ class Sweep:
                 if progress is not None:
                     progress(done, len(items))
 
-    def _sweep_columns(self, space, where, shifted, shifted_sq, col1, flags, outputs) -> None:
+    def _sweep_columns(self, space, where, shifted, col1, flags, outputs) -> None:
         """The products and :func:`sweep_tile` of one tile and laggers ``[col0, col1)``
         (``where`` = (tile, rows, col0, first_lag), ``flags`` = (count, activity, record))."""
         tile, rows, col0, first_lag = where
@@ -344,30 +336,18 @@ class Sweep:
         n_lags, height = shifted.shape[0], shifted.shape[1]
         c = self.k_chunks
         products = space.buffer("products", (c, n_lags, height, width), np.float32)
-        squares = space.buffer("squares", (self.max_lag, height, width), np.float32)
         for k in range(c):
             u0, u1 = int(self.inputs.chunks[k]), int(self.inputs.chunks[k + 1])
             laggers = window.z[u0:u1, col0:col1]
             for lag in range(n_lags):  # one call per lag: the same shape with or without lag 0
                 np.matmul(shifted[lag, :, u0:u1], laggers, out=products[k, lag])
-        q_chunks = self.inputs.q_chunks
-        for k in range(q_chunks.size - 1):
-            u0, u1 = int(q_chunks[k]), int(q_chunks[k + 1])
-            part = squares if k == 0 else space.buffer("squares-part", squares.shape, np.float32)
-            np.matmul(
-                shifted_sq[:, :, u0:u1].reshape(-1, u1 - u0),
-                self.inputs.squares[u0:u1, col0:col1],
-                out=part.reshape(-1, width),
-            )
-            if k > 0:
-                squares += part  # float32: one more rounding of a sum of positive terms
         spills = space.buffer("spills", (height * width,), np.int32)
         deferred = space.buffer("deferred", (height * width, 3), np.int64)
         low_bins = space.buffer("low_bins", (height,), np.int64)
         low_bins[:] = N_BINS
         n_spills, n_deferred = sweep_tile(
             products,
-            squares,
+            self.inputs.squares_t,
             (tile, rows, col0, first_lag, self.min_overlap, FALLBACK_TAU),
             (window.z, window.prefix, window.prefix_sq, self.inputs.roots),
             self.data,

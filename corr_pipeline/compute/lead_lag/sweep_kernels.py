@@ -26,6 +26,11 @@ from corr_pipeline.compute.lead_lag.p_values import (
     t_bin,
 )
 
+Q_TERMS = 128
+"""Terms of ``Q`` per float32 partial sum (``γ_{Q_TERMS+2}`` of the bound), the partial sums
+added in float64: one sum over the whole window would give ``γ_{T+2}``, too wide at T = 1,500 for
+the strong pairs' statistic to be certain."""
+
 
 @njit(cache=True, nogil=True)
 def exact_bins(pairs, max_lag, min_overlap, tau, data):  # pragma: no cover - compiled
@@ -43,10 +48,9 @@ def exact_bins(pairs, max_lag, min_overlap, tau, data):  # pragma: no cover - co
 
 
 @njit(cache=True, nogil=True)
-def shift_leaders(z_t, squares_t, tile, first_lag, out, out_sq):  # pragma: no cover - compiled
-    """``out[ℓ − first_lag, r, u] = Z[u − ℓ, tile[r]]`` and ``out_sq[ℓ − 1, r, u]`` its square
-    (0 for ``u < ℓ``): one product with ``Z`` (``Z²``) gives every lag's sums (the added terms
-    are zeros)."""
+def shift_leaders(z_t, tile, first_lag, out):  # pragma: no cover - compiled
+    """``out[ℓ − first_lag, r, u] = Z[u − ℓ, tile[r]]`` (0 for ``u < ℓ``): one product with
+    ``Z`` gives every lag's sums (the added terms are zeros)."""
     n_lags, _, n_rows = out.shape
     for s in range(n_lags):
         lag = first_lag + s
@@ -54,10 +58,6 @@ def shift_leaders(z_t, squares_t, tile, first_lag, out, out_sq):  # pragma: no c
             row = out[s, r]
             row[:lag] = 0.0
             row[lag:] = z_t[tile[r], : n_rows - lag]
-            if lag >= 1:
-                row_sq = out_sq[lag - 1, r]
-                row_sq[:lag] = 0.0
-                row_sq[lag:] = squares_t[tile[r], : n_rows - lag]
 
 
 @njit(cache=True, nogil=True)
@@ -200,12 +200,12 @@ def _lag_values(
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def _choose(
-    r, first_lag, lags, p_all, squares, g_i, root_y, params, state
+    i, col0, first_lag, lags, p_all, squares_t, g_i, root_y, params, state
 ):  # pragma: no cover - compiled
     """Per pair (one scalar loop, the lags inside): the synchronous bounds from lag 0 (when
     swept), the best lag's certainty, the robust statistic ``t̂`` there and its bound ``Δ``
     (module docstring of ``sweep``; ``Δ = ∞``, ``t̂ = 0`` when the lag is not certain or ``Q``
-    too small to bound), and for the bounds the largest ``|r̂| ± δ`` over the lags (1 for the
+    too small to bound; ``Q`` from :func:`_squares_at_best_lag`), and for the bounds the largest ``|r̂| ± δ`` over the lags (1 for the
     upper one when a lag takes the fallback), whether a lag is finite, and the best lag when
     it is certain (else 0). ``lags`` = the per-slot (magnitude, delta, kind) arrays of
     :func:`_lag_values`;
@@ -251,9 +251,31 @@ def _choose(
         lag = first_lag + best
         certain = (not unsure) & (best_abs >= 0.0) & (best_abs - best_delta - 2.0**-23 > others)
         best_lag[c] = lag if certain else 0
-        t_hat[c] = p_all[best, c]  # P and Q at the best lag, for _statistic
-        spread[c] = np.float64(squares[lag - 1, r, c])
+        t_hat[c] = p_all[best, c]  # P at the best lag, for _statistic
+    _squares_at_best_lag(squares_t, i, col0, best_lag, spread)
     _statistic(g_i, root_y, gamma_q, eta, best_lag, t_hat, spread)
+
+
+@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
+def _squares_at_best_lag(squares_t, i, col0, best_lag, out):  # pragma: no cover - compiled
+    """``Q̂ = Σ_t Z²[t, i]·Z²[t + ℓ, j]`` at each certain best lag ``ℓ`` (0 where there is
+    none): float32 dot products of ``Q_TERMS`` terms, each summed in whatever order
+    vectorises (``reassoc``: the bound of the ``sweep`` module docstring holds for any order),
+    added in float64."""
+    n_rows = squares_t.shape[1]
+    for c in range(out.shape[0]):
+        lag = max(best_lag[c], 0)
+        leader = squares_t[i, : n_rows - lag]
+        lagger = squares_t[col0 + c, lag:]  # (slices: no index wraps around, so it vectorises)
+        total = 0.0
+        for t0 in range(0, leader.shape[0] if lag > 0 else 0, Q_TERMS):
+            a = leader[t0 : t0 + Q_TERMS]
+            b = lagger[t0 : t0 + Q_TERMS]
+            part = np.float32(0.0)
+            for t in range(a.shape[0]):
+                part += a[t] * b[t]
+            total += np.float64(part)
+        out[c] = total
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -331,12 +353,13 @@ def _write_bounds(
 
 @njit(cache=True, nogil=True, error_model="numpy")
 def sweep_tile(
-    products, squares, tile, window, data, laggers, params, counting, outputs
+    products, squares_t, tile, window, data, laggers, params, counting, outputs
 ):  # pragma: no cover - compiled
     """The pairs of one tile of leaders and one chunk of laggers (``sweep`` module docstring).
 
     ``products[k, s, r, c]``: row chunk ``k``'s float32 ``P`` of lag ``first_lag + s`` for the
-    tile's row ``r`` and lagger ``col0 + c``; ``squares[ℓ − 1, r, c]``: its ``Q`` of lag ``ℓ``.
+    tile's row ``r`` and lagger ``col0 + c``; ``squares_t``: the window's ``Z²`` rounded to
+    float32, N × T.
     ``tile`` = (leaders, rows, col0, first_lag, min_overlap, tau): the tile's leader indices
     and, per tile row, its row in the bounds (−1: not swept); ``window`` = (z, prefix,
     prefix_sq, roots), time-major, ``roots`` the columns' ``sqrt(S)``; ``laggers``: :func:`lagger_sums`;
@@ -411,7 +434,7 @@ def sweep_tile(
                 lags[1][s],
                 lags[2][s],
             )
-        _choose(r, first_lag, lags, p_all, squares, g_i, root_y, (gamma_q, eta), state)
+        _choose(i, col0, first_lag, lags, p_all, squares_t, g_i, root_y, (gamma_q, eta), state)
         self_c = i - col0 if col0 <= i < col0 + width else -1
         if count or activity or recording:
             for c in range(width):
