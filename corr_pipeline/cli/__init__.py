@@ -126,7 +126,7 @@ def _configure_logging(verbose: bool = False) -> None:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("corr_pipeline").setLevel(logging.INFO)
-    embedded = logging.getLogger("corr_pipeline.db.embedded")
+    embedded = logging.getLogger("corr_pipeline.dbserver")
     embedded.setLevel(logging.INFO if verbose else logging.WARNING)
 
 

@@ -17,10 +17,10 @@ import os
 import subprocess
 from typing import Any
 
-from corr_pipeline import settings
+from corr_pipeline import dbserver, settings
 from corr_pipeline.cli.common import echo, iso_date, open_engine
-from corr_pipeline.db import embedded, migrate
 from corr_pipeline.db import engine as db_engine
+from corr_pipeline.db import migrate
 
 __all__ = [
     "add_db_commands",
@@ -130,7 +130,7 @@ def cmd_db_psql(args: argparse.Namespace) -> int:
     process."""
     url = db_engine.database_url()
     server = db_engine.embedded_server()
-    program = embedded.client_program("psql", server.pgdata if server is not None else None)
+    program = dbserver.client_program("psql", server.pgdata if server is not None else None)
     uri, secrets = db_engine.libpq_connection(url)
     extra = list(args.extra)
     if extra[:1] == ["--"]:

@@ -6,7 +6,7 @@ Two modes:
    (``postgresql://`` and ``postgres://`` are normalised to the psycopg 3 driver,
    ``postgresql+psycopg://``).
 2. Otherwise the **embedded PostgreSQL** in ``$CORR_PIPELINE_HOME/pgdata`` is started, or
-   attached to if it is already running (:mod:`corr_pipeline.db.embedded`: a private Unix
+   attached to if it is already running (:mod:`corr_pipeline.dbserver`: a private Unix
    socket, no TCP, shared by local processes, stopped when the last one is done). It serves a
    database named ``corr_pipeline`` (created on first use).
 
@@ -30,9 +30,8 @@ from urllib.parse import quote, quote_plus
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
-from corr_pipeline import settings
-from corr_pipeline.db import embedded
-from corr_pipeline.db.embedded import (
+from corr_pipeline import dbserver, settings
+from corr_pipeline.dbserver import (
     EMBEDDED_DATABASE,
     EMBEDDED_SERVER_SETTINGS,
     EMBEDDED_USER,
@@ -40,7 +39,7 @@ from corr_pipeline.db.embedded import (
     embedded_server,
     start_embedded_server,
 )
-from corr_pipeline.db.errors import DatabaseUnavailableError
+from corr_pipeline.dbserver.errors import DatabaseUnavailableError
 
 __all__ = [
     "EMBEDDED_DATABASE",
@@ -233,7 +232,7 @@ def release_embedded_server(pgdata: Path | None = None) -> None:
     (the same happens automatically at interpreter exit).
     """
     dispose_engines()
-    embedded.release_embedded_server(pgdata)
+    dbserver.release_embedded_server(pgdata)
 
 
 def database_url() -> str:
@@ -264,7 +263,7 @@ def embedded_database_url(database: str) -> str:
         parsed = make_url(normalize_url(env_url)).set(database=database)
         return parsed.render_as_string(hide_password=False)
     server = start_embedded_server()
-    embedded.ensure_database(server, database)
+    dbserver.ensure_database(server, database)
     return server.url(database)
 
 

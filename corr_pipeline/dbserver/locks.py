@@ -1,5 +1,5 @@
 """The locks that serialise start-up and stop and count a server's users (see
-:mod:`corr_pipeline.db.embedded`), and what is known of the processes behind them."""
+:mod:`corr_pipeline.dbserver`), and what is known of the processes behind them."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import psutil
 
-from corr_pipeline.db import owned_files
-from corr_pipeline.db.errors import DatabaseUnavailableError
+from corr_pipeline.dbserver import owned_files
+from corr_pipeline.dbserver.errors import DatabaseUnavailableError
 
 #: Waits for another process starting or stopping the server.
 LOCK_TIMEOUT_SECONDS = 180.0

@@ -23,10 +23,9 @@ import psutil
 import pytest
 import sqlalchemy as sa
 
-from corr_pipeline import settings
-from corr_pipeline.db import embedded
+from corr_pipeline import dbserver, settings
 from corr_pipeline.db import engine as db_engine
-from corr_pipeline.db.embedded import accounts, datadir, directories, postmaster, watchdog
+from corr_pipeline.dbserver import accounts, datadir, directories, postmaster, watchdog
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="connecting as another user needs root (runuser)")
@@ -89,7 +88,7 @@ def _watchdogs(pgdata: Path) -> list[psutil.Process]:
         cmd = proc.info["cmdline"] or []
         if proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
-        if "corr_pipeline.db.embedded" in cmd and "watch" in cmd and str(pgdata) in cmd:
+        if "corr_pipeline.dbserver" in cmd and "watch" in cmd and str(pgdata) in cmd:
             found.append(proc)
     return found
 
@@ -103,7 +102,7 @@ def _wait_until(condition, timeout: float, what: str) -> None:  # type: ignore[n
 
 
 def _running(pgdata: Path) -> bool:
-    return embedded.postmaster_process(pgdata) is not None
+    return dbserver.postmaster_process(pgdata) is not None
 
 
 @pytest.fixture
@@ -114,7 +113,7 @@ def server_home(pg_parent_dir: Path) -> Iterator[Path]:
     yield home
     for pgdata in (home / "pgdata", *home.glob("**/pgdata")):
         db_engine.release_embedded_server(pgdata)
-        proc = embedded.postmaster_process(pgdata)
+        proc = dbserver.postmaster_process(pgdata)
         if proc is not None:  # left by a subprocess of the test
             proc.send_signal(signal.SIGINT)
             postmaster.wait_gone(proc, 30)
@@ -138,7 +137,7 @@ def test_other_users_cannot_connect_or_read_the_data(server_home: Path, path_len
     server = db_engine.start_embedded_server(pgdata)
     try:
         account = psutil.Process(server.pid).uids().real
-        assert account != 0 and server.os_user == embedded.SERVER_ACCOUNT_WHEN_ROOT
+        assert account != 0 and server.os_user == dbserver.SERVER_ACCOUNT_WHEN_ROOT
         if path_length == "long":
             assert server.socket_dir != pgdata
             prefix, secret = server.socket_dir.parent.name.rsplit("-", 1)
@@ -224,7 +223,7 @@ def test_managed_configuration_replaces_an_older_block() -> None:
 def _crash(pgdata: Path) -> str:
     """SIGKILL the postmaster of ``pgdata`` (as a crash or the OOM killer would); its
     ``postmaster.pid`` stays behind. Returns the file's text."""
-    proc = embedded.postmaster_process(pgdata)
+    proc = dbserver.postmaster_process(pgdata)
     assert proc is not None
     children = proc.children()
     proc.kill()
@@ -247,7 +246,7 @@ def test_stale_pid_file_naming_a_live_process_is_recovered(server_home: Path, ow
     pid_text = _crash(pgdata)
     db_engine.release_embedded_server(pgdata)
     as_server = (
-        ["runuser", "-u", embedded.SERVER_ACCOUNT_WHEN_ROOT, "--"]
+        ["runuser", "-u", dbserver.SERVER_ACCOUNT_WHEN_ROOT, "--"]
         if owner.startswith("server")
         else []
     )
@@ -441,9 +440,9 @@ def test_server_stops_after_forkserver_step_processes_exit(
     assert out.returncode == 0, out.stderr
     pids = json.loads(out.stdout.splitlines()[-1])["server_pids"]
     assert pids[0] == pids[1]  # the second step attached to the server the first one started
-    server_process = embedded.postmaster_process(pgdata)
+    server_process = dbserver.postmaster_process(pgdata)
     assert server_process is not None and server_process.pid == pids[0]  # outlived its users ...
-    socket_dir = embedded.PidFile.read(pgdata).socket_dir  # type: ignore[union-attr]
+    socket_dir = dbserver.PidFile.read(pgdata).socket_dir  # type: ignore[union-attr]
     assert len(_watchdogs(pgdata)) == 1
     stopped_by = time.monotonic() + watchdog.WATCHDOG_IDLE_SECONDS + 30
     _wait_until(lambda: not _running(pgdata), stopped_by - time.monotonic(), "server still up")
@@ -485,7 +484,7 @@ def test_server_left_without_users_or_watchdog_is_adopted(server_home: Path) -> 
     finally:
         holder.kill()
     time.sleep(watchdog.WATCHDOG_POLL_SECONDS * 2)
-    assert embedded.postmaster_process(pgdata).pid == pid  # type: ignore[union-attr]
+    assert dbserver.postmaster_process(pgdata).pid == pid  # type: ignore[union-attr]
 
     out = subprocess.run(
         [sys.executable, "-c", _CLIENT_PRINT_PID],
@@ -534,7 +533,7 @@ def test_a_server_with_a_public_socket_is_restarted_privately(server_home: Path)
         assert legacy.stdout is not None
         public_dir = Path(legacy.stdout.readline().strip())
         assert public_dir != pgdata and _mode(public_dir) == 0o777
-        old = embedded.postmaster_process(pgdata)
+        old = dbserver.postmaster_process(pgdata)
         assert old is not None
 
         with pytest.raises(db_engine.DatabaseUnavailableError) as refused:
@@ -544,7 +543,7 @@ def test_a_server_with_a_public_socket_is_restarted_privately(server_home: Path)
         assert f"has its socket in {public_dir}, which other users can enter" in message
         assert f"pid {legacy.pid} still use it" in message
         assert f"kill -INT {old.pid}" in message
-        assert embedded.postmaster_process(pgdata).pid == old.pid  # type: ignore[union-attr]
+        assert dbserver.postmaster_process(pgdata).pid == old.pid  # type: ignore[union-attr]
     finally:
         legacy.kill()
         legacy.wait()

@@ -1,5 +1,5 @@
 """The watchdog: one small process per data directory that stops the server once no process has
-used it for :data:`WATCHDOG_IDLE_SECONDS` (see :mod:`corr_pipeline.db.embedded`)."""
+used it for :data:`WATCHDOG_IDLE_SECONDS` (see :mod:`corr_pipeline.dbserver`)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ import time
 from pathlib import Path
 
 from corr_pipeline import settings
-from corr_pipeline.db import owned_files
-from corr_pipeline.db.embedded.locks import has_users, open_lock_file, start_lock
-from corr_pipeline.db.embedded.postmaster import (
+from corr_pipeline.dbserver import owned_files
+from corr_pipeline.dbserver.errors import DatabaseUnavailableError
+from corr_pipeline.dbserver.locks import has_users, open_lock_file, start_lock
+from corr_pipeline.dbserver.postmaster import (
     PidFile,
     postmaster_process,
     remove_socket_dir,
     stop_postmaster,
 )
-from corr_pipeline.db.errors import DatabaseUnavailableError
 
 #: How long the watchdog lets a server run without any process using it.
 WATCHDOG_IDLE_SECONDS = 10.0
@@ -43,7 +43,7 @@ def ensure_watchdog(pgdata: Path) -> None:
         # The first process takes the lock, forks the watchdog and exits: when it has exited,
         # the watchdog holds the lock.
         subprocess.run(
-            [sys.executable, "-m", "corr_pipeline.db.embedded", "watch", str(pgdata)],
+            [sys.executable, "-m", "corr_pipeline.dbserver", "watch", str(pgdata)],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -56,7 +56,7 @@ def ensure_watchdog(pgdata: Path) -> None:
 
 
 def watch(pgdata: Path) -> int:
-    """The watchdog (``python -m corr_pipeline.db.embedded watch PGDATA``): stops the server of
+    """The watchdog (``python -m corr_pipeline.dbserver watch PGDATA``): stops the server of
     ``pgdata`` once no process has used it for :data:`WATCHDOG_IDLE_SECONDS`; exits when the
     server is gone. Returns at once if another watchdog runs."""
     fd = open_lock_file(pgdata / WATCHDOG_LOCK)

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from corr_pipeline.db import acl, embedded
+from corr_pipeline import dbserver
 from corr_pipeline.db import engine as db_engine
-from corr_pipeline.db.embedded import directories, watchdog
+from corr_pipeline.dbserver import acl, directories, watchdog
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="root mode: the pgserver account")
 
@@ -65,13 +65,13 @@ def test_links_planted_by_the_server_account_are_never_followed(pg_parent_dir: P
     db_engine.start_embedded_server(pgdata)
     db_engine.release_embedded_server(pgdata)
     _watchdog_gone(pgdata)
-    assert not embedded.postmaster_process(pgdata)
+    assert not dbserver.postmaster_process(pgdata)
     # root's own files elsewhere, which the links point at
     victims = {name: pg_parent_dir / f"victim_{name}" for name in ("hba", "tmp", "log")}
     for victim in victims.values():
         victim.write_text("root's own\n")
         victim.chmod(0o640)
-    server = embedded.SERVER_ACCOUNT_WHEN_ROOT
+    server = dbserver.SERVER_ACCOUNT_WHEN_ROOT
     for link, victim in [
         (pgdata / "pg_hba.conf", victims["hba"]),
         (pgdata / ".pg_hba.conf.corr_pipeline.tmp", victims["tmp"]),
@@ -97,7 +97,7 @@ def test_links_planted_by_the_server_account_are_never_followed(pg_parent_dir: P
         assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o640), name
     hba = os.lstat(pgdata / "pg_hba.conf")
     assert stat.S_ISREG(hba.st_mode) and hba.st_uid == pwd.getpwnam(server).pw_uid
-    assert (pgdata / "pg_hba.conf").read_text() == embedded.PG_HBA
+    assert (pgdata / "pg_hba.conf").read_text() == dbserver.PG_HBA
     log = os.lstat(pgdata / watchdog.WATCHDOG_LOG)
     assert stat.S_ISREG(log.st_mode) and stat.S_IMODE(log.st_mode) == 0o600
 
@@ -115,7 +115,7 @@ def test_a_link_in_place_of_the_configuration_stops_start_up_in_one_line(
     secret.chmod(0o600)
     (pgdata / "postgresql.conf").unlink()
     planted = _as(
-        embedded.SERVER_ACCOUNT_WHEN_ROOT, "ln", "-s", str(secret), str(pgdata / "postgresql.conf")
+        dbserver.SERVER_ACCOUNT_WHEN_ROOT, "ln", "-s", str(secret), str(pgdata / "postgresql.conf")
     )
     assert planted.returncode == 0, planted
     with pytest.raises(db_engine.DatabaseUnavailableError, match="postgresql.conf is a symbolic"):
@@ -134,10 +134,10 @@ def test_root_grants_the_server_account_alone_the_search_right(pg_parent_dir: Pa
     db_engine.start_embedded_server(pgdata)
     try:
         assert _mode_bits(closed) & 0o007 == 0  # nothing for others
-        uid = pwd.getpwnam(embedded.SERVER_ACCOUNT_WHEN_ROOT).pw_uid
+        uid = pwd.getpwnam(dbserver.SERVER_ACCOUNT_WHEN_ROOT).pw_uid
         assert _acl_entries(closed)[(acl.USER, uid)] == acl.SEARCH
         assert _as("nobody", "stat", str(pgdata)).returncode != 0
-        assert _as(embedded.SERVER_ACCOUNT_WHEN_ROOT, "stat", str(pgdata)).returncode == 0
+        assert _as(dbserver.SERVER_ACCOUNT_WHEN_ROOT, "stat", str(pgdata)).returncode == 0
     finally:
         db_engine.release_embedded_server(pgdata)
 
@@ -184,7 +184,7 @@ def test_names_another_user_plants_do_not_block_start_up(pg_parent_dir: Path) ->
     home = pg_parent_dir / ("h" * 60) / ("o" * 50)
     home.mkdir(parents=True)
     pgdata = home / "pgdata"
-    uid = pwd.getpwnam(embedded.SERVER_ACCOUNT_WHEN_ROOT).pw_uid
+    uid = pwd.getpwnam(dbserver.SERVER_ACCOUNT_WHEN_ROOT).pw_uid
     planted = [Path(base) / f"{directories.SOCKET_ROOT_PREFIX}{uid}" for base in ("/tmp",)]
     for path in planted:
         if path.exists() and os.lstat(path).st_uid != 65534:  # left by an older version

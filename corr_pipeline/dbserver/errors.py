@@ -1,4 +1,5 @@
-"""Errors of the database layer that callers (the CLI, the Dagster retry policy) tell apart."""
+"""The error of the embedded server and the database layer that callers (the CLI, the Dagster
+retry policy) tell apart."""
 
 from __future__ import annotations
 

@@ -1,18 +1,18 @@
-"""``python -m corr_pipeline.db.embedded watch PGDATA``: the watchdog
-(:func:`corr_pipeline.db.embedded.watchdog.watch`)."""
+"""``python -m corr_pipeline.dbserver watch PGDATA``: the watchdog
+(:func:`corr_pipeline.dbserver.watchdog.watch`)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from corr_pipeline.db.embedded.watchdog import watch
+from corr_pipeline.dbserver.watchdog import watch
 
 
 def _main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "watch":
         return watch(Path(argv[1]))
-    print("usage: python -m corr_pipeline.db.embedded watch PGDATA", file=sys.stderr)
+    print("usage: python -m corr_pipeline.dbserver watch PGDATA", file=sys.stderr)
     return 2
 
 

@@ -21,9 +21,9 @@ saying what to do while processes still use it.
 Run as root, PostgreSQL (which refuses to run as root) runs as the system account ``pgserver``
 (created if missing): the data and socket directories belong to it. The directories above the
 data directory and the wheel's binaries that it could not traverse get an ACL entry granting that
-account alone the search right (:mod:`corr_pipeline.db.acl`; never ``o+x``). Every file root
+account alone the search right (:mod:`corr_pipeline.dbserver.acl`; never ``o+x``). Every file root
 reads or writes in a directory ``pgserver`` owns is opened without following links and must be a
-plain file with one name (:mod:`corr_pipeline.db.owned_files`): a link planted there never makes
+plain file with one name (:mod:`corr_pipeline.dbserver.owned_files`): a link planted there never makes
 root write, chown or read its target.
 
 **Sharing and stopping.** Start-up and stop are serialised by an exclusive ``flock`` on
@@ -32,7 +32,7 @@ root write, chown or read its target.
 process ends, however it ends (``SIGKILL``, ``os._exit`` in Dagster's forkserver step processes,
 which never run ``atexit`` handlers). A process that gives up its handle normally stops the server
 if nobody else holds the lock. For the other endings, a small watchdog process (``python -m
-corr_pipeline.db.embedded watch PGDATA``, one per data directory, itself marked by an exclusive
+corr_pipeline.dbserver watch PGDATA``, one per data directory, itself marked by an exclusive
 lock on ``pgdata/corr_pipeline.watchdog.lock``) stops the server once no process has held the
 users lock for :data:`WATCHDOG_IDLE_SECONDS`. A server found running without users (the watchdog
 was killed too) is adopted by the next process.
@@ -52,17 +52,17 @@ re-exported here).
 
 from __future__ import annotations
 
-from corr_pipeline.db.embedded.accounts import SERVER_ACCOUNT_WHEN_ROOT
-from corr_pipeline.db.embedded.datadir import (
+from corr_pipeline.dbserver.accounts import SERVER_ACCOUNT_WHEN_ROOT
+from corr_pipeline.dbserver.datadir import (
     EMBEDDED_DATABASE,
     EMBEDDED_SERVER_SETTINGS,
     EMBEDDED_USER,
     PG_HBA,
     SECURITY_SETTINGS,
 )
-from corr_pipeline.db.embedded.directories import client_program, socket_dir_for
-from corr_pipeline.db.embedded.postmaster import PidFile, postmaster_process
-from corr_pipeline.db.embedded.server import (
+from corr_pipeline.dbserver.directories import client_program, socket_dir_for
+from corr_pipeline.dbserver.postmaster import PidFile, postmaster_process
+from corr_pipeline.dbserver.server import (
     EmbeddedServer,
     embedded_server,
     ensure_database,

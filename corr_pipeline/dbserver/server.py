@@ -1,5 +1,5 @@
 """Starting, sharing and releasing the embedded PostgreSQL of a data directory: the public entry
-points of :mod:`corr_pipeline.db.embedded`."""
+points of :mod:`corr_pipeline.dbserver`."""
 
 from __future__ import annotations
 
@@ -14,23 +14,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corr_pipeline import settings
-from corr_pipeline.db import owned_files
-from corr_pipeline.db.embedded.accounts import run_as, server_account
-from corr_pipeline.db.embedded.datadir import (
+from corr_pipeline.dbserver import owned_files
+from corr_pipeline.dbserver.accounts import run_as, server_account
+from corr_pipeline.dbserver.datadir import (
     EMBEDDED_DATABASE,
     EMBEDDED_USER,
     check_data_dir,
     init_data_dir,
     write_managed_config,
 )
-from corr_pipeline.db.embedded.directories import (
+from corr_pipeline.dbserver.directories import (
     SOCKET_PORT,
     binaries_for,
     grant_traversal,
     prepare_binaries,
 )
-from corr_pipeline.db.embedded.locks import has_users, start_lock, take_users_lock
-from corr_pipeline.db.embedded.postmaster import (
+from corr_pipeline.dbserver.errors import DatabaseUnavailableError
+from corr_pipeline.dbserver.locks import has_users, start_lock, take_users_lock
+from corr_pipeline.dbserver.postmaster import (
     PidFile,
     postmaster_process,
     remove_socket_dir,
@@ -38,8 +39,7 @@ from corr_pipeline.db.embedded.postmaster import (
     start_postmaster,
     stop_postmaster,
 )
-from corr_pipeline.db.embedded.watchdog import ensure_watchdog
-from corr_pipeline.db.errors import DatabaseUnavailableError
+from corr_pipeline.dbserver.watchdog import ensure_watchdog
 
 logger = logging.getLogger(__name__)
 

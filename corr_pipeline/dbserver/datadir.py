@@ -9,15 +9,15 @@ import stat
 from pathlib import Path
 
 from corr_pipeline import settings
-from corr_pipeline.db import owned_files
-from corr_pipeline.db.embedded.accounts import (
+from corr_pipeline.dbserver import owned_files
+from corr_pipeline.dbserver.accounts import (
     SERVER_ACCOUNT_WHEN_ROOT,
     Account,
     last_line,
     run_as,
 )
-from corr_pipeline.db.embedded.directories import own_directory
-from corr_pipeline.db.errors import DatabaseUnavailableError
+from corr_pipeline.dbserver.directories import own_directory
+from corr_pipeline.dbserver.errors import DatabaseUnavailableError
 
 logger = logging.getLogger(__name__)
 

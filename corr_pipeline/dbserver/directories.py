@@ -12,9 +12,9 @@ import tempfile
 from pathlib import Path
 
 from corr_pipeline import settings
-from corr_pipeline.db import acl, owned_files
-from corr_pipeline.db.embedded.accounts import Account, pgserver_utils, server_account
-from corr_pipeline.db.errors import DatabaseUnavailableError
+from corr_pipeline.dbserver import acl, owned_files
+from corr_pipeline.dbserver.accounts import Account, pgserver_utils, server_account
+from corr_pipeline.dbserver.errors import DatabaseUnavailableError
 
 #: The server listens on no TCP port; the port only names the socket (``.s.PGSQL.5432``).
 SOCKET_PORT = 5432

@@ -15,17 +15,17 @@ from pathlib import Path
 import psutil
 
 from corr_pipeline import settings
-from corr_pipeline.db import owned_files
-from corr_pipeline.db.embedded.accounts import Account, last_line, run_as
-from corr_pipeline.db.embedded.datadir import SECURITY_SETTINGS
-from corr_pipeline.db.embedded.directories import (
+from corr_pipeline.dbserver import owned_files
+from corr_pipeline.dbserver.accounts import Account, last_line, run_as
+from corr_pipeline.dbserver.datadir import SECURITY_SETTINGS
+from corr_pipeline.dbserver.directories import (
     SOCKET_PORT,
     SOCKET_ROOT_PREFIX,
     private_dir_problem,
     socket_dir_for,
 )
-from corr_pipeline.db.embedded.locks import alive, has_users, is_live_postgres, legacy_users
-from corr_pipeline.db.errors import DatabaseUnavailableError
+from corr_pipeline.dbserver.errors import DatabaseUnavailableError
+from corr_pipeline.dbserver.locks import alive, has_users, is_live_postgres, legacy_users
 
 logger = logging.getLogger(__name__)
 
