@@ -50,6 +50,8 @@ from corr_pipeline.db import engine as db_engine
 from corr_pipeline.db.migrate import upgrade
 from corr_pipeline.db.schema import truncate_all
 
+pytest_plugins = ["corr_pipeline_tests.fixtures.price_source"]  # its `market` fixture
+
 
 def _xdist_worker() -> str:
     return os.environ.get("PYTEST_XDIST_WORKER", "")

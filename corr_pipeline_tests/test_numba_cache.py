@@ -6,54 +6,16 @@ whether it was loaded from the cache or compiled."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from corr_pipeline import numba_cache, settings
+from corr_pipeline_tests.fixtures.numba_workload import run_workload
 
 NOBODY = 65534
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="gives a directory to the user nobody")
-
-#: Runs one cached kernel of the package and reports where numba's cache was, what it held when
-#: the kernel had run, and numba's counters of cache hits and misses (compilations).
-WORKLOAD = """
-import json, os, stat
-import numpy as np
-from corr_pipeline.compute import transposes
-matrix = np.zeros((16, 16), np.float32)
-matrix[0, 1] = 1.0
-transposes.mirror_block(matrix, 0, 16, 0, 16)
-assert matrix[1, 0] == 1.0
-counts = transposes.mirror_block.stats
-cache = os.environ.get("NUMBA_CACHE_DIR")
-files = sorted(
-    os.path.relpath(os.path.join(d, f), cache) for d, _, fs in os.walk(cache) for f in fs
-) if cache else []
-print(json.dumps({
-    "cache": cache,
-    "mode": stat.S_IMODE(os.lstat(cache).st_mode) if cache else None,
-    "files": files,
-    "hits": sum(counts.cache_hits.values()),
-    "misses": sum(counts.cache_misses.values()),
-}))
-"""
-
-
-def run_workload(env: dict[str, str | None]) -> tuple[dict, str]:
-    """Run :data:`WORKLOAD` with ``env`` (None: unset) over this environment; its report and
-    stderr."""
-    environ = {k: v for k, v in os.environ.items() if k not in env}
-    environ.update({k: v for k, v in env.items() if v is not None})
-    done = subprocess.run(
-        [sys.executable, "-c", WORKLOAD], env=environ, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
 
 
 def _tree(root: Path) -> dict[str, tuple[int, int]]:

@@ -16,7 +16,7 @@ from corr_pipeline.db.engine import libpq_connection
 from corr_pipeline.db.price_reads import session_prices, trade_dates
 from corr_pipeline.db.price_source import PriceSource
 from corr_pipeline.db.synth import write_synthetic_universe
-from corr_pipeline_tests.cli.test_cli import run_cli
+from corr_pipeline_tests.fixtures.commands import run_cli
 
 LAST = dt.date(2026, 11, 27)  # the synthetic universe's last weekday (Friday after Thanksgiving)
 

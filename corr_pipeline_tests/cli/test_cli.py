@@ -13,17 +13,7 @@ import sqlalchemy as sa
 from corr_pipeline import settings
 from corr_pipeline.cli.demo import DemoContext, demo_step_database, demo_step_prices, run_demo
 from corr_pipeline.db.schema import prices
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m corr_pipeline.cli ARGS`` with the session environment (test database)."""
-    return subprocess.run(
-        [sys.executable, "-m", "corr_pipeline.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env if env is not None else dict(os.environ),
-    )
+from corr_pipeline_tests.fixtures.commands import run_cli
 
 
 def _count(engine: sa.Engine) -> int:

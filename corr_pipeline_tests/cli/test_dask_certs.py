@@ -33,7 +33,7 @@ from corr_pipeline.snapshot.scheduler_certs import (
     ClusterCertificates,
     make_certificates,
 )
-from corr_pipeline_tests.cli.test_cli import run_cli
+from corr_pipeline_tests.fixtures.commands import run_cli
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="reads as the user nobody (runuser)")
 

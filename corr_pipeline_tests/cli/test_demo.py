@@ -61,6 +61,7 @@ def _suggested_commands(lines: list[str]) -> list[str]:
     return [line.split("  #", 1)[0].strip() for line in tail]
 
 
+@pytest.mark.slow
 def test_demo_seeds_launches_and_explains_the_ui(
     clean_db: sa.Engine,
     tmp_path: Path,
@@ -211,6 +212,7 @@ def test_demo_seeds_launches_and_explains_the_ui(
         assert answers[command.split()[2]] in ran.stdout, (command, ran.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["elsewhere", "off"])
 def test_demo_writes_no_env_file_elsewhere_or_when_told(
     clean_db: sa.Engine,

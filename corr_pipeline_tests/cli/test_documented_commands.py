@@ -45,6 +45,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+pytestmark = pytest.mark.slow  # every documented command: outside `pytest -m "not slow"`
+
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "user_guide.md"
 #: The user guide's walk-through for a new team, up to the next ``## `` heading.

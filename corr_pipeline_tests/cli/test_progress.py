@@ -8,7 +8,7 @@ import numpy as np
 
 from corr_pipeline.cli.progress import TerminalProgressBar, cli_progress
 from corr_pipeline.snapshot.progress import LogProgress
-from corr_pipeline_tests.progress_fakes import FakeClock, TtyStringIO
+from corr_pipeline_tests.fixtures.progress_fakes import FakeClock, TtyStringIO
 
 
 def test_terminal_bar_draws_in_place_on_a_tty():

@@ -19,7 +19,7 @@ from corr_pipeline.db import migrate
 from corr_pipeline.db.migrate import SchemaVersionError
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import PostgresResource
-from corr_pipeline_tests.cli.test_cli import run_cli
+from corr_pipeline_tests.fixtures.commands import run_cli
 from corr_pipeline_tests.reliability import helpers as h
 
 HEAD = migrate.head_revision()

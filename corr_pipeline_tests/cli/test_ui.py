@@ -15,9 +15,12 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from corr_pipeline import settings
 from corr_pipeline.cli.ui import stop_process_group
+
+pytestmark = pytest.mark.slow  # the UI: outside `pytest -m "not slow"`
 
 #: A parent and a child that both sleep; with IGNORE, both ignore SIGINT (as a background job of
 #: a non-interactive shell does). The parent writes the pids and its dispositions to argv[1].

@@ -26,6 +26,8 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+pytestmark = pytest.mark.slow  # the UI: outside `pytest -m "not slow"`
+
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 300.0
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="asks as the user nobody")

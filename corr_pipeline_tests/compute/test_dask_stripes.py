@@ -57,7 +57,7 @@ from corr_pipeline.compute.standardize import standardize
 from corr_pipeline.compute.tiling import PRODUCT_COLUMNS, overlap_dtype
 from corr_pipeline.snapshot.scheduler_certs import make_certificates
 from corr_pipeline_tests.compute.universes import adversarial_universe, realistic_universe
-from corr_pipeline_tests.dask_tls import tls_local_cluster
+from corr_pipeline_tests.fixtures.dask_tls import tls_local_cluster
 
 UNIVERSE = adversarial_universe(21, 120, PRODUCT_COLUMNS + 180, 30)
 LEAD_LAG = realistic_universe(22, 90, 700, 40, injected=[(3, 500, 2), (650, 10, 4)])

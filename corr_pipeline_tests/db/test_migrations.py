@@ -21,8 +21,8 @@ from corr_pipeline.db import migrate, schema
 from corr_pipeline.db.migrate import SchemaVersionError
 from corr_pipeline.db.published_reads import published_rows
 from corr_pipeline_tests.db.legacy import schema_6a95e5e, schema_40db00b
-from corr_pipeline_tests.db.test_snapshot_reference import _counts as counts_of
-from corr_pipeline_tests.db.test_snapshot_reference import _publish as publish
+from corr_pipeline_tests.fixtures.published import publish_reference as publish
+from corr_pipeline_tests.fixtures.published import table_counts as counts_of
 
 HEAD = migrate.head_revision()
 D1, D2 = dt.date(2024, 5, 2), dt.date(2024, 5, 3)

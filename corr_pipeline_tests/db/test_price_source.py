@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -27,59 +26,14 @@ from corr_pipeline.db.price_source import (
     parse_identifiers,
     resolve_price_source,
 )
-from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.db.window import load_returns_window
-
-N_SYMBOLS, N_DAYS, SEED = 120, 90, 14
-LAST = dt.date(2026, 11, 27)
-LOOKBACK, MIN_HISTORY = 60, 40
-
-MARKET_DDL = """
-CREATE SCHEMA market;
-CREATE TABLE market.eod_prices (
-    ticker text NOT NULL, dt date NOT NULL, adj_close numeric(18,6), volume bigint,
-    PRIMARY KEY (ticker, dt));
-CREATE INDEX ON market.eod_prices (dt);
-CREATE TABLE market.listings (ticker text PRIMARY KEY, exchange text NOT NULL);
--- numeric(18,6) holds NaN but no infinity: their table has NaN where ours had +-inf
-INSERT INTO market.eod_prices
-    SELECT symbol, trade_date,
-           CASE WHEN close IN ('Infinity', '-Infinity') THEN 'NaN'::float8 ELSE close END, 1000
-    FROM prices;
-INSERT INTO market.listings
-    SELECT DISTINCT symbol, CASE WHEN right(symbol, 1) IN ('3', '7') THEN 'XLON' ELSE 'XNYS' END
-    FROM prices;
-CREATE VIEW market.xnys_closes AS
-    SELECT p.ticker AS sym, p.dt AS session, p.adj_close AS px
-    FROM market.eod_prices p JOIN market.listings l USING (ticker)
-    WHERE l.exchange = 'XNYS';
--- the native table gets the SAME (rounded) values
-TRUNCATE prices;
-INSERT INTO prices SELECT ticker, dt, adj_close::float8 FROM market.eod_prices;
-"""
-
-EOD = PriceSource.parse("market.eod_prices", "ticker,dt,adj_close")
-VIEW = PriceSource.parse("market.xnys_closes", "sym, session, px")
-
-
-def _drop_market(engine: sa.Engine) -> None:
-    with engine.begin() as conn:
-        conn.execute(sa.text("DROP SCHEMA IF EXISTS market CASCADE"))
-        conn.execute(sa.text('DROP SCHEMA IF EXISTS "Odd ""Schema""" CASCADE'))
-
-
-@pytest.fixture
-def market(clean_db: sa.Engine) -> Iterator[sa.Engine]:
-    """The synthetic universe in ``market.eod_prices`` (rounded by numeric(18,6)), the same
-    rounded values in ``prices``, and the XNYS view; dropped afterwards."""
-    write_synthetic_universe(clean_db, n_symbols=N_SYMBOLS, n_days=N_DAYS, seed=SEED)
-    _drop_market(clean_db)
-    with clean_db.begin() as conn:
-        conn.exec_driver_sql(MARKET_DDL)
-    try:
-        yield clean_db
-    finally:
-        _drop_market(clean_db)
+from corr_pipeline_tests.fixtures.price_source import (
+    EOD,
+    LAST,
+    LOOKBACK,
+    MIN_HISTORY,
+    VIEW,
+)
 
 
 def _window(engine: sa.Engine, source: PriceSource, day: dt.date = LAST):

@@ -16,73 +16,10 @@ import sqlalchemy as sa
 from corr_pipeline.compute.lead_lag import LEAD_LAG_DTYPE
 from corr_pipeline.db.publish import (
     PublishError,
-    publish_snapshot,
     read_snapshot_counts,
 )
 from corr_pipeline.db.published_reads import published_rows
-from corr_pipeline.snapshot.results import SnapshotResults
-
-D = dt.date(2024, 3, 29)  # Good Friday: snapshots the previous session
-AS_OF = dt.date(2024, 3, 28)
-
-
-def make_results(n: int, k: int, seed: int, n_pairs: int = 20) -> dict:
-    """Random but SPEC-shaped results: top-k with trailing padding, labels, unique pairs."""
-    rng = np.random.default_rng(seed)
-    symbols = [f"S{seed}_{i:04d}" for i in range(n)]
-    index = np.full((n, k), -1, dtype=np.int32)
-    corr = np.full((n, k), np.nan, dtype=np.float32)
-    overlap = np.zeros((n, k), dtype=np.int16)
-    for i in range(n):
-        filled = k if i % 7 else int(rng.integers(0, k))  # some rows padded
-        others = rng.permutation(np.delete(np.arange(n), i))[:filled]
-        index[i, :filled] = others
-        c = np.sort(rng.uniform(-1, 1, filled).astype(np.float32))[::-1]
-        corr[i, :filled] = c
-        overlap[i, :filled] = rng.integers(30, 250, filled)
-    labels = rng.integers(0, max(1, n // 5), n).astype(np.int32)
-    keys = rng.choice(n * n, size=4 * n_pairs, replace=False)
-    keys = keys[keys // n != keys % n][:n_pairs]
-    pairs = np.zeros(keys.size, dtype=LEAD_LAG_DTYPE)
-    pairs["leader"], pairs["lagger"] = keys // n, keys % n
-    pairs["lag"] = rng.integers(1, 6, keys.size)
-    pairs["lagged_corr"] = rng.uniform(-1, 1, keys.size)
-    pairs["sync_corr"] = rng.uniform(-0.2, 0.2, keys.size)
-    pairs["sync_corr"][::4] = np.nan
-    pairs["improvement"] = np.abs(pairs["lagged_corr"]) - np.nan_to_num(np.abs(pairs["sync_corr"]))
-    pairs["overlap"] = rng.integers(30, 250, keys.size)
-    # float64 p-values spanning magnitudes far below float32's range, q >= p, both in [0, 1]
-    pairs["p_value"] = 10.0 ** -rng.uniform(0, 300, keys.size)
-    pairs["p_value"][::5] = 1.0
-    pairs["q_value"] = np.minimum(1.0, pairs["p_value"] * rng.uniform(1, 1e4, keys.size))
-    # the reverse direction (SPEC §6 "Direction"): every sixth pair's reverse has no best lag
-    pairs["reverse_lag"] = rng.integers(1, 6, keys.size)
-    pairs["reverse_lagged_corr"] = rng.uniform(-1, 1, keys.size)
-    pairs["reverse_q_value"] = np.minimum(1.0, 10.0 ** -rng.uniform(-1, 30, keys.size))
-    none = np.arange(keys.size) % 6 == 5
-    pairs["reverse_lag"][none] = 0
-    pairs["reverse_lagged_corr"][none] = np.nan
-    pairs["reverse_q_value"][none] = np.nan
-    return {
-        "symbols": symbols,
-        "neighbor_index": index,
-        "neighbor_corr": corr,
-        "neighbor_overlap": overlap,
-        "cluster_labels": labels,
-        "lead_lag_pairs": pairs,
-    }
-
-
-def publish(engine, results: dict, *, snapshot_date=D, **overrides):
-    kwargs = dict(
-        snapshot_date=snapshot_date,
-        as_of_trade_date=AS_OF,
-        n_dropped=3,
-        lookback_days=252,
-        params={"k": int(results["neighbor_index"].shape[1]), "as_of": AS_OF, "min_overlap": 30},
-    )
-    kwargs.update(overrides)
-    return publish_snapshot(engine, SnapshotResults(**kwargs, **results))
+from corr_pipeline_tests.fixtures.published import AS_OF, D, make_results, publish, snapshot_row
 
 
 def expected_rows(results: dict, snapshot_date=D) -> dict[str, set]:
@@ -152,17 +89,6 @@ def read_rows(engine, snapshot_date=D) -> dict[str, set]:
                 )
             }
     return out
-
-
-def snapshot_row(engine, snapshot_date=D):
-    with engine.connect() as conn:
-        return (
-            conn.execute(
-                sa.text("SELECT * FROM snapshots WHERE snapshot_date = :d"), {"d": snapshot_date}
-            )
-            .mappings()
-            .all()
-        )
 
 
 @contextlib.contextmanager

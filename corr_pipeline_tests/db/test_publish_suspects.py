@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from corr_pipeline.compute.suspect import SuspectSymbol
 from corr_pipeline.db.publish import PublishError, delete_snapshot, read_snapshot_counts
-from corr_pipeline_tests.db.test_publish import D, make_results, publish, snapshot_row
+from corr_pipeline_tests.fixtures.published import D, make_results, publish, snapshot_row
 
 STALE = SuspectSymbol("STALE", 0.3, 0.02, "stale closes: ...", False)
 JUMP = SuspectSymbol("JUMP", 0.0, 1.0986, "price error: ...", True)

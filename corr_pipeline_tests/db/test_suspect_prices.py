@@ -6,7 +6,6 @@ computed from the inserted closes; kept by default, dropped with that reason und
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 
 import numpy as np
@@ -20,55 +19,17 @@ from corr_pipeline.db.window import (
     load_returns_windows,
 )
 from corr_pipeline.snapshot.params import SnapshotParameters
+from corr_pipeline_tests.fixtures.suspect_prices import (
+    DAYS,
+    GOOD,
+    HISTORY,
+    LOOKBACK,
+    D,
+    price_error_prices,
+    reference_figures,
+    stale_prices,
+)
 from corr_pipeline_tests.reliability import helpers as h
-
-D = dt.date(2026, 11, 27)
-LOOKBACK, HISTORY = 40, 30
-DAYS = h.weekdays(D, LOOKBACK + 1)  # exactly the window: T = 40 returns
-GOOD = ["AAA", "BBB", "CCC", "DDD", "EEE", "FFF"]
-
-
-def stale_prices(name: str, n_zero: int, seed: int) -> list[tuple[str, dt.date, float]]:
-    """Closes whose first ``n_zero`` returns are exactly 0 (the close repeated), the others
-    random."""
-    rng = np.random.default_rng(seed)
-    moves = 0.01 * rng.standard_normal(LOOKBACK)
-    moves[:n_zero] = 0.0
-    moves[n_zero:][moves[n_zero:] == 0.0] = 0.001
-    closes = 50.0 * np.exp(np.concatenate(([0.0], np.cumsum(moves))))
-    closes[1 : n_zero + 1] = closes[0]  # bit-identical repeats: ln(c / c) = 0 exactly
-    return [(name, day, float(c)) for day, c in zip(DAYS, closes, strict=True)]
-
-
-def price_error_prices(
-    name: str, seed: int, factor: float = 3.0
-) -> list[tuple[str, dt.date, float]]:
-    """A random walk with one close ``factor`` times too large (day 20): two returns of
-    ``±ln(factor)``."""
-    rng = np.random.default_rng(seed)
-    closes = 20.0 * np.exp(np.concatenate(([0.0], np.cumsum(0.01 * rng.standard_normal(40)))))
-    closes[20] *= factor
-    return [(name, day, float(c)) for day, c in zip(DAYS, closes, strict=True)]
-
-
-def reference_figures(rows: list[tuple[str, dt.date, float]]) -> dict[str, tuple[float, float]]:
-    """Brute force from the inserted closes: per symbol, a plain loop over consecutive window
-    dates, ``math.log`` of the ratio of two finite positive closes; (share of those returns that
-    are 0, largest |return| rounded to float32 as the returns matrix holds it)."""
-    closes: dict[str, dict[dt.date, float]] = {}
-    for symbol, day, close in rows:
-        closes.setdefault(symbol, {})[day] = close
-    out = {}
-    for symbol, by_day in closes.items():
-        returns = []
-        for a, b in zip(DAYS[:-1], DAYS[1:], strict=True):
-            ca, cb = by_day.get(a), by_day.get(b)
-            if ca is None or cb is None or not (ca > 0 and cb > 0):
-                continue
-            returns.append(float(np.float32(math.log(cb / ca))))
-        zeros = sum(1 for r in returns if r == 0.0)
-        out[symbol] = (zeros / len(returns), max(abs(r) for r in returns))
-    return out
 
 
 @pytest.fixture

@@ -31,9 +31,7 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,30 +49,22 @@ from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.backfill import BackfillPlan
 from corr_pipeline.defs.resources import SnapshotParams
 from corr_pipeline.defs.run import REPO_DAGSTER_YAML
-from corr_pipeline.defs.runs import run_sessions
 from corr_pipeline.snapshot.current import session_is_current
 from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline_tests.defs.published import published_rows
-
-N_SYMBOLS, N_DAYS, SEED = 80, 120, 20260810
-FIRST_TRADE_DATE = dt.date(2026, 6, 15)  # 120 weekdays ending 2026-11-27
-PARTITION_START = "2026-06-01"  # before the first trade date: the early sessions lack history
-BAD = ["2026-08-06", "2026-08-07"]  # 38 and 39 returns < min_history_days=40
-GOOD = ["2026-08-10", "2026-08-11", "2026-08-12", "2026-08-13", "2026-08-14", "2026-08-17"]
-PARAMS: dict[str, Any] = dict(
-    lookback_days=60,
-    min_history_days=40,
-    min_overlap=30,
-    max_lag=3,
-    k_neighbors=5,
-    k_leaders=3,
-    k_laggers=3,
-    max_q_value=1.0,  # every symbol's best lead-lag pairs: rows to publish on a 60-day window
-    working_memory_mb=16,
+from corr_pipeline_tests.fixtures.backfill_project import (
+    BAD,
+    CLI_TIMEOUT_S,
+    FIRST_TRADE_DATE,
+    GOOD,
+    N_DAYS,
+    N_SYMBOLS,
+    PARAMS,
+    PARTITION_START,
+    SEED,
+    Project,
 )
-PARAM_ARGS = [arg for name, value in PARAMS.items() for arg in ("--param", f"{name}={value}")]
-#: Columns that say when or by which run a row was written, not what was computed.
-CLI_TIMEOUT_S = 400.0  # a bound for a hung command, not a speed target
+
 IN_PROGRESS = [
     dg.DagsterRunStatus.NOT_STARTED,
     dg.DagsterRunStatus.QUEUED,
@@ -159,47 +149,6 @@ def _assert_consistent(engine: sa.Engine, day: str) -> None:
     assert pairs > 0, day
     assert all(snap.params[name] == value for name, value in PARAMS.items()), snap.params
     assert not stale, (day, stale)
-
-
-@dataclass
-class Project:
-    """A test database with the synthetic universe, a Dagster instance of its own and the
-    environment of a ``corr-pipeline`` subprocess on both."""
-
-    engine: sa.Engine
-    root: Path
-    dagster_home: Path
-    env: dict[str, str]
-
-    def backfill(self, first: str, last: str, *extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.command(first, last, *extra),
-            cwd=self.root,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=CLI_TIMEOUT_S,
-        )
-
-    def command(self, first: str, last: str, *extra: str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "corr_pipeline.cli",
-            "backfill",
-            "--from",
-            first,
-            "--to",
-            last,
-            *extra,
-            *PARAM_ARGS,
-        ]
-
-    def runs(self) -> list[tuple[str, list[str], dg.DagsterRunStatus]]:
-        """Every run of the instance, oldest first: (run id, its sessions, its status)."""
-        with dg.DagsterInstance.from_config(str(self.dagster_home)) as instance:
-            runs = instance.get_runs()
-        return [(r.run_id, run_sessions(r.tags), r.status) for r in reversed(runs)]
 
 
 def _write_universe(engine: sa.Engine) -> None:
@@ -420,6 +369,7 @@ def test_session_is_current():
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_backfill_publishes_the_good_sessions_and_names_the_failed_ones(project, reference):
     sessions = [*BAD, *GOOD]
     result = project.backfill(BAD[0], GOOD[-1], "--per-run", "3")
@@ -493,6 +443,7 @@ def _group_alive(pgid: int) -> list[psutil.Process]:
     return alive
 
 
+@pytest.mark.slow
 def test_a_killed_backfill_resumes_from_its_first_unpublished_session(project, reference):
     log = project.root / "killed.log"
     with log.open("w") as handle:
@@ -601,6 +552,7 @@ def test_a_killed_backfill_resumes_from_its_first_unpublished_session(project, r
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_range_below_a_published_session_counts_each_session_once(project, reference):
     """With the last session published first, a backfill of the sessions before it prints each
     of them once, the count never past its total, and computes the later session's changes
@@ -690,6 +642,7 @@ def _wait_finished(project: Project) -> list[tuple[str, list[str], dg.DagsterRun
     return runs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
 def test_a_stopped_backfill_terminates_its_run(project, stop):
     status, out = _stopped_backfill(project, stop)
@@ -712,6 +665,7 @@ def test_a_stopped_backfill_terminates_its_run(project, stop):
         _assert_consistent(project.engine, day)
 
 
+@pytest.mark.slow
 def test_a_detached_backfill_leaves_its_run_running(project):
     status, out = _stopped_backfill(project, signal.SIGTERM, "--detach")
     runs = _wait_finished(project)
@@ -725,6 +679,7 @@ def test_a_detached_backfill_leaves_its_run_running(project):
     assert sorted(_created_at(project.engine)) == sessions
 
 
+@pytest.mark.slow
 def test_the_run_of_a_killed_backfill_goes_on_and_can_be_terminated(project):
     """``kill -9`` of the command alone: its run goes on; what the UI's *Terminate* does (the
     run coordinator's ``cancel_run``) still ends it, canceled."""
@@ -745,6 +700,7 @@ def test_the_run_of_a_killed_backfill_goes_on_and_can_be_terminated(project):
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_gone_daemon_is_said_at_once_and_nothing_is_queued(project):
     """The instance's daemon stopped a while ago (its last heartbeat older than Dagster's
     interval plus its slack, though younger than a minute): the backfill

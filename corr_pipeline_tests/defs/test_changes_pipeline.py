@@ -21,13 +21,13 @@ from corr_pipeline.defs.partitions import snapshot_calendar
 from corr_pipeline.snapshot import display, markdown
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.defs.events import materializations
-from corr_pipeline_tests.defs.test_pipeline import LAST, _resources, universe  # noqa: F401
+from corr_pipeline_tests.fixtures.pipeline import LAST, snapshot_resources
 
 FIRST = "2026-11-25"
 
 
 def _run(store_dir, day: str, **config) -> dg.ExecuteInProcessResult:
-    resources = _resources(store_dir)
+    resources = snapshot_resources(store_dir)
     resources["matrix_store"] = MatrixStoreResource(keep_matrices=1)
     run_config = {"ops": {"snapshot": {"config": config}}} if config else None
     result = dg.materialize(

@@ -16,19 +16,11 @@ from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
 from corr_pipeline.defs.runs import RANGE_END_TAG, RANGE_START_TAG
 from corr_pipeline.defs.specs import snapshot_check_specs
-from corr_pipeline_tests.deployment import resources_at
+from corr_pipeline_tests.fixtures.deployment import resources_at
+from corr_pipeline_tests.fixtures.pipeline import FORTY_DAYS
 
 LAST = "2026-11-27"  # the synthetic universe's last trade date (a Friday)
-PARAMS = dict(
-    lookback_days=40,
-    min_history_days=30,
-    min_overlap=20,
-    k_neighbors=3,
-    max_lag=2,
-    k_leaders=2,
-    k_laggers=2,
-    working_memory_mb=16,
-)
+PARAMS = {**FORTY_DAYS, "max_q_value": 0.05, "working_memory_mb": 16}
 
 
 def _run(

@@ -16,7 +16,7 @@ from corr_pipeline.defs.concurrency import instance_limits, set_snapshot_runs_li
 from corr_pipeline.defs.run import REPO_DAGSTER_YAML
 from corr_pipeline.defs.step_options import SNAPSHOT_POOL
 from corr_pipeline.snapshot import sizing
-from corr_pipeline_tests.cli.test_cli import run_cli
+from corr_pipeline_tests.fixtures.commands import run_cli
 
 MIB = sizing.MIB
 

@@ -19,15 +19,9 @@ from corr_pipeline.snapshot.scheduler_certs import (  # noqa: E402
     ClusterCertificates,
     client_environment,
 )
-from corr_pipeline_tests.cli.test_cli import run_cli  # noqa: E402
-from corr_pipeline_tests.dask_tls import tls_local_cluster  # noqa: E402
-from corr_pipeline_tests.defs.test_pipeline import (  # noqa: E402, F401  (universe: a fixture)
-    LAST,
-    PARAMS,
-    _materialize,
-    _rows,
-    universe,
-)
+from corr_pipeline_tests.fixtures.commands import run_cli  # noqa: E402
+from corr_pipeline_tests.fixtures.dask_tls import tls_local_cluster  # noqa: E402
+from corr_pipeline_tests.fixtures.pipeline import LAST, SIXTY_DAYS, materialize, table_rows  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +41,7 @@ def scheduler(certificates):
 
 
 def _published(engine: sa.Engine) -> dict[str, list[tuple]]:
-    rows = {t: _rows(engine, t, LAST, "2, 3") for t in SNAPSHOT_CHILD_TABLES}
+    rows = {t: table_rows(engine, t, LAST, "2, 3") for t in SNAPSHOT_CHILD_TABLES}
     with engine.connect() as conn:
         params = conn.execute(
             sa.text("SELECT params FROM snapshots WHERE snapshot_date = :d"), {"d": LAST}
@@ -62,7 +56,7 @@ def test_stripes_on_a_tls_cluster_publish_what_threads_publish(
     engine, tmp_path, scheduler, certificates, monkeypatch
 ):
     monkeypatch.delenv(settings.ENV_DASK_SCHEDULER, raising=False)
-    threads = _materialize(tmp_path / "threads", LAST)
+    threads = materialize(tmp_path / "threads", LAST)
     assert threads.success
     on_threads = _published(engine)
     assert all(on_threads[t] for t in SNAPSHOT_CHILD_TABLES)
@@ -74,7 +68,7 @@ def test_stripes_on_a_tls_cluster_publish_what_threads_publish(
     monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, scheduler)
     for name, value in client_environment(certificates).items():  # as the command prints
         monkeypatch.setenv(name, value)
-    on_dask = _materialize(tmp_path / "dask", LAST)
+    on_dask = materialize(tmp_path / "dask", LAST)
     assert on_dask.success
     assert _published(engine) == on_threads
     workers = {
@@ -101,12 +95,12 @@ def test_the_scheduler_is_the_environments_never_a_resource_field(certificates, 
     for name, value in client_environment(certificates).items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, "tls://127.0.0.1:8786")
-    params = SnapshotParams(**PARAMS).to_parameters()
+    params = SnapshotParams(**SIXTY_DAYS).to_parameters()
     assert params.dask_scheduler == "tls://127.0.0.1:8786"
     assert "dask_scheduler" not in params.as_dict()  # where it ran is not a result parameter
     assert "dask_scheduler" not in SnapshotParams.model_fields
     monkeypatch.delenv(settings.ENV_DASK_SCHEDULER)
-    assert SnapshotParams(**PARAMS).to_parameters().dask_scheduler is None
+    assert SnapshotParams(**SIXTY_DAYS).to_parameters().dask_scheduler is None
     monkeypatch.setenv(settings.ENV_DASK_SCHEDULER, "tcp://127.0.0.1:8786")
     with pytest.raises(ValueError, match="plain tcp:// lets whoever reaches the port"):
-        SnapshotParams(**PARAMS).to_parameters()
+        SnapshotParams(**SIXTY_DAYS).to_parameters()

@@ -22,9 +22,9 @@ from corr_pipeline import settings
 from corr_pipeline.definitions import defs
 from corr_pipeline.defs.run import open_instance, snapshot_run_config
 from corr_pipeline.snapshot.scheduler import SchedulerError, scheduler_security
-from corr_pipeline_tests.cli.test_cli import run_cli
-from corr_pipeline_tests.dask_tls import make_certificates
-from corr_pipeline_tests.project_copy import project_copy
+from corr_pipeline_tests.fixtures.commands import run_cli
+from corr_pipeline_tests.fixtures.dask_tls import make_certificates
+from corr_pipeline_tests.fixtures.project_copy import project_copy
 
 #: (resource, config field, value): every way the run config of the reproduction (and its
 #: siblings) tried to choose where a run goes.

@@ -16,7 +16,7 @@ from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
 from corr_pipeline_tests.defs import io_assets
 from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.defs.io_assets import ASSETS, SYMBOLS, multiprocess_job
-from corr_pipeline_tests.deployment import use_store
+from corr_pipeline_tests.fixtures.deployment import use_store
 
 PK = "2024-01-03"
 

@@ -22,7 +22,7 @@ from corr_pipeline.defs.monitoring import (
 from corr_pipeline.defs.partitions import snapshot_partitions
 from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, SnapshotParams
 from corr_pipeline.sessions import get_calendar
-from corr_pipeline_tests.deployment import resources_at
+from corr_pipeline_tests.fixtures.deployment import resources_at
 
 XNYS = get_calendar("XNYS", dt.date(2024, 1, 1), dt.date(2026, 12, 31))
 NY = zoneinfo.ZoneInfo("America/New_York")

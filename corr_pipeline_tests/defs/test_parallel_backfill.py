@@ -23,8 +23,6 @@ already; the multiprocess executor in a backfill is tested by ``test_pipeline.py
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -33,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import pytest
 import sqlalchemy as sa
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 from dagster._core.execution.job_backfill import create_backfill_run
@@ -48,8 +47,11 @@ from corr_pipeline.defs.concurrency import set_snapshot_runs_limit
 from corr_pipeline.defs.partitions import snapshot_partitions
 from corr_pipeline.defs.run import REPO_DAGSTER_YAML, materialize_snapshot
 from corr_pipeline.defs.step_options import SNAPSHOT_GROUP
-from corr_pipeline_tests.deployment import use_store
+from corr_pipeline_tests.fixtures.deployment import use_store
+from corr_pipeline_tests.fixtures.runs import launched_at, max_overlap, stop
 from corr_pipeline_tests.reliability import helpers as h
+
+pytestmark = pytest.mark.slow  # the daemon and job backfills: outside `pytest -m "not slow"`
 
 REPO = REPO_DAGSTER_YAML.parent
 LIMIT = 2
@@ -125,21 +127,6 @@ def _start_daemon(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGINT to the daemon's process group (what Ctrl-C does), SIGKILL after 30 s."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGINT)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait(10)
-
-
 @contextlib.contextmanager
 def _daemon(database_url: str, tmp_path: Path) -> Iterator[tuple[dg.DagsterInstance, Callable]]:
     """A fresh instance (the repository's ``dagster.yaml``, the snapshot runs limit of
@@ -169,23 +156,7 @@ def _daemon(database_url: str, tmp_path: Path) -> Iterator[tuple[dg.DagsterInsta
         set_snapshot_runs_limit(instance, LIMIT)
         yield instance, waiting
     finally:
-        _stop(daemon)
-
-
-def _max_overlap(intervals: list[tuple[float, float]]) -> int:
-    """Most intervals open at one instant (an end at the very instant of a start counts first)."""
-    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
-    most = current = 0
-    for _, step in events:
-        current += step
-        most = max(most, current)
-    return most
-
-
-def _launched_at(instance: dg.DagsterInstance, run_id: str) -> float:
-    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_STARTING).records
-    assert len(records) == 1, run_id
-    return records[0].event_log_entry.timestamp
+        stop(daemon)
 
 
 def _published(engine: sa.Engine, days: list[str]) -> dict[str, Any]:
@@ -240,7 +211,7 @@ def test_backfill_runs_two_at_a_time_and_publishes_what_serial_runs_publish(
     ]
     assert not failed, (failed, (tmp_path / "daemon.log").read_text()[-3000:])
     executing = [(r.start_time, r.end_time) for r in records]
-    launched = [(_launched_at(instance, r.dagster_run.run_id), r.end_time) for r in records]
+    launched = [(launched_at(instance, r.dagster_run.run_id), r.end_time) for r in records]
     assert all(a is not None and b is not None and a < b for a, b in executing)
     t0 = min(a for a, _ in launched)
     for record, (go, end) in sorted(zip(records, launched, strict=True), key=lambda p: p[1]):
@@ -248,8 +219,8 @@ def test_backfill_runs_two_at_a_time_and_publishes_what_serial_runs_publish(
             f"{record.dagster_run.tags['dagster/partition']}: launched {go - t0:6.1f} s, "
             f"ran {record.start_time - t0:6.1f} .. {end - t0:6.1f} s"
         )
-    assert _max_overlap(launched) == LIMIT  # the queue held the others back
-    assert _max_overlap(executing) == LIMIT  # and two ran at the same time
+    assert max_overlap(launched) == LIMIT  # the queue held the others back
+    assert max_overlap(executing) == LIMIT  # and two ran at the same time
     instance.dispose()
 
     parallel = _published(clean_db, sessions)

@@ -10,7 +10,7 @@ import pytest
 from corr_pipeline import viz
 from corr_pipeline.defs import pictures
 from corr_pipeline_tests.defs.events import materializations
-from corr_pipeline_tests.deployment import resources_at
+from corr_pipeline_tests.fixtures.deployment import resources_at
 from corr_pipeline_tests.viz.helpers import (
     PNG_MAGIC,
     corr_with_clusters,

@@ -31,7 +31,7 @@ from corr_pipeline.compute import (
     top_k_neighbors,
 )
 from corr_pipeline.db.schema import PUBLISHED_TABLES, SNAPSHOT_CHILD_TABLES
-from corr_pipeline.db.synth import read_truth, write_synthetic_universe
+from corr_pipeline.db.synth import read_truth
 from corr_pipeline.db.window import load_returns_window
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
@@ -47,51 +47,25 @@ from corr_pipeline.store import memory, writeback
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.compute import reference as ref
 from corr_pipeline_tests.defs.events import materializations
-from corr_pipeline_tests.deployment import resources_at, use_store
-from corr_pipeline_tests.project_copy import project_copy
-
-N_SYMBOLS, N_DAYS, SEED = 300, 120, 20261127
-LAST = "2026-11-27"  # Friday: the synthetic universe's last trade date
-PARAMS = dict(
-    lookback_days=60,
-    min_history_days=40,
-    min_overlap=30,
-    k_neighbors=5,
-    max_lag=3,
-    k_leaders=3,
-    k_laggers=3,
-    min_improvement=0.0,
-    max_q_value=1.0,  # every symbol's best pairs: rows to publish on a 60-day window
-    lead_lag_market_modes=1,
-    linkage_method="average",
-    distance_threshold=1.2,
-    n_clusters=None,
-    working_memory_mb=16,
+from corr_pipeline_tests.fixtures.deployment import resources_at, use_store
+from corr_pipeline_tests.fixtures.pipeline import (
+    ASSET_NAMES,
+    LAST,
+    SIXTY_DAYS,
+    materialize,
+    snapshot_resources,
+    table_rows,
 )
+from corr_pipeline_tests.fixtures.project_copy import project_copy
 
-
-@pytest.fixture
-def universe(clean_db: sa.Engine):
-    """Empty tables, then the synthetic universe (about a second). Function-scoped on purpose:
-    with pytest-xdist, tests of other modules (which empty the tables) may run in between."""
-    report = write_synthetic_universe(clean_db, n_symbols=N_SYMBOLS, n_days=N_DAYS, seed=SEED)
-    assert str(report.last_date) == LAST
-    return report
-
-
-def _resources(store_dir: Path, **overrides) -> dict:
-    resources = resources_at(store_dir)
-    resources["snapshot_params"] = SnapshotParams(**{**PARAMS, **overrides})
-    return resources
-
-
-def _materialize(store_dir: Path, partition_key: str, **overrides) -> dg.ExecuteInProcessResult:
-    return dg.materialize(
-        snapshot_assets,
-        partition_key=partition_key,
-        resources=_resources(store_dir, **overrides),
-        raise_on_error=False,
-    )
+PARAMS = {  # the defaults too: the tests read them back by name
+    **SIXTY_DAYS,
+    "min_improvement": 0.0,
+    "lead_lag_market_modes": 1,
+    "linkage_method": "average",
+    "distance_threshold": 1.2,
+    "n_clusters": None,
+}
 
 
 def _check_outcomes(result) -> dict[str, bool]:
@@ -112,23 +86,12 @@ def _counts(engine: sa.Engine, day: str) -> dict[str, int]:
         }
 
 
-def _rows(engine: sa.Engine, table: str, day: str, order: str) -> list[tuple]:
-    with engine.connect() as conn:
-        return [
-            tuple(r)
-            for r in conn.execute(
-                sa.text(f"SELECT * FROM {table} WHERE snapshot_date = :d ORDER BY {order}"),
-                {"d": day},
-            )
-        ]
-
-
 @pytest.fixture
 def two_partitions(universe, tmp_path):
     """Materialize the whole graph in-process for the last two XNYS sessions (2026-11-26 is
     Thanksgiving: under the default calendar it has no partition, so the pair is 25th/27th)."""
     store = tmp_path / "store"
-    results = {day: _materialize(store, day) for day in ("2026-11-25", LAST)}
+    results = {day: materialize(store, day) for day in ("2026-11-25", LAST)}
     return store, results
 
 
@@ -287,7 +250,7 @@ def test_injected_pairs_check_runs_only_on_synthetic_data(universe, tmp_path, en
     and reports only when there is one (here: none, as in production)."""
     with engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM synthetic.lead_lag_truth"))
-    result = _materialize(tmp_path / "store", LAST)
+    result = materialize(tmp_path / "store", LAST)
     assert result.success
     outcomes = _check_outcomes(result)
     assert len(outcomes) == 8 and "injected_pairs_found" not in outcomes
@@ -298,24 +261,24 @@ def test_injected_pairs_check_runs_only_on_synthetic_data(universe, tmp_path, en
 @pytest.fixture
 def one_partition(universe, tmp_path):
     store = tmp_path / "store"
-    first = _materialize(store, LAST)
+    first = materialize(store, LAST)
     assert first.success
     return store
 
 
 def test_rematerializing_replaces_without_duplicates(one_partition, engine):
     store = one_partition
-    assert _materialize(store, "2026-11-25").success
-    other_before = _rows(engine, "peer_neighbors", "2026-11-25", "2, 3")
-    before = {t: _rows(engine, t, LAST, "2, 3") for t in SNAPSHOT_CHILD_TABLES}
+    assert materialize(store, "2026-11-25").success
+    other_before = table_rows(engine, "peer_neighbors", "2026-11-25", "2, 3")
+    before = {t: table_rows(engine, t, LAST, "2, 3") for t in SNAPSHOT_CHILD_TABLES}
     counts_before = _counts(engine, LAST)
-    again = _materialize(store, LAST)
+    again = materialize(store, LAST)
     assert again.success
     replaced = materializations(again, "snapshot_publication")[0]
     assert replaced.metadata["replaced_previous"].value is True
     assert _counts(engine, LAST) == counts_before
-    assert _rows(engine, "peer_neighbors", "2026-11-25", "2, 3") == other_before
-    assert {t: _rows(engine, t, LAST, "2, 3") for t in SNAPSHOT_CHILD_TABLES} == before
+    assert table_rows(engine, "peer_neighbors", "2026-11-25", "2, 3") == other_before
+    assert {t: table_rows(engine, t, LAST, "2, 3") for t in SNAPSHOT_CHILD_TABLES} == before
 
 
 @pytest.mark.parametrize(
@@ -331,7 +294,7 @@ def test_published_rows_equal_direct_compute(
     seed's: the scan of the returns with their ``corr`` (SPEC §6 "Defaults"); else the scan of
     the market residuals after the session's modes, with the q-value condition."""
     lead_lag = dict(lead_lag_market_modes=lead_lag_market_modes, max_q_value=max_q_value)
-    assert _materialize(tmp_path / "store", LAST, **lead_lag).success
+    assert materialize(tmp_path / "store", LAST, **lead_lag).success
     p = {**PARAMS, **lead_lag}
     window = load_returns_window(
         engine,
@@ -375,11 +338,11 @@ def test_published_rows_equal_direct_compute(
     )
     got_neighbors = [
         (s, rank, nb, float(np.float32(c)), ov)
-        for _, s, rank, nb, c, ov in _rows(engine, "peer_neighbors", LAST, "symbol, rank")
+        for _, s, rank, nb, c, ov in table_rows(engine, "peer_neighbors", LAST, "symbol, rank")
     ]
     assert got_neighbors == expected_neighbors
 
-    got_clusters = {s: cid for _, s, cid in _rows(engine, "symbol_clusters", LAST, "symbol")}
+    got_clusters = {s: cid for _, s, cid in table_rows(engine, "symbol_clusters", LAST, "symbol")}
     assert got_clusters == {s: int(c) for s, c in zip(symbols, labels, strict=True)}
 
     with engine.connect() as conn:
@@ -471,7 +434,7 @@ def test_clusters_warns_when_its_scratch_outgrows_the_writeback_threshold(
     result = dg.materialize(
         snapshot_assets,
         partition_key=LAST,
-        resources=_resources(tmp_path / "store", clusters_memory_mb=0),
+        resources=snapshot_resources(tmp_path / "store", clusters_memory_mb=0),
         instance=instance,
         raise_on_error=False,
     )
@@ -507,7 +470,7 @@ def test_inconsistent_config_fails_before_reading_or_publishing(universe, engine
 
 def test_window_too_short_is_a_clear_non_retried_failure(universe, engine, tmp_path):
     """A partition before the data: the error names the date, and is not retried."""
-    result = _materialize(tmp_path, "2026-06-16")
+    result = materialize(tmp_path, "2026-06-16")
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     text = str(failure.event_specific_data.error.message)
@@ -559,16 +522,7 @@ def test_definitions_contents():
 
     repo = defs.get_repository_def()
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
-    assert keys == {
-        "returns_matrix",
-        "correlation_matrix",
-        "overlap_matrix",
-        "top_k_neighbors",
-        "clusters",
-        "lead_lag_pairs",
-        "snapshot_publication",
-        "snapshot_changes",
-    }
+    assert keys == ASSET_NAMES
     assert len(list(repo.asset_graph.asset_check_keys)) == 10  # with publication_freshness
     job = defs.resolve_job_def("snapshot_job")
     assert job.partitions_def is not None
@@ -586,13 +540,13 @@ def test_a_session_launched_before_its_prices_fails_and_touches_nothing(
 
     monkeypatch.setenv(settings.ENV_KEEP_MATRICES, "1")
     store = tmp_path / "store"
-    assert _materialize(store, LAST).success
+    assert materialize(store, LAST).success
     before = sorted(MatrixStore(store).partition_keys())
     instance = dg.DagsterInstance.ephemeral()
     result = dg.materialize(
         snapshot_assets,
         partition_key="2026-11-30",
-        resources=_resources(store),
+        resources=snapshot_resources(store),
         instance=instance,
         raise_on_error=False,
     )
@@ -619,7 +573,7 @@ def test_a_backfilled_earlier_session_rematerializes_the_later_changes(universe,
         result = dg.materialize(
             snapshot_assets,
             partition_key=day,
-            resources=_resources(store),
+            resources=snapshot_resources(store),
             instance=instance,
             raise_on_error=False,
         )
@@ -652,7 +606,7 @@ def test_clusters_without_the_market_mode_are_published_and_reported(universe, t
     records ``m``, and the clusters asset reports ``λ_1 / N`` as a float (plotted across
     partitions), the share removed, and the singletons (clusters of one symbol) and their share
     of the symbols as counted from the published ``symbol_clusters`` rows."""
-    result = _materialize(tmp_path / "store", LAST, market_modes_removed=1)
+    result = materialize(tmp_path / "store", LAST, market_modes_removed=1)
     assert result.success
     corr = np.asarray(
         MatrixStore(tmp_path / "store").load_bundle("correlation_matrix", LAST)["corr"]
@@ -666,7 +620,7 @@ def test_clusters_without_the_market_mode_are_published_and_reported(universe, t
         )
     )
     symbols = MatrixStore(tmp_path / "store").load_bundle("returns_matrix", LAST).labels["symbols"]
-    published = dict((s, c) for _, s, c in _rows(engine, "symbol_clusters", LAST, "symbol"))
+    published = dict((s, c) for _, s, c in table_rows(engine, "symbol_clusters", LAST, "symbol"))
     assert [published[s] for s in symbols] == expected.tolist()
     plain = hierarchical_clusters(corr, distance_threshold=PARAMS["distance_threshold"])
     assert not np.array_equal(plain, expected)  # the parameter reached the step

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import pytest
 from dagster._cli.job import _create_run
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import WorkspaceFileTarget
@@ -42,8 +43,10 @@ from corr_pipeline.defs.concurrency import (
 from corr_pipeline.defs.instance_storage import SnapshotInstance
 from corr_pipeline.defs.pool import SNAPSHOT_POOL
 from corr_pipeline.defs.run import REPO_DAGSTER_YAML, open_instance
-from corr_pipeline_tests.defs.test_parallel_backfill import _launched_at, _max_overlap, _stop
+from corr_pipeline_tests.fixtures.runs import launched_at, max_overlap, stop
 from corr_pipeline_tests.reliability import helpers as h
+
+pytestmark = pytest.mark.slow  # the daemon: outside `pytest -m "not slow"`
 
 RUNS = 3
 HOLD_SECONDS = 3.0  # each run's op: longer than the runs' launches are apart in one pass
@@ -179,7 +182,7 @@ def test_pool_limit_holds_from_the_first_pass_of_a_daemon_started_directly(
                 assert time.monotonic() < deadline, [(r.run_id, r.status) for r in runs]
                 time.sleep(0.5)
         finally:
-            _stop(daemon)
+            stop(daemon)
         records = instance.get_run_records(filters=dg.RunsFilter(run_ids=run_ids))
         assert len(records) == RUNS
         assert all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in records), (
@@ -191,15 +194,15 @@ def test_pool_limit_holds_from_the_first_pass_of_a_daemon_started_directly(
             start, end = record.start_time, record.end_time
             assert start is not None and end is not None and start < end, record
             executing.append((start, end))
-            launched.append((_launched_at(instance, record.dagster_run.run_id), end))
+            launched.append((launched_at(instance, record.dagster_run.run_id), end))
         t0 = min(go for go, _ in launched)
         timeline = [
             f"launched {go - t0:5.1f} s, ran {start - t0:5.1f} .. {end - t0:5.1f} s"
             for (go, end), (start, _) in sorted(zip(launched, executing, strict=True))
         ]
         print("\n".join(timeline))  # with pytest -s
-        assert _max_overlap(launched) == 1, timeline  # the pool held the others back
-        assert _max_overlap(executing) == 1, timeline
+        assert max_overlap(launched) == 1, timeline  # the pool held the others back
+        assert max_overlap(executing) == 1, timeline
         assert "is blocked by global concurrency limits" in log.read_text()  # by the pool
         # the pool was created from the default: still not an explicit limit
         assert _pool_rows(instance) == {SNAPSHOT_POOL: (1, True)}

@@ -3,7 +3,7 @@ native ``prices`` table holding the same (rounded) values: the returns matrix, c
 neighbors, clusters, lead-lag pairs and the published rows; through the steps and through
 Dagster (``price_source`` resource), and the one-line, non-retried failure of a bad source.
 
-The ``market`` fixture (``corr_pipeline_tests/db/test_price_source.py``) builds
+The ``market`` fixture (``corr_pipeline_tests/fixtures/price_source.py``) builds
 ``market.eod_prices(ticker text, dt date, adj_close numeric(18,6), volume bigint)``, the
 ``market.xnys_closes`` view (renamed columns, XLON listings filtered out) and loads ``prices``
 with ``adj_close::float8`` of the same rows.
@@ -31,25 +31,13 @@ from corr_pipeline.query.errors import UnknownSymbolError
 from corr_pipeline.snapshot import steps
 from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline.store.matrix_store import MatrixStore
-from corr_pipeline_tests.cli.test_cli import run_cli
-from corr_pipeline_tests.db.test_price_source import EOD, LAST, VIEW, market  # noqa: F401
 from corr_pipeline_tests.defs.events import materializations
-from corr_pipeline_tests.deployment import resources_at
+from corr_pipeline_tests.fixtures.commands import run_cli
+from corr_pipeline_tests.fixtures.deployment import resources_at
+from corr_pipeline_tests.fixtures.pipeline import SIXTY_DAYS
+from corr_pipeline_tests.fixtures.price_source import EOD, LAST, VIEW
 
-PARAMS = dict(
-    lookback_days=60,
-    min_history_days=40,
-    min_overlap=30,
-    k_neighbors=5,
-    max_lag=3,
-    k_leaders=3,
-    k_laggers=3,
-    min_improvement=0.0,
-    linkage_method="average",
-    distance_threshold=1.2,
-    n_clusters=None,
-    working_memory_mb=16,
-)
+PARAMS = {**SIXTY_DAYS, "max_q_value": 0.05}  # the default q-value condition
 PUBLISHED = {
     "snapshots": "SELECT snapshot_date, as_of_trade_date, n_symbols, n_dropped, lookback_days, "
     "params FROM snapshots WHERE snapshot_date = :d",
@@ -109,7 +97,7 @@ def snapshot_through_steps(engine: sa.Engine, source: PriceSource) -> dict:
     }
 
 
-def test_snapshot_from_their_table_and_a_view_equals_the_native_table_bit_for_bit(market):  # noqa: F811
+def test_snapshot_from_their_table_and_a_view_equals_the_native_table_bit_for_bit(market):
     native = snapshot_through_steps(market, NATIVE_PRICES)
     theirs = snapshot_through_steps(market, EOD)
     assert len(native["symbols"]) > 50 and native["dropped"]
@@ -138,7 +126,7 @@ def _materialize(store: Path, **source: str) -> dg.ExecuteInProcessResult:
     )
 
 
-def test_dagster_runs_on_the_view_equal_the_native_run(market, tmp_path):  # noqa: F811
+def test_dagster_runs_on_the_view_equal_the_native_run(market, tmp_path):
     with market.begin() as conn:
         conn.execute(sa.text("DELETE FROM prices WHERE right(symbol, 1) IN ('3', '7')"))
     native = _materialize(tmp_path / "native")
@@ -196,7 +184,7 @@ def test_dagster_runs_on_the_view_equal_the_native_run(market, tmp_path):  # noq
     ],
 )  # fmt: skip
 def test_a_bad_source_fails_the_run_in_one_line_not_retried(
-    market,  # noqa: F811
+    market,
     tmp_path,
     monkeypatch,
     env,
@@ -217,7 +205,7 @@ def test_a_bad_source_fails_the_run_in_one_line_not_retried(
     assert published_rows(market, LAST) == before
 
 
-def test_the_cli_refuses_a_bad_source_in_one_line(market):  # noqa: F811
+def test_the_cli_refuses_a_bad_source_in_one_line(market):
     env = {**__import__("os").environ, settings.ENV_PRICES_TABLE: "market.eod_prices",
            settings.ENV_PRICES_COLUMNS: "ticker,dt,volume2"}  # fmt: skip
     result = run_cli("demo", env=env)

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from corr_pipeline import privacy, settings
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.defs.run import REPO_DAGSTER_YAML
-from corr_pipeline_tests.defs.test_backfill import (
+from corr_pipeline_tests.fixtures.backfill_project import (
     GOOD,
     N_DAYS,
     N_SYMBOLS,

@@ -6,7 +6,7 @@ import logging
 
 from corr_pipeline.defs.progress import dagster_progress
 from corr_pipeline.snapshot.progress import LogProgress
-from corr_pipeline_tests.progress_fakes import FakeClock
+from corr_pipeline_tests.fixtures.progress_fakes import FakeClock
 
 
 def test_log_progress_through_a_logger_and_dagster_like_context(caplog):

@@ -36,25 +36,14 @@ from corr_pipeline.store import memory
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.defs.published import published_rows
-from corr_pipeline_tests.deployment import resources_at, use_store
-from corr_pipeline_tests.project_copy import project_copy
+from corr_pipeline_tests.fixtures.deployment import resources_at, use_store
+from corr_pipeline_tests.fixtures.pipeline import ASSET_NAMES, SIXTY_DAYS
+from corr_pipeline_tests.fixtures.project_copy import project_copy
 
 SESSIONS = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20", "2026-11-23"]
 #: Published first, as nightly runs would have: the sessions above are history older than them.
 NEWER = ["2026-11-25", "2026-11-27"]
-PARAMS = dict(
-    lookback_days=60,
-    min_history_days=40,
-    min_overlap=30,
-    k_neighbors=5,
-    max_lag=3,
-    k_leaders=3,
-    k_laggers=3,
-    max_q_value=1.0,  # every symbol's best lead-lag pairs: rows to publish on a 60-day window
-    linkage_method="average",
-    distance_threshold=1.2,
-    working_memory_mb=16,
-)
+PARAMS = SIXTY_DAYS
 
 
 @pytest.fixture
@@ -76,6 +65,7 @@ def _empty_published(engine: sa.Engine) -> None:
         )
 
 
+@pytest.mark.slow
 def test_a_range_in_one_run_publishes_what_each_session_publishes_alone(
     universe, tmp_path, monkeypatch
 ):
@@ -115,16 +105,7 @@ def test_a_range_in_one_run_publishes_what_each_session_publishes_alone(
         m = event.event_specific_data.materialization
         materialized.setdefault(m.asset_key.to_user_string(), {})[m.partition] = m.metadata
         refreshes += m.asset_key.to_user_string() == "snapshot_changes" and m.partition == NEWER[0]
-    assert set(materialized) == {
-        "returns_matrix",
-        "correlation_matrix",
-        "overlap_matrix",
-        "top_k_neighbors",
-        "clusters",
-        "lead_lag_pairs",
-        "snapshot_publication",
-        "snapshot_changes",
-    }
+    assert set(materialized) == ASSET_NAMES
     # after the last session the run recomputed the changes of the next published one
     # (NEWER[0]) once, and its partition shows it too
     assert refreshes == 1
@@ -193,6 +174,7 @@ def _published_at(engine: sa.Engine) -> dict[str, object]:
         return dict(rows.all())
 
 
+@pytest.mark.slow
 def test_a_session_fails_alone_and_a_reexecution_computes_only_it(universe, tmp_path):
     """The last session of a range has no price dated it yet (SPEC §2): the run publishes and
     materializes the others and fails naming it. Once its prices are in, Dagster's re-execution
@@ -265,6 +247,7 @@ def _dg_launch(home: Path, *args: str, universe: int) -> subprocess.CompletedPro
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_dg_launch_runs_a_range_in_one_run_when_the_policy_is_single_run(universe, tmp_path):
     """Sized for a small universe a run may hold ten years of sessions: the backfill policy is
     single-run, and ``dg launch --partition-range`` computes the range in ONE run, each session
@@ -303,6 +286,7 @@ def test_dg_launch_runs_a_range_in_one_run_when_the_policy_is_single_run(univers
     assert sorted(_published_at(universe)) == SESSIONS[:3]
 
 
+@pytest.mark.slow
 def test_a_range_keeps_at_most_two_sessions_of_history(universe, tmp_path, monkeypatch):
     """When the history of a range would not fit a quarter of the memory area (here made small),
     retention follows every session: once a session's changes are in, the session before it

@@ -30,7 +30,7 @@ from sqlalchemy.engine import make_url
 from corr_pipeline import settings
 from corr_pipeline.defs.resources import SnapshotParams
 from corr_pipeline.defs.run import open_instance, snapshot_job_def
-from corr_pipeline_tests.project_copy import project_copy
+from corr_pipeline_tests.fixtures.project_copy import project_copy
 
 PASSWORD = "Pw-9f3k2x-SECRET"
 SECRET_URL = f"postgresql://pipeline:{PASSWORD}@db.internal:5432/corr"

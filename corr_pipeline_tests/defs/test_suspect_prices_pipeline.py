@@ -22,15 +22,15 @@ from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
 from corr_pipeline.defs.run import SnapshotRunSummary
 from corr_pipeline.snapshot import display
-from corr_pipeline_tests.db.test_suspect_prices import (
+from corr_pipeline_tests.defs.events import materializations
+from corr_pipeline_tests.fixtures.deployment import resources_at
+from corr_pipeline_tests.fixtures.suspect_prices import (
     DAYS,
     GOOD,
     price_error_prices,
     reference_figures,
     stale_prices,
 )
-from corr_pipeline_tests.defs.events import materializations
-from corr_pipeline_tests.deployment import resources_at
 from corr_pipeline_tests.reliability import helpers as h
 
 DAY = DAYS[-1].isoformat()  # 2026-11-27, a session

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from corr_pipeline import settings
-from corr_pipeline_tests.test_numba_cache import run_workload
+from corr_pipeline_tests.fixtures.numba_workload import run_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"

@@ -33,8 +33,8 @@ from dagster_k8s.utils import get_common_labels
 from corr_pipeline import settings
 from corr_pipeline.compute.parallel.dask_runner import connect
 from corr_pipeline.snapshot.scheduler import scheduler_security
-from corr_pipeline_tests.dask_tls import make_certificates
 from corr_pipeline_tests.deploy.k8s_rules import Pod, allowed, restricted_problems
+from corr_pipeline_tests.fixtures.dask_tls import make_certificates
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NAMESPACE = "corr-pipeline"

@@ -19,7 +19,8 @@ import sqlalchemy as sa
 from corr_pipeline.db.schema import PUBLISHED_TABLES, prices
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
-from corr_pipeline_tests.deployment import resources_at
+from corr_pipeline_tests.fixtures.deployment import resources_at
+from corr_pipeline_tests.fixtures.pipeline import FORTY_DAYS
 from corr_pipeline_tests.reliability._payloads import (  # noqa: F401 (re-exported)
     expected_counts,
     publish_arguments,
@@ -29,21 +30,7 @@ from corr_pipeline_tests.reliability._payloads import (  # noqa: F401 (re-export
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: Small but complete parameter set (every stage runs, each in well under a second).
-PARAMS: dict[str, Any] = dict(
-    lookback_days=40,
-    min_history_days=30,
-    min_overlap=20,
-    k_neighbors=3,
-    max_lag=2,
-    k_leaders=2,
-    k_laggers=2,
-    min_improvement=0.0,
-    max_q_value=1.0,  # every symbol's best lead-lag pairs: rows to publish on 40 days
-    linkage_method="average",
-    distance_threshold=1.2,
-    n_clusters=None,
-    working_memory_mb=8,
-)
+PARAMS: dict[str, Any] = FORTY_DAYS
 _ORDER = {
     "snapshots": "snapshot_date",
     "peer_neighbors": "symbol, rank",

@@ -27,7 +27,7 @@ from corr_pipeline.db.publish import publish_snapshot
 from corr_pipeline.defs.run import materialize_snapshot
 from corr_pipeline.snapshot.results import SnapshotResults
 from corr_pipeline.store.matrix_store import MatrixStore
-from corr_pipeline_tests.deployment import use_store
+from corr_pipeline_tests.fixtures.deployment import use_store
 from corr_pipeline_tests.reliability import helpers as h
 
 D = dt.date(2026, 10, 30)  # a Friday

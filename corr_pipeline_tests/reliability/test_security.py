@@ -41,7 +41,7 @@ from corr_pipeline.defs.resources import PostgresResource
 from corr_pipeline.defs.retries import DATABASE_RETRY_POLICY
 from corr_pipeline.defs.run import materialize_snapshot, open_instance
 from corr_pipeline.store.matrix_store import InvalidStoreKeyError, MatrixBundle, MatrixStore
-from corr_pipeline_tests.deployment import use_store
+from corr_pipeline_tests.fixtures.deployment import use_store
 from corr_pipeline_tests.reliability import helpers as h
 
 # --------------------------------------------------------------------------------------------

@@ -44,6 +44,8 @@ from corr_pipeline.defs.run import materialize_snapshot, open_instance
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.reliability import helpers as h
 
+pytestmark = pytest.mark.slow  # the soak: outside `pytest -m "not slow"`
+
 N_SYMBOLS = 200
 SYMBOLS = [f"T{i:03d}" for i in range(N_SYMBOLS)]
 SESSIONS = h.weekdays(dt.date(2026, 10, 20), 12)  # Oct 5 .. Oct 20, no exchange holiday

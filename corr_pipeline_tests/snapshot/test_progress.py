@@ -7,7 +7,7 @@ import re
 import pytest
 
 from corr_pipeline.snapshot.progress import LogProgress, format_duration, progress_line
-from corr_pipeline_tests.progress_fakes import FakeClock
+from corr_pipeline_tests.fixtures.progress_fakes import FakeClock
 
 LINE_RE = re.compile(
     r"^(?P<label>[\w -]+): (?P<done>\d+)/(?P<total>\d+) blocks \((?P<pct>\d+)%\), "
