@@ -61,43 +61,21 @@ class PairCorrelator:
         """The fused pass (``kernels.correlate_tile``) of one product: A columns ``rows`` of the
         tile at ``tile_start`` against B columns from ``col0``, written to the outputs."""
         a, b, w = self.a, self.b, self.window
+        tau = kernels.CORRELATION_TAU
         kernels.correlate_tile(
-            symmetric,
-            min_overlap,
-            kernels.CORRELATION_TAU,
-            sxy,
-            tile_start,
-            col0,
-            rows[0],
-            rows[1],
-            w.z,
-            w.present,
-            w.raw.T,  # the exact fallback's column-major view of the returns
-            w.prefix,
-            w.prefix_sq,
-            w.prefix_count,
-            a.row0,
-            a.lo,
-            a.hi,
-            a.gap_ptr,
-            a.gap_rows,
-            b.row0,
-            b.lo,
-            b.hi,
-            b.gap_ptr,
-            b.gap_rows,
-            b.total,
-            b.total_sq,
-            a.n_rows,
-            out_origin[0],
-            out_origin[1],
-            out_corr,
-            out_overlap,
-            thread_buffer(
-                "correlate_tile", (2 * kernels.tile_scratch(rows[1] - rows[0]),), np.float32
-            ),
-            thread_buffer(
-                "correlate_tile_count", (kernels.tile_scratch(rows[1] - rows[0]),), np.int32
+            (sxy, tile_start, col0, rows[0], rows[1], symmetric, min_overlap, tau),
+            # the raw returns column-major: the exact fallback's view
+            (w.z, w.present, w.raw.T, w.prefix, w.prefix_sq, w.prefix_count, a.n_rows),
+            (a.row0, a.lo, a.hi, a.gap_ptr, a.gap_rows),
+            (b.row0, b.lo, b.hi, b.gap_ptr, b.gap_rows, b.total, b.total_sq),
+            (out_origin[0], out_origin[1], out_corr, out_overlap),
+            (
+                thread_buffer(
+                    "correlate_tile", (2 * kernels.tile_scratch(rows[1] - rows[0]),), np.float32
+                ),
+                thread_buffer(
+                    "correlate_tile_count", (kernels.tile_scratch(rows[1] - rows[0]),), np.int32
+                ),
             ),
         )
 

@@ -133,264 +133,291 @@ def tile_scratch(rows: int) -> int:
 
 
 @njit(cache=True, nogil=True)
-def correlate_tile(  # pragma: no cover - compiled
-    symmetric,
-    min_overlap,
-    tau,
-    sxy,
-    tile_row0,
-    col0,
-    row_lo,
-    row_hi,
-    z,
-    present,
-    raw_t,
-    prefix,
-    prefix_sq,
-    prefix_count,
-    a0,
-    a_lo,
-    a_hi,
-    a_gap_ptr,
-    a_gap_rows,
-    b0,
-    b_lo,
-    b_hi,
-    b_gap_ptr,
-    b_gap_rows,
-    b_total,
-    b_total_sq,
-    n_rows,
-    out_row0,
-    out_col0,
-    out_corr,
-    out_overlap,
-    scratch,
-    scratch_count,
-):
+def correlate_tile(product, window, a_side, b_side, out, scratch):  # pragma: no cover - compiled
     """Finish the correlation of rows ``[row_lo, row_hi)`` (A columns) of one tile.
 
-    Serial and GIL-free: callers run tiles in parallel threads (``workers``).
-    ``sxy`` holds the tile product: rows from ``tile_row0``, B columns ``col0 ..`` (a chunk).
-    ``z``, ``present`` and the prefix sums are the window's time-major arrays (``standardize``).
-    ``b_total[j]``, ``b_total_sq[j]`` are B's whole-side sums (``PZ[b0 + T', j] − PZ[b0, j]``
-    rounded to float32, as the lookups are), taken by every row ``i`` whose interval is the
-    whole side.
-    ``symmetric`` keeps only ``j >= i`` (and sets the diagonal).
-    Writes ``out_corr[i − out_row0, j − out_col0]`` and ``out_overlap``.
+    Serial and GIL-free: callers run tiles in parallel threads (``workers``). The records:
+
+    * ``product`` = (``sxy``, ``tile_row0``, ``col0``, ``row_lo``, ``row_hi``, ``symmetric``,
+      ``min_overlap``, ``tau``): ``sxy`` holds the tile product, rows from ``tile_row0``, B
+      columns ``col0 ..`` (a chunk); ``symmetric`` keeps only ``j >= i`` (and sets the
+      diagonal);
+    * ``window`` = (``z``, ``present``, ``raw_t``, ``prefix``, ``prefix_sq``, ``prefix_count``,
+      ``n_rows``): the window's time-major arrays (``standardize``), the raw returns column-major
+      for the exact fallback, and the sides' rows ``T'``;
+    * ``a_side`` = (``a0``, ``lo``, ``hi``, ``gap_ptr``, ``gap_rows``) and ``b_side`` = the same
+      with ``total``, ``total_sq``: each side's first row, its columns' presence intervals and
+      interior gaps, and B's whole-side sums (``PZ[b0 + T', j] − PZ[b0, j]`` rounded to float32,
+      as the lookups are), taken by every row ``i`` whose interval is the whole side;
+    * ``out`` = (``out_row0``, ``out_col0``, ``out_corr``, ``out_overlap``): writes
+      ``out_corr[i − out_row0, j − out_col0]`` and ``out_overlap``;
+    * ``scratch`` = (float32, int32) arrays of :func:`tile_scratch` elements (the float32 one
+      twice), the caller's, reused from call to call: fresh arrays of a megabyte would be pages
+      to fault in and zero on every call wherever the allocator maps them afresh (Dask workers).
 
     The chunk is done :data:`SUBBLOCK` columns at a time, in two passes:
 
-    * column by column, vectorised over the tile's rows: the sums of column ``i`` over the
-      rows where ``j`` is present (``Sx``, ``Sxx``, ``n``) — the interval lookup
-      ``PZ[a0 + hi_j, i] − PZ[a0 + lo_j, i]`` (the whole side's sums of ``i`` when ``j``'s
-      interval is the whole side), then less row ``t`` of ``Z`` (and of ``Z²``, the presence)
-      for each interior gap ``t`` of ``j`` in turn; every eight columns transposed to row
-      order at once by 8 × 8 register transposes (``intrinsics.transpose_block8``), while
-      their sums are still in the L1 cache (a whole sub-block's sums, 700 KB at 128 rows, would
-      come back from beyond L2);
-    * row by row, vectorised over the columns: the sums of column ``j`` over ``i``'s interval
-      less ``i``'s interior gaps (B's totals read in place when ``i`` is full-history and
-      gap-free), Pearson with the guard tested against its bound (module docstring), the writes.
+    * :func:`_column_pass`, column by column, vectorised over the tile's rows: the sums of
+      column ``i`` over the rows where ``j`` is present (``Sx``, ``Sxx``, ``n``), transposed to
+      row order eight columns at a time;
+    * :func:`_row_pass`, row by row, vectorised over the columns: the sums of column ``j``
+      over ``i``'s interval less ``i``'s interior gaps, Pearson with the guard, the writes.
 
     Every sum is formed by the same float32 operations in the same order whatever the
     sub-block, chunk, tile or thread.
     """
-    width = sxy.shape[1]
+    sxy, _, col0, row_lo, row_hi, symmetric = product[:6]
+    prefix, prefix_sq, prefix_count, n_rows = window[3:]
+    a0 = a_side[0]
     rows = row_hi - row_lo
     padded = (rows + 7) // 8 * 8
     # Sums of column i over the rows where j is present, [column, row] for eight columns,
-    # then [row, column] for the sub-block.
-    # (Rows padded by 8 elements: strides of a power of two would alias in the L1 cache.)
-    # In ``scratch`` (float32) and ``scratch_count`` (int32) of :func:`tile_scratch` elements,
-    # the caller's, reused from call to call: fresh arrays of a megabyte would be pages to
-    # fault in and zero on every call wherever the allocator maps them afresh (Dask workers).
+    # then [row, column] for the sub-block. (Rows padded by 8 elements: strides of a power of
+    # two would alias in the L1 cache.)
     by_col_size, by_row_size = 8 * (padded + 8), padded * (SUBBLOCK + 8)
-    by_col = scratch[: 2 * by_col_size].reshape((2, 8, padded + 8))  # Sx, Sxx
-    by_row = scratch[2 * by_col_size : 2 * (by_col_size + by_row_size)].reshape(
-        (2, padded, SUBBLOCK + 8)
+    sums = (
+        scratch[0][: 2 * by_col_size].reshape((2, 8, padded + 8)),  # Sx, Sxx
+        scratch[0][2 * by_col_size : 2 * (by_col_size + by_row_size)].reshape(
+            (2, padded, SUBBLOCK + 8)
+        ),
+        scratch[1][:by_col_size].reshape((8, padded + 8)),  # n
+        scratch[1][by_col_size : by_col_size + by_row_size].reshape((padded, SUBBLOCK + 8)),
     )
-    by_col_count = scratch_count[:by_col_size].reshape((8, padded + 8))
-    by_row_count = scratch_count[by_col_size : by_col_size + by_row_size].reshape(
-        (padded, SUBBLOCK + 8)
+    # The whole side's sums of each row's column i; stand-ins for the first gap's rows of Z and
+    # presence when there is none (x − 0 == x).
+    whole = (
+        np.empty(rows, dtype=np.float32),
+        np.empty(rows, dtype=np.float32),
+        np.empty(rows, dtype=np.int32),
+        np.zeros(max(rows, SUBBLOCK), dtype=np.float32),
+        np.zeros(rows, dtype=np.uint8),
     )
-    whole_sum = np.empty(rows, dtype=np.float32)
-    whole_sq = np.empty(rows, dtype=np.float32)
-    whole_count = np.empty(rows, dtype=np.int32)
-    sum_y_scratch = np.empty(SUBBLOCK, dtype=np.float32)
-    sq_y_scratch = np.empty(SUBBLOCK, dtype=np.float32)
-    flagged = np.empty(SUBBLOCK, dtype=np.bool_)
-    # Stand-ins for the first gap's rows of Z and presence when there is none (x − 0 == x).
-    no_gap_z = np.zeros(max(rows, SUBBLOCK), dtype=np.float32)
-    no_gap_present = np.zeros(rows, dtype=np.uint8)
     top = a0 + n_rows
     for r in range(rows):
         i = row_lo + r
-        whole_sum[r] = np.float32(prefix[top, i] - prefix[a0, i])
-        whole_sq[r] = np.float32(prefix_sq[top, i] - prefix_sq[a0, i])
-        whole_count[r] = prefix_count[top, i] - prefix_count[a0, i]
-    for s in range(0, width, SUBBLOCK):
-        m_block = min(SUBBLOCK, width - s)
+        whole[0][r] = np.float32(prefix[top, i] - prefix[a0, i])
+        whole[1][r] = np.float32(prefix_sq[top, i] - prefix_sq[a0, i])
+        whole[2][r] = prefix_count[top, i] - prefix_count[a0, i]
+    row_space = (
+        np.empty(SUBBLOCK, dtype=np.float32),
+        np.empty(SUBBLOCK, dtype=np.float32),
+        np.empty(SUBBLOCK, dtype=np.bool_),
+    )
+    for s in range(0, sxy.shape[1], SUBBLOCK):
+        m_block = min(SUBBLOCK, sxy.shape[1] - s)
         if symmetric and col0 + s + m_block <= row_lo:
             continue  # left of every row's diagonal
-        for q0 in range(0, m_block, 8):
-            for q in range(q0, min(q0 + 8, m_block)):
-                j = col0 + s + q
-                sum_x = by_col[0, q - q0, :rows]
-                sq_x = by_col[1, q - q0, :rows]
-                count = by_col_count[q - q0, :rows]
-                # The interval's sums less the first gap's row in the same loop (the same
-                # subtractions in the same order), then the other gaps.
-                first_gap = b_gap_ptr[j]
-                if first_gap < b_gap_ptr[j + 1]:
-                    t = a0 + b_gap_rows[first_gap]
-                    z_gap = z[t, row_lo:row_hi]
-                    present_gap = present[t, row_lo:row_hi]
-                    first_gap += 1
-                else:
-                    z_gap = no_gap_z[:rows]
-                    present_gap = no_gap_present
-                if b_lo[j] != 0 or b_hi[j] != n_rows:
-                    lo = a0 + b_lo[j]
-                    hi = a0 + b_hi[j]
-                    hi_x = prefix[hi, row_lo:row_hi]
-                    lo_x = prefix[lo, row_lo:row_hi]
-                    hi_sq_x = prefix_sq[hi, row_lo:row_hi]
-                    lo_sq_x = prefix_sq[lo, row_lo:row_hi]
-                    hi_count = prefix_count[hi, row_lo:row_hi]
-                    lo_count = prefix_count[lo, row_lo:row_hi]
-                    for r in range(rows):
-                        v = z_gap[r]
-                        sum_x[r] = np.float32(hi_x[r] - lo_x[r]) - v
-                        sq_x[r] = np.float32(hi_sq_x[r] - lo_sq_x[r]) - v * v
-                        count[r] = (hi_count[r] - lo_count[r]) - present_gap[r]
-                else:
-                    for r in range(rows):
-                        v = z_gap[r]
-                        sum_x[r] = whole_sum[r] - v
-                        sq_x[r] = whole_sq[r] - v * v
-                        count[r] = whole_count[r] - present_gap[r]
-                for k in range(first_gap, b_gap_ptr[j + 1]):
-                    t = a0 + b_gap_rows[k]
-                    z_gap = z[t, row_lo:row_hi]
-                    present_gap = present[t, row_lo:row_hi]
-                    for r in range(rows):
-                        v = z_gap[r]
-                        sum_x[r] -= v
-                        sq_x[r] -= v * v
-                        count[r] -= present_gap[r]
-            for r0 in range(0, padded, 8):
-                for part in range(2):
-                    transpose_block8(by_col[part], 0, r0, by_row[part], r0, q0)
-                transpose_block8(by_col_count, 0, r0, by_row_count, r0, q0)
-        for r in range(rows):
-            i = row_lo + r
-            c_first = max(i - col0, 0) if symmetric else 0
-            start = max(c_first, s)
-            if start >= s + m_block:
-                continue
-            m = s + m_block - start
-            off = start - s
-            j0 = col0 + start
-            # Row slices (non-negative local indices, unit stride): the loops below vectorise
-            # with plain vector loads and stores instead of gathers and scatters.
-            sxy_i = sxy[i - tile_row0, start : start + m]
-            corr_i = out_corr[i - out_row0, j0 - out_col0 : j0 - out_col0 + m]
-            overlap_i = out_overlap[i - out_row0, j0 - out_col0 : j0 - out_col0 + m]
-            sum_x = by_row[0, r, off : off + m]
-            sq_x = by_row[1, r, off : off + m]
-            count = by_row_count[r, off : off + m]
-            total_sq_y = b_total_sq[j0 : j0 + m]
-            # Overlap sums of column j: its values on i's interval (B's column totals when
-            # that is the whole side, read in place when i has no gaps either), less i's
-            # interior gaps.
-            a_whole = a_lo[i] == 0 and a_hi[i] == n_rows
-            if a_whole and a_gap_ptr[i] == a_gap_ptr[i + 1]:
-                sum_y = b_total[j0 : j0 + m]
-                sq_y = total_sq_y
+        _column_pass(s, m_block, product, window, a0, b_side, whole, sums)
+        _row_pass(s, m_block, product, window, a_side, b_side, out, whole, sums, row_space)
+
+
+@njit(inline="always")
+def _column_pass(s, m_block, product, window, a0, b_side, whole, sums):  # pragma: no cover
+    """Per column ``j`` of the sub-block at ``s``, vectorised over the tile's rows: the sums of
+    column ``i`` over the rows where ``j`` is present, ``PZ[a0 + hi_j, i] − PZ[a0 + lo_j, i]``
+    (the whole side's sums of ``i`` when ``j``'s interval is the whole side), less row ``t`` of
+    ``Z`` (of ``Z²``, the presence) for each interior gap ``t`` of ``j`` in turn; every eight
+    columns transposed to row order at once by 8 × 8 register transposes
+    (``intrinsics.transpose_block8``), while their sums are still in the L1 cache (a whole
+    sub-block's, 700 KB at 128 rows, would come back from beyond L2)."""
+    col0, row_lo, row_hi = product[2], product[3], product[4]
+    z, present, _, prefix, prefix_sq, prefix_count, n_rows = window
+    b_lo, b_hi, b_gap_ptr, b_gap_rows = b_side[1], b_side[2], b_side[3], b_side[4]
+    whole_sum, whole_sq, whole_count, no_gap_z, no_gap_present = whole
+    by_col, by_row, by_col_count, by_row_count = sums
+    rows = row_hi - row_lo
+    padded = (rows + 7) // 8 * 8
+    for q0 in range(0, m_block, 8):
+        for q in range(q0, min(q0 + 8, m_block)):
+            j = col0 + s + q
+            sum_x = by_col[0, q - q0, :rows]
+            sq_x = by_col[1, q - q0, :rows]
+            count = by_col_count[q - q0, :rows]
+            # The interval's sums less the first gap's row in the same loop (the same
+            # subtractions in the same order), then the other gaps.
+            first_gap = b_gap_ptr[j]
+            if first_gap < b_gap_ptr[j + 1]:
+                t = a0 + b_gap_rows[first_gap]
+                z_gap = z[t, row_lo:row_hi]
+                present_gap = present[t, row_lo:row_hi]
+                first_gap += 1
             else:
-                sum_y = sum_y_scratch[:m]
-                sq_y = sq_y_scratch[:m]
-                first_gap = a_gap_ptr[i]  # its row subtracted in the first loop, as above
-                if first_gap < a_gap_ptr[i + 1]:
-                    z_gap = z[b0 + a_gap_rows[first_gap], j0 : j0 + m]
-                    first_gap += 1
-                else:
-                    z_gap = no_gap_z[:m]
-                if a_whole:
-                    total_y = b_total[j0 : j0 + m]
-                    for c in range(m):
-                        v = z_gap[c]
-                        sum_y[c] = total_y[c] - v
-                        sq_y[c] = total_sq_y[c] - v * v
-                else:
-                    hi_y = prefix[b0 + a_hi[i], j0 : j0 + m]
-                    lo_y = prefix[b0 + a_lo[i], j0 : j0 + m]
-                    hi_sq_y = prefix_sq[b0 + a_hi[i], j0 : j0 + m]
-                    lo_sq_y = prefix_sq[b0 + a_lo[i], j0 : j0 + m]
-                    for c in range(m):
-                        v = z_gap[c]
-                        sum_y[c] = np.float32(hi_y[c] - lo_y[c]) - v
-                        sq_y[c] = np.float32(hi_sq_y[c] - lo_sq_y[c]) - v * v
-                for k in range(first_gap, a_gap_ptr[i + 1]):
-                    z_gap = z[b0 + a_gap_rows[k], j0 : j0 + m]
-                    for c in range(m):
-                        v = z_gap[c]
-                        sum_y[c] -= v
-                        sq_y[c] -= v * v
-            # Pearson from the sums (branch-free), written straight out. The guard is first
-            # tested against upper bounds of its source sums (the whole side's, see
-            # ``_guard_source``); the few pairs that fail it are tested exactly and, if they
-            # fail again, rewritten from the exact fallback.
-            bound_x = _guard(tau, whole_sq[r])
-            n_flagged = 0
-            for c in range(m):
-                value, bad = _pearson(
-                    sxy_i[c],
-                    count[c],
-                    sum_x[c],
-                    sum_y[c],
-                    sq_x[c],
-                    sq_y[c],
-                    bound_x,
-                    _guard(tau, total_sq_y[c]),
-                    min_overlap,
-                )
-                flagged[c] = bad
-                n_flagged += bad
-                corr_i[c] = value
-                overlap_i[c] = count[c]
-            if n_flagged:
+                z_gap = no_gap_z[:rows]
+                present_gap = no_gap_present
+            if b_lo[j] != 0 or b_hi[j] != n_rows:
+                lo = a0 + b_lo[j]
+                hi = a0 + b_hi[j]
+                hi_x = prefix[hi, row_lo:row_hi]
+                lo_x = prefix[lo, row_lo:row_hi]
+                hi_sq_x = prefix_sq[hi, row_lo:row_hi]
+                lo_sq_x = prefix_sq[lo, row_lo:row_hi]
+                hi_count = prefix_count[hi, row_lo:row_hi]
+                lo_count = prefix_count[lo, row_lo:row_hi]
+                for r in range(rows):
+                    v = z_gap[r]
+                    sum_x[r] = np.float32(hi_x[r] - lo_x[r]) - v
+                    sq_x[r] = np.float32(hi_sq_x[r] - lo_sq_x[r]) - v * v
+                    count[r] = (hi_count[r] - lo_count[r]) - present_gap[r]
+            else:
+                for r in range(rows):
+                    v = z_gap[r]
+                    sum_x[r] = whole_sum[r] - v
+                    sq_x[r] = whole_sq[r] - v * v
+                    count[r] = whole_count[r] - present_gap[r]
+            for k in range(first_gap, b_gap_ptr[j + 1]):
+                t = a0 + b_gap_rows[k]
+                z_gap = z[t, row_lo:row_hi]
+                present_gap = present[t, row_lo:row_hi]
+                for r in range(rows):
+                    v = z_gap[r]
+                    sum_x[r] -= v
+                    sq_x[r] -= v * v
+                    count[r] -= present_gap[r]
+        for r0 in range(0, padded, 8):
+            for part in range(2):
+                transpose_block8(by_col[part], 0, r0, by_row[part], r0, q0)
+            transpose_block8(by_col_count, 0, r0, by_row_count, r0, q0)
+
+
+@njit(inline="always")
+def _row_pass(
+    s, m_block, product, window, a_side, b_side, out, whole, sums, row_space
+):  # pragma: no cover - compiled
+    """Per row ``i`` of the tile, vectorised over the sub-block's columns: the sums of column
+    ``j`` over ``i``'s interval (B's column totals when that is the whole side, read in place
+    when ``i`` has no gaps either) less ``i``'s interior gaps, then Pearson from the sums
+    (branch-free), written straight out. The guard is first tested against upper bounds of its
+    source sums (the whole side's, see :func:`_guard_source`); the few pairs that fail it are
+    tested exactly and, if they fail again, rewritten from the exact fallback."""
+    sxy, tile_row0, col0, row_lo, row_hi, symmetric, min_overlap, tau = product
+    z, _, raw_t, prefix, prefix_sq, _, n_rows = window
+    a0, a_lo, a_hi, a_gap_ptr, a_gap_rows = a_side
+    b0, b_lo, b_hi, _, _, b_total, b_total_sq = b_side
+    out_row0, out_col0, out_corr, out_overlap = out
+    whole_sq, no_gap_z = whole[1], whole[3]
+    by_row, by_row_count = sums[1], sums[3]
+    sum_y_scratch, sq_y_scratch, flagged = row_space
+    for r in range(row_hi - row_lo):
+        i = row_lo + r
+        c_first = max(i - col0, 0) if symmetric else 0
+        start = max(c_first, s)
+        if start >= s + m_block:
+            continue
+        m = s + m_block - start
+        off = start - s
+        j0 = col0 + start
+        # Row slices (non-negative local indices, unit stride): the loops below vectorise
+        # with plain vector loads and stores instead of gathers and scatters.
+        sxy_i = sxy[i - tile_row0, start : start + m]
+        corr_i = out_corr[i - out_row0, j0 - out_col0 : j0 - out_col0 + m]
+        overlap_i = out_overlap[i - out_row0, j0 - out_col0 : j0 - out_col0 + m]
+        sum_x = by_row[0, r, off : off + m]
+        sq_x = by_row[1, r, off : off + m]
+        count = by_row_count[r, off : off + m]
+        total_sq_y = b_total_sq[j0 : j0 + m]
+        # The sums of column j over i's interval: B's column totals read in place when i is
+        # whole and gap-free, else formed here (the first gap's row in the first loop, as in
+        # _column_pass), less i's other interior gaps.
+        a_whole = a_lo[i] == 0 and a_hi[i] == n_rows
+        if a_whole and a_gap_ptr[i] == a_gap_ptr[i + 1]:
+            sum_y = b_total[j0 : j0 + m]
+            sq_y = total_sq_y
+        else:
+            sum_y = sum_y_scratch[:m]
+            sq_y = sq_y_scratch[:m]
+            first_gap = a_gap_ptr[i]
+            if first_gap < a_gap_ptr[i + 1]:
+                z_gap = z[b0 + a_gap_rows[first_gap], j0 : j0 + m]
+                first_gap += 1
+            else:
+                z_gap = no_gap_z[:m]
+            if a_whole:
+                total_y = b_total[j0 : j0 + m]
                 for c in range(m):
-                    if not flagged[c]:
-                        continue
-                    j = j0 + c
-                    _, bad = _pearson(
-                        sxy_i[c],
-                        count[c],
-                        sum_x[c],
-                        sum_y[c],
-                        sq_x[c],
-                        sq_y[c],
-                        _guard(
-                            tau,
-                            _guard_source(prefix_sq, a0, b_lo[j], b_hi[j], n_rows, i, whole_sq[r]),
-                        ),
-                        _guard(
-                            tau,
-                            _guard_source(
-                                prefix_sq, b0, a_lo[i], a_hi[i], n_rows, j, b_total_sq[j]
-                            ),
-                        ),
-                        min_overlap,
-                    )
-                    if bad:
-                        corr_i[c] = exact_pair_correlation(
-                            raw_t[i, a0 : a0 + n_rows], raw_t[j, b0 : b0 + n_rows], min_overlap
-                        )
-            if symmetric and i >= col0 and start == c_first:
-                sq_i = prefix_sq[a0 + a_hi[i], i] - prefix_sq[a0 + a_lo[i], i]
-                corr_i[0] = 1.0 if (count[0] >= min_overlap and sq_i > 0.0) else np.nan
+                    v = z_gap[c]
+                    sum_y[c] = total_y[c] - v
+                    sq_y[c] = total_sq_y[c] - v * v
+            else:
+                hi_y = prefix[b0 + a_hi[i], j0 : j0 + m]
+                lo_y = prefix[b0 + a_lo[i], j0 : j0 + m]
+                hi_sq_y = prefix_sq[b0 + a_hi[i], j0 : j0 + m]
+                lo_sq_y = prefix_sq[b0 + a_lo[i], j0 : j0 + m]
+                for c in range(m):
+                    v = z_gap[c]
+                    sum_y[c] = np.float32(hi_y[c] - lo_y[c]) - v
+                    sq_y[c] = np.float32(hi_sq_y[c] - lo_sq_y[c]) - v * v
+            for k in range(first_gap, a_gap_ptr[i + 1]):
+                z_gap = z[b0 + a_gap_rows[k], j0 : j0 + m]
+                for c in range(m):
+                    v = z_gap[c]
+                    sum_y[c] -= v
+                    sq_y[c] -= v * v
+        bound_x = _guard(tau, whole_sq[r])
+        n_flagged = 0
+        for c in range(m):
+            value, bad = _pearson(
+                sxy_i[c],
+                count[c],
+                sum_x[c],
+                sum_y[c],
+                sq_x[c],
+                sq_y[c],
+                bound_x,
+                _guard(tau, total_sq_y[c]),
+                min_overlap,
+            )
+            flagged[c] = bad
+            n_flagged += bad
+            corr_i[c] = value
+            overlap_i[c] = count[c]
+        if n_flagged:
+            _recheck_flagged(
+                (i, j0, whole_sq[r]),
+                (sxy_i, count, sum_x, sum_y, sq_x, sq_y, flagged),
+                product,
+                window,
+                a_side,
+                b_side,
+                corr_i,
+            )
+        if symmetric and i >= col0 and start == c_first:
+            sq_i = prefix_sq[a0 + a_hi[i], i] - prefix_sq[a0 + a_lo[i], i]
+            corr_i[0] = 1.0 if (count[0] >= min_overlap and sq_i > 0.0) else np.nan
+
+
+@njit(cache=True, nogil=True)
+def _recheck_flagged(row, row_sums, product, window, a_side, b_side, corr_i):  # pragma: no cover
+    """The pairs of row ``i`` (``row`` = (i, j0, its whole-side sum of squares)) whose guard
+    failed against the whole side's sums: the guard again with their own interval sums
+    (:func:`_guard_source`), and where it fails again, the exact float64 correlation
+    (:func:`exact_pair_correlation`) into ``corr_i``. ``row_sums`` = the row's
+    (``Sxy``, ``n``, ``Sx``, ``Sy``, ``Sxx``, ``Syy``, flagged) over its columns."""
+    i, j0, whole_sq_i = row
+    sxy_i, count, sum_x, sum_y, sq_x, sq_y, flagged = row_sums
+    min_overlap, tau = product[6], product[7]
+    raw_t, _, prefix_sq, _, n_rows = window[2:]
+    a0, a_lo, a_hi = a_side[:3]
+    b0, b_lo, b_hi = b_side[:3]
+    b_total_sq = b_side[6]
+    for c in range(sum_y.shape[0]):
+        if not flagged[c]:
+            continue
+        j = j0 + c
+        _, bad = _pearson(
+            sxy_i[c],
+            count[c],
+            sum_x[c],
+            sum_y[c],
+            sq_x[c],
+            sq_y[c],
+            _guard(tau, _guard_source(prefix_sq, a0, b_lo[j], b_hi[j], n_rows, i, whole_sq_i)),
+            _guard(tau, _guard_source(prefix_sq, b0, a_lo[i], a_hi[i], n_rows, j, b_total_sq[j])),
+            min_overlap,
+        )
+        if bad:
+            corr_i[c] = exact_pair_correlation(
+                raw_t[i, a0 : a0 + n_rows], raw_t[j, b0 : b0 + n_rows], min_overlap
+            )
 
 
 @njit(inline="always")
