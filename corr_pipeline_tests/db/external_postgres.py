@@ -30,6 +30,9 @@ from pathlib import Path
 
 from sqlalchemy.engine import URL
 
+from corr_pipeline.dbserver.accounts import Account
+from corr_pipeline.dbserver.directories import prepare_binaries
+
 PORT = 5432  # names the socket file only: the socket directory is private
 
 
@@ -110,6 +113,9 @@ def private_server(installation: Installation) -> Iterator[URL]:
     if user is not None:
         for path in (root, socket_dir):
             os.chown(path, user.pw_uid, user.pw_gid)
+        # the user must reach the binaries (in a virtualenv under a private temporary directory,
+        # say): what the embedded server does for its own account in root mode
+        prepare_binaries(installation.bin_dir, Account(user.pw_name, user.pw_uid, user.pw_gid))
     prefix = ["runuser", "-u", user.pw_name, "--"] if user is not None else []
 
     def run(*command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
