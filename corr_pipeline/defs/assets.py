@@ -25,11 +25,11 @@ from dataclasses import replace
 from typing import Any
 
 import dagster as dg
-from dagster._core.storage.tags import RESUME_RETRY_TAG
 
 from corr_pipeline.db.price_source import PriceSourceError
 from corr_pipeline.db.published_reads import published_dates
 from corr_pipeline.defs import metadata, ranges
+from corr_pipeline.defs.dagster_private import RESUME_RETRY_TAG
 from corr_pipeline.defs.io_manager import MatrixStoreResource
 from corr_pipeline.defs.literal_config import literal_fields
 from corr_pipeline.defs.partitions import snapshot_date

@@ -215,10 +215,9 @@ def daemon_heartbeat_age(instance: dg.DagsterInstance) -> float | None:
 
 def _daemon_running(instance: dg.DagsterInstance) -> bool:
     """Whether the instance queues runs and its daemon's run queue sent a heartbeat lately."""
-    from dagster._core.run_coordinator import QueuedRunCoordinator
-    from dagster._daemon.controller import DEFAULT_HEARTBEAT_INTERVAL_SECONDS
+    from corr_pipeline.defs.dagster_private import DEFAULT_HEARTBEAT_INTERVAL_SECONDS
 
-    if not isinstance(instance.run_coordinator, QueuedRunCoordinator):
+    if not isinstance(instance.run_coordinator, dg.QueuedRunCoordinator):
         return False
     age = daemon_heartbeat_age(instance)
     return age is not None and age <= DEFAULT_HEARTBEAT_INTERVAL_SECONDS + DAEMON_TOLERANCE_S
@@ -231,9 +230,8 @@ def daemon_gone_line(instance: dg.DagsterInstance) -> str | None:
     age = daemon_heartbeat_age(instance)
     if age is None or _daemon_running(instance):
         return None
-    from dagster._core.run_coordinator import QueuedRunCoordinator
 
-    if not isinstance(instance.run_coordinator, QueuedRunCoordinator):
+    if not isinstance(instance.run_coordinator, dg.QueuedRunCoordinator):
         return None
     return (
         f"the Dagster daemon of {instance.root_directory} is gone (its last heartbeat was "

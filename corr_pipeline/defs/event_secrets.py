@@ -16,7 +16,6 @@ import json
 from typing import Any
 
 import dagster as dg
-from dagster._core.events.log import EventLogEntry
 
 from corr_pipeline.db.engine import HIDDEN, secret_texts
 
@@ -36,7 +35,7 @@ def _hidden(value: Any, secrets: list[str]) -> Any:
     return value
 
 
-def hide_event_secrets(entry: EventLogEntry) -> EventLogEntry:
+def hide_event_secrets(entry: dg.EventLogEntry) -> dg.EventLogEntry:
     """``entry`` itself when none of its texts holds a password of the deployment's database
     URL, else a copy whose texts have each password replaced by ``***``."""
     secrets = secret_texts()
@@ -46,4 +45,4 @@ def hide_event_secrets(entry: EventLogEntry) -> EventLogEntry:
     if not any(json.dumps(secret)[1:-1] in text for secret in secrets):  # as JSON writes it
         return entry
     hidden = _hidden(json.loads(text), secrets)
-    return dg.deserialize_value(json.dumps(hidden), EventLogEntry)
+    return dg.deserialize_value(json.dumps(hidden), dg.EventLogEntry)

@@ -15,11 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 import dagster as dg
-from dagster._core.definitions.executor_definition import (
-    IN_PROC_CONFIG,
-    MULTI_PROC_CONFIG,
-    multi_or_in_process_executor,
-)
+
+from corr_pipeline.defs.dagster_private import IN_PROC_CONFIG, MULTI_PROC_CONFIG
 
 __all__ = ["DEFAULT_EXECUTION", "FORKSERVER_CONFIG", "snapshot_executor"]
 
@@ -36,8 +33,8 @@ snapshot_executor = dg.ExecutorDefinition(
         dg.Selector({"multiprocess": MULTI_PROC_CONFIG, "in_process": IN_PROC_CONFIG}),
         default_value=DEFAULT_EXECUTION,
     ),
-    executor_creation_fn=multi_or_in_process_executor.executor_creation_fn,
-    requirements=multi_or_in_process_executor.get_requirements,
+    executor_creation_fn=dg.multi_or_in_process_executor.executor_creation_fn,
+    requirements=dg.multi_or_in_process_executor.get_requirements,
     description="The run's one step in the run worker's process (a step process would only "
     "add its start-up).",
 )

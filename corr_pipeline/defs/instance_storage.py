@@ -48,35 +48,31 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import dagster as dg
 import yaml
 from dagster import DagsterInstance
-from dagster._core.events import (
-    ASSET_CHECK_EVENTS,
-    ASSET_EVENTS,
-    BATCH_WRITABLE_EVENTS,
-    DagsterEventBatchMetadata,
-)
-from dagster._core.events.log import EventLogEntry
-from dagster._core.instance.ref import InstanceRef
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
-    INDEX_SHARD_NAME,
-    SqliteEventLogStorage,
-)
-from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
-from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
-from dagster._core.storage.sqlalchemy_compat import db_result
-from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
-from dagster._core.storage.sqlite_storage import (
-    DagsterSqliteStorage,
-    _event_logs_directory,
-    _runs_directory,
-    _schedule_directory,
-)
-from dagster._serdes import ConfigurableClassData
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
+from corr_pipeline.defs.dagster_private import (
+    ASSET_CHECK_EVENTS,
+    ASSET_EVENTS,
+    BATCH_WRITABLE_EVENTS,
+    INDEX_SHARD_NAME,
+    SQLITE_BUSY_TIMEOUT_SECONDS,
+    ConfigurableClassData,
+    DagsterEventBatchMetadata,
+    DagsterSqliteStorage,
+    InstanceRef,
+    SqliteEventLogStorage,
+    SqliteRunStorage,
+    SqliteScheduleStorage,
+    db_result,
+    event_logs_directory,
+    runs_directory,
+    schedule_directory,
+)
 from corr_pipeline.defs.event_secrets import hide_event_secrets
 from corr_pipeline.defs.pool import SNAPSHOT_POOL, ensure_snapshot_pool
 
@@ -186,7 +182,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
                     continue
                 self._engines.pop(name).dispose()
 
-    def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
+    def store_event_batch(self, events: Sequence[dg.EventLogEntry]) -> None:
         """Store ``events`` as :meth:`store_event` would: the :data:`BATCHED_EVENTS` in one
         transaction per run database and one in the index database (each asset's row updated
         once per kind of event, with the last one's values, which leaves it as all of them
@@ -214,7 +210,7 @@ class PooledSqliteEventLogStorage(SqliteEventLogStorage):
                 ]
                 if assets:
                     self._store_asset_event_tags(conn, *zip(*assets, strict=True))
-                last: dict[tuple[Any, Any], tuple[int, EventLogEntry, Any]] = {}
+                last: dict[tuple[Any, Any], tuple[int, dg.EventLogEntry, Any]] = {}
                 for position, (event, event_id) in enumerate(assets):
                     kind = (event.get_dagster_event().asset_key, event.dagster_event_type)
                     last[kind] = (position, event, event_id)
@@ -244,9 +240,9 @@ class PooledSqliteStorage(DagsterSqliteStorage):
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
         # DagsterSqliteStorage.__init__ with the pooled event log in place of Dagster's
         self.base_dir = base_dir
-        self._run_storage = SqliteRunStorage.from_local(_runs_directory(base_dir))
-        self._event_log_storage = PooledSqliteEventLogStorage(_event_logs_directory(base_dir))
-        self._schedule_storage = SqliteScheduleStorage.from_local(_schedule_directory(base_dir))
+        self._run_storage = SqliteRunStorage.from_local(runs_directory(base_dir))
+        self._event_log_storage = PooledSqliteEventLogStorage(event_logs_directory(base_dir))
+        self._schedule_storage = SqliteScheduleStorage.from_local(schedule_directory(base_dir))
         self._inst_data = inst_data
         super(DagsterSqliteStorage, self).__init__()
 
@@ -278,11 +274,11 @@ class SnapshotInstance(DagsterInstance):
             )
 
     def handle_new_event(
-        self, event: EventLogEntry, *, batch_metadata: DagsterEventBatchMetadata | None = None
+        self, event: dg.EventLogEntry, *, batch_metadata: DagsterEventBatchMetadata | None = None
     ) -> None:
         super().handle_new_event(hide_event_secrets(event), batch_metadata=batch_metadata)
 
-    def store_event(self, event: EventLogEntry) -> None:
+    def store_event(self, event: dg.EventLogEntry) -> None:
         super().store_event(hide_event_secrets(event))
 
     @classmethod

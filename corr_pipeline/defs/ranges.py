@@ -25,13 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
-from dagster._core.events import (
-    DagsterEvent,
-    DagsterEventBatchMetadata,
-    DagsterEventType,
-    generate_event_batch_id,
-)
 
+from corr_pipeline.defs.dagster_private import DagsterEventBatchMetadata, generate_event_batch_id
 from corr_pipeline.defs.metadata_order import in_reading_order
 
 __all__ = [
@@ -97,17 +92,17 @@ def session_events(
     *,
     selected_checks: set[dg.AssetCheckKey],
     blocking: Mapping[str, bool],
-) -> Iterator[DagsterEvent]:
+) -> Iterator[dg.DagsterEvent]:
     """The events of session ``key`` (module docstring): per asset its materialization, then
     the evaluations of its selected checks; logged as one batch (the instance stores them
     together, as it stores the materializations of a range's output) and yielded, so the run's
     events list them."""
     step_context = context.get_step_execution_context()
-    events: list[tuple[DagsterEventType, Any, str | None]] = []
+    events: list[tuple[dg.DagsterEventType, Any, str | None]] = []
     for asset, result in results.items():
         metadata = in_reading_order(result.metadata)
         materialization = dg.AssetMaterialization(asset_key=asset, partition=key, metadata=metadata)
-        events.append((DagsterEventType.ASSET_MATERIALIZATION, materialization, None))
+        events.append((dg.DagsterEventType.ASSET_MATERIALIZATION, materialization, None))
         for check in result.checks:
             check_key = dg.AssetCheckKey(dg.AssetKey(asset), str(check.check_name))
             if check_key in selected_checks:
@@ -115,7 +110,7 @@ def session_events(
                 said = "passed" if checked.passed else "did not pass"
                 events.append(
                     (
-                        DagsterEventType.ASSET_CHECK_EVALUATION,
+                        dg.DagsterEventType.ASSET_CHECK_EVALUATION,
                         checked,
                         f"Asset check '{checked.check_name}' on '{asset}' {said}.",
                     )
@@ -123,10 +118,10 @@ def session_events(
     batch = generate_event_batch_id()
     for i, (kind, data, message) in enumerate(events):
         end = DagsterEventBatchMetadata(batch, i == len(events) - 1)
-        if kind == DagsterEventType.ASSET_MATERIALIZATION:
-            yield DagsterEvent.asset_materialization(step_context, data, end)
+        if kind == dg.DagsterEventType.ASSET_MATERIALIZATION:
+            yield dg.DagsterEvent.asset_materialization(step_context, data, end)
         else:
-            yield DagsterEvent.from_step(kind, step_context, data, message, end)
+            yield dg.DagsterEvent.from_step(kind, step_context, data, message, end)
 
 
 def failure(failed: Mapping[str, str], total: int) -> dg.Failure:

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 import dagster as dg
 import psycopg
 import sqlalchemy as sa
-from dagster._core.errors import DagsterExecutionInterruptedError
 
 from corr_pipeline.db.engine import DatabaseUnavailableError
 
@@ -74,7 +73,7 @@ def interrupt_not_retried(what: str) -> Iterator[None]:
     retry policy, which is meant for an unreachable database, and the run would go on."""
     try:
         yield
-    except (DagsterExecutionInterruptedError, KeyboardInterrupt):
+    except (dg.DagsterExecutionInterruptedError, KeyboardInterrupt):
         raise dg.Failure(
             description=f"{what} interrupted: the run was asked to terminate", allow_retries=False
         ) from None

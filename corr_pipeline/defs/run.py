@@ -31,7 +31,6 @@ from typing import Any
 
 import dagster as dg
 import sqlalchemy as sa
-from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES, DagsterRunStatus
 
 from corr_pipeline import settings
 from corr_pipeline.db.price_reads import latest_trade_date
@@ -53,6 +52,13 @@ SNAPSHOT_JOB_NAME = "snapshot_job"
 CODE_LOCATION_NAME = "corr_pipeline"
 CODE_LOCATION_MODULE = "corr_pipeline.definitions"
 REPO_DAGSTER_YAML = Path(__file__).resolve().parents[2] / "dagster.yaml"
+IN_PROGRESS_STATUSES = (
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+    dg.DagsterRunStatus.SUSPENDED,
+)
+"""A run in one of these is under way (Dagster's own "in progress", pinned by a test)."""
 
 
 def snapshot_job_def() -> dg.JobDefinition:
@@ -362,7 +368,7 @@ def check_run_limits(instance: dg.DagsterInstance, sessions: str | list[str]) ->
     as many snapshot runs in progress as the pool's limit. A snapshot run is one that covers
     sessions (its partition tag, or the range tags of a backfill run)."""
     wanted = [sessions] if isinstance(sessions, str) else list(sessions)
-    runs = instance.get_runs(filters=dg.RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES)))
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=list(IN_PROGRESS_STATUSES)))
     snapshot_runs = [(run, run_sessions(run.tags)) for run in runs]
     snapshot_runs = [(run, covered) for run, covered in snapshot_runs if covered]
     where = f"on the Dagster instance {instance.root_directory}"
@@ -408,7 +414,7 @@ def launch_snapshot(
     ValueError naming the run in the way otherwise). ``instance`` must be persistent (the run worker is another process). An interrupt (Ctrl-C) terminates the
     run. Other arguments as in :func:`materialize_snapshot`.
     """
-    from dagster._core.storage.tags import PARTITION_NAME_TAG
+    from corr_pipeline.defs.dagster_private import PARTITION_NAME_TAG
 
     check_partition_key(partition_key)
     if not instance.is_persistent:
@@ -432,7 +438,7 @@ def launch_snapshot(
     return summarize(
         events,
         run_id=run.run_id,
-        success=finished.status == DagsterRunStatus.SUCCESS,
+        success=finished.status == dg.DagsterRunStatus.SUCCESS,
         partition_key=partition_key,
         dagster_home=Path(instance.root_directory),
         store_dir=store,
@@ -455,7 +461,7 @@ class SnapshotLocation:
     def create_run(self, run_config: dict[str, Any], tags: dict[str, str]) -> dg.DagsterRun:
         """A new run of ``snapshot_job`` with the job's tags, the partition set's, and ``tags``
         (a partition, or the range tags of :mod:`corr_pipeline.defs.runs`); not launched."""
-        from dagster._core.storage.tags import PARTITION_SET_TAG
+        from corr_pipeline.defs.dagster_private import PARTITION_SET_TAG
 
         all_tags = {**self.remote_job.tags, **tags}
         partition_sets = [
@@ -497,8 +503,7 @@ def snapshot_location(instance: dg.DagsterInstance) -> Iterator[SnapshotLocation
     """The code location (module ``corr_pipeline.definitions``, location ``corr_pipeline``, as
     ``workspace.yaml`` and ``[tool.dg]`` name it) in a code server for ``instance``, stopped on
     exit; ValueError with the location's own last line when it fails to load."""
-    from dagster._core.workspace.context import WorkspaceProcessContext
-    from dagster._core.workspace.load_target import ModuleTarget
+    from corr_pipeline.defs.dagster_private import ModuleTarget, WorkspaceProcessContext
 
     target = ModuleTarget(
         module_name=CODE_LOCATION_MODULE,

@@ -57,9 +57,8 @@ def run_worker_gone(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
     """True when ``run``'s worker is known to have exited: the instance launches workers as
     processes of this machine (the default run launcher) and the pid of its ``RUN_START`` event
     no longer exists. False when that cannot be told (another launcher, no start event yet)."""
-    from dagster._core.launcher import DefaultRunLauncher
 
-    if not isinstance(instance.run_launcher, DefaultRunLauncher):
+    if not isinstance(instance.run_launcher, dg.DefaultRunLauncher):
         return False
     started = instance.get_records_for_run(
         run.run_id, of_type=dg.DagsterEventType.RUN_START, limit=1
