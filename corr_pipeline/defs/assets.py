@@ -19,7 +19,6 @@ sessions that are already current (:mod:`corr_pipeline.snapshot.current`): publi
 these parameters, their changes recorded, and reported by the earlier attempt.
 """
 
-import bisect
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -252,10 +251,7 @@ def _sessions_in_memory(step: SnapshotStep, keys: list[str]) -> set[str]:
             f"matrices of {ranges.sessions_label(sorted(in_memory))} in memory: retention will "
             f"not keep them (the newest {keep} sessions keep theirs)",
         )
-        ordered = sorted(published)
-        predecessors = {
-            ordered[i - 1].isoformat() for day in days if (i := bisect.bisect_left(ordered, day))
-        }
+        predecessors = {day.isoformat() for day in retention.published_before(days, published)}
         apply_retention(step.context, step, min(keys), set(keys) | predecessors)
     return in_memory
 
@@ -317,10 +313,8 @@ def _stored_input(step: SnapshotStep, asset: str, key: str) -> MatrixBundle:
 
 def _with_retention(step: SnapshotStep, session: Session, still_needed: set[str]) -> None:
     """Apply retention after the session when it is due: after the run's last session, and
-    after every session while the matrices of the run's sessions that retention will not keep
-    would not all fit a quarter of the store's memory area (it then holds at most two
-    sessions' matrices); after the changes, which read the matrices of the session before. What
-    it did goes into the publication's metadata."""
+    after every session when :func:`_retain_each_session`; after the changes, which read the
+    matrices of the session before. What it did goes into the publication's metadata."""
     last = session.key == step.keys[-1]
     if not (last or _retain_each_session(step, session)):
         return
@@ -331,12 +325,15 @@ def _with_retention(step: SnapshotStep, session: Session, still_needed: set[str]
 
 
 def _retain_each_session(step: SnapshotStep, session: Session) -> bool:
+    """:func:`corr_pipeline.snapshot.retention.retain_after_each_session` of this range."""
     corr = session.bundles.get("correlation_matrix")
     overlap = session.bundles.get("overlap_matrix")
-    if not step.in_memory or corr is None or overlap is None:
+    if corr is None or overlap is None:
         return False
     matrices = corr["corr"].nbytes + overlap["overlap"].nbytes
-    return len(step.in_memory) * matrices > memory.area_budget_bytes() // 4
+    return retention.retain_after_each_session(
+        len(step.in_memory), matrices, memory.area_budget_bytes()
+    )
 
 
 snapshot_assets = [snapshot]

@@ -1,8 +1,8 @@
 """Which failures a snapshot step retries: only an unreachable database.
 
-The database-touching assets carry :data:`DATABASE_RETRY_POLICY` and run their body inside
-:func:`retry_only_if_database_unavailable`: a connection failure propagates and Dagster retries
-the step (4 attempts over about 3 minutes); anything else (wrong data, inconsistent parameters,
+The op ``snapshot``, which computes every asset, carries :data:`DATABASE_RETRY_POLICY`, and
+what touches the database runs inside :func:`retry_only_if_database_unavailable`: a connection
+failure propagates and Dagster retries the step (4 attempts over about 3 minutes); anything else (wrong data, inconsistent parameters,
 a bug) becomes ``dg.Failure(allow_retries=False)``, since running the same deterministic
 computation again cannot help. Nor is an interrupt retried (:func:`interrupt_not_retried`): a run
 asked to terminate ends.

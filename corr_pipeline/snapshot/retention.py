@@ -28,6 +28,7 @@ What PostgreSQL knows (the published dates and the store versions each snapshot 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import datetime as dt
 from collections.abc import Callable, Collection, Mapping
@@ -74,6 +75,22 @@ def not_kept(
     session after the run) read them there."""
     kept = set(sorted(set(published) | set(sessions), reverse=True)[:keep])
     return {day for day in sessions if day not in kept}
+
+
+def published_before(sessions: Collection[dt.date], published: Collection[dt.date]) -> set[dt.date]:
+    """For each of ``sessions``, the newest ``published`` date before it (none for a session
+    older than every published one): the sessions whose matrices the changes of a range read,
+    so retention leaves them alone while the range runs."""
+    ordered = sorted(published)
+    return {ordered[i - 1] for day in sessions if (i := bisect.bisect_left(ordered, day))}
+
+
+def retain_after_each_session(in_memory: int, session_bytes: int, area_budget_bytes: int) -> bool:
+    """Whether a range applies retention after each session rather than after its last: when
+    the matrices (``session_bytes`` each) of its ``in_memory`` sessions that retention will not
+    keep would not all fit a quarter of the store's memory area. The area then holds at most
+    two sessions' matrices (the session's and the one before, which its changes read)."""
+    return in_memory > 0 and in_memory * session_bytes > area_budget_bytes // 4
 
 
 def format_bytes(n: int) -> str:

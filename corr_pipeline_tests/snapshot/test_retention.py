@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import sqlalchemy as sa
 from corr_pipeline import query as q
 from corr_pipeline.db.publish import publish_snapshot
 from corr_pipeline.db.published_reads import published_dates, published_matrix_versions
+from corr_pipeline.snapshot import retention
 from corr_pipeline.snapshot.results import SnapshotResults
 from corr_pipeline.snapshot.retention import apply_retention, store_inventory
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore, sources
@@ -291,3 +293,33 @@ def test_the_previous_session_keeps_its_matrices_until_its_successor_has_changes
     _publish(clean_db, dt.date(2026, 11, 2), _matrices(store, dt.date(2026, 11, 2), 9), seed=9)
     report = apply_retention(store, read, 1)
     assert report.removed_partitions == [DAYS[4].isoformat()]
+
+
+def test_published_before_is_the_newest_published_date_before_each_session() -> None:
+    rng = random.Random(7)
+    days = [dt.date(2026, 1, 1) + dt.timedelta(days=d) for d in range(60)]
+    for _ in range(200):
+        published = set(rng.sample(days, rng.randint(0, 20)))
+        sessions = set(rng.sample(days, rng.randint(0, 10)))
+        expected = {
+            max(p for p in published if p < day)
+            for day in sessions
+            if any(p < day for p in published)
+        }
+        assert retention.published_before(sessions, published) == expected
+
+
+@pytest.mark.parametrize(
+    ("in_memory", "session_bytes", "budget", "each"),
+    [
+        (0, 10**9, 4, False),  # nothing in memory: after the last session only
+        (2, 100, 800, False),  # two sessions' 200 bytes fit a quarter of 800
+        (2, 101, 800, True),
+        (3, 67, 800, True),
+        (1, 200, 800, False),  # at the quarter exactly: fits
+    ],
+)
+def test_retention_after_each_session_when_the_range_would_not_fit_a_quarter_of_the_area(
+    in_memory: int, session_bytes: int, budget: int, each: bool
+) -> None:
+    assert retention.retain_after_each_session(in_memory, session_bytes, budget) is each
