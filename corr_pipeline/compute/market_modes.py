@@ -179,6 +179,20 @@ def market_modes(
     ------
     TypeError / ValueError : ``corr`` not a square float32 array or holding ±inf, ``m`` not an
         integer in ``0 .. N−1``. RuntimeError : no convergence within ``max_dimension``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> R = rng.standard_normal((250, 4)).astype(np.float32)
+    >>> R[:, 1] += R[:, 0]  # symbol 1 moves with symbol 0
+    >>> R[1:, 3] += R[:-1, 2]  # symbol 3 follows symbol 2 a day later
+    >>> R[:20, 2] = np.nan  # symbol 2 listed 20 days late
+    >>> from corr_pipeline.compute import pairwise_correlation
+    >>> corr = pairwise_correlation(R, min_overlap=60).corr
+    >>> modes = market_modes(corr, 1)  # the strongest mode: symbols 0 and 1 together
+    >>> round(float(modes.eigenvalues[0]), 3), np.abs(modes.vectors[:, 0]).round(2).tolist()
+    (1.751, [0.7, 0.7, 0.14, 0.06])
     """
     check_square_corr(corr)
     n = corr.shape[0]

@@ -568,6 +568,19 @@ def hierarchical_clusters(
         ``method``, not exactly one cut, a non-finite threshold, ``n_clusters`` not a whole
         number ``>= 1``, ``working_memory_mb`` not > 0, ``work`` of the wrong length, not
         C-contiguous or read-only.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> R = rng.standard_normal((250, 4)).astype(np.float32)
+    >>> R[:, 1] += R[:, 0]  # symbol 1 moves with symbol 0
+    >>> R[1:, 3] += R[:-1, 2]  # symbol 3 follows symbol 2 a day later
+    >>> R[:20, 2] = np.nan  # symbol 2 listed 20 days late
+    >>> from corr_pipeline.compute import pairwise_correlation
+    >>> corr = pairwise_correlation(R, min_overlap=60).corr
+    >>> hierarchical_clusters(corr, distance_threshold=1.2).tolist()  # 0 and 1 together
+    [0, 0, 1, 2]
     """
     check_square_corr(corr)
     _check_method(method)

@@ -75,6 +75,20 @@ def pairwise_correlation(
         :class:`~corr_pipeline.compute.parallel.runners.StripeRunner` computes on its stripes
         (:func:`~corr_pipeline.compute.correlation.striped.striped_correlation`; the outputs
         must then be file-backed memory maps every worker can open). Same bits either way.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> R = rng.standard_normal((250, 4)).astype(np.float32)
+    >>> R[:, 1] += R[:, 0]  # symbol 1 moves with symbol 0
+    >>> R[1:, 3] += R[:-1, 2]  # symbol 3 follows symbol 2 a day later
+    >>> R[:20, 2] = np.nan  # symbol 2 listed 20 days late
+    >>> result = pairwise_correlation(R, min_overlap=60)
+    >>> result.corr.astype(float).round(2).tolist()
+    [[1.0, 0.73, 0.06, 0.04], [0.73, 1.0, 0.1, 0.04], [0.06, 0.1, 1.0, -0.04], [0.04, 0.04, -0.04, 1.0]]
+    >>> result.overlap[2].tolist()  # symbol 2's common finite returns
+    [230, 230, 230, 230]
     """
     if runner is not None:
         if out_corr is None or out_overlap is None:

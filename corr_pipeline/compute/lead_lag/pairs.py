@@ -87,6 +87,22 @@ def find_lead_lag_pairs(
     the candidacy needs every count first: the sweep counts alone, keeping each leader's
     smallest possible bin, and only the leaders that can have a significant pair are swept
     again for the selection.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> R = rng.standard_normal((250, 4)).astype(np.float32)
+    >>> R[:, 1] += R[:, 0]  # symbol 1 moves with symbol 0
+    >>> R[1:, 3] += R[:-1, 2]  # symbol 3 follows symbol 2 a day later
+    >>> R[:20, 2] = np.nan  # symbol 2 listed 20 days late
+    >>> pairs = find_lead_lag_pairs(
+    ...     R, max_lag=2, k_leaders=1, k_laggers=1, min_overlap=60, max_q_value=0.05
+    ... )
+    >>> [(int(p["leader"]), int(p["lagger"]), int(p["lag"])) for p in pairs]  # 2 leads 3 by a day
+    [(2, 3, 1)]
+    >>> round(float(pairs["lagged_corr"][0]), 2), bool(pairs["q_value"][0] < 1e-6)
+    (0.72, True)
     """
     check_lead_lag_args(
         R, max_lag, k_leaders, k_laggers, min_overlap, min_improvement, corr, max_q_value

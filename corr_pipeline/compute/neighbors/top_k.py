@@ -73,6 +73,20 @@ def top_k_neighbors(
         of an integer dtype, ``k`` not an integer.
     ValueError : ``corr`` not square, ``overlap`` not of ``corr``'s shape, ``k < 1``,
         ``working_memory_mb`` not > 0.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> R = rng.standard_normal((250, 4)).astype(np.float32)
+    >>> R[:, 1] += R[:, 0]  # symbol 1 moves with symbol 0
+    >>> R[1:, 3] += R[:-1, 2]  # symbol 3 follows symbol 2 a day later
+    >>> R[:20, 2] = np.nan  # symbol 2 listed 20 days late
+    >>> from corr_pipeline.compute import pairwise_correlation
+    >>> result = pairwise_correlation(R, min_overlap=60)
+    >>> neighbors = top_k_neighbors(result.corr, k=1, overlap=result.overlap)
+    >>> neighbors.index[:, 0].tolist(), neighbors.overlap[:, 0].tolist()
+    ([1, 0, 1, 2], [250, 250, 230, 230])
     """
     if runner is not None:
         return striped_neighbors(
