@@ -14,6 +14,8 @@ MODULES = [
     "corr_pipeline.compute.clusters.linkage",
     "corr_pipeline.compute.lead_lag.pairs",
     "corr_pipeline.compute.market_modes",
+    "corr_pipeline.compute.lead_lag.significance",
+    "corr_pipeline.compute.changes.drift",
 ]
 
 
