@@ -4,6 +4,7 @@ generate_universe   a daily close-price panel with known lead-lag pairs and real
                     (:mod:`corr_pipeline.synth.universe`; SPEC §1, §2, §6)
 ragged_returns      a ragged float32 returns matrix for the compute benchmarks
                     (:mod:`corr_pipeline.synth.returns`; SPEC §2)
+example_returns     the four symbols of the compute functions' docstring examples
 market_like_returns returns with a reversing market, common GARCH volatility, fat tails,
                     optional sectors (reported per symbol) and lead-lag pairs, for the
                     lead-lag calibration and the clusters' cuts
@@ -11,7 +12,7 @@ market_like_returns returns with a reversing market, common GARCH volatility, fa
 """
 
 from corr_pipeline.synth.market_like import MarketLikeReturns, market_like_returns
-from corr_pipeline.synth.returns import ragged_returns
+from corr_pipeline.synth.returns import example_returns, ragged_returns
 from corr_pipeline.synth.universe import (
     BAD_PRINT_DTYPE,
     BAD_PRINT_KINDS,
@@ -36,6 +37,7 @@ __all__ = [
     "REALISTIC_TICKERS",
     "TRUTH_DTYPE",
     "SyntheticUniverse",
+    "example_returns",
     "generate_universe",
     "make_symbols",
     "market_like_returns",

@@ -55,3 +55,15 @@ def ragged_returns(
             returns[n_rows - k :, col] = np.nan
     returns[rng.random((n_rows, n_cols)) < gap_share] = np.nan
     return returns
+
+
+def example_returns() -> np.ndarray:
+    """The four-symbol universe of the compute functions' docstring examples: 250 standard
+    normal float32 returns (``default_rng(0)``) where symbol 1 moves with symbol 0
+    (``R[:, 1] += R[:, 0]``), symbol 3 follows symbol 2 a day later (``R[1:, 3] += R[:-1, 2]``)
+    and symbol 2 is listed 20 days late (its first 20 returns NaN)."""
+    returns = np.random.default_rng(0).standard_normal((250, 4)).astype(np.float32)
+    returns[:, 1] += returns[:, 0]
+    returns[1:, 3] += returns[:-1, 2]
+    returns[:20, 2] = np.nan
+    return returns

@@ -90,12 +90,8 @@ def find_lead_lag_pairs(
 
     Examples
     --------
-    >>> import numpy as np
-    >>> rng = np.random.default_rng(0)
-    >>> R = rng.standard_normal((250, 4)).astype(np.float32)
-    >>> R[:, 1] += R[:, 0]  # symbol 1 moves with symbol 0
-    >>> R[1:, 3] += R[:-1, 2]  # symbol 3 follows symbol 2 a day later
-    >>> R[:20, 2] = np.nan  # symbol 2 listed 20 days late
+    >>> from corr_pipeline.synth import example_returns
+    >>> R = example_returns()  # 1 moves with 0, 3 follows 2 a day later, 2 listed late
     >>> pairs = find_lead_lag_pairs(
     ...     R, max_lag=2, k_leaders=1, k_laggers=1, min_overlap=60, max_q_value=0.05
     ... )

@@ -119,11 +119,8 @@ def pair_significance(
     Examples
     --------
     >>> import numpy as np
-    >>> rng = np.random.default_rng(0)
-    >>> R = rng.standard_normal((250, 4)).astype(np.float32)
-    >>> R[:, 1] += R[:, 0]  # symbol 1 moves with symbol 0
-    >>> R[1:, 3] += R[:-1, 2]  # symbol 3 follows symbol 2 a day later
-    >>> R[:20, 2] = np.nan  # symbol 2 listed 20 days late
+    >>> from corr_pipeline.synth import example_returns
+    >>> R = example_returns()  # 1 moves with 0, 3 follows 2 a day later, 2 listed late
     >>> s = pair_significance(R, np.array([2]), np.array([3]), max_lag=2, min_overlap=60)
     >>> bool(s.p_value[0] < 1e-10), bool(s.q_value[0] < 1e-9), s.m  # 12 ordered pairs tested
     (True, True, 12)

@@ -76,12 +76,8 @@ def top_k_neighbors(
 
     Examples
     --------
-    >>> import numpy as np
-    >>> rng = np.random.default_rng(0)
-    >>> R = rng.standard_normal((250, 4)).astype(np.float32)
-    >>> R[:, 1] += R[:, 0]  # symbol 1 moves with symbol 0
-    >>> R[1:, 3] += R[:-1, 2]  # symbol 3 follows symbol 2 a day later
-    >>> R[:20, 2] = np.nan  # symbol 2 listed 20 days late
+    >>> from corr_pipeline.synth import example_returns
+    >>> R = example_returns()  # 1 moves with 0, 3 follows 2 a day later, 2 listed late
     >>> from corr_pipeline.compute import pairwise_correlation
     >>> result = pairwise_correlation(R, min_overlap=60)
     >>> neighbors = top_k_neighbors(result.corr, k=1, overlap=result.overlap)
