@@ -11,6 +11,7 @@ from corr_pipeline import viz
 from corr_pipeline.defs import pictures
 from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.fixtures.deployment import resources_at
+from corr_pipeline_tests.fixtures.pipeline import SIXTY_DAYS
 from corr_pipeline_tests.viz.helpers import (
     PNG_MAGIC,
     corr_with_clusters,
@@ -76,16 +77,7 @@ def test_assets_attach_valid_png_pictures(clean_db, tmp_path):
 
     report = write_synthetic_universe(clean_db, n_symbols=80, n_days=100, seed=11)
     resources = resources_at(tmp_path / "store")
-    resources["snapshot_params"] = SnapshotParams(
-        lookback_days=60,
-        min_history_days=40,
-        min_overlap=30,
-        k_neighbors=5,
-        max_lag=3,
-        k_leaders=3,
-        k_laggers=3,
-        working_memory_mb=16,
-    )
+    resources["snapshot_params"] = SnapshotParams(**{**SIXTY_DAYS, "max_q_value": 0.05})
     result = dg.materialize(
         snapshot_assets, partition_key=str(report.last_date), resources=resources
     )

@@ -42,6 +42,7 @@ from corr_pipeline.defs.run import (
     open_instance,
     snapshot_job_def,
 )
+from corr_pipeline.defs.specs import SNAPSHOT_ASSETS
 from corr_pipeline.snapshot import display
 from corr_pipeline.store import memory, writeback
 from corr_pipeline.store.matrix_store import MatrixStore
@@ -49,7 +50,6 @@ from corr_pipeline_tests.compute import reference as ref
 from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.fixtures.deployment import resources_at, use_store
 from corr_pipeline_tests.fixtures.pipeline import (
-    ASSET_NAMES,
     LAST,
     SIXTY_DAYS,
     materialize,
@@ -522,7 +522,7 @@ def test_definitions_contents():
 
     repo = defs.get_repository_def()
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
-    assert keys == ASSET_NAMES
+    assert keys == set(SNAPSHOT_ASSETS)
     assert len(list(repo.asset_graph.asset_check_keys)) == 10  # with publication_freshness
     job = defs.resolve_job_def("snapshot_job")
     assert job.partitions_def is not None

@@ -31,13 +31,14 @@ from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.resources import SnapshotParams
 from corr_pipeline.defs.run import REPO_DAGSTER_YAML, snapshot_job_def
 from corr_pipeline.defs.runs import RANGE_END_TAG, RANGE_START_TAG, run_sessions
+from corr_pipeline.defs.specs import SNAPSHOT_ASSETS
 from corr_pipeline.defs.step_options import SESSIONS_PER_RUN, backfill_sessions_per_run
 from corr_pipeline.store import memory
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.defs.events import materializations
 from corr_pipeline_tests.defs.published import published_rows
 from corr_pipeline_tests.fixtures.deployment import resources_at, use_store
-from corr_pipeline_tests.fixtures.pipeline import ASSET_NAMES, SIXTY_DAYS
+from corr_pipeline_tests.fixtures.pipeline import SIXTY_DAYS
 from corr_pipeline_tests.fixtures.project_copy import project_copy
 
 SESSIONS = ["2026-11-16", "2026-11-17", "2026-11-18", "2026-11-19", "2026-11-20", "2026-11-23"]
@@ -105,7 +106,7 @@ def test_a_range_in_one_run_publishes_what_each_session_publishes_alone(
         m = event.event_specific_data.materialization
         materialized.setdefault(m.asset_key.to_user_string(), {})[m.partition] = m.metadata
         refreshes += m.asset_key.to_user_string() == "snapshot_changes" and m.partition == NEWER[0]
-    assert set(materialized) == ASSET_NAMES
+    assert set(materialized) == set(SNAPSHOT_ASSETS)
     # after the last session the run recomputed the changes of the next published one
     # (NEWER[0]) once, and its partition shows it too
     assert refreshes == 1

@@ -32,6 +32,7 @@ from corr_pipeline.db.schema import prices
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.io_manager import MatrixStoreResource
 from corr_pipeline.defs.runs import partitions_in_flight
+from corr_pipeline.defs.specs import MATRIX_ASSETS
 from corr_pipeline.snapshot.retention import apply_retention
 from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline_tests.defs.events import materializations
@@ -41,14 +42,6 @@ LAST = dt.date(2026, 10, 30)  # a Friday
 DAYS = [dt.date(2026, 10, d) for d in (26, 27, 28, 29, 30)]
 SYMBOLS = [f"S{i:02d}" for i in range(24)]
 SYM = "S00"
-STORE_ASSETS = (
-    "returns_matrix",
-    "correlation_matrix",
-    "overlap_matrix",
-    "top_k_neighbors",
-    "clusters",
-    "lead_lag_pairs",
-)
 
 
 def _seed_prices(engine: sa.Engine, seed: int) -> None:
@@ -133,7 +126,7 @@ def test_publication_records_the_versions_it_was_computed_from(universe, tmp_pat
     ]
     assert not [p for p in store_dir.rglob("*") if ".tmp-" in p.name]
     recorded = published_matrix_versions(universe)[LAST]
-    current = {asset: store.load_bundle(asset, key).versions for asset in STORE_ASSETS}
+    current = {asset: store.load_bundle(asset, key).versions for asset in MATRIX_ASSETS}
     assert recorded == current
     neighbors = store.load_bundle("top_k_neighbors", key)
     assert neighbors.inputs == {

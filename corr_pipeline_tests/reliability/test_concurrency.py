@@ -25,25 +25,18 @@ from corr_pipeline import query as q
 from corr_pipeline import settings
 from corr_pipeline.db.schema import PUBLISHED_TABLES
 from corr_pipeline.defs.run import materialize_snapshot
+from corr_pipeline.defs.specs import MATRIX_ASSETS
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
 from corr_pipeline_tests.reliability import helpers as h
 
 D = dt.date(2026, 10, 30)
 KEY = D.isoformat()
-STORE_ASSETS = (
-    "returns_matrix",
-    "correlation_matrix",
-    "overlap_matrix",
-    "top_k_neighbors",
-    "clusters",
-    "lead_lag_pairs",
-)
 
 
 def assert_same_store(store_a, store_b) -> None:
     """Every asset bundle of the partition: same labels, arrays equal bit for bit."""
     a, b = MatrixStore(store_a), MatrixStore(store_b)
-    for asset in STORE_ASSETS:
+    for asset in MATRIX_ASSETS:
         bundle_a, bundle_b = a.load_bundle(asset, KEY), b.load_bundle(asset, KEY)
         assert bundle_a.labels == bundle_b.labels, asset
         assert bundle_a.names == bundle_b.names, asset
