@@ -21,7 +21,11 @@ largest ``|r̂|`` the robust statistic ``t̂ = P / sqrt(Q)`` (``p_values``), wit
 ``Q = Σ_t Z[t, i]²·Z[t + ℓ, j]²`` at that lag alone, from the pair's two rows of ``Z²``:
 float32 partial sums of ``sweep_kernels.Q_TERMS`` terms added in float64 (a sum of positive
 terms: its relative error does not grow with cancellation), where products of every lag would
-cost as much as ``P``'s.
+cost as much as ``P``'s. The lag is chosen for a group of ``sweep_kernels.GROUP_ROWS`` leaders
+first, then their ``Q`` are summed four laggers at a time, so that each load of a leader's row
+serves four pairs and the laggers' rows are read once per group; every pair sums the window's
+``T`` terms, its lagger's row padded with zeros past the window (exact zeros: the sum and the
+bound are those of the ``T − ℓ`` terms).
 
 **The bound.** With ``u = 2⁻²⁴`` and ``γ_k = k·u / (1 − k·u)``, a float32 dot product of ``k``
 terms in any order (BLAS's included) lies within ``γ_k·Σ|a·b|`` of the exact sum; the chunks'
@@ -199,7 +203,7 @@ class SweepInputs:
     min_overlap: int
     data: tuple
     laggers: tuple
-    squares_t: np.ndarray  # N × T float32, Z² rounded
+    squares_t: np.ndarray  # N × (T + max_lag) float32, Z² rounded, zero after row T
     roots: np.ndarray  # N float64, sqrt(S) rounded up
     chunks: np.ndarray  # the row chunks' boundaries, for P
     params: tuple  # (G, γ_Q, η, ln(1 + EPSILON))
@@ -217,7 +221,7 @@ def sweep_inputs(window: Standardized, max_lag: int, min_overlap: int) -> SweepI
         min_overlap=min_overlap,
         data=data,
         laggers=lagger_sums(data, max_lag),
-        squares_t=np.square(window.z_t),
+        squares_t=_padded_squares(window.z_t, max_lag),
         roots=np.sqrt(window.prefix_sq[window.n_rows]) * (1.0 + 2.0**-40),
         chunks=chunks,
         params=(
@@ -430,6 +434,14 @@ def block_bounds(
         bounds=Bounds(upper, lower, sync, rows, min_improvement, bin_limit),
     )
     return upper, lower, _NO_SYNC if sync is None else sync
+
+
+def _padded_squares(z_t: np.ndarray, max_lag: int) -> np.ndarray:
+    """``Z²`` rounded to float32, one row per column, followed by ``max_lag`` zeros: the terms of
+    ``Q`` past the window's end are exact zeros (``sweep_kernels._squares_at_best_lags``)."""
+    out = np.zeros((z_t.shape[0], z_t.shape[1] + max_lag), dtype=np.float32)
+    np.square(z_t, out=out[:, : z_t.shape[1]])
+    return out
 
 
 def _tiles_of(leaders: np.ndarray, n_cols: int) -> list[np.ndarray]:

@@ -26,6 +26,10 @@ from corr_pipeline.compute.lead_lag.p_values import (
     t_bin,
 )
 
+GROUP_ROWS = 16
+"""Leaders swept together: their pairs' ``Q`` is computed after all their best lags are known,
+four laggers at a time, so that the laggers' rows of ``Z²`` are read once for the group."""
+
 Q_TERMS = 128
 """Terms of ``Q`` per float32 partial sum (``γ_{Q_TERMS+2}`` of the bound), the partial sums
 added in float64: one sum over the whole window would give ``γ_{T+2}``, too wide at T = 1,500 for
@@ -99,7 +103,9 @@ def _overlap_sums(
 ):  # pragma: no cover - compiled
     """The sums of ``kernels.overlap_moments`` of leader ``i`` at lag ``lag`` with the laggers
     ``col0 ..``, vectorised over them (the same operations in the same order, the counts as
-    floats): the rows of ``sums`` are (sx, sy, sxx, syy, base_x, base_y, n)."""
+    floats): the rows of ``sums`` are (sx, sy, sxx, syy, base_x, base_y, n). ``lagger_gaps``:
+    the ``(c, row)`` of each row where lagger ``c`` is missing inside its interval, each
+    lagger's rows ascending."""
     z, prefix, prefix_sq = window[0], window[1], window[2]
     z_t, present_t = data[0], data[1]
     prefix_t, prefix_sq_t, prefix_count_t = data[3], data[4], data[5]
@@ -176,106 +182,137 @@ def _overlap_sums(
                 syy[c] -= v * v
 
 
-@njit(cache=True, nogil=True, error_model="numpy")
-def _lag_values(
-    sums, p_lag, g_i, root_y, f_overlap, tau, magnitude, delta, kind
-):  # pragma: no cover - compiled
-    """One lag's ``|r̂|`` (−1 unless the lag is finite and takes no fallback) and its bound
-    ``δ`` for every lagger (module docstring), and ``kind``: 0 when the lag does not reach
+@njit(cache=True, nogil=True, inline="always")
+def _lag_value(sums, c, p, g_i, root_y, f_overlap, tau):  # pragma: no cover - compiled
+    """Lagger ``c``'s ``|r̂|`` at one lag (−1 unless the lag is finite and takes no fallback),
+    its bound ``δ`` (module docstring) and its kind: 0 when the lag does not reach
     ``min_overlap``, 1 when it does but a variance takes the float64 fallback, 2 otherwise;
-    branch-free, so that it vectorises."""
-    for c in range(p_lag.shape[0]):
-        n = sums[6, c]
-        inv_n = 1.0 / max(n, 1.0)
-        var_x = sums[2, c] - sums[0, c] * sums[0, c] * inv_n
-        var_y = sums[3, c] - sums[1, c] * sums[1, c] * inv_n
-        inv = 1.0 / math.sqrt(max(var_x * var_y, 1e-300))
-        value = min(1.0, max(-1.0, (p_lag[c] - sums[0, c] * sums[1, c] * inv_n) * inv))
-        has = n >= f_overlap
-        fine = has & (var_x > tau * sums[4, c]) & (var_y > tau * sums[5, c])
-        magnitude[c] = abs(value) if fine else -1.0
-        delta[c] = g_i * root_y[c] * inv + 2.0**-48
-        kind[c] = 2.0 if fine else (1.0 if has else 0.0)
+    branch-free."""
+    n = sums[6, c]
+    inv_n = 1.0 / max(n, 1.0)
+    var_x = sums[2, c] - sums[0, c] * sums[0, c] * inv_n
+    var_y = sums[3, c] - sums[1, c] * sums[1, c] * inv_n
+    inv = 1.0 / math.sqrt(max(var_x * var_y, 1e-300))
+    value = min(1.0, max(-1.0, (p - sums[0, c] * sums[1, c] * inv_n) * inv))
+    has = n >= f_overlap
+    fine = has & (var_x > tau * sums[4, c]) & (var_y > tau * sums[5, c])
+    magnitude = abs(value) if fine else -1.0
+    delta = g_i * root_y[c] * inv + 2.0**-48
+    kind = 2.0 if fine else (1.0 if has else 0.0)
+    return magnitude, delta, kind
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _choose(
-    i, col0, first_lag, lags, p_all, squares_t, g_i, root_y, params, state
-):  # pragma: no cover - compiled
-    """Per pair (one scalar loop, the lags inside): the synchronous bounds from lag 0 (when
-    swept), the best lag's certainty, the robust statistic ``t̂`` there and its bound ``Δ``
-    (module docstring of ``sweep``; ``Δ = ∞``, ``t̂ = 0`` when the lag is not certain or ``Q``
-    too small to bound; ``Q`` from :func:`_squares_at_best_lag`), and for the bounds the largest ``|r̂| ± δ`` over the lags (1 for the
-    upper one when a lag takes the fallback), whether a lag is finite, and the best lag when
-    it is certain (else 0). ``lags`` = the per-slot (magnitude, delta, kind) arrays of
-    :func:`_lag_values`;
-    ``state`` = (t_hat, spread, top_hi, top_lo, finite, sync_lo, sync_hi, best_lag)."""
-    magnitude, delta, kind = lags
-    gamma_q, eta = params
-    t_hat, spread, top_hi, top_lo, finite, sync_lo, sync_hi, best_lag = state
-    n_slots = magnitude.shape[0]
-    first = 1 - first_lag  # the slot of lag 1
-    if first_lag == 0:
-        for c in range(magnitude.shape[1]):
-            m0 = magnitude[0, c]
-            sync_lo[c] = max(m0 - delta[0, c], 0.0) if m0 >= 0.0 else 0.0
-            sync_hi[c] = min(m0 + delta[0, c], 1.0) if m0 >= 0.0 else min(kind[0, c], 1.0)
-    for c in range(magnitude.shape[1]):
-        best = first
-        best_abs = -1.0
-        best_delta = 0.0
-        others = -np.inf
-        hi = -np.inf
-        lo = -np.inf
-        worst = 2.0  # the smallest kind over the finite lags: 1 when one takes the fallback
-        any_finite = 0.0
-        for s in range(first, n_slots):  # branch-free: selects, no jumps on the data
-            k = kind[s, c]
-            any_finite = max(any_finite, k)
-            worst = min(worst, k) if k > 0.0 else worst
-            m = magnitude[s, c]
-            d = delta[s, c]
-            ok = m >= 0.0
-            better = m > best_abs
-            others = max(others, best_abs + best_delta if better else m + d)
-            hi = max(hi, m + d) if ok else hi
-            lo = max(lo, m - d) if ok else lo
-            best = s if better else best
-            best_delta = d if better else best_delta
-            best_abs = m if better else best_abs
-        unsure = worst < 2.0
-        any_finite = min(any_finite, 1.0)
-        finite[c] = any_finite
-        top_hi[c] = 1.0 if unsure else max(hi, 0.0)
-        top_lo[c] = lo
-        lag = first_lag + best
-        certain = (not unsure) & (best_abs >= 0.0) & (best_abs - best_delta - 2.0**-23 > others)
-        best_lag[c] = lag if certain else 0
-        t_hat[c] = p_all[best, c]  # P at the best lag, for _statistic
-    _squares_at_best_lag(squares_t, i, col0, best_lag, spread)
-    _statistic(g_i, root_y, gamma_q, eta, best_lag, t_hat, spread)
+def _sync_bounds(sums, p_lag, g_i, root_y, f_overlap, tau, sync_lo, sync_hi):  # pragma: no cover
+    """Lag 0's bounds of ``|sync|``: ``|r̂₀| ± δ₀`` within [0, 1], 0 to 1 on a fallback, 0 to 0
+    below ``min_overlap``; branch-free, so that it vectorises."""
+    for c in range(p_lag.shape[0]):
+        m0, d0, k0 = _lag_value(sums, c, p_lag[c], g_i, root_y, f_overlap, tau)
+        sync_lo[c] = max(m0 - d0, 0.0) if m0 >= 0.0 else 0.0
+        sync_hi[c] = min(m0 + d0, 1.0) if m0 >= 0.0 else min(k0, 1.0)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _fold_lag(sums, p_lag, g_i, root_y, f_overlap, tau, slot, run):  # pragma: no cover
+    """Fold one lag (``slot``, lags in ascending order) into each pair's running choice ``run``
+    = (best |r̂|, its δ, P there, its slot, the largest other |r̂| + δ, the largest |r̂| + δ, the
+    largest |r̂| − δ, the smallest kind of the finite lags, the largest kind): branch-free
+    selects, so that it vectorises over the laggers."""
+    best_abs, best_delta, best_p, best_slot, others, hi, lo, worst, any_finite = run
+    for c in range(p_lag.shape[0]):
+        m, d, k = _lag_value(sums, c, p_lag[c], g_i, root_y, f_overlap, tau)
+        any_finite[c] = max(any_finite[c], k)
+        worst[c] = min(worst[c], k) if k > 0.0 else worst[c]
+        ok = m >= 0.0
+        better = m > best_abs[c]
+        others[c] = max(others[c], best_abs[c] + best_delta[c] if better else m + d)
+        hi[c] = max(hi[c], m + d) if ok else hi[c]
+        lo[c] = max(lo[c], m - d) if ok else lo[c]
+        best_slot[c] = slot if better else best_slot[c]
+        best_delta[c] = d if better else best_delta[c]
+        best_p[c] = p_lag[c] if better else best_p[c]
+        best_abs[c] = m if better else best_abs[c]
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _start_choice(first, run):  # pragma: no cover - compiled
+    """``run`` before the first lag (:func:`_fold_lag`; ``first`` the slot of lag 1)."""
+    best_abs, best_delta, best_p, best_slot, others, hi, lo, worst, any_finite = run
+    for c in range(best_abs.shape[0]):
+        best_abs[c] = -1.0
+        best_delta[c] = 0.0
+        best_p[c] = 0.0
+        best_slot[c] = first
+        others[c] = -np.inf
+        hi[c] = -np.inf
+        lo[c] = -np.inf
+        worst[c] = 2.0
+        any_finite[c] = 0.0
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _choose(first_lag, run, state):  # pragma: no cover - compiled
+    """From each pair's choice over the lags (:func:`_fold_lag`): ``P`` at the best lag (into
+    ``t_hat``, for :func:`_statistic`), the best lag when it is certain (else 0), and for the
+    bounds the largest ``|r̂| ± δ`` (1 for the upper one when a lag takes the fallback) and
+    whether a lag is finite; ``state`` = one leader's (t_hat, spread, top_hi, top_lo, finite,
+    sync_lo, sync_hi, best_lag)."""
+    best_abs, best_delta, best_p, best_slot, others, hi, lo, worst, any_finite = run
+    t_hat, _, top_hi, top_lo, finite, _, _, best_lag = state
+    for c in range(best_abs.shape[0]):
+        unsure = worst[c] < 2.0
+        finite[c] = min(any_finite[c], 1.0)
+        top_hi[c] = 1.0 if unsure else max(hi[c], 0.0)
+        top_lo[c] = lo[c]
+        b = best_abs[c]
+        certain = (not unsure) & (b >= 0.0) & (b - best_delta[c] - 2.0**-23 > others[c])
+        best_lag[c] = first_lag + np.int64(best_slot[c]) if certain else 0
+        t_hat[c] = best_p[c]
 
 
 @njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})
-def _squares_at_best_lag(squares_t, i, col0, best_lag, out):  # pragma: no cover - compiled
-    """``Q̂ = Σ_t Z²[t, i]·Z²[t + ℓ, j]`` at each certain best lag ``ℓ`` (0 where there is
-    none): float32 dot products of ``Q_TERMS`` terms, each summed in whatever order
-    vectorises (``reassoc``: the bound of the ``sweep`` module docstring holds for any order),
-    added in float64."""
-    n_rows = squares_t.shape[1]
-    for c in range(out.shape[0]):
-        lag = max(best_lag[c], 0)
-        leader = squares_t[i, : n_rows - lag]
-        lagger = squares_t[col0 + c, lag:]  # (slices: no index wraps around, so it vectorises)
-        total = 0.0
-        for t0 in range(0, leader.shape[0] if lag > 0 else 0, Q_TERMS):
-            a = leader[t0 : t0 + Q_TERMS]
-            b = lagger[t0 : t0 + Q_TERMS]
-            part = np.float32(0.0)
-            for t in range(a.shape[0]):
-                part += a[t] * b[t]
-            total += np.float64(part)
-        out[c] = total
+def _squares_at_best_lags(squares, n_terms, leaders, col0, best_lag, out):  # pragma: no cover
+    """``Q̂[g, c] = Σ_t Z²[t, leaders[g]]·Z²[t + ℓ, col0 + c]`` at each pair's best lag
+    ``ℓ = best_lag[g, c]`` (lag 1 where there is none: unused), from ``squares`` (N rows of
+    ``Z²`` rounded to float32, zero after the window's ``n_terms`` rows, so every pair sums the
+    same ``n_terms`` terms): float32 dot products of ``Q_TERMS`` terms, each summed in whatever
+    order vectorises (``reassoc``: the bound of the ``sweep`` module docstring holds for any
+    order), added in float64. Four laggers at a time share each load of the leader's row, and
+    their rows stay in the first-level cache across the group's leaders."""
+    last = out.shape[1] - 1
+    for c in range(0, last + 1, 4):
+        c1, c2, c3 = min(c + 1, last), min(c + 2, last), min(c + 3, last)
+        y0, y1, y2, y3 = (
+            squares[col0 + c],
+            squares[col0 + c1],
+            squares[col0 + c2],
+            squares[col0 + c3],
+        )
+        for g in range(leaders.size):
+            x = squares[leaders[g]]
+            b0 = y0[max(best_lag[g, c], 1) :]  # (slices: no index wraps around, so it vectorises)
+            b1 = y1[max(best_lag[g, c1], 1) :]
+            b2 = y2[max(best_lag[g, c2], 1) :]
+            b3 = y3[max(best_lag[g, c3], 1) :]
+            q0 = q1 = q2 = q3 = 0.0
+            for t0 in range(0, n_terms, Q_TERMS):
+                t1 = min(t0 + Q_TERMS, n_terms)
+                a, x0, x1, x2, x3 = x[t0:t1], b0[t0:t1], b1[t0:t1], b2[t0:t1], b3[t0:t1]
+                p0 = p1 = p2 = p3 = np.float32(0.0)
+                for t in range(a.shape[0]):
+                    v = a[t]
+                    p0 += v * x0[t]
+                    p1 += v * x1[t]
+                    p2 += v * x2[t]
+                    p3 += v * x3[t]
+                q0 += np.float64(p0)
+                q1 += np.float64(p1)
+                q2 += np.float64(p2)
+                q3 += np.float64(p3)
+            out[g, c3] = q3  # (from the last: a repeated lagger keeps its own slot's value)
+            out[g, c2] = q2
+            out[g, c1] = q1
+            out[g, c] = q0
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
@@ -352,25 +389,94 @@ def _write_bounds(
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def sweep_tile(
-    products, squares_t, tile, window, data, laggers, params, counting, outputs
+def _row_lags(
+    products, r, i, col0, first_lag, inputs, partial, lagger_gaps, g_i, sums, p_lag, run, state
 ):  # pragma: no cover - compiled
-    """The pairs of one tile of leaders and one chunk of laggers (``sweep`` module docstring).
+    """Leader ``i`` (the tile's row ``r``) with the laggers ``col0 ..``: each lag's ``P`` (the
+    float64 sum of the row chunks' float32 products), overlap sums and ``|r̂| ± δ``, folded into
+    the choice of the best lag (:func:`_choose`, into ``state``); ``inputs`` = (data, window,
+    laggers, root_y, f_overlap, tau)."""
+    data, window, laggers, root_y, f_overlap, tau = inputs
+    n_chunks, n_slots, _, width = products.shape
+    _start_choice(1 - first_lag, run)
+    for s in range(n_slots):
+        for c in range(width):
+            p_lag[c] = np.float64(products[0, s, r, c])
+        for k in range(1, n_chunks):
+            for c in range(width):
+                p_lag[c] += np.float64(products[k, s, r, c])
+        _overlap_sums(i, first_lag + s, col0, data, window, laggers, partial, lagger_gaps, sums)
+        if first_lag + s == 0:
+            _sync_bounds(sums, p_lag, g_i, root_y, f_overlap, tau, state[5], state[6])
+        else:
+            _fold_lag(sums, p_lag, g_i, root_y, f_overlap, tau, np.float64(s), run)
+    _choose(first_lag, run, state)
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _row_bins(t_hat, spread, finite, self_c, log_eps, bins, low):  # pragma: no cover - compiled
+    """Per lagger of one leader: the bin its pair is counted in (−1: deferred, −2: none, for
+    ``i = j`` or without a finite lag) and the smallest bin its p-value could be in
+    (``N_BINS`` unless counted); branch-free, so that it vectorises."""
+    for c in range(t_hat.shape[0]):
+        z_hat = abs(t_hat[c])
+        d = spread[c]
+        counted = (d * (z_hat + d + 1.0) <= log_eps) & (finite[c] > 0.0)
+        bins[c] = _bin_of(z_hat) if counted else (-1 if finite[c] > 0.0 else -2)
+        low[c] = _bin_of(z_hat + d) if counted else N_BINS
+    if self_c >= 0:
+        bins[self_c] = -2
+        low[self_c] = N_BINS
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def _count_row(
+    i, col0, bins, best_lag, histogram, spills, deferred, counted
+):  # pragma: no cover - compiled
+    """Count one leader's pairs (:func:`_row_bins`) into the byte histogram, its spills and the
+    deferred pairs ``(leader, lagger, lag)``; ``counted`` = (spills, deferred) so far, returned
+    updated."""
+    n_spills, n_deferred = counted
+    for c in range(bins.shape[0]):
+        b = bins[c]
+        if b >= 0:
+            held = histogram[b] + 1
+            if held == 256:
+                spills[n_spills] = b
+                n_spills += 1
+                held = 0
+            histogram[b] = held
+        elif b == -1:
+            deferred[n_deferred, 0] = i
+            deferred[n_deferred, 1] = col0 + c
+            deferred[n_deferred, 2] = best_lag[c]
+            n_deferred += 1
+    return n_spills, n_deferred
+
+
+@njit(cache=True, nogil=True, error_model="numpy")
+def sweep_tile(
+    products, squares, tile, window, data, laggers, params, counting, outputs
+):  # pragma: no cover - compiled
+    """The pairs of one tile of leaders and one chunk of laggers (``sweep`` module docstring),
+    in groups of :data:`GROUP_ROWS` leaders: each leader's lags and best lag, then the group's
+    ``Q`` at the best lags (:func:`_squares_at_best_lags`), then each leader's statistics,
+    counts and bounds.
 
     ``products[k, s, r, c]``: row chunk ``k``'s float32 ``P`` of lag ``first_lag + s`` for the
-    tile's row ``r`` and lagger ``col0 + c``; ``squares_t``: the window's ``Z²`` rounded to
-    float32, N × T.
+    tile's row ``r`` and lagger ``col0 + c``; ``squares``: the window's ``Z²`` rounded to
+    float32, N × (T + max_lag), zero after row T.
     ``tile`` = (leaders, rows, col0, first_lag, min_overlap, tau): the tile's leader indices
     and, per tile row, its row in the bounds (−1: not swept); ``window`` = (z, prefix,
-    prefix_sq, roots), time-major, ``roots`` the columns' ``sqrt(S)``; ``laggers``: :func:`lagger_sums`;
-    ``params`` = (G, γ_Q, η, ln(1 + EPSILON)); ``counting`` = (count, histogram, spills,
-    deferred, activity, low_bins, record): whether to count, the thread's byte histogram, room
-    for its spills and deferred pairs (``(leader, lagger, lag)``, the lag 0 unless certain; one
-    per pair at most), whether to keep each row's
-    smallest possible bin in ``low_bins``, each pair's counted bin (−1: deferred) when
-    ``record`` is not empty; ``outputs`` = (upper, lower, sync_block, given_sync,
-    min_improvement, bin_limit), the bounds (empty arrays: none; ``given_sync``:
-    ``sync_block`` holds ``corr``). Returns ``(spills, deferred)`` written."""
+    prefix_sq, roots), time-major, ``roots`` the columns' ``sqrt(S)``; ``laggers``:
+    :func:`lagger_sums`; ``params`` = (G, γ_Q, η, ln(1 + EPSILON)); ``counting`` = (count,
+    histogram, spills, deferred, activity, low_bins, record): whether to count, the thread's
+    byte histogram, room for its spills and deferred pairs (``(leader, lagger, lag)``, the lag
+    0 unless certain; one per pair at most), whether to keep each row's smallest possible bin
+    in ``low_bins``, each pair's counted bin (−1: deferred) when ``record`` is not empty;
+    ``outputs`` = (upper, lower, sync_block, given_sync, min_improvement, bin_limit), the
+    bounds (empty arrays: none; ``given_sync``: ``sync_block`` holds ``corr``). Returns
+    ``(spills, deferred)`` written."""
     leaders, rows, col0, first_lag, min_overlap, tau = tile
     roots = window[3]
     gap_ptr, gap_rows, lo, hi = data[6], data[7], data[8], data[9]
@@ -379,28 +485,34 @@ def sweep_tile(
     upper, lower, sync_block, given_sync, min_improvement, bin_limit = outputs
     recording = record.shape[0] > 0
     bounding = upper.shape[0] > 0
-    n_spills = 0
-    n_deferred = 0
-    n_chunks, n_slots, _, width = products.shape
+    counted = (0, 0)
+    width = products.shape[3]
     n_rows = window[0].shape[0]
     sums = np.empty((7, width))
-    p_all = np.empty((n_slots, width))
-    lags = (
-        np.empty((n_slots, width)),  # |r̂|, −1 unless finite and without fallback
-        np.empty((n_slots, width)),  # δ
-        np.empty((n_slots, width)),  # 0: below min_overlap, 1: a fallback, 2: fine
-    )
-    state = (
-        np.empty(width),  # t̂
-        np.empty(width),  # Δ
+    p_lag = np.empty(width)
+    run = (
+        np.empty(width),  # the best |r̂| so far (−1: none)
+        np.empty(width),  # its δ
+        np.empty(width),  # P there
+        np.empty(width),  # its slot
+        np.empty(width),  # the largest |r̂| + δ of the other lags
         np.empty(width),  # the largest |r̂| + δ
         np.empty(width),  # the largest |r̂| − δ
-        np.empty(width),  # a lag is finite (1, 0)
-        np.empty(width),  # bounds of |sync| from lag 0
-        np.empty(width),
-        np.empty(width, dtype=np.int64),  # the best lag when certain, else 0
+        np.empty(width),  # the smallest kind of the finite lags
+        np.empty(width),  # the largest kind
     )
-    t_hat, spread, finite = state[0], state[1], state[4]
+    group = (
+        np.empty((GROUP_ROWS, width)),  # t̂ (P at the best lag until _statistic)
+        np.empty((GROUP_ROWS, width)),  # Δ (Q at the best lag until _statistic)
+        np.empty((GROUP_ROWS, width)),  # the largest |r̂| + δ
+        np.empty((GROUP_ROWS, width)),  # the largest |r̂| − δ
+        np.empty((GROUP_ROWS, width)),  # a lag is finite (1, 0)
+        np.empty((GROUP_ROWS, width)),  # bounds of |sync| from lag 0
+        np.empty((GROUP_ROWS, width)),
+        np.empty((GROUP_ROWS, width), dtype=np.int64),  # the best lag when certain, else 0
+    )
+    bins = np.empty(width, dtype=np.int64)
+    low = np.empty(width, dtype=np.int64)
     root_y = roots[col0 : col0 + width]
     partial = np.flatnonzero((lo[col0 : col0 + width] != 0) | (hi[col0 : col0 + width] != n_rows))
     lagger_gaps = np.empty((gap_ptr[col0 + width] - gap_ptr[col0], 2), dtype=np.int64)
@@ -408,72 +520,84 @@ def sweep_tile(
         for k in range(gap_ptr[col0 + c], gap_ptr[col0 + c + 1]):
             lagger_gaps[k - gap_ptr[col0], 0] = c
             lagger_gaps[k - gap_ptr[col0], 1] = gap_rows[k]
-    f_overlap = np.float64(min_overlap)
-    for r in range(leaders.size):
-        out_row = rows[r]
-        if out_row < 0:
-            continue
-        i = leaders[r]
-        g_i = big_g * roots[i]
-        for s in range(n_slots):
-            p_lag = p_all[s]
-            for c in range(width):
-                p_lag[c] = np.float64(products[0, s, r, c])
-            for k in range(1, n_chunks):
-                for c in range(width):
-                    p_lag[c] += np.float64(products[k, s, r, c])
-            _overlap_sums(i, first_lag + s, col0, data, window, laggers, partial, lagger_gaps, sums)
-            _lag_values(
-                sums,
-                p_lag,
-                g_i,
-                root_y,
-                f_overlap,
-                tau,
-                lags[0][s],
-                lags[1][s],
-                lags[2][s],
-            )
-        _choose(i, col0, first_lag, lags, p_all, squares_t, g_i, root_y, (gamma_q, eta), state)
-        self_c = i - col0 if col0 <= i < col0 + width else -1
-        if count or activity or recording:
-            for c in range(width):
-                if c == self_c or finite[c] == 0.0:
-                    continue
-                z_hat = abs(t_hat[c])
-                counted = spread[c] * (z_hat + spread[c] + 1.0) <= log_eps
-                if count:
-                    if counted:
-                        b = _bin_of(z_hat)
-                        held = histogram[b] + 1
-                        if held == 256:
-                            spills[n_spills] = b
-                            n_spills += 1
-                            held = 0
-                        histogram[b] = held
-                    else:
-                        deferred[n_deferred, 0] = i
-                        deferred[n_deferred, 1] = col0 + c
-                        deferred[n_deferred, 2] = state[7][c]
-                        n_deferred += 1
-                if recording:
-                    record[i, col0 + c] = _bin_of(z_hat) if counted else -1
-                if activity and counted:
-                    low_bins[r] = min(low_bins[r], _bin_of(z_hat + spread[c]))
-        if bounding:
-            _write_bounds(
-                out_row,
+    inputs = (data, window, laggers, root_y, np.float64(min_overlap), tau)
+    for g0 in range(0, leaders.size, GROUP_ROWS):
+        g1 = min(g0 + GROUP_ROWS, leaders.size)
+        for r in range(g0, g1):
+            state = _state_row(group, r - g0)
+            if rows[r] < 0:
+                state[4][:] = 0.0
+                state[7][:] = 0
+                continue
+            i = leaders[r]
+            g_i = big_g * roots[i]
+            _row_lags(
+                products,
+                r,
+                i,
                 col0,
                 first_lag,
-                given_sync,
-                sync_block,
+                inputs,
+                partial,
+                lagger_gaps,
+                g_i,
+                sums,
+                p_lag,
+                run,
                 state,
-                min_improvement,
-                bin_limit,
-                upper,
-                lower,
             )
-            if self_c >= 0:
-                upper[out_row, i] = -np.inf
-                lower[out_row, i] = -np.inf
-    return n_spills, n_deferred
+        _squares_at_best_lags(squares, n_rows, leaders[g0:g1], col0, group[7], group[1])
+        for r in range(g0, g1):
+            out_row = rows[r]
+            if out_row < 0:
+                continue
+            i = leaders[r]
+            state = _state_row(group, r - g0)
+            t_hat, spread, finite, best_lag = state[0], state[1], state[4], state[7]
+            _statistic(big_g * roots[i], root_y, gamma_q, eta, best_lag, t_hat, spread)
+            self_c = i - col0 if col0 <= i < col0 + width else -1
+            if count or activity or recording:
+                _row_bins(t_hat, spread, finite, self_c, log_eps, bins, low)
+                if count:
+                    counted = _count_row(
+                        i, col0, bins, best_lag, histogram, spills, deferred, counted
+                    )
+                if recording:
+                    for c in range(width):
+                        if bins[c] != -2:
+                            record[i, col0 + c] = bins[c]
+                if activity:
+                    low_bins[r] = min(low_bins[r], low.min())
+            if bounding:
+                _write_bounds(
+                    out_row,
+                    col0,
+                    first_lag,
+                    given_sync,
+                    sync_block,
+                    state,
+                    min_improvement,
+                    bin_limit,
+                    upper,
+                    lower,
+                )
+                if self_c >= 0:
+                    upper[out_row, i] = -np.inf
+                    lower[out_row, i] = -np.inf
+    return counted
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _state_row(group, g):  # pragma: no cover - compiled
+    """Leader ``g`` of the group's per-pair state: (t_hat, spread, top_hi, top_lo, finite,
+    sync_lo, sync_hi, best_lag)."""
+    return (
+        group[0][g],
+        group[1][g],
+        group[2][g],
+        group[3][g],
+        group[4][g],
+        group[5][g],
+        group[6][g],
+        group[7][g],
+    )
