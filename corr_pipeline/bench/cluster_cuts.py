@@ -6,7 +6,8 @@
 A universe with a known answer, :func:`corr_pipeline.synth.market_like_returns` (a market
 factor with common GARCH volatility, ``n_sectors`` sector factors, Student-t(4) innovations,
 15 % ragged listings), ``T = 252`` returns. For each seed the snapshot's own steps run on it:
-the pairwise-complete ``corr`` (SPEC §3, ``min_overlap`` of the default parameters), its
+the pairwise-complete ``corr`` (:func:`corr_pipeline.snapshot.steps.correlation`, SPEC §3, with
+the default parameters), its
 strongest eigenmodes found once (:func:`corr_pipeline.snapshot.steps.market_modes`), then the
 clusters (:func:`corr_pipeline.snapshot.steps.clusters`, average linkage) for every
 ``market_modes_removed`` ``m`` and every cut: the distance thresholds of
@@ -36,8 +37,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import comb
 
-from corr_pipeline.compute import pairwise_correlation
 from corr_pipeline.compute.market_modes import MarketModes
+from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.snapshot import steps
 from corr_pipeline.snapshot.params import SnapshotParameters
 from corr_pipeline.synth import market_like_returns
@@ -166,6 +167,16 @@ def _cuts(n_sectors: int, thresholds: Sequence[float]) -> list[tuple[str, dict[s
     return cuts
 
 
+def _correlation(returns: np.ndarray, params: SnapshotParameters) -> np.ndarray:
+    """The snapshot's correlation of ``returns`` (:func:`corr_pipeline.snapshot.steps.correlation`),
+    in memory; the overlap is dropped."""
+    n = returns.shape[1]
+    corr = np.empty((n, n), np.float32)
+    overlap = np.empty((n, n), overlap_dtype(returns.shape[0]))
+    steps.correlation(returns, params, out_corr=corr, out_overlap=overlap)
+    return corr
+
+
 def run_cluster_cuts(
     *,
     n_symbols: int = 1000,
@@ -188,7 +199,7 @@ def run_cluster_cuts(
     base = SnapshotParameters()
     for seed in seeds:
         draw = market_like_returns(n_returns, n_symbols, seed=seed, n_sectors=n_sectors)
-        corr = pairwise_correlation(draw.returns, min_overlap=base.min_overlap).corr
+        corr = _correlation(draw.returns, base)
         modes = steps.market_modes(
             corr, SnapshotParameters(**{**base.as_dict(), "market_modes_removed": most})
         )

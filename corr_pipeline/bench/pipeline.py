@@ -2,10 +2,12 @@
 
 The universe (:mod:`corr_pipeline.synth`) is written into PostgreSQL with
 :func:`~corr_pipeline.db.synth.write_synthetic_universe`, which **replaces** ``prices``; then
-the steps of :mod:`corr_pipeline.snapshot.steps` run in order: window load (SPEC §2) →
-correlation + overlap memory-mapped into a matrix store (§3, §8) → neighbors (§4) → clusters
-(§5) → lead-lag with the synchronous corr read from the map (§6) → publish, one transaction
-(§7). After the window is loaded, the GEMM floor of that window (:mod:`.floor`: ``R0.T @ R0`` on
+the session's chain runs, the pipeline's own (:class:`corr_pipeline.snapshot.chain.SessionChain`):
+window load (SPEC §2) → correlation + overlap memory-mapped into a matrix store (§3, §8) →
+neighbors (§4) → clusters (§5) → lead-lag with the synchronous corr read from the map (§6) →
+publish, one transaction (§7), each step's bundle stored as the op stores it and the publication
+recorded as the op records it (its parameters, the window's facts, the store versions it pins).
+After the window is loaded, the GEMM floor of that window (:mod:`.floor`: ``R0.T @ R0`` on
 the same T × N returns, zero-filled, best of 7) is timed in the same process, and every stage's
 seconds are also given in floors (for lead-lag also per lag: floors / max_lag). Per stage: wall
 seconds, peak RSS (``VmHWM`` reset at the start of the stage; it counts
@@ -14,7 +16,8 @@ what the working-memory budget governs). Both are the whole process's figures, s
 the interpreter and what earlier stages still hold; with Dagster's multiprocess executor every
 stage is its own process. With ``checks`` the chain also runs the verifications the assets run
 (:mod:`corr_pipeline.snapshot.verify`) where they run them: the correlation's as a stage of its own
-("correlation checks"), those of the neighbors, clusters and lead-lag pairs inside their stages.
+("correlation checks"), those of the window, neighbors, clusters, lead-lag pairs and published
+rows inside their stages.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable, Mapping
+from contextlib import closing
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -32,18 +36,24 @@ import sqlalchemy as sa
 
 from corr_pipeline.bench.floor import GemmFloor, measure_floor
 from corr_pipeline.bench.machine import git_commit, machine_line
-from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, overlap_dtype
-from corr_pipeline.db.publish import publish_snapshot
+from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 from corr_pipeline.db.synth import write_synthetic_universe
 from corr_pipeline.snapshot import steps, verify
+from corr_pipeline.snapshot.chain import SessionChain
 from corr_pipeline.snapshot.measure import fix_mmap_threshold, measure_stage
 from corr_pipeline.snapshot.params import DEFAULTS, SnapshotParameters
-from corr_pipeline.store.matrix_store import (
-    MatrixBundle,
-    MatrixStore,
-    PendingArray,
-    StoredArray,
+from corr_pipeline.snapshot.session_outputs import (
+    ClustersOutput,
+    CorrelationChecked,
+    CorrelationOutput,
+    LeadLagOutput,
+    NeighborsOutput,
+    PublicationOutput,
+    ReturnsOutput,
+    StepOutput,
 )
+from corr_pipeline.snapshot.session_store import SessionStore
+from corr_pipeline.store.matrix_store import MatrixStore
 from corr_pipeline.synth import DEFAULT_END_DATE
 
 #: Stage names, in the order the nightly chain runs them.
@@ -51,6 +61,17 @@ PIPELINE_STAGES = ("load window", "correlation", "neighbors", "clusters", "lead-
 
 #: The stage of the correlation's checks, after "correlation", when the chain runs the checks.
 CORRELATION_CHECKS = "correlation checks"
+
+#: The benchmark's name of each step the chain yields, by the type of what it yields.
+STAGE_NAMES: dict[type, str] = {
+    ReturnsOutput: "load window",
+    CorrelationOutput: "correlation",
+    CorrelationChecked: CORRELATION_CHECKS,
+    NeighborsOutput: "neighbors",
+    ClustersOutput: "clusters",
+    LeadLagOutput: "lead-lag",
+    PublicationOutput: "publish",
+}
 
 #: Average-linkage cut used by the benchmark (Mantegna distance; SPEC §5).
 BENCH_DISTANCE_THRESHOLD = 1.2
@@ -125,9 +146,10 @@ class PipelineBenchReport:
         return "\n".join(lines)
 
 
-def _require(verdict: verify.Verdict) -> None:
-    """Raise when a verification failed: the benchmark's results must be the pipeline's."""
-    if not verdict.passed:
+def _require(verdict: verify.Verdict | None) -> None:
+    """Raise when a verification failed (None: not run): the benchmark's results must be the
+    pipeline's."""
+    if verdict is not None and not verdict.passed:
         raise RuntimeError("a check failed: " + "; ".join(verdict.problems))
 
 
@@ -254,16 +276,17 @@ def run_pipeline_benchmark(
     ``n`` symbols × ``t + 1`` days (seed ``seed``); not timed as a nightly stage. ``False``
     reuses the prices already there. The snapshot is published for ``day`` (default the
     synthetic universe's last date, :data:`corr_pipeline.synth.DEFAULT_END_DATE`), replacing any
-    earlier snapshot of that date; parameters: :func:`bench_parameters`. The correlation and overlap maps go to a
-    :class:`~corr_pipeline.store.matrix_store.MatrixStore` under ``store_root`` and are deleted
-    at the end unless ``keep_matrices`` (then saved as bundles labelled with the window's
-    symbols, as the pipeline saves them; also when a stage fails or Ctrl-C interrupts it: the
-    temp files of an unfinished correlation are removed as well). ``floor``: time the GEMM
+    earlier snapshot of that date; parameters: :func:`bench_parameters`. Every step's bundle
+    goes to a :class:`~corr_pipeline.store.matrix_store.MatrixStore` under ``store_root`` as the
+    pipeline stores it (the correlation and overlap as memory maps, labelled with the window's
+    symbols), and the session's partition is removed at the end unless ``keep_matrices`` (also
+    when a stage fails or Ctrl-C interrupts it: the temp files of an unfinished correlation are
+    removed as well). ``floor``: time the GEMM
     floor of the loaded window (:func:`~corr_pipeline.bench.floor.measure_floor`, not a stage:
     between the window load and the correlation, holding 4 N² bytes for a moment) and give
     every stage in floors. ``checks``: run the assets' verifications too (module docstring).
-    ``in_memory``: the correlation and overlap go to the store's memory area when it has room,
-    as a session that retention will not keep does in the pipeline. The clusters' scratch
+    ``in_memory``: the session's matrices go to the store's memory area when it has room, as
+    a session's that retention will not keep do in the pipeline. The clusters' scratch
     distances go there in any case, as in the pipeline.
     Each stage's line is passed to ``echo`` as soon as it finishes.
     """
@@ -281,38 +304,51 @@ def run_pipeline_benchmark(
         echo=echo,
     )
     fix_mmap_threshold()  # as the pipeline's op does
-    chain = _Chain(
-        engine,
-        MatrixStore(store_root),
-        day or DEFAULT_END_DATE,
+    day = day or DEFAULT_END_DATE
+    store = MatrixStore(store_root)
+    chain = SessionChain(
+        day,
         params,
-        report,
-        checks=checks,
+        SessionStore(store, day.isoformat()),
+        engine,
+        load_window=partial(steps.load_returns, engine, day, params),
+        recorded={"benchmark": True, **report.params},
+        warn=echo,
         in_memory=in_memory,
+        verify=checks,
     )
     try:
-        for name, run_stage in chain.stages():
-            with measure_stage(sample_interval=SAMPLE_INTERVAL) as stats:
-                rows, note = run_stage()
-            stage = StageResult(
-                name,
-                stats.seconds,
-                stats.peak_rss_mib or 0.0,
-                stats.peak_anon_mib or 0.0,
-                rows,
-                note,
-            )
-            if name == "lead-lag":
-                report.note_floors_per_lag(stage, max_lag)
-            report.stages.append(stage)
-            echo(_stage_line(stage, report.floors(stage.seconds)))
-            if name == "load window" and floor:
-                report.floor = measure_floor(chain.window.returns)
-                echo(f"# {report.floor.line()}")
+        with closing(chain.run()) as outputs:
+            while True:
+                with measure_stage(sample_interval=SAMPLE_INTERVAL) as stats:
+                    output = next(outputs, None)
+                if output is None:
+                    break
+                rows, note = _rows_and_note(output, params)
+                stage = StageResult(
+                    STAGE_NAMES[type(output)],
+                    stats.seconds,
+                    stats.peak_rss_mib or 0.0,
+                    stats.peak_anon_mib or 0.0,
+                    rows,
+                    note,
+                )
+                if isinstance(output, LeadLagOutput):
+                    report.note_floors_per_lag(stage, max_lag)
+                report.stages.append(stage)
+                echo(_stage_line(stage, report.floors(stage.seconds)))
+                if isinstance(output, ReturnsOutput) and floor:
+                    report.floor = measure_floor(output.window.returns)
+                    echo(f"# {report.floor.line()}")
+                if isinstance(output, PublicationOutput):
+                    report.published = dict(output.report.rows)
     finally:
         # also on Ctrl-C (KeyboardInterrupt) and any error: the matrices (gigabytes at large N)
-        # never outlive the benchmark unless asked to
-        chain.close(keep_matrices=keep_matrices)
+        # never outlive the benchmark unless asked to; the maps go first
+        chain.bundles.clear()
+        chain.modes = output = None
+        if not keep_matrices:
+            _remove_matrices(store, day.isoformat())
     total = report.floors(report.total_seconds)
     echo(
         f"  {'total':<12} {report.total_seconds:8.1f} s"
@@ -321,187 +357,41 @@ def run_pipeline_benchmark(
     return report
 
 
-Stage = Callable[[], tuple[int | None, str]]
-
-
-class _Chain:
-    """One session of the chain, stage by stage (:meth:`stages`), each stage returning the rows
-    it contributes to publication (None for none) and a note; what a stage produces is kept
-    for the next ones. ``checks`` and ``in_memory``: :func:`run_pipeline_benchmark`'s."""
-
-    def __init__(
-        self,
-        engine: sa.Engine,
-        store: MatrixStore,
-        day: dt.date,
-        params: SnapshotParameters,
-        report: PipelineBenchReport,
-        *,
-        checks: bool,
-        in_memory: bool,
-    ) -> None:
-        self.engine, self.store, self.day, self.params, self.report = (
-            engine,
-            store,
-            day,
-            params,
-            report,
-        )
-        self.partition = day.isoformat()
-        self.checks, self.in_memory = checks, in_memory
-        self.state: dict[str, Any] = {}
-        self.committed: dict[str, StoredArray] = {}
-
-    @property
-    def window(self) -> Any:
-        return self.state["window"]
-
-    def stages(self) -> list[tuple[str, Stage]]:
-        """The stages in the order of :data:`PIPELINE_STAGES`, with the correlation's checks
-        after the correlation when ``checks``."""
-        stages: list[tuple[str, Stage]] = list(
-            zip(
-                PIPELINE_STAGES,
-                (
-                    self.load,
-                    self.correlation,
-                    self.neighbors,
-                    self.clusters,
-                    self.lead_lag,
-                    self.publish,
-                ),
-                strict=True,
-            )
-        )
-        if self.checks:
-            stages.insert(2, (CORRELATION_CHECKS, self.correlation_checks))
-        return stages
-
-    def load(self) -> tuple[int | None, str]:
-        window = steps.load_returns(self.engine, self.day, self.params)
-        self.state["window"] = window
-        return None, f"T x N = {window.returns.shape[0]} x {window.returns.shape[1]}"
-
-    def _allocate(self, asset: str, name: str, cols: int, dtype: Any) -> PendingArray:
-        return self.store.allocate(
-            asset,
-            self.partition,
-            name,
-            (cols, cols),
-            dtype,
-            labels={"symbols": list(self.window.symbols)},  # as the pipeline labels them
-            in_memory=self.in_memory,
-        )
-
-    def correlation(self) -> tuple[int | None, str]:
-        returns = self.window.returns
-        cols = returns.shape[1]
-        # with-blocks: an exception or Ctrl-C mid-computation deletes both temp files at once
-        with (
-            self._allocate("correlation_matrix", "corr", cols, "f4") as p_corr,
-            self._allocate(
-                "overlap_matrix", "overlap", cols, overlap_dtype(returns.shape[0])
-            ) as p_ov,
-        ):
-            steps.correlation(returns, self.params, out_corr=p_corr.array, out_overlap=p_ov.array)
-            self.committed["correlation_matrix"] = p_corr.commit()
-            self.committed["overlap_matrix"] = p_ov.commit()
-        corr = self.state["corr"] = self.committed["correlation_matrix"].array
-        overlap = self.state["overlap"] = self.committed["overlap_matrix"].array
-        return None, f"{(corr.nbytes + overlap.nbytes) / 2**30:.2f} GiB memory-mapped"
-
-    def correlation_checks(self) -> tuple[int | None, str]:
-        stats = verify.correlation_stats(
-            self.state["corr"],
-            self.state["overlap"],
-            min_overlap=self.params.min_overlap,
-            finite_counts=np.isfinite(self.window.returns).sum(axis=0),
-        )
-        for verdict in verify.verify_correlation(stats).values():
+def _rows_and_note(output: StepOutput, params: SnapshotParameters) -> tuple[int | None, str]:
+    """The rows a stage contributes to publication (None for none) and its note; a failed
+    verification raises."""
+    if isinstance(output, ReturnsOutput):
+        _require(output.verdict)
+        returns = output.window.returns
+        return None, f"T x N = {returns.shape[0]} x {returns.shape[1]}"
+    if isinstance(output, CorrelationOutput):
+        nbytes = output.corr["corr"].nbytes + output.overlap["overlap"].nbytes
+        return None, f"{nbytes / 2**30:.2f} GiB memory-mapped"
+    if isinstance(output, CorrelationChecked):
+        for verdict in output.verdicts.values():
             _require(verdict)
-        return None, f"{stats.pairs_defined:,} pairs defined"
-
-    def neighbors(self) -> tuple[int | None, str]:
-        corr, overlap = self.state["corr"], self.state["overlap"]
-        found = self.state["neighbors"] = steps.neighbors(corr, overlap, self.params)
-        if self.checks:
-            k = self.params.k_neighbors
-            _require(
-                verify.verify_neighbors(
-                    found.index,
-                    found.corr,
-                    corr,
-                    k=k,
-                    neighbor_overlap=found.overlap,
-                    overlap=overlap,
-                )
-            )
-        return int(np.count_nonzero(found.index >= 0)), f"k = {self.params.k_neighbors}"
-
-    def clusters(self) -> tuple[int | None, str]:
-        scratch = partial(self.store.scratch, "clusters", self.partition, in_memory=True)
-        modes = steps.market_modes(self.state["corr"], self.params)
-        self.state["modes"] = modes
-        labels = steps.clusters(self.state["corr"], self.params, modes=modes, scratch=scratch)
-        self.state["labels"] = labels
-        if self.checks:
-            _require(verify.verify_clusters(labels, labels.size))
-        removed = f", {self.params.market_modes_removed} mode(s) removed"
+        return None, f"{output.stats.pairs_defined:,} pairs defined"
+    if isinstance(output, NeighborsOutput):
+        _require(output.verdict)
+        return int(np.count_nonzero(output.found.index >= 0)), f"k = {params.k_neighbors}"
+    if isinstance(output, ClustersOutput):
+        _require(output.verdict)
+        labels = output.labels
+        removed = f", {params.market_modes_removed} mode(s) removed"
         return int(labels.size), f"{int(labels.max()) + 1:,} clusters" + removed
-
-    def lead_lag(self) -> tuple[int | None, str]:
-        params = self.params
-        pairs = steps.lead_lag(
-            self.window.returns, self.state["corr"], params, modes=self.state.get("modes")
-        )
-        self.state["pairs"] = pairs
-        if self.checks:
-            _require(
-                verify.verify_lead_lag_pairs(
-                    pairs,
-                    self.state["corr"].shape[0],
-                    max_lag=params.max_lag,
-                    min_overlap=params.min_overlap,
-                    min_improvement=params.min_improvement,
-                    max_q_value=params.max_q_value,
-                )
-            )
-        return int(pairs.size), (
+    if isinstance(output, LeadLagOutput):
+        _require(output.verdict)
+        return int(output.pairs.size), (
             f"max_lag = {params.max_lag}, {params.lead_lag_market_modes} mode(s) removed, "
             f"q <= {params.max_q_value:g}"
         )
+    _require(output.verdict)
+    rows = output.report.rows
+    return sum(rows.values()), ", ".join(f"{table} {count:,}" for table, count in rows.items())
 
-    def publish(self) -> tuple[int | None, str]:
-        window = self.window
-        results = steps.results_for_publication(
-            self.day,
-            as_of_trade_date=window.as_of_trade_date,
-            symbols=window.symbols,
-            n_dropped=len(window.dropped),
-            params=self.params,
-            found=self.state["neighbors"],
-            labels=self.state["labels"],
-            pairs=self.state["pairs"],
-            recorded={"benchmark": True, **self.report.params},
-        )
-        published = publish_snapshot(self.engine, results)
-        self.report.published = dict(published.rows)
-        note = ", ".join(f"{table} {count:,}" for table, count in published.rows.items())
-        return sum(published.rows.values()), note
 
-    def close(self, *, keep_matrices: bool) -> None:
-        """Drop the memory maps, then save the matrices as bundles (``keep_matrices``) or remove
-        the partition, temp files of an unfinished correlation included."""
-        self.state.clear()
-        store, partition = self.store, self.partition
-        if keep_matrices:
-            for asset, stored in self.committed.items():
-                bundle = MatrixBundle({stored.name: stored}, labels=stored.labels)
-                store.save_bundle(asset, partition, bundle)
-            return
-        for stored in self.committed.values():
-            stored.release_writer_lock()
-        self.committed.clear()
-        assets = ("correlation_matrix", "overlap_matrix")
-        if any(store.partition_dir(asset, partition).is_dir() for asset in assets):
-            store.remove_partition(partition)
+def _remove_matrices(store: MatrixStore, partition: str) -> None:
+    """Remove the benchmarked session's partition from the store, temp files of an unfinished
+    correlation included."""
+    if partition in store.partition_keys():
+        store.remove_partition(partition)

@@ -34,17 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["add_bench_command", "bench_engine", "bench_through_dagster", "cmd_bench"]
 
-#: The assets whose stages the report lists (the overlap matrix shares the correlation's).
-STAGE_ASSETS = (
-    "returns_matrix",
-    "correlation_matrix",
-    "top_k_neighbors",
-    "clusters",
-    "lead_lag_pairs",
-    "snapshot_publication",
-    "snapshot_changes",
-)
-
 
 def bench_engine(args: argparse.Namespace, home: Path) -> tuple[sa.Engine, str]:
     """The benchmark's database and a description of it: ``--database-url`` if given, else a
@@ -194,11 +183,13 @@ def bench_through_dagster(
 
 def _run_stages(summary: Any) -> list[Any]:
     """A :class:`~corr_pipeline.bench.StageResult` per asset of the run that has a
-    ``stage_seconds`` (its ``check_seconds`` added; the publication's rows per table)."""
+    ``stage_seconds`` (its ``check_seconds`` added; the publication's rows per table): the
+    session's steps (the overlap matrix shares the correlation's), then its changes."""
     from corr_pipeline.bench import StageResult
+    from corr_pipeline.snapshot.chain import STEPS
 
     stages = []
-    for asset in STAGE_ASSETS:
+    for asset in (*STEPS, "snapshot_changes"):
         seconds = summary.value(asset, "stage_seconds")
         if seconds is None:
             continue
@@ -297,7 +288,8 @@ def add_bench_command(commands: Any) -> None:
     bench.add_argument(
         "--keep-matrices",
         action="store_true",
-        help="keep the correlation/overlap memory maps in DIR/store (deleted by default)",
+        help="keep the session's matrices (the correlation/overlap memory maps and the other "
+        "bundles) in DIR/store (deleted by default)",
     )
     bench.add_argument(
         "--through-dagster",

@@ -2,24 +2,26 @@
 
 The op ``snapshot`` computes the assets of :mod:`corr_pipeline.defs.specs` session by session,
 in date order: for each session its window, correlation and overlap, neighbors, clusters,
-lead-lag pairs, publication and changes one after the other
-(:mod:`corr_pipeline.defs.stages`, :mod:`corr_pipeline.defs.publication`), then it reports
-the session (:mod:`corr_pipeline.defs.ranges`) and goes on to the next. A run covers one
-session (the nightly run) or a range of consecutive sessions (a backfill: one query reads the
-union of their windows, the kernels are loaded once, and only one session's matrices, with
-its predecessor's, exist at a time; those of sessions that retention will not keep live in the
-store's memory area, never on disk). Each session publishes exactly what a run of it alone
+lead-lag pairs and publication one after the other (the session's chain,
+:class:`corr_pipeline.snapshot.chain.SessionChain`, each step described to Dagster by
+:mod:`corr_pipeline.defs.stages` and :mod:`corr_pipeline.defs.publication`), then its
+changes; then it reports the session (:mod:`corr_pipeline.defs.ranges`) and goes on to the
+next. A run covers one session (the nightly run) or a range of consecutive sessions (a
+backfill: one query reads the union of their windows, the kernels are loaded once, and only
+one session's matrices, with its predecessor's, exist at a time; those of sessions that
+retention will not keep live in the store's memory area, never on disk). Each session publishes exactly what a run of it alone
 publishes, in its own transaction; its changes compare it with the session published before
 it.
 
-Selecting some assets (the UI's Materialize of one asset) computes only their stages; their
+Selecting some assets (the UI's Materialize of one asset) computes only their steps; their
 inputs are then read from the matrix store, as the IO manager reads them for any other asset.
 A retry of the op (the database was unreachable) or a re-execution from failure skips the
 sessions that are already current (:mod:`corr_pipeline.snapshot.current`): published, with
 these parameters, their changes recorded, and reported by the earlier attempt.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import closing
 from dataclasses import replace
 from typing import Any
 
@@ -33,9 +35,10 @@ from corr_pipeline.defs.io_manager import MatrixStoreResource
 from corr_pipeline.defs.literal_config import literal_fields
 from corr_pipeline.defs.partitions import snapshot_date
 from corr_pipeline.defs.publication import (
-    PUBLISH_STAGES,
     SnapshotConfig,
     apply_retention,
+    changes_results,
+    publication_results,
     refresh_following,
 )
 from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, SnapshotParams
@@ -52,18 +55,33 @@ from corr_pipeline.defs.specs import (
     snapshot_check_specs,
     snapshot_specs,
 )
-from corr_pipeline.defs.stages import COMPUTE_STAGES, NO_PRICES_TAG, Session, SnapshotStep
+from corr_pipeline.defs.stages import (
+    DESCRIBE,
+    NO_PRICES_TAG,
+    Session,
+    SnapshotStep,
+    session_chain,
+)
 from corr_pipeline.defs.step_options import SNAPSHOT_STEP
 from corr_pipeline.snapshot import retention, steps
+from corr_pipeline.snapshot.chain import STEPS
 from corr_pipeline.snapshot.current import current_sessions
-from corr_pipeline.snapshot.measure import fix_mmap_threshold, release_freed_memory
+from corr_pipeline.snapshot.measure import (
+    fix_mmap_threshold,
+    measure_stage,
+    release_freed_memory,
+)
 from corr_pipeline.snapshot.scheduler import SchedulerError
+from corr_pipeline.snapshot.session_outputs import PublicationOutput
 from corr_pipeline.store import memory
-from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStoreError
 
 __all__ = ["NO_PRICES_TAG", "snapshot", "snapshot_assets"]
 
-STAGES = (*COMPUTE_STAGES, *PUBLISH_STAGES)
+#: What each output of a session's chain reports (:mod:`corr_pipeline.defs.stages`).
+RESULTS: dict[type, Callable[..., dict[str, ranges.SessionResult]]] = {
+    **DESCRIBE,
+    PublicationOutput: publication_results,
+}
 
 
 @dg.multi_asset(
@@ -257,58 +275,53 @@ def _sessions_in_memory(step: SnapshotStep, keys: list[str]) -> set[str]:
 
 
 def _compute(step: SnapshotStep, session: Session) -> str | None:
-    """Run the selected stages of ``session`` (module docstring), storing each bundle; the
+    """Run the selected steps of ``session``'s chain, then its changes (module docstring); the
     reason it failed, or None. "Database unreachable" propagates (the op's retry policy)."""
-    for stage in STAGES:
-        if not any(step.selected(asset) for asset in stage.produces):
-            continue
-        try:
-            for need in stage.needs:
-                if need not in session.bundles:
-                    session.bundles[need] = _stored_input(step, need, session.key)
-            produced = stage.run(step, session)
-            for asset, result in produced.items():
-                session.results[asset] = _stored(step, session, asset, result)
-        except dg.Failure as exc:
-            return str(exc.description)
-        except PriceSourceError:
-            raise  # the source, not the session: the op fails in its one line
-        except Exception as exc:
-            if is_database_unavailable(exc):
-                raise
-            return f"{stage.produces[0]} {session.key} failed: {type(exc).__name__}: {exc}"
-        for result in produced.values():
-            for check in result.checks:
-                severe = check.severity == dg.AssetCheckSeverity.ERROR
-                if not check.passed and severe and is_blocking(str(check.check_name)):
-                    return f"blocking asset check failed: {check.check_name} of {session.key}"
+    chain, store = session_chain(step, session)
+    wanted = [name for name in STEPS if step.selected(name)]
+    try:
+        with closing(chain.run(wanted)) as outputs:
+            while True:
+                with measure_stage() as stats:
+                    output = next(outputs, None)
+                if output is None:
+                    break
+                produced = RESULTS[type(output)](step, session, output, stats)
+                reason = _report(session, produced, store.facts)
+                if reason is not None:
+                    return reason
+        if step.selected("snapshot_changes"):
+            return _report(session, changes_results(step, session), {})
+    except steps.InconsistentInputsError as exc:
+        return str(exc)
+    except dg.Failure as exc:
+        return str(exc.description)
+    except PriceSourceError:
+        raise  # the source, not the session: the op fails in its one line
+    except Exception as exc:
+        if is_database_unavailable(exc):
+            raise
+        failing = chain.computing or "snapshot_changes"  # the chain's step, else the changes
+        return f"{failing} {session.key} failed: {type(exc).__name__}: {exc}"
     return None
 
 
-def _stored(
-    step: SnapshotStep, session: Session, asset: str, result: ranges.SessionResult
-) -> ranges.SessionResult:
-    """``result`` with its bundle stored in the matrix store (the session's later stages read
-    the stored bundle) and the store's facts appended to its metadata."""
-    if not isinstance(result.value, MatrixBundle):
-        return result
-    stored, facts = step.matrix_store.save_for(
-        step.context, asset, session.key, result.value, in_memory=session.key in step.in_memory
-    )
-    session.bundles[asset] = stored
-    return replace(result, value=stored, metadata={**result.metadata, **facts})
-
-
-def _stored_input(step: SnapshotStep, asset: str, key: str) -> MatrixBundle:
-    """An input the run does not compute, from the store (as the IO manager loads it)."""
-    try:
-        return step.matrix_store.load_for(asset, key)
-    except MatrixStoreError as exc:
-        raise dg.Failure(
-            description=f"{asset} of {key} is not in the matrix store ({exc}): materialize "
-            f"{asset} with the assets that read it",
-            allow_retries=False,
-        ) from exc
+def _report(
+    session: Session,
+    produced: Mapping[str, ranges.SessionResult],
+    facts: Mapping[str, Mapping[str, Any]],
+) -> str | None:
+    """Add ``produced`` to the session's results, each stored bundle's ``facts`` appended to its
+    metadata; the reason the session stops (a failed blocking check), or None."""
+    for asset, result in produced.items():
+        stored = facts.get(asset, {})
+        session.results[asset] = replace(result, metadata={**result.metadata, **stored})
+    for result in produced.values():
+        for check in result.checks:
+            severe = check.severity == dg.AssetCheckSeverity.ERROR
+            if not check.passed and severe and is_blocking(str(check.check_name)):
+                return f"blocking asset check failed: {check.check_name} of {session.key}"
+    return None
 
 
 def _with_retention(step: SnapshotStep, session: Session, still_needed: set[str]) -> None:

@@ -206,6 +206,11 @@ class MatrixStoreResource(dg.ConfigurableResource):
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self._holds.release()
 
+    def hold(self, store: MatrixStore, asset: str, partition: str) -> None:
+        """Hold ``asset`` / ``partition`` of ``store`` (shared) until the step ends, as the
+        methods below do before they use it."""
+        self._holds.take(store, asset, partition)
+
     def release_partitions_but(self, partition: str) -> None:
         """Let go of the partitions this resource holds, but ``partition``'s: a run that has
         finished with its earlier sessions lets retention remove them."""

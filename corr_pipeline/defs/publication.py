@@ -1,5 +1,6 @@
-"""The last two stages of a session: ``snapshot_publication`` (SPEC §7) and ``snapshot_changes``
-(SPEC §10, against the previous published session), and the store's retention (SPEC §8).
+"""The end of a session of the snapshot op: what its publication (SPEC §7, published by
+:class:`corr_pipeline.snapshot.chain.SessionChain`) reports, then ``snapshot_changes`` (SPEC §10,
+against the previous published session), and the store's retention (SPEC §8).
 
 Each session is published in its own transaction, then compared with the session published
 before it, exactly as a run of that session alone would: in a run over a range the session
@@ -18,9 +19,6 @@ from typing import Any
 import dagster as dg
 from pydantic import ConfigDict, Field
 
-from corr_pipeline.compute.neighbors import Neighbors
-from corr_pipeline.compute.suspect import SuspectSymbol
-from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
 from corr_pipeline.db.published_reads import (
     changes_to_refresh,
     published_matrix_versions,
@@ -31,12 +29,18 @@ from corr_pipeline.defs.checks import check_result
 from corr_pipeline.defs.metadata_order import in_reading_order
 from corr_pipeline.defs.partitions import snapshot_calendar
 from corr_pipeline.defs.runs import partitions_in_flight
-from corr_pipeline.defs.stages import Session, SnapshotStep, Stage
-from corr_pipeline.snapshot import changes, display, retention, session_gap, steps, verify
-from corr_pipeline.snapshot.measure import measure_stage
-from corr_pipeline.store.matrix_store import MatrixBundle
+from corr_pipeline.defs.stages import Session, SnapshotStep, logged, verified
+from corr_pipeline.snapshot import changes, display, retention, session_gap
+from corr_pipeline.snapshot.measure import StageStats, measure_stage
+from corr_pipeline.snapshot.session_outputs import PublicationOutput
 
-__all__ = ["PUBLISH_STAGES", "SnapshotConfig", "apply_retention", "refresh_following"]
+__all__ = [
+    "SnapshotConfig",
+    "apply_retention",
+    "changes_results",
+    "publication_results",
+    "refresh_following",
+]
 
 
 class SnapshotConfig(dg.Config):
@@ -49,81 +53,25 @@ class SnapshotConfig(dg.Config):
     )
 
 
-def _symbols(bundle: MatrixBundle) -> list[str]:
-    return list(bundle.labels["symbols"])
-
-
 # --------------------------------------------------------------------------------------------
 # snapshot_publication (SPEC §7)
 # --------------------------------------------------------------------------------------------
 
 
-def _results(step: SnapshotStep, session: Session):
-    """What the session publishes (:func:`corr_pipeline.snapshot.steps.results_for_publication`)
-    and the store versions it pins; ``dg.Failure`` when its inputs do not belong together."""
-    window_bundle = session.bundles["returns_matrix"]
-    neighbors = session.bundles["top_k_neighbors"]
-    labels = session.bundles["clusters"]
-    pairs = session.bundles["lead_lag_pairs"]
-    symbols = _symbols(window_bundle)
-    for name, bundle in (
-        ("top_k_neighbors", neighbors),
-        ("clusters", labels),
-        ("lead_lag_pairs", pairs),
-    ):
-        if _symbols(bundle) != symbols:
-            raise dg.Failure(
-                description=f"{name} was computed on other symbols than returns_matrix for "
-                f"{session.day}: re-materialize the whole partition",
-                allow_retries=False,
-            )
-    try:
-        versions = steps.matrix_versions(
-            step.matrix_store.store,
-            session.key,
-            returns=window_bundle,
-            neighbors=neighbors,
-            clusters=labels,
-            lead_lag=pairs,
-        )
-    except steps.InconsistentInputsError as exc:
-        raise dg.Failure(description=str(exc), allow_retries=False) from None
-    window = window_bundle.params
-    results = steps.results_for_publication(
-        session.day,
-        as_of_trade_date=window["as_of_trade_date"],
-        symbols=symbols,
-        n_dropped=int(window["n_dropped"]),
-        params=step.params,
-        found=Neighbors(neighbors["index"], neighbors["corr"], neighbors["overlap"]),
-        labels=labels["labels"],
-        pairs=pairs["pairs"],
-        recorded={
-            "n_returns": int(window_bundle["returns"].shape[0]),
-            "bad_prices": int(window.get("bad_prices", 0)),
-            "window_first_date": str(window_bundle.labels["dates"][0]),
-            "dagster_run_id": step.context.run.run_id,
-        },
-        matrix_versions=versions,
-        suspects=[SuspectSymbol.from_list(row) for row in window.get("suspects", [])],
-    )
-    return results, versions
-
-
-def publication_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.SessionResult]:
-    day = session.day
-    results, versions = _results(step, session)
-    with metadata.measured(step.context, f"published snapshot {day}") as stats:
-        report = publish_snapshot(step.engine, results)
-        counts = read_snapshot_counts(step.engine, day)
-    verdict = verify.verify_published_counts(results, counts)
-    window = session.bundles["returns_matrix"].params
+def publication_results(
+    step: SnapshotStep, session: Session, out: PublicationOutput, stats: StageStats
+) -> dict[str, ranges.SessionResult]:
+    """What the session's publication reports: its rows per table, how it replaced an earlier
+    one, the store versions it pins, and the check that the rows read back are the results'."""
+    day, results, report = session.day, out.results, out.report
+    logged(step, f"published snapshot {day}", stats)
+    counts = out.counts if out.counts is not None else {}
     return {
         "snapshot_publication": ranges.SessionResult(
             None,
             {
                 "snapshot_date": dg.MetadataValue.text(day.isoformat()),
-                "as_of_trade_date": dg.MetadataValue.text(str(window["as_of_trade_date"])),
+                "as_of_trade_date": dg.MetadataValue.text(str(results.as_of_trade_date)),
                 **{f"{k}_rows": dg.MetadataValue.int(v) for k, v in counts.items()},
                 "database": dg.MetadataValue.text(step.database),
                 "replaced_previous": dg.MetadataValue.bool(report.replaced_previous),
@@ -132,10 +80,10 @@ def publication_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.
                     f"publish_{k}": metadata.number(v, display.seconds)
                     for k, v in report.timings.items()
                 },
-                "matrix_versions": dg.MetadataValue.json(versions),
+                "matrix_versions": dg.MetadataValue.json(out.versions),
                 **metadata.stage(stats),
             },
-            [check_result(verdict, "published_rows_match", "snapshot_publication")],
+            [check_result(verified(out.verdict), "published_rows_match", "snapshot_publication")],
         )
     }
 
@@ -262,7 +210,7 @@ def _refresh_after(step: SnapshotStep, session: Session) -> dict[str, Any]:
     return refresh_following(step, session.day)
 
 
-def changes_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.SessionResult]:
+def changes_results(step: SnapshotStep, session: Session) -> dict[str, ranges.SessionResult]:
     day, key = session.day, session.key
     with measure_stage() as stats:
         try:
@@ -312,14 +260,3 @@ def changes_stage(step: SnapshotStep, session: Session) -> dict[str, ranges.Sess
             },
         )
     }
-
-
-#: The stages after the computation, in the order of a session.
-PUBLISH_STAGES = (
-    Stage(
-        ("snapshot_publication",),
-        ("returns_matrix", "top_k_neighbors", "clusters", "lead_lag_pairs"),
-        publication_stage,
-    ),
-    Stage(("snapshot_changes",), (), changes_stage),
-)

@@ -1,8 +1,8 @@
 """How the snapshot op reports each session: the sessions of a run (one partition, the nightly
 run; or a range of consecutive sessions, a backfill run) in date order, each as if alone.
 
-A session's assets are computed one after the other (:mod:`corr_pipeline.defs.stages`), each
-described by a :class:`SessionResult` (its value, its metadata, its check results). When the
+A session's assets are computed one after the other (its chain, :mod:`corr_pipeline.defs.stages`),
+each described by a :class:`SessionResult` (its value, its metadata, its check results). When the
 session is done, :func:`session_events` turns them into that partition's events: for each asset
 an ``AssetMaterialization`` of the partition with its own metadata, then the evaluations of its
 checks for the partition. So the partitions view, the asset pages and the plots across

@@ -1,4 +1,6 @@
-"""The steps of one snapshot, written once: the Dagster assets and the benchmark call these.
+"""The steps of one snapshot, each one call: :class:`~corr_pipeline.snapshot.chain.SessionChain`
+runs them in order for the Dagster op and the benchmark (where their outputs are stored, how
+they are verified and published is the chain's).
 
 ::
 
@@ -9,7 +11,10 @@
 Each step maps the :class:`~corr_pipeline.snapshot.params.SnapshotParameters` onto one function
 of :mod:`corr_pipeline.compute` (or the window query of :mod:`corr_pipeline.db.window`) and
 returns its arrays; where the result goes (matrix store, memory, database) is the caller's
-choice. :func:`matrix_versions` gathers the matrix-store versions a publication pins (SPEC §8). Memory at N = 24,000 (T = 252, int16 overlap) per step:
+choice. Outside :mod:`corr_pipeline.snapshot` the package never calls the compute entry points
+itself (``corr_pipeline_tests/test_layers.py``). :func:`matrix_versions` gathers the
+matrix-store versions a publication pins (SPEC §8). Memory at N = 24,000 (T = 252, int16
+overlap) per step:
 
 - load_returns: the COPY buffer (~180 MB) and the close/returns pivots (~120 MB), then R 24 MB.
 - correlation: R standardised plus one block of tiles (``working_memory_mb``); the outputs
@@ -17,7 +22,7 @@ choice. :func:`matrix_versions` gathers the matrix-store versions a publication 
 - neighbors: row blocks of corr (``working_memory_mb``) + the N x k results (~2 MB).
 - clusters: the float64 distances N(N-1)/2 (2.3 GB) in the linkage's tiled layout: in a
   scratch file of the matrix store when the caller passes ``scratch`` (page cache, not
-  anonymous; the Dagster asset and ``corr-pipeline bench`` do), else on the heap; + O(N).
+  anonymous; the session's chain does), else on the heap; + O(N).
 - lead_lag: the market residuals (T x N float32, 24 MB) when modes are removed, R (or them)
   standardised, one block per lag (``working_memory_mb``), the running per-symbol top-k
   (N x k), corr read as a map when no mode is removed.

@@ -31,6 +31,7 @@ from corr_pipeline.bench import floor as floor_module
 from corr_pipeline.bench.processes import descendants
 from corr_pipeline.compute.tiling import overlap_dtype
 from corr_pipeline.db.publish import read_snapshot_counts
+from corr_pipeline.snapshot.chain import STEPS
 from corr_pipeline.synth import DEFAULT_END_DATE, ragged_returns
 
 FLOOR_LINE = re.compile(
@@ -125,14 +126,8 @@ def test_bench_no_floor_prints_no_floor(
     assert all(cells[1] == "-" for cells in _table(result.stdout).values()), result.stdout
 
 
-SNAPSHOT_STAGES = (
-    "returns_matrix",
-    "correlation_matrix",
-    "top_k_neighbors",
-    "clusters",
-    "lead_lag_pairs",
-    "snapshot_publication",
-)
+#: The session's steps, each an asset with its own row.
+SNAPSHOT_STAGES = STEPS
 
 
 def test_bench_through_dagster_measures_every_stage(
