@@ -389,14 +389,14 @@ def _write_bounds(
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _row_lags(
-    products, r, i, col0, first_lag, inputs, partial, lagger_gaps, g_i, sums, p_lag, run, state
-):  # pragma: no cover - compiled
+def _row_lags(products, r, i, col0, first_lag, inputs, lagged, state):  # pragma: no cover
     """Leader ``i`` (the tile's row ``r``) with the laggers ``col0 ..``: each lag's ``P`` (the
     float64 sum of the row chunks' float32 products), overlap sums and ``|r̂| ± δ``, folded into
     the choice of the best lag (:func:`_choose`, into ``state``); ``inputs`` = (data, window,
-    laggers, root_y, f_overlap, tau)."""
+    laggers, root_y, f_overlap, tau); ``lagged`` = (partial, lagger_gaps, g_i) and the buffers
+    (sums, p_lag, run) of :func:`_workspace`."""
     data, window, laggers, root_y, f_overlap, tau = inputs
+    partial, lagger_gaps, g_i, sums, p_lag, run = lagged
     n_chunks, n_slots, _, width = products.shape
     _start_choice(1 - first_lag, run)
     for s in range(n_slots):
@@ -488,38 +488,10 @@ def sweep_tile(
     counted = (0, 0)
     width = products.shape[3]
     n_rows = window[0].shape[0]
-    sums = np.empty((7, width))
-    p_lag = np.empty(width)
-    run = (
-        np.empty(width),  # the best |r̂| so far (−1: none)
-        np.empty(width),  # its δ
-        np.empty(width),  # P there
-        np.empty(width),  # its slot
-        np.empty(width),  # the largest |r̂| + δ of the other lags
-        np.empty(width),  # the largest |r̂| + δ
-        np.empty(width),  # the largest |r̂| − δ
-        np.empty(width),  # the smallest kind of the finite lags
-        np.empty(width),  # the largest kind
-    )
-    group = (
-        np.empty((GROUP_ROWS, width)),  # t̂ (P at the best lag until _statistic)
-        np.empty((GROUP_ROWS, width)),  # Δ (Q at the best lag until _statistic)
-        np.empty((GROUP_ROWS, width)),  # the largest |r̂| + δ
-        np.empty((GROUP_ROWS, width)),  # the largest |r̂| − δ
-        np.empty((GROUP_ROWS, width)),  # a lag is finite (1, 0)
-        np.empty((GROUP_ROWS, width)),  # bounds of |sync| from lag 0
-        np.empty((GROUP_ROWS, width)),
-        np.empty((GROUP_ROWS, width), dtype=np.int64),  # the best lag when certain, else 0
-    )
-    bins = np.empty(width, dtype=np.int64)
-    low = np.empty(width, dtype=np.int64)
+    sums, p_lag, run, group, bins, low = _workspace(width)
     root_y = roots[col0 : col0 + width]
     partial = np.flatnonzero((lo[col0 : col0 + width] != 0) | (hi[col0 : col0 + width] != n_rows))
-    lagger_gaps = np.empty((gap_ptr[col0 + width] - gap_ptr[col0], 2), dtype=np.int64)
-    for c in range(width):  # (c, row) of each row where a lagger is missing inside its interval
-        for k in range(gap_ptr[col0 + c], gap_ptr[col0 + c + 1]):
-            lagger_gaps[k - gap_ptr[col0], 0] = c
-            lagger_gaps[k - gap_ptr[col0], 1] = gap_rows[k]
+    lagger_gaps = _lagger_gaps(gap_ptr[col0 : col0 + width + 1], gap_rows)
     inputs = (data, window, laggers, root_y, np.float64(min_overlap), tau)
     for g0 in range(0, leaders.size, GROUP_ROWS):
         g1 = min(g0 + GROUP_ROWS, leaders.size)
@@ -531,21 +503,8 @@ def sweep_tile(
                 continue
             i = leaders[r]
             g_i = big_g * roots[i]
-            _row_lags(
-                products,
-                r,
-                i,
-                col0,
-                first_lag,
-                inputs,
-                partial,
-                lagger_gaps,
-                g_i,
-                sums,
-                p_lag,
-                run,
-                state,
-            )
+            lagged = (partial, lagger_gaps, g_i, sums, p_lag, run)
+            _row_lags(products, r, i, col0, first_lag, inputs, lagged, state)
         _squares_at_best_lags(squares, n_rows, leaders[g0:g1], col0, group[7], group[1])
         for r in range(g0, g1):
             out_row = rows[r]
@@ -585,6 +544,50 @@ def sweep_tile(
                     upper[out_row, i] = -np.inf
                     lower[out_row, i] = -np.inf
     return counted
+
+
+@njit(cache=True, nogil=True)
+def _workspace(width):  # pragma: no cover - compiled
+    """The buffers of :func:`sweep_tile` for ``width`` laggers: the overlap sums (one lag's),
+    ``P`` (one lag's), the running choice of :func:`_fold_lag`, the group's per-pair state (its
+    leaders' :func:`_state_row`), and a leader's bins and smallest bins (:func:`_row_bins`)."""
+    run = (
+        np.empty(width),  # the best |r̂| so far (−1: none)
+        np.empty(width),  # its δ
+        np.empty(width),  # P there
+        np.empty(width),  # its slot
+        np.empty(width),  # the largest |r̂| + δ of the other lags
+        np.empty(width),  # the largest |r̂| + δ
+        np.empty(width),  # the largest |r̂| − δ
+        np.empty(width),  # the smallest kind of the finite lags
+        np.empty(width),  # the largest kind
+    )
+    group = (
+        np.empty((GROUP_ROWS, width)),  # t̂ (P at the best lag until _statistic)
+        np.empty((GROUP_ROWS, width)),  # Δ (Q at the best lag until _statistic)
+        np.empty((GROUP_ROWS, width)),  # the largest |r̂| + δ
+        np.empty((GROUP_ROWS, width)),  # the largest |r̂| − δ
+        np.empty((GROUP_ROWS, width)),  # a lag is finite (1, 0)
+        np.empty((GROUP_ROWS, width)),  # bounds of |sync| from lag 0
+        np.empty((GROUP_ROWS, width)),
+        np.empty((GROUP_ROWS, width), dtype=np.int64),  # the best lag when certain, else 0
+    )
+    bins = np.empty(width, dtype=np.int64)
+    low = np.empty(width, dtype=np.int64)
+    return np.empty((7, width)), np.empty(width), run, group, bins, low
+
+
+@njit(cache=True, nogil=True)
+def _lagger_gaps(gap_ptr, gap_rows):  # pragma: no cover - compiled
+    """``(c, row)`` of each row where lagger ``c`` (of the laggers of ``gap_ptr``, the CSR
+    pointers from the first) is missing inside its interval, each lagger's rows ascending."""
+    first = gap_ptr[0]
+    out = np.empty((gap_ptr[-1] - first, 2), dtype=np.int64)
+    for c in range(gap_ptr.size - 1):
+        for k in range(gap_ptr[c], gap_ptr[c + 1]):
+            out[k - first, 0] = c
+            out[k - first, 1] = gap_rows[k]
+    return out
 
 
 @njit(cache=True, nogil=True, inline="always")
