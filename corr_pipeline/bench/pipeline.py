@@ -503,5 +503,5 @@ class _Chain:
             stored.release_writer_lock()
         self.committed.clear()
         assets = ("correlation_matrix", "overlap_matrix")
-        if any(store.partition_dir(asset, partition).is_dir() for asset in assets):
-            store.remove_partition(partition)
+        if any(store.files.partition_dir(asset, partition).is_dir() for asset in assets):
+            store.collector.remove_partition(partition)
