@@ -252,7 +252,7 @@ def _chain(engine, store_root: Path, sessions: list[str], args, params, per: dic
         compute_and_publish(engine, store, day, working_memory_mb=params.working_memory_mb)
         per["changes"] = per.get("changes", 0.0) + time.perf_counter() - start
         if i >= args.keep:
-            store.remove_partition(sessions[i - args.keep])
+            store.collector.remove_partition(sessions[i - args.keep])
 
 
 def _drop_page_cache() -> bool:

@@ -178,8 +178,8 @@ def main() -> int:
     with engine.begin() as conn:  # earlier runs' changes of these dates
         conn.execute(sa.text("DELETE FROM change_summaries"))
     store = MatrixStore(home / "store")
-    for key in store.partition_keys():
-        store.remove_partition(key)
+    for key in store.files.partition_keys():
+        store.collector.remove_partition(key)
     totals = {}
     for day in (previous, DEFAULT_END_DATE):
         seconds = snapshot(engine, store, day, params)
@@ -209,8 +209,8 @@ def main() -> int:
     )
     print("change rows: " + ", ".join(f"{k} {v:,}" for k, v in figures["rows"].items()))
     print("publish: " + ", ".join(f"{k} {v:.3f}" for k, v in figures["publish_timings"].items()))
-    for key in store.partition_keys():
-        store.remove_partition(key)
+    for key in store.files.partition_keys():
+        store.collector.remove_partition(key)
     return 0
 
 

@@ -393,5 +393,5 @@ def _rows_and_note(output: StepOutput, params: SnapshotParameters) -> tuple[int 
 def _remove_matrices(store: MatrixStore, partition: str) -> None:
     """Remove the benchmarked session's partition from the store, temp files of an unfinished
     correlation included."""
-    if partition in store.partition_keys():
-        store.remove_partition(partition)
+    if partition in store.files.partition_keys():
+        store.collector.remove_partition(partition)

@@ -177,7 +177,7 @@ def bench_through_dagster(
                     report.note_floors_per_lag(stage, args.max_lag)
     finally:
         if not args.keep_matrices:
-            MatrixStore(store_dir).remove_partition(key)
+            MatrixStore(store_dir).collector.remove_partition(key)
     return report
 
 

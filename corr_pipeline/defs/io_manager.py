@@ -291,7 +291,7 @@ class MatrixStoreResource(dg.ConfigurableResource):
         """The current bundle of ``asset`` / ``partition`` (what :class:`MatrixStoreIOManager`
         loads for an input), the partition held first until the step ends."""
         store = self.store
-        if store.partition_dir(asset, partition).is_dir():
+        if store.files.partition_dir(asset, partition).is_dir():
             self._holds.take(store, asset, partition)
         return store.load_bundle(asset, partition)
 
@@ -391,7 +391,7 @@ class MatrixStoreIOManager(dg.ConfigurableIOManager):
         keys = list(context.asset_partition_keys) if context.has_asset_partitions else []
         bundles = {}
         for key in keys or [UNPARTITIONED]:
-            if store.partition_dir(asset, key).is_dir():
+            if store.files.partition_dir(asset, key).is_dir():
                 self._holds.take(store, asset, key)  # before reading: retention waits for us
             bundles[key] = store.load_bundle(asset, key)
         if len(bundles) == 1:

@@ -81,7 +81,9 @@ def default_store() -> MatrixStore:
 
 def _store_partitions(store: MatrixStore) -> list[str]:
     """Partitions (snapshot dates) of the store holding a correlation matrix, oldest first."""
-    return [p for p in store.partitions(CORR_ASSET) if store.exists(CORR_ASSET, p, CORR_ARRAY)]
+    return [
+        p for p in store.files.partitions(CORR_ASSET) if store.exists(CORR_ASSET, p, CORR_ARRAY)
+    ]
 
 
 def _symbol_index(symbols: Sequence[str], symbol: str) -> int | None:

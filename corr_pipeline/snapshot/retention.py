@@ -174,14 +174,16 @@ def apply_retention(
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     report = RetentionReport(keep=keep, dry_run=dry_run)
-    keys = [k for k in store.partition_keys() if _date(k) is not None]
+    keys = [k for k in store.files.partition_keys() if _date(k) is not None]
     with contextlib.ExitStack() as stack:
         locked: list[str] = []
         for key in keys:
             if key in in_flight and key != writing:
                 report.busy.append(key)
                 continue
-            held = stack.enter_context(store.exclusive_partition(key, allow_upgrade=key == writing))
+            held = stack.enter_context(
+                store.collector.exclusive_partition(key, allow_upgrade=key == writing)
+            )
             if held:
                 locked.append(key)
             else:
@@ -213,7 +215,7 @@ def apply_retention(
             if remove:
                 try:
                     report.removed.append(
-                        store.remove_partition(
+                        store.collector.remove_partition(
                             key,
                             reason=f"retention: the newest {keep} published partitions keep "
                             f"their matrices ({', '.join(kept)})",
@@ -226,7 +228,7 @@ def apply_retention(
             if key not in published_keys and key != writing:
                 report.unpublished_kept.append(key)
             report.collected.merge(
-                store.collect_garbage(
+                store.collector.collect_garbage(
                     {key: pins or {}},
                     partitions=[key],
                     dry_run=dry_run,
@@ -269,12 +271,12 @@ def store_inventory(store: MatrixStore, published: Published) -> list[PartitionE
     """Every partition of the store (oldest first): assets, bytes on disk, versions, published
     or not, whether its pinned versions are there, whether it is in use."""
     out: list[PartitionEntry] = []
-    for key in store.partition_keys():
-        usage = store.disk_usage(key)
+    for key in store.files.partition_keys():
+        usage = store.files.disk_usage(key)
         versions = {
             (asset, v.name, v.version)
             for asset in usage
-            for v in store.versions(asset, key)
+            for v in store.files.versions(asset, key)
             if v.complete
         }
         day = _date(key)
@@ -288,7 +290,7 @@ def store_inventory(store: MatrixStore, published: Published) -> list[PartitionE
             wanted = {(a, n, v) for a, arrays in pins.items() for n, v in arrays.items()}
             present = len(wanted & versions)
             pinned = "yes" if present == len(wanted) else "partly" if present else "no"
-        with store.exclusive_partition(key) as free:
+        with store.collector.exclusive_partition(key) as free:
             in_use = not free
         out.append(
             PartitionEntry(

@@ -84,6 +84,6 @@ class SessionStore:
 
     def load(self, asset: str) -> MatrixBundle:
         """``asset``'s current bundle (held first when there is one)."""
-        if self.store.partition_dir(asset, self.partition).is_dir():
+        if self.store.files.partition_dir(asset, self.partition).is_dir():
             self.hold(asset)
         return self.store.load_bundle(asset, self.partition)

@@ -175,7 +175,8 @@ class VersionInfo:
 
 @dataclass
 class GarbageReport:
-    """What :meth:`MatrixStore.collect_garbage` deleted (or, with ``dry_run``, would delete)."""
+    """What :meth:`~corr_pipeline.store.collection.GarbageCollector.collect_garbage` deleted
+    (or, with ``dry_run``, would delete)."""
 
     deleted: list[VersionInfo] = field(default_factory=list)
     kept_busy: list[VersionInfo] = field(default_factory=list)
@@ -200,7 +201,8 @@ class GarbageReport:
 
 @dataclass
 class RemovalReport:
-    """What :meth:`MatrixStore.remove_partition` removed (or, with ``dry_run``, would remove)."""
+    """What :meth:`~corr_pipeline.store.collection.GarbageCollector.remove_partition` removed
+    (or, with ``dry_run``, would remove)."""
 
     partition: str
     assets: list[str]

@@ -1,5 +1,6 @@
-"""Bundles (:class:`~corr_pipeline.store.matrix_store.MatrixStore`): saving and loading the
-current bundle of a partition, loading a version, deleting a name."""
+"""Bundles (:class:`Bundles`): saving the arrays of a partition with the manifest that makes
+them current in one step, and loading the current bundle. The protocol is in
+:mod:`corr_pipeline.store.matrix_store`."""
 
 from __future__ import annotations
 
@@ -25,34 +26,24 @@ from corr_pipeline.store.errors import (
     MatrixStoreError,
     VersionNotFoundError,
 )
-from corr_pipeline.store.layout import (
-    MANIFEST_FILE,
-    validate_name,
-    validate_version,
-)
-from corr_pipeline.store.writing import PendingArray, StoreWriting
+from corr_pipeline.store.files import StoreFiles
+from corr_pipeline.store.layout import MANIFEST_FILE, validate_name
+from corr_pipeline.store.manifests import Manifests
+from corr_pipeline.store.reading import VersionReader
+from corr_pipeline.store.writing import PendingArray, VersionWriter
 
 
-class StoreBundles(StoreWriting):
-    """Bundles saved and loaded. See :class:`~corr_pipeline.store.matrix_store.MatrixStore`."""
+class Bundles:
+    """Saves and loads whole bundles: the arrays through ``writer`` (or reused as they are) and
+    ``reader``, the current pointer through ``manifests``, found through ``files``."""
 
-    def delete(self, asset: str, partition: str, name: str) -> bool:
-        """Drop ``name`` from the current manifest (True if it was there). Its versions stay on
-        disk until garbage collection finds nothing needs them (a published snapshot may pin
-        one)."""
-        validate_name(name)
-        directory = self.partition_dir(asset, partition)
-        if not (directory / MANIFEST_FILE).is_file():
-            return False
-        found = []
-
-        def update(previous: dict[str, Any] | None) -> dict[str, Any]:
-            manifest = previous or self._new_manifest(asset, partition)
-            found.append(manifest["arrays"].pop(name, None) is not None)
-            return manifest
-
-        self._commit_manifest(asset, partition, directory, update)
-        return bool(found and found[0])
+    def __init__(
+        self, files: StoreFiles, manifests: Manifests, reader: VersionReader, writer: VersionWriter
+    ) -> None:
+        self.files = files
+        self.manifests = manifests
+        self.reader = reader
+        self.writer = writer
 
     def save_bundle(
         self, asset: str, partition: str, bundle: MatrixBundle, *, in_memory: bool = False
@@ -69,21 +60,21 @@ class StoreBundles(StoreWriting):
           bundle's labels/params in its sidecar.
 
         ``in_memory``: the copies go to the store's memory area when it has room
-        (:meth:`allocate`). Then ``bundle.manifest.json`` (names, versions, shapes, dtypes,
+        (:meth:`VersionWriter.allocate`). Then ``bundle.manifest.json`` (names, versions, shapes, dtypes,
         labels, params, inputs) replaces the previous one atomically — the commit point of the
         bundle; when every version it names lives in the memory area, which a reboot empties,
         it is written without waiting for the disk. Names of the
         previous manifest missing from the bundle are dropped (``removed``); their versions,
-        like the superseded ones, are left to :meth:`collect_garbage`.
+        like the superseded ones, are left to garbage collection
+        (:meth:`GarbageCollector.collect_garbage`).
         """
         for name in bundle.arrays:  # every key is checked before anything touches the disk
             validate_name(name)
-        directory = self.partition_dir(asset, partition)
+        directory = self.files.partition_dir(asset, partition)
         inputs = check_inputs(bundle.inputs, "bundle.inputs")
         labels = jsonable(dict(bundle.labels), "bundle.labels")
         params = jsonable(dict(bundle.params), "bundle.params")
-        held = self._hold(directory, exclusive=False, blocking=True, create=True)
-        assert held is not None
+        held = self.files.share(directory)
         try:
             stored: dict[str, StoredArray] = {}
             how: dict[str, list[str]] = {"reused": [], "linked": [], "copied": []}
@@ -97,19 +88,19 @@ class StoreBundles(StoreWriting):
                     copied_bytes += int(stored[name].array.nbytes)
 
             def update(previous: dict[str, Any] | None) -> dict[str, Any]:
-                manifest = self._new_manifest(asset, partition)
+                manifest = self.manifests.new(asset, partition)
                 manifest.update(
                     labels=labels,
                     params=params,
                     inputs=inputs,
-                    arrays={name: self._entry(s) for name, s in stored.items()},
+                    arrays={name: self.manifests.entry(s) for name, s in stored.items()},
                 )
                 return manifest
 
             # versions that all live in the memory area do not survive a reboot: neither need
             # the manifest naming them
-            in_area = all(not s.path.is_relative_to(self.base_dir) for s in stored.values())
-            previous, manifest = self._commit_manifest(
+            in_area = all(not s.path.is_relative_to(self.files.base_dir) for s in stored.values())
+            previous, manifest = self.manifests.commit(
                 asset, partition, directory, update, durable=not (stored and in_area)
             )
         finally:
@@ -161,15 +152,15 @@ class StoreBundles(StoreWriting):
                 value.path,
             )
         if isinstance(value, StoredArray):
-            if value.location == (asset, partition, name) and self._has_version(
+            if value.location == (asset, partition, name) and self.files.has_version(
                 asset, partition, name, value.version
             ):
                 return value, "reused"
-            linked = self._link_version(
+            linked = self.writer.link_version(
                 value, asset, partition, name, labels=value.labels, params=value.params
             )
             return linked, "linked"
-        saved = self._save_version(
+        saved = self.writer.save_version(
             asset,
             partition,
             name,
@@ -181,20 +172,21 @@ class StoreBundles(StoreWriting):
         return saved, "copied"
 
     def has_bundle(self, asset: str, partition: str) -> bool:
-        return (self.partition_dir(asset, partition) / MANIFEST_FILE).is_file()
+        """True when ``<asset>/<partition>`` has a manifest."""
+        return (self.files.partition_dir(asset, partition) / MANIFEST_FILE).is_file()
 
     def load_bundle(self, asset: str, partition: str, *, mmap: bool = True) -> MatrixBundle:
         """Load the current bundle (arrays as :class:`StoredArray`, ``bundle.versions`` = the
         versions read). A manifest replaced while it is being read is read again; a manifest
         naming a version that is not on disk raises :class:`CorruptMatrixError`."""
-        directory = self.partition_dir(asset, partition)
+        directory = self.files.partition_dir(asset, partition)
         path = directory / MANIFEST_FILE
         problem = ""
         previous_manifest: dict[str, Any] | None = None
         for attempt in range(MANIFEST_ATTEMPTS):
             if attempt:
                 time.sleep(MANIFEST_SLEEP_S)
-            manifest = self._read_manifest(directory)
+            manifest = self.manifests.read(directory)
             if manifest is None:
                 raise MatrixNotFoundError(
                     f"no bundle for {asset}/{partition}: {path} does not exist "
@@ -206,7 +198,7 @@ class StoreBundles(StoreWriting):
             arrays: dict[str, np.ndarray | StoredArray] = {}
             for name, entry in manifest["arrays"].items():
                 try:
-                    arrays[name] = self.open_version(
+                    arrays[name] = self.reader.open_version(
                         asset, partition, name, str(entry.get("version")), mmap=mmap
                     )
                 except VersionNotFoundError:
@@ -226,67 +218,3 @@ class StoreBundles(StoreWriting):
                 )
             previous_manifest = manifest
         raise CorruptMatrixError(f"bundle {asset}/{partition} is inconsistent: {problem}", path)
-
-    def current_version(self, asset: str, partition: str, name: str) -> str | None:
-        """Version the current manifest names for the array (``None`` if none)."""
-        manifest = self.manifest(asset, partition)
-        entry = (manifest or {}).get("arrays", {}).get(validate_name(name))
-        return None if entry is None else str(entry.get("version"))
-
-    def exists(self, asset: str, partition: str, name: str) -> bool:
-        """True when the current manifest names a version of the array."""
-        try:
-            return self.current_version(asset, partition, name) is not None
-        except CorruptMatrixError:
-            return False
-
-    def has_version(self, asset: str, partition: str, name: str, version: str) -> bool:
-        """True when that version's files are on disk."""
-        return self._has_version(asset, partition, validate_name(name), validate_version(version))
-
-    def load(
-        self,
-        asset: str,
-        partition: str,
-        name: str,
-        *,
-        version: str | None = None,
-        mmap: bool = True,
-    ) -> StoredArray:
-        """Load a version of an array: the current one (``version=None``, what the manifest
-        names) or exactly ``version`` (a pinned one). A read-only ``np.memmap`` (``mmap=True``)
-        or an in-memory copy.
-
-        Raises :class:`MatrixNotFoundError` when no version is current,
-        :class:`VersionNotFoundError` when the requested version is not on disk and
-        :class:`CorruptMatrixError` (naming the file) when files are unreadable, truncated or
-        disagree with their sidecar.
-        """
-        directory = self.partition_dir(asset, partition)
-        validate_name(name)
-        if version is not None:
-            return self.open_version(asset, partition, name, validate_version(version), mmap=mmap)
-        seen: str | None = None
-        for attempt in range(MANIFEST_ATTEMPTS):
-            if attempt:
-                time.sleep(MANIFEST_SLEEP_S)
-            manifest = self._read_manifest(directory)
-            entry = (manifest or {}).get("arrays", {}).get(name)
-            if entry is None:
-                raise MatrixNotFoundError(
-                    f"no array {asset}/{partition}/{name}.npy in the store ({directory / MANIFEST_FILE} "
-                    "names no version of it)",
-                    directory / f"{name}.npy",
-                )
-            current = str(entry.get("version"))
-            if current == seen:
-                break  # the manifest still names a version that is not on disk
-            try:
-                return self.open_version(asset, partition, name, current, mmap=mmap)
-            except VersionNotFoundError:
-                seen = current  # replaced and collected meanwhile? read the manifest again
-        raise CorruptMatrixError(
-            f"the current manifest of {asset}/{partition} names version {seen} of {name!r}, "
-            "which is not on disk (deleted outside the store's protocol)",
-            directory / MANIFEST_FILE,
-        )

@@ -1,5 +1,6 @@
-"""Garbage collection and retention (:class:`~corr_pipeline.store.matrix_store.MatrixStore`):
-what versions are needed, collecting the others, removing whole partitions and recording it."""
+"""Garbage collection and retention (:class:`GarbageCollector`): what versions are needed,
+collecting the others, removing whole partitions and recording it. The protocol is in
+:mod:`corr_pipeline.store.matrix_store`."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from corr_pipeline.store.arrays import (
     RemovalReport,
     VersionInfo,
 )
-from corr_pipeline.store.core import StoreCore
 from corr_pipeline.store.durable import (
     fsync_dir,
     make_dir,
@@ -27,6 +27,7 @@ from corr_pipeline.store.errors import (
     CorruptMatrixError,
     PartitionBusyError,
 )
+from corr_pipeline.store.files import StoreFiles
 from corr_pipeline.store.layout import (
     FORMAT_VERSION,
     LEGACY_FILE_RE,
@@ -38,10 +39,16 @@ from corr_pipeline.store.layout import (
     now_iso,
     validate_partition,
 )
+from corr_pipeline.store.manifests import Manifests
 
 
-class StoreCollection(StoreCore):
-    """Garbage collection and retention. See :class:`~corr_pipeline.store.matrix_store.MatrixStore`."""
+class GarbageCollector:
+    """Deletes what nothing needs from the directories of ``files`` (what a current manifest
+    names is read through ``manifests``) and removes whole partitions for retention."""
+
+    def __init__(self, files: StoreFiles, manifests: Manifests) -> None:
+        self.files = files
+        self.manifests = manifests
 
     @contextlib.contextmanager
     def exclusive_partition(self, partition: str, *, allow_upgrade: bool = False) -> Iterator[bool]:
@@ -53,11 +60,11 @@ class StoreCollection(StoreCore):
         held: list[locks.Hold] = []
         ok = True
         try:
-            for asset in self.assets():
-                directory = self.base_dir / asset / partition
+            for asset in self.files.assets():
+                directory = self.files.base_dir / asset / partition
                 if not directory.is_dir():
                     continue
-                h = self._hold(
+                h = self.files.hold(
                     directory,
                     exclusive=True,
                     blocking=False,
@@ -94,13 +101,10 @@ class StoreCollection(StoreCore):
         for asset, arrays in (pinned or {}).items():
             for name, version in (arrays or {}).items():
                 add(asset, name, version)
-        for asset in self.assets():
-            directory = self.base_dir / asset / partition
-            if not directory.is_dir():
-                continue
-            manifest = self._read_manifest(directory)  # CorruptMatrixError: the caller keeps all
+        for directory in self.files.partition_dirs_of(partition):
+            manifest = self.manifests.read(directory)  # CorruptMatrixError: the caller keeps all
             for name, entry in (manifest or {}).get("arrays", {}).items():
-                add(asset, name, str(entry.get("version")))
+                add(directory.parent.name, name, str(entry.get("version")))
             for input_asset, arrays in ((manifest or {}).get("inputs") or {}).items():
                 for name, version in (arrays or {}).items():
                     add(input_asset, name, version)
@@ -125,7 +129,7 @@ class StoreCollection(StoreCore):
         itself (see :meth:`exclusive_partition`).
         """
         report = GarbageReport(dry_run=dry_run)
-        keys = self.partition_keys() if partitions is None else list(partitions)
+        keys = self.files.partition_keys() if partitions is None else list(partitions)
         for partition in keys:
             with self.exclusive_partition(
                 partition, allow_upgrade=partition in allow_upgrade
@@ -148,13 +152,11 @@ class StoreCollection(StoreCore):
         except CorruptMatrixError:
             report.unreadable.append(partition)  # unreadable manifest: keep everything
             return report
-        for asset in self.assets():
-            directory = self.base_dir / asset / partition
-            if not directory.is_dir():
-                continue
+        for directory in self.files.partition_dirs_of(partition):
+            asset = directory.parent.name
             live_temps: set[str] = set()
-            for version_dir in self._version_dirs(asset, partition):
-                report.temps_removed += self._cleanup_dir(version_dir, dry_run=dry_run)
+            for version_dir in self.files.version_dirs(asset, partition):
+                report.temps_removed += self.files.cleanup_dir(version_dir, dry_run=dry_run)
                 live_temps |= {
                     m["target"]
                     for p in version_dir.iterdir()
@@ -172,7 +174,7 @@ class StoreCollection(StoreCore):
                         report.legacy_removed.append(p)
                         if not dry_run:
                             touched.add(directory)
-            for info in self.versions(asset, partition):
+            for info in self.files.versions(asset, partition):
                 if info.version in keep.get(info.name, ()):
                     continue
                 npy = (info.directory or directory) / f"{info.name}.{info.version}.npy"
@@ -186,12 +188,10 @@ class StoreCollection(StoreCore):
                         touched.add(npy.parent)
                     report.deleted.append(info)
                     continue
-                try:
-                    fd = os.open(npy, os.O_RDWR | os.O_CLOEXEC)
-                except FileNotFoundError:
-                    continue
-                try:
-                    if not locks.lock_fd(fd, exclusive=True, blocking=False):
+                with locks.probe(npy) as free:
+                    if free is None:
+                        continue
+                    if not free:
                         report.kept_busy.append(info)  # committed, not yet in a manifest
                         continue
                     if not dry_run:
@@ -199,8 +199,6 @@ class StoreCollection(StoreCore):
                         unlink_quiet(npy)
                         touched.add(npy.parent)
                     report.deleted.append(info)
-                finally:
-                    os.close(fd)
             for changed in touched:
                 fsync_dir(changed)
         return report
@@ -208,7 +206,7 @@ class StoreCollection(StoreCore):
     def pruned(self, partition: str) -> dict[str, Any] | None:
         """What retention removed from ``partition`` (``.retention/<partition>.json``: when,
         why, and ``versions`` ``{asset: {name: [versions]}}``), or None."""
-        path = self.base_dir / RETENTION_DIR / f"{validate_partition(partition)}.json"
+        path = self.files.base_dir / RETENTION_DIR / f"{validate_partition(partition)}.json"
         try:
             return read_json_file(path, "retention record")
         except CorruptMatrixError:
@@ -235,17 +233,13 @@ class StoreCollection(StoreCore):
             if not ok:
                 raise PartitionBusyError(
                     f"partition {partition} is in use by another process; nothing removed",
-                    self.base_dir,
+                    self.files.base_dir,
                 )
-            directories = [
-                self.base_dir / asset / partition
-                for asset in self.assets()
-                if (self.base_dir / asset / partition).is_dir()
-            ]
+            directories = self.files.partition_dirs_of(partition)
             in_memory = [
                 d
                 for directory in directories
-                for d in self._version_dirs(directory.parent.name, partition)[1:]
+                for d in self.files.version_dirs(directory.parent.name, partition)[1:]
             ]
             for directory in in_memory:
                 for p in directory.iterdir():
@@ -267,7 +261,7 @@ class StoreCollection(StoreCore):
                             f"{p} is held by a live writer; partition {partition} not removed", p
                         )
                 report.assets.append(directory.parent.name)
-                report.versions += self.versions(directory.parent.name, partition)
+                report.versions += self.files.versions(directory.parent.name, partition)
                 for p in directory.iterdir():
                     with contextlib.suppress(FileNotFoundError):
                         report.bytes += p.stat().st_size
@@ -287,7 +281,7 @@ class StoreCollection(StoreCore):
         return report
 
     def _record_removal(self, partition: str, reason: str, versions: list[VersionInfo]) -> None:
-        retention_dir = self.base_dir / RETENTION_DIR
+        retention_dir = self.files.base_dir / RETENTION_DIR
         make_dir(retention_dir)
         path = retention_dir / f"{partition}.json"
         try:

@@ -27,16 +27,27 @@ Two kinds of locks are used (see :mod:`corr_pipeline.store.matrix_store`):
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import struct
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["FileLock", "Hold", "create_locked", "hold", "is_locked", "lock_fd", "unlock_fd"]
+__all__ = [
+    "FileLock",
+    "Hold",
+    "create_locked",
+    "hold",
+    "is_locked",
+    "lock_fd",
+    "probe",
+    "unlock_fd",
+]
 
 #: struct flock on 64-bit Linux: l_type, l_whence, l_start, l_len, l_pid (+ padding).
 _FLOCK = "hhqqi4x"
@@ -131,19 +142,31 @@ def create_locked(path: Path, mode: int = 0o600) -> FileLock:
     return FileLock(fd, path)
 
 
-def is_locked(path: Path) -> bool | None:
-    """Whether some description holds a lock on ``path`` (None: the file does not exist).
+@contextlib.contextmanager
+def probe(path: Path) -> Iterator[bool | None]:
+    """An exclusive probe lock on ``path``, taken without waiting and held for the ``with``
+    block: yields True when taken (no description holds a lock on the file: its writer is
+    gone), False when another description holds one, None when the file does not exist. A
+    description of *this* process counts like any other.
 
-    Probes with an exclusive lock that is released at once; a description of *this* process
-    counts like any other."""
+    A cleaner deletes the file inside the block: a writer that locks the file just after the
+    probe finds the name gone and takes another one."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
-        return None
+        yield None
+        return
     try:
-        return not lock_fd(fd, exclusive=True, blocking=False)
+        yield lock_fd(fd, exclusive=True, blocking=False)
     finally:
         os.close(fd)
+
+
+def is_locked(path: Path) -> bool | None:
+    """Whether some description holds a lock on ``path`` (None: the file does not exist);
+    the :func:`probe` lock is released at once."""
+    with probe(path) as free:
+        return None if free is None else not free
 
 
 # --------------------------------------------------------------------------------------------

@@ -36,11 +36,12 @@ snapshot records); :meth:`MatrixStore.load_bundle` reads the current bundle and 
 versions it read (``bundle.versions``). A manifest may record ``inputs``: the versions of other
 assets of the partition the bundle was computed from.
 
-Old versions stay on disk until :meth:`MatrixStore.collect_garbage` finds that nothing needs them:
-a version is deleted only when no current manifest of its partition names it (as an array or as
-an input), the caller's ``pinned`` set (the versions recorded by published snapshots, which the
-store does not read itself) does not name it, and no live writer holds it. Retention removes whole
-partitions (:meth:`MatrixStore.remove_partition`) and records what it removed in ``.retention/``.
+Old versions stay on disk until :meth:`GarbageCollector.collect_garbage` finds that nothing
+needs them: a version is deleted only when no current manifest of its partition names it (as an
+array or as an input), the caller's ``pinned`` set (the versions recorded by published snapshots,
+which the store does not read itself) does not name it, and no live writer holds it. Retention
+removes whole partitions (:meth:`GarbageCollector.remove_partition`) and records what it removed
+in ``.retention/`` (:meth:`MatrixStore.pruned` reads it back).
 
 Writing (producer side)
 -----------------------
@@ -65,7 +66,7 @@ and maps it writable (fresh contents are zero). :meth:`PendingArray.commit`:
 3. rename the array to ``<name>.<version>.npy``, ``fsync`` the directory.
 
 The version now exists but is not current: :meth:`MatrixStore.save_bundle` (the IO manager's
-hand-off, reusing the committed file without a copy) or :meth:`MatrixStore.set_current` names it
+hand-off, reusing the committed file without a copy) or :meth:`Manifests.set_current` names it
 in the manifest — the commit point. Until then its writer keeps the lock on the version file, so
 garbage collection leaves it alone; once named, the manifest protects it. :meth:`MatrixStore.save`
 does all of it for an in-memory array.
@@ -77,7 +78,7 @@ file, never committed, deleted when its ``with`` block ends, however it ends.
 Any failure, exception or ``KeyboardInterrupt`` before the commit removes the temp files (and a
 :class:`PendingArray` dropped without commit or abort removes its temp file when it is garbage
 collected or the interpreter exits). A SIGKILL leaves a temp file whose lock died with its
-writer: :meth:`MatrixStore.cleanup_stale_temps` (run by every :meth:`allocate` on its partition
+writer: :meth:`StoreFiles.cleanup_stale_temps` (run by every :meth:`allocate` on its partition
 and by garbage collection) deletes temp files nobody holds locked — never one whose writer is
 alive, on this host or another one sharing the store.
 
@@ -111,6 +112,11 @@ become ISO strings, numpy scalars become Python numbers. They come back in that 
 
 from __future__ import annotations
 
+import functools
+import os
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
 from corr_pipeline.store.arrays import (
     BundleWriteReport,
     GarbageReport,
@@ -120,8 +126,8 @@ from corr_pipeline.store.arrays import (
     VersionInfo,
     sources,
 )
-from corr_pipeline.store.bundles import StoreBundles
-from corr_pipeline.store.collection import StoreCollection
+from corr_pipeline.store.bundles import Bundles
+from corr_pipeline.store.collection import GarbageCollector
 from corr_pipeline.store.errors import (
     CorruptMatrixError,
     InvalidStoreKeyError,
@@ -131,13 +137,17 @@ from corr_pipeline.store.errors import (
     PartitionBusyError,
     VersionNotFoundError,
 )
+from corr_pipeline.store.files import StoreFiles
 from corr_pipeline.store.layout import (
     FORMAT_VERSION,
     MANIFEST_FILE,
     validate_asset_name,
+    validate_name,
     validate_version,
 )
-from corr_pipeline.store.writing import PendingArray
+from corr_pipeline.store.manifests import Manifests
+from corr_pipeline.store.reading import VersionReader
+from corr_pipeline.store.writing import PendingArray, VersionWriter
 
 __all__ = [
     "FORMAT_VERSION",
@@ -162,13 +172,67 @@ __all__ = [
     "validate_version",
 ]
 
+Params = ParamSpec("Params")
+Result = TypeVar("Result")
 
-class MatrixStore(StoreBundles, StoreCollection):
+
+def delegate(
+    part: str, method: Callable[Concatenate[Any, Params], Result]
+) -> Callable[Concatenate[Any, Params], Result]:
+    """A method of :class:`MatrixStore` that calls ``method`` (by its name) on the store's
+    attribute ``part``, with ``method``'s signature and docstring."""
+
+    @functools.wraps(method)
+    def call(store: Any, *args: Params.args, **kwargs: Params.kwargs) -> Result:
+        return getattr(getattr(store, part), method.__name__)(*args, **kwargs)
+
+    return call
+
+
+class MatrixStore:
     """Directory of versioned arrays, one sub-directory per asset and partition (SPEC §8).
 
     Stateless apart from ``base_dir``: any number of processes (and hosts sharing the directory)
     may open the same store. See the module docstring for the layout and the protocols.
 
-    The methods live in the store's modules: :mod:`.core` (paths, locks, reading, listing),
-    :mod:`.writing`, :mod:`.bundles` and :mod:`.collection`.
+    Its methods are what producers and consumers of arrays use; each is done by one of the
+    parts the store is made of, public for what goes beyond them:
+
+    * :attr:`files` (:class:`StoreFiles`): paths, partition holds, listings (assets,
+      partitions, versions, bytes), stale temp files;
+    * :attr:`manifests` (:class:`Manifests`): the current pointer of each partition;
+    * :attr:`reader` (:class:`VersionReader`): a version checked and mapped;
+    * :attr:`writer` (:class:`VersionWriter`): versions allocated, saved, linked;
+    * :attr:`bundles` (:class:`Bundles`): a partition's arrays saved or loaded together;
+    * :attr:`collector` (:class:`GarbageCollector`): garbage collection and the removal of
+      partitions (retention).
     """
+
+    def __init__(self, base_dir: str | os.PathLike[str], *, create: bool = True) -> None:
+        self.files = StoreFiles(base_dir, create=create)
+        self.base_dir = self.files.base_dir
+        self.manifests = Manifests(self.files)
+        self.reader = VersionReader(self.files, self.manifests)
+        self.writer = VersionWriter(self.files, self.manifests, self.reader)
+        self.bundles = Bundles(self.files, self.manifests, self.reader, self.writer)
+        self.collector = GarbageCollector(self.files, self.manifests)
+
+    def __repr__(self) -> str:
+        return f"MatrixStore({str(self.base_dir)!r})"
+
+    allocate = delegate("writer", VersionWriter.allocate)
+    scratch = delegate("writer", VersionWriter.scratch)
+    save = delegate("writer", VersionWriter.save)
+    save_bundle = delegate("bundles", Bundles.save_bundle)
+    load_bundle = delegate("bundles", Bundles.load_bundle)
+    load = delegate("reader", VersionReader.load)
+    exists = delegate("manifests", Manifests.exists)
+    hold_partition = delegate("files", StoreFiles.hold_partition)
+    hold_existing_partition = delegate("files", StoreFiles.hold_existing_partition)
+    pruned = delegate("collector", GarbageCollector.pruned)
+
+    def has_version(self, asset: str, partition: str, name: str, version: str) -> bool:
+        """True when that version's files are on disk."""
+        return self.files.has_version(
+            asset, partition, validate_name(name), validate_version(version)
+        )

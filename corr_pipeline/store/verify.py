@@ -56,14 +56,14 @@ def verify_store(store: MatrixStore, partitions: Iterable[str] | None = None) ->
     sidecar's. A version removed meanwhile (garbage collection) is left out."""
     wanted = set(partitions) if partitions is not None else None
     checks = []
-    for asset in store.assets():
-        for partition in store.partitions(asset):
+    for asset in store.files.assets():
+        for partition in store.files.partitions(asset):
             if wanted is not None and partition not in wanted:
                 continue
-            for info in store.versions(asset, partition):
+            for info in store.files.versions(asset, partition):
                 if not info.complete:
                     continue
-                path = store.array_path(asset, partition, info.name, info.version)
+                path = store.files.array_path(asset, partition, info.name, info.version)
                 try:  # held open: garbage collection may unlink it, the bytes stay readable
                     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
                 except FileNotFoundError:

@@ -1,5 +1,6 @@
-"""Writing versions (:class:`~corr_pipeline.store.matrix_store.MatrixStore`): allocate, scratch,
-save, link, and naming a version current."""
+"""Writing versions (:class:`VersionWriter`): allocate an array in place and commit it
+(:class:`PendingArray`), a scratch array, a copy of an in-memory array, a hard link of a committed
+one. The protocol is in :mod:`corr_pipeline.store.matrix_store`."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import numpy as np
 from corr_pipeline.store import locks, memory
 from corr_pipeline.store.arrays import StoredArray
 from corr_pipeline.store.checksum import full_checksum, sampled_fingerprint
-from corr_pipeline.store.core import StoreCore
 from corr_pipeline.store.durable import (
     advise_huge_pages,
     create_temp,
@@ -31,12 +31,46 @@ from corr_pipeline.store.durable import (
     write_json_atomic,
 )
 from corr_pipeline.store.errors import MatrixStoreError
+from corr_pipeline.store.files import StoreFiles
 from corr_pipeline.store.layout import (
     FORMAT_VERSION,
     new_version,
     now_iso,
     validate_name,
 )
+from corr_pipeline.store.manifests import Manifests
+from corr_pipeline.store.reading import VersionReader
+
+
+def version_meta(
+    asset: str,
+    partition: str,
+    name: str,
+    version: str,
+    shape: tuple[int, ...],
+    dtype: np.dtype,
+    labels: dict[str, Any],
+    params: dict[str, Any],
+    size: int,
+    fingerprint: str,
+    checksum: str,
+) -> dict[str, Any]:
+    """The sidecar of a version (SPEC §8): its key, shape, dtype, labels, params, when and by
+    whom it was written, and the size, sampled fingerprint and full checksum of its file."""
+    return {
+        "format": FORMAT_VERSION,
+        "version": version,
+        "asset": asset,
+        "partition": partition,
+        "name": name,
+        "shape": [int(s) for s in shape],
+        "dtype": dtype_descr(np.dtype(dtype)),
+        "labels": labels,
+        "params": params,
+        "created_at": now_iso(),
+        "writer": {"host": socket.gethostname(), "pid": os.getpid()},
+        "array_file": {"size": int(size), "fingerprint": fingerprint, "checksum": checksum},
+    }
 
 
 def discard_temp(path: Path, lock: locks.FileLock, pid: int) -> None:
@@ -48,7 +82,7 @@ def discard_temp(path: Path, lock: locks.FileLock, pid: int) -> None:
 
 
 class PendingArray:
-    """A writable array being produced inside the store; see :meth:`MatrixStore.allocate`.
+    """A writable array being produced inside the store; see :meth:`VersionWriter.allocate`.
 
     Fill ``pending.array`` (a writable ``np.memmap`` on the temp file), then call
     :meth:`commit` (a new immutable version, returns a :class:`StoredArray`) or :meth:`abort`
@@ -61,7 +95,7 @@ class PendingArray:
 
     def __init__(
         self,
-        store: StoreWriting,
+        reader: VersionReader,
         asset: str,
         partition: str,
         name: str,
@@ -73,7 +107,7 @@ class PendingArray:
         labels: dict[str, Any],
         params: dict[str, Any],
     ) -> None:
-        self.store = store
+        self.reader = reader
         self.shape: tuple[int, ...] = tuple(array.shape)
         self.dtype: np.dtype = array.dtype
         self.asset = asset
@@ -116,7 +150,7 @@ class PendingArray:
 
     def commit(self) -> StoredArray:
         """Flush, fsync and publish as a new immutable version (not yet current: see
-        :meth:`MatrixStore.save_bundle` / :meth:`MatrixStore.set_current`)."""
+        :meth:`MatrixStore.save_bundle` / :meth:`Manifests.set_current`)."""
         if self._state != "open":
             raise MatrixStoreError(f"pending array {self.path} is already {self._state}", self.path)
         arr = self._array
@@ -132,7 +166,7 @@ class PendingArray:
             assert fd is not None
             os.fsync(fd)
             size = os.fstat(fd).st_size
-            meta = self.store._make_meta(
+            meta = version_meta(
                 self.asset,
                 self.partition,
                 self.name,
@@ -150,7 +184,7 @@ class PendingArray:
             os.replace(self.temp_path, self.path)
             self._lock.path = self.path
             fsync_dir(self.path.parent)
-            stored = self.store.open_version(
+            stored = self.reader.open_version(
                 self.asset, self.partition, self.name, self.version, mmap=True
             )
         except OSError as exc:
@@ -188,8 +222,15 @@ class PendingArray:
         return f"PendingArray({self.path}, shape={self.shape}, dtype={self.dtype}, {self._state})"
 
 
-class StoreWriting(StoreCore):
-    """Writing versions. See :class:`~corr_pipeline.store.matrix_store.MatrixStore`."""
+class VersionWriter:
+    """Writes new versions into the directories of ``files``; :meth:`save` and :meth:`link` make
+    them current through ``manifests``, and a committed version is read back through
+    ``reader``."""
+
+    def __init__(self, files: StoreFiles, manifests: Manifests, reader: VersionReader) -> None:
+        self.files = files
+        self.manifests = manifests
+        self.reader = reader
 
     def allocate(
         self,
@@ -221,21 +262,20 @@ class StoreWriting(StoreCore):
         shp = (int(shape),) if isinstance(shape, int | np.integer) else tuple(int(s) for s in shape)
         if any(s < 0 for s in shp):
             raise ValueError(f"{asset}/{partition}/{name}: negative dimension in shape {shp}")
-        self.partition_dir(asset, partition)
+        self.files.partition_dir(asset, partition)
         validate_name(name)
         labels_j = jsonable(dict(labels or {}), f"{name}.labels")
         params_j = jsonable(dict(params or {}), f"{name}.params")
         version = new_version()
-        directory = self.partition_dir(asset, partition)
+        directory = self.files.partition_dir(asset, partition)
         with contextlib.suppress(OSError):  # best effort: free what a crashed attempt left
-            self.cleanup_stale_temps(asset=asset, partition=partition)
+            self.files.cleanup_stale_temps(asset=asset, partition=partition)
         target = directory
         if in_memory:
-            area = self.memory_partition_dir(asset, partition, create=True)
+            area = self.files.memory_partition_dir(asset, partition, create=True)
             if area is not None and memory.has_room(area, math.prod(shp) * dt.itemsize):
                 target = area
-        held = self._hold(directory, exclusive=False, blocking=True, create=True)
-        assert held is not None
+        held = self.files.share(directory)
         final = target / f"{name}.{version}.npy"
         try:
             temp, lock = create_temp(final)
@@ -281,7 +321,7 @@ class StoreWriting(StoreCore):
         finally:
             held.release()
         return PendingArray(
-            self, asset, partition, name, version, final, temp, lock, mm, labels_j, params_j
+            self.reader, asset, partition, name, version, final, temp, lock, mm, labels_j, params_j
         )
 
     @contextlib.contextmanager
@@ -300,7 +340,7 @@ class StoreWriting(StoreCore):
         reserved up front), deleted when the block ends, normally or by an exception
         (``KeyboardInterrupt`` included). A process killed inside the block leaves a temp file
         whose lock died with it, which the next :meth:`allocate` on the partition or garbage
-        collection removes (:meth:`cleanup_stale_temps`). ``in_memory``: in the store's memory
+        collection removes (:meth:`StoreFiles.cleanup_stale_temps`). ``in_memory``: in the store's memory
         area when it has room (:meth:`allocate`), where no page is ever written back to a disk.
 
         On disk its pages live in the page cache (the process's ``RssFile``, not ``RssAnon``), so the
@@ -319,7 +359,7 @@ class StoreWriting(StoreCore):
         finally:
             pending.abort()
 
-    def _save_version(
+    def save_version(
         self,
         asset: str,
         partition: str,
@@ -330,6 +370,8 @@ class StoreWriting(StoreCore):
         *,
         in_memory: bool = False,
     ) -> StoredArray:
+        """Copy an in-memory array into a new version of ``<asset>/<partition>/<name>``, not
+        yet current (its writer lock kept until a manifest names it)."""
         arr = np.asarray(array)
         with self.allocate(
             asset,
@@ -357,9 +399,9 @@ class StoreWriting(StoreCore):
         params: Mapping[str, Any] | None = None,
     ) -> StoredArray:
         """Copy an in-memory array into the store as a new version and make it the current one
-        (:meth:`set_current`)."""
-        stored = self._save_version(asset, partition, name, array, labels, params)
-        self.set_current(stored)
+        (:meth:`Manifests.set_current`)."""
+        stored = self.save_version(asset, partition, name, array, labels, params)
+        self.manifests.set_current(stored)
         return stored
 
     def link(
@@ -374,11 +416,11 @@ class StoreWriting(StoreCore):
     ) -> StoredArray:
         """Make a committed array a new, current version at another location without copying
         (hard link; a copy when hard links are impossible or the source file is gone)."""
-        stored = self._link_version(source, asset, partition, name, labels=labels, params=params)
-        self.set_current(stored)
+        stored = self.link_version(source, asset, partition, name, labels=labels, params=params)
+        self.manifests.set_current(stored)
         return stored
 
-    def _link_version(
+    def link_version(
         self,
         source: StoredArray,
         asset: str,
@@ -388,14 +430,15 @@ class StoreWriting(StoreCore):
         labels: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> StoredArray:
-        self.partition_dir(asset, partition)
+        """``source`` hard-linked as a new version of ``<asset>/<partition>/<name>``, not yet
+        current (a copy when hard links are impossible or the source file is gone)."""
+        self.files.partition_dir(asset, partition)
         validate_name(name)
         labels_j = jsonable(dict(source.labels if labels is None else labels), "labels")
         params_j = jsonable(dict(source.params if params is None else params), "params")
         version = new_version()
-        directory = self.partition_dir(asset, partition)
-        held = self._hold(directory, exclusive=False, blocking=True, create=True)
-        assert held is not None
+        directory = self.files.partition_dir(asset, partition)
+        held = self.files.share(directory)
         final = directory / f"{name}.{version}.npy"
         sidecar = final.with_suffix(".json")
         temp = temp_path(final)
@@ -414,7 +457,7 @@ class StoreWriting(StoreCore):
             unlink_quiet(temp)
             held.release()
             if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOENT):
-                return self._save_version(asset, partition, name, source.array, labels_j, params_j)
+                return self.save_version(asset, partition, name, source.array, labels_j, params_j)
             raise space_or_io_error("linking", final, exc) from exc
         try:
             size = os.fstat(fd).st_size
@@ -424,7 +467,7 @@ class StoreWriting(StoreCore):
                 raise OSError(errno.ENOENT, "the source file changed", str(source.path))
             # the same inode: its full checksum is the source's (computed when that has none)
             checksum = recorded.get("checksum") or full_checksum(fd, size)
-            meta = self._make_meta(
+            meta = version_meta(
                 asset, partition, name, version, source.shape, source.dtype, labels_j, params_j,
                 size, fingerprint, checksum,
             )  # fmt: skip
@@ -432,14 +475,14 @@ class StoreWriting(StoreCore):
             os.replace(temp, final)
             lock.path = final
             fsync_dir(directory)
-            stored = self.open_version(asset, partition, name, version, mmap=True)
+            stored = self.reader.open_version(asset, partition, name, version, mmap=True)
         except OSError as exc:
             unlink_quiet(temp)
             unlink_quiet(final)
             unlink_quiet(sidecar)
             lock.release()
             if exc.errno == errno.ENOENT:
-                return self._save_version(asset, partition, name, source.array, labels_j, params_j)
+                return self.save_version(asset, partition, name, source.array, labels_j, params_j)
             raise space_or_io_error("linking", final, exc) from exc
         except BaseException:
             unlink_quiet(temp)
@@ -450,47 +493,3 @@ class StoreWriting(StoreCore):
         finally:
             held.release()
         return StoredArray(**{**stored.__dict__, "writer_lock": lock})
-
-    def _make_meta(
-        self,
-        asset: str,
-        partition: str,
-        name: str,
-        version: str,
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-        labels: dict[str, Any],
-        params: dict[str, Any],
-        size: int,
-        fingerprint: str,
-        checksum: str,
-    ) -> dict[str, Any]:
-        return {
-            "format": FORMAT_VERSION,
-            "version": version,
-            "asset": asset,
-            "partition": partition,
-            "name": name,
-            "shape": [int(s) for s in shape],
-            "dtype": dtype_descr(np.dtype(dtype)),
-            "labels": labels,
-            "params": params,
-            "created_at": now_iso(),
-            "writer": {"host": socket.gethostname(), "pid": os.getpid()},
-            "array_file": {"size": int(size), "fingerprint": fingerprint, "checksum": checksum},
-        }
-
-    def set_current(self, stored: StoredArray) -> None:
-        """Make ``stored`` (a version of its own location) the current version of its name; the
-        other entries of the manifest stay as they are."""
-        asset, partition, name = stored.location
-        directory = self.partition_dir(asset, partition)
-
-        def update(previous: dict[str, Any] | None) -> dict[str, Any]:
-            manifest = previous or self._new_manifest(asset, partition)
-            manifest["arrays"][name] = self._entry(stored)
-            manifest["created_at"] = now_iso()
-            return manifest
-
-        self._commit_manifest(asset, partition, directory, update)
-        stored.release_writer_lock()

@@ -76,7 +76,7 @@ def test_changes_in_the_pipeline(universe, engine, tmp_path):  # noqa: F811
     assert meta["sessions_between"] == 0 and meta["compared_with"] == f"previous session: {FIRST}"
     assert "overnight" not in meta["largest_moves"]
     assert meta["skipped"] == {}
-    assert store.partition_keys() == [LAST]
+    assert store.files.partition_keys() == [LAST]
     picture = meta["picture: correlation changes"]
     assert picture.startswith("![")
     assert "| rank | symbol a |" in meta["largest_moves"]

@@ -100,13 +100,13 @@ def test_materialize_partitioned_assets(tmp_path):
     assert set(after) == set(before) and all(after[n] != before[n] for n in after)
     np.testing.assert_array_equal(held["returns"], expected_returns(PK))  # old map still valid
     assert store.has_version("returns_matrix", PK, "returns", before["returns"])
-    report = store.collect_garbage()
+    report = store.collector.collect_garbage()
     assert {
         (v.partition, v.name, v.version) for v in report.deleted if v.asset == "returns_matrix"
     } == {(PK, name, version) for name, version in before.items()}
     assert not store.has_version("returns_matrix", PK, "returns", before["returns"])
     check_store(base, PK)
-    assert MatrixStore(base).partitions("returns_matrix") == ["2024-01-03", "2024-01-04"]
+    assert MatrixStore(base).files.partitions("returns_matrix") == ["2024-01-03", "2024-01-04"]
 
 
 def test_handle_output_rejects_non_bundles(tmp_path):

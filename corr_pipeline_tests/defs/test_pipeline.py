@@ -541,7 +541,7 @@ def test_a_session_launched_before_its_prices_fails_and_touches_nothing(
     monkeypatch.setenv(settings.ENV_KEEP_MATRICES, "1")
     store = tmp_path / "store"
     assert materialize(store, LAST).success
-    before = sorted(MatrixStore(store).partition_keys())
+    before = sorted(MatrixStore(store).files.partition_keys())
     instance = dg.DagsterInstance.ephemeral()
     result = dg.materialize(
         snapshot_assets,
@@ -558,7 +558,7 @@ def test_a_session_launched_before_its_prices_fails_and_touches_nothing(
     assert tags[NO_PRICES_TAG] == f"2026-11-30 (latest trade date {LAST})"
     assert sum(_counts(clean_db, "2026-11-30").values()) == 0
     assert sum(_counts(clean_db, LAST).values()) > 0
-    assert sorted(MatrixStore(store).partition_keys()) == before == [LAST]
+    assert sorted(MatrixStore(store).files.partition_keys()) == before == [LAST]
     assert not [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
 
 

@@ -312,4 +312,4 @@ def test_a_range_keeps_at_most_two_sessions_of_history(universe, tmp_path, monke
         SESSIONS[0]: [],
         **{day: [before] for before, day in zip(SESSIONS, SESSIONS[1:], strict=False)},
     }
-    assert MatrixStore(tmp_path / "store").partition_keys() == [SESSIONS[-1], *NEWER]
+    assert MatrixStore(tmp_path / "store").files.partition_keys() == [SESSIONS[-1], *NEWER]

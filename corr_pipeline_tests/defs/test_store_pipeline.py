@@ -193,7 +193,7 @@ def test_corr_and_peers_agree_through_a_rerun_a_killed_rerun_and_retention(unive
     try:
         deadline = time.monotonic() + 120
         while (
-            store.current_version("correlation_matrix", key, "corr")
+            store.manifests.current_version("correlation_matrix", key, "corr")
             == old_pins["correlation_matrix"]["corr"]
         ):
             assert proc.poll() is None, proc.stderr.read()
@@ -204,7 +204,7 @@ def test_corr_and_peers_agree_through_a_rerun_a_killed_rerun_and_retention(unive
         proc.wait(30)
     assert published_matrix_versions(universe)[LAST] == old_pins  # not published
     assert (
-        store.current_version("correlation_matrix", key, "corr")
+        store.manifests.current_version("correlation_matrix", key, "corr")
         != old_pins["correlation_matrix"]["corr"]
     )
     assert _check_agreement(universe, store, LAST) == old
@@ -273,7 +273,7 @@ def test_retention_after_each_publication(universe, tmp_path, monkeypatch, capsy
     keys = [d.isoformat() for d in DAYS]
     for i, day in enumerate(DAYS[:3]):
         result = _materialize(store_dir, day, keep=2)
-        assert store.partition_keys() == keys[max(0, i - 1) : i + 1]
+        assert store.files.partition_keys() == keys[max(0, i - 1) : i + 1]
     meta = _publication_metadata(result)
     assert meta["retention_keep"] == 2 and meta["retention_removed"] == [keys[0]]
     assert meta["retention_freed_bytes"] > 0
@@ -307,7 +307,7 @@ def test_retention_after_each_publication(universe, tmp_path, monkeypatch, capsy
         assert holder.stdout.readline().strip() == "held", holder.stderr.read()
         meta = _publication_metadata(_materialize(store_dir, DAYS[3], keep=2))
         assert meta["retention_removed"] == [] and meta["retention_left_alone"] == [keys[1]]
-        assert store.partition_keys() == keys[1:4]
+        assert store.files.partition_keys() == keys[1:4]
         assert cli_main(["store", "list"]) == 0
         listing = capsys.readouterr().out
         row = next(line for line in listing.splitlines() if line.startswith(keys[1]))
@@ -328,11 +328,11 @@ def test_retention_after_each_publication(universe, tmp_path, monkeypatch, capsy
     out = capsys.readouterr().out
     assert f"would remove {keys[1]}" in out and f"would remove {keys[2]}" in out
     assert "dry run: nothing was removed" in out
-    assert store.partition_keys() == keys[1:4]
+    assert store.files.partition_keys() == keys[1:4]
     assert cli_main(["store", "prune", "--keep", "2"]) == 0
     out = capsys.readouterr().out
     assert f"remove {keys[1]}" in out and "freed" in out
-    assert store.partition_keys() == keys[2:4]
+    assert store.files.partition_keys() == keys[2:4]
 
     # db prune: published rows before a date go; the matrices of those dates follow at the next
     # retention (they are no longer published, and older than the kept window)
@@ -344,7 +344,7 @@ def test_retention_after_each_publication(universe, tmp_path, monkeypatch, capsy
     with pytest.raises(q.SnapshotNotFoundError):
         q.peers(universe, SYM, DAYS[0])
     assert cli_main(["store", "prune", "--keep", "2"]) == 0
-    assert store.partition_keys() == [keys[3]]
+    assert store.files.partition_keys() == [keys[3]]
 
 
 def test_a_run_in_flight_in_the_dagster_instance_is_left_alone(universe, tmp_path):
@@ -402,7 +402,7 @@ def test_a_run_in_flight_in_the_dagster_instance_is_left_alone(universe, tmp_pat
     # keys[1] is the previous session of keys[2]: retention runs once snapshot_changes has used
     # it (SPEC §10), leaving keys[0] alone (its run is in flight)
     assert meta["retention_left_alone"] == [keys[0]] and meta["retention_removed"] == [keys[1]]
-    assert MatrixStore(store_dir).partition_keys() == [keys[0], keys[2]]
+    assert MatrixStore(store_dir).files.partition_keys() == [keys[0], keys[2]]
 
 
 # --------------------------------------------------------------------------------------------

@@ -113,7 +113,7 @@ def test_entered_left_and_pruned_matrices(published):
     got = q.symbol_changes(engine, left, store=store)  # not in today's snapshot, but it left
     assert got.status == "left" and got.previous_cluster_id is not None
     # retention removed D0's matrices: the symbol's rows among the market's top moves
-    store.remove_partition(D0.isoformat(), reason="retention: test")
+    store.collector.remove_partition(D0.isoformat(), reason="retention: test")
     top = published["rows"].rows["change_pairs"][0]
     got = q.symbol_changes(engine, top[1], store=store)
     assert got.moves_source == "top_moves" and got.moves[0]["other"] == top[2]

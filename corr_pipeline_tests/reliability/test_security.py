@@ -360,8 +360,8 @@ def test_store_rejects_nul_and_lookalike_keys(tmp_path, asset, partition, name):
         lambda: store.save(asset, partition, name, np.zeros(2)),
         lambda: store.load(asset, partition, name),
         lambda: store.allocate(asset, partition, name, (2,), np.float32),
-        lambda: store.link(source, asset, partition, name),
-        lambda: store.delete(asset, partition, name),
+        lambda: store.writer.link(source, asset, partition, name),
+        lambda: store.manifests.delete(asset, partition, name),
         lambda: store.save_bundle(asset, partition, MatrixBundle({name: np.zeros(1)})),
     ):
         with pytest.raises(InvalidStoreKeyError):

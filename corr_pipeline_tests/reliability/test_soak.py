@@ -100,7 +100,7 @@ def _kill_when_committed(
 
 def _current(store: MatrixStore, asset: str, key: str) -> str | None:
     name = {"correlation_matrix": "corr", "lead_lag_pairs": "pairs"}[asset]
-    return store.current_version(asset, key, name)
+    return store.manifests.current_version(asset, key, name)
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -151,7 +151,7 @@ def test_twelve_nights_with_retention_and_two_killed_runs(
 
     # matrices for exactly the newest KEEP published partitions, nothing else on disk
     newest = [d.isoformat() for d in SESSIONS[-KEEP:]]
-    assert store.partition_keys() == newest
+    assert store.files.partition_keys() == newest
     leftovers = [p for p in store_dir.rglob("*") if ".tmp-" in p.name]
     assert not leftovers, leftovers
     for key in newest:

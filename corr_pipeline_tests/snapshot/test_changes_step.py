@@ -106,7 +106,7 @@ def test_changes_against_plain_loops(clean_db, store):
 
 def test_pruned_previous_matrices_skip_only_the_correlation_parts(clean_db, store):
     _days(clean_db, store)
-    store.remove_partition(D0.isoformat(), reason="retention: test")
+    store.collector.remove_partition(D0.isoformat(), reason="retention: test")
     got = compute_changes(clean_db, store, D2)
     assert got is not None and got.correlation is None
     assert set(got.skipped) == set(CORRELATION_PARTS)

@@ -81,7 +81,9 @@ def store(tmp_path) -> MatrixStore:
 
 def _versions_on_disk(store: MatrixStore, key: str) -> set[tuple[str, str, str]]:
     return {
-        (asset, v.name, v.version) for asset in store.assets() for v in store.versions(asset, key)
+        (asset, v.name, v.version)
+        for asset in store.files.assets()
+        for v in store.files.versions(asset, key)
     }
 
 
@@ -118,7 +120,7 @@ def test_keeps_exactly_the_newest_k_published_partitions(clean_db, store):
     )
     assert report.unpublished_kept == [new_unpublished.isoformat()]
     assert report.busy == []
-    assert store.partition_keys() == [*kept, new_unpublished.isoformat()]
+    assert store.files.partition_keys() == [*kept, new_unpublished.isoformat()]
     # the published rows stay
     assert published_dates(clean_db) == DAYS
     # kept partitions: exactly the pinned and the current versions survive
@@ -127,8 +129,8 @@ def test_keeps_exactly_the_newest_k_published_partitions(clean_db, store):
         wanted = {(a, n, v) for a, arrays in pins[day].items() for n, v in arrays.items()}
         current = {
             (a, n, v)
-            for a in store.assets()
-            if store.has_bundle(a, key)
+            for a in store.files.assets()
+            if store.bundles.has_bundle(a, key)
             for n, v in store.load_bundle(a, key).versions.items()
         }
         assert _versions_on_disk(store, key) == wanted | current, key
@@ -204,7 +206,7 @@ def test_never_the_partition_being_written_nor_one_in_flight(clean_db, store):
             dry_run=True,
         )
         assert dry.removed_partitions == [DAYS[3].isoformat()] and dry.dry_run
-        assert len(store.partition_keys()) == 5  # a dry run removes nothing
+        assert len(store.files.partition_keys()) == 5  # a dry run removes nothing
         report = apply_retention(
             store,
             lambda: published_matrix_versions(clean_db),
@@ -215,14 +217,14 @@ def test_never_the_partition_being_written_nor_one_in_flight(clean_db, store):
         assert report.kept == [DAYS[4].isoformat()]
         assert report.removed_partitions == [DAYS[3].isoformat()]
         assert sorted(report.busy) == [held, flagged]
-        assert store.partition_keys() == [writing, held, flagged, DAYS[4].isoformat()]
+        assert store.files.partition_keys() == [writing, held, flagged, DAYS[4].isoformat()]
     finally:
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait(30)
     # nobody holds them any more: the next application removes all but the newest
     report = apply_retention(store, lambda: published_matrix_versions(clean_db), 1)
     assert sorted(report.removed_partitions) == [writing, held, flagged]
-    assert store.partition_keys() == [DAYS[4].isoformat()]
+    assert store.files.partition_keys() == [DAYS[4].isoformat()]
 
 
 def test_store_inventory(clean_db, store):
@@ -234,7 +236,7 @@ def test_store_inventory(clean_db, store):
     # one pinned version of DAYS[1] vanishes outside the store's protocol
     pins = published_matrix_versions(clean_db)[DAYS[1]]
     os.unlink(
-        store.array_path(
+        store.files.array_path(
             "overlap_matrix", DAYS[1].isoformat(), "overlap", pins["overlap_matrix"]["overlap"]
         )
     )
@@ -283,12 +285,12 @@ def test_the_previous_session_keeps_its_matrices_until_its_successor_has_changes
     assert report.kept_for_changes == [DAYS[3].isoformat()]
     assert sorted(report.removed_partitions) == [d.isoformat() for d in DAYS[:3]]
     assert any("kept until the changes" in line for line in report.lines())
-    assert store.partition_keys() == [DAYS[3].isoformat(), DAYS[4].isoformat()]
+    assert store.files.partition_keys() == [DAYS[3].isoformat(), DAYS[4].isoformat()]
     # once the changes of DAYS[4] are recorded, DAYS[3] goes
     changed.add(DAYS[4])
     report = apply_retention(store, read, 1, read_changed=lambda: changed)
     assert report.kept_for_changes == [] and report.removed_partitions == [DAYS[3].isoformat()]
-    assert store.partition_keys() == [DAYS[4].isoformat()]
+    assert store.files.partition_keys() == [DAYS[4].isoformat()]
     # without read_changed: the newest K only, as before
     _publish(clean_db, dt.date(2026, 11, 2), _matrices(store, dt.date(2026, 11, 2), 9), seed=9)
     report = apply_retention(store, read, 1)

@@ -153,7 +153,7 @@ def test_allocate_fill_commit(tmp_path):
     # a committed version exists but is not current until a manifest names it
     assert not store.exists("corr", P, "corr")
     assert store.load("corr", P, "corr", version=v).version == v
-    store.set_current(stored)
+    store.manifests.set_current(stored)
     assert store.load("corr", P, "corr").version == v
     assert final_files(directory) == ["bundle.manifest.json", f"corr.{v}.json", f"corr.{v}.npy"]
     with pytest.raises(MatrixStoreError, match="committed"):
@@ -208,7 +208,7 @@ def test_replace_is_atomic_and_readers_keep_their_version(tmp_path):
         ["bundle.manifest.json"] + [f"x.{v}.{k}" for v in (v1, v2) for k in ("json", "npy")]
     )
     np.testing.assert_array_equal(store.load("a", P, "x", version=v1).array, np.full((3, 3), 1.0))
-    assert [v.version for v in store.collect_garbage().deleted] == [v1]
+    assert [v.version for v in store.collector.collect_garbage().deleted] == [v1]
     assert final_files(tmp_path / "a" / P) == [
         "bundle.manifest.json",
         f"x.{v2}.json",
@@ -231,7 +231,7 @@ def test_concurrent_writers_and_reader_never_see_a_mismatch(tmp_path):
                 v = base + i
                 with store.allocate("a", P, "x", (1000,), np.float64, labels={"value": v}) as p:
                     p.array[:] = v
-                    store.set_current(p.commit())
+                    store.manifests.set_current(p.commit())
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -358,8 +358,8 @@ def test_valid_keys(tmp_path):
     store = MatrixStore(tmp_path)
     for partition in ("2024-03-28", "_unpartitioned", "v1.2_x-y"):
         store.save("Asset_1", partition, "name_2", np.zeros(1))
-    assert store.partitions("Asset_1") == ["2024-03-28", "_unpartitioned", "v1.2_x-y"]
-    assert store.names("Asset_1", "2024-03-28") == ["name_2"]
+    assert store.files.partitions("Asset_1") == ["2024-03-28", "_unpartitioned", "v1.2_x-y"]
+    assert store.manifests.names("Asset_1", "2024-03-28") == ["name_2"]
 
 
 # ---- versions, pins, garbage collection -----------------------------------------------------
@@ -370,7 +370,7 @@ def test_versions_are_immutable_and_pinnable(tmp_path):
     v1 = store.save("a", P, "x", np.full(3, 1.0))
     v2 = store.save("a", P, "x", np.full(3, 2.0))
     assert v1.version < v2.version  # versions sort by commit time
-    assert store.current_version("a", P, "x") == v2.version
+    assert store.manifests.current_version("a", P, "x") == v2.version
     np.testing.assert_array_equal(store.load("a", P, "x", version=v1.version).array, 1.0)
     np.testing.assert_array_equal(store.load("a", P, "x").array, 2.0)
     assert v1.path.exists() and v1.path != v2.path
@@ -379,7 +379,7 @@ def test_versions_are_immutable_and_pinnable(tmp_path):
     assert info.value.version == "20000101T000000000000Z-00000000"
     with pytest.raises(InvalidStoreKeyError):
         store.load("a", P, "x", version="../x")
-    assert store.delete("a", P, "x") and not store.exists("a", P, "x")
+    assert store.manifests.delete("a", P, "x") and not store.exists("a", P, "x")
     assert store.has_version("a", P, "x", v2.version)  # dropped from the manifest, not deleted
     with pytest.raises(MatrixNotFoundError):
         store.load("a", P, "x")
@@ -427,7 +427,7 @@ def test_garbage_collection_keeps_exactly_what_is_needed(tmp_path):
     try:
         held_version = holder.stdout.readline().strip()
         assert held_version, holder.stderr.read()
-        report = store.collect_garbage({P: {"o": {"overlap": pinned_ov.version}}})
+        report = store.collector.collect_garbage({P: {"o": {"overlap": pinned_ov.version}}})
         deleted = {(v.asset, v.partition, v.name, v.version) for v in report.deleted}
         assert deleted == {
             ("c", P, "corr", old_corr.version),
@@ -438,8 +438,8 @@ def test_garbage_collection_keeps_exactly_what_is_needed(tmp_path):
         assert report.temps_removed == [dead_temp] and not dead_temp.exists()
         assert [v.version for v in report.kept_busy] == [held_version]
         assert report.freed_bytes > 0 and report.busy_partitions == []
-        remaining = {(v.asset, v.name, v.version) for v in store.versions("c", P)}
-        remaining |= {(v.asset, v.name, v.version) for v in store.versions("o", P)}
+        remaining = {(v.asset, v.name, v.version) for v in store.files.versions("c", P)}
+        remaining |= {(v.asset, v.name, v.version) for v in store.files.versions("o", P)}
         assert remaining == {
             ("c", "corr", input_corr.version),
             ("c", "corr", current_corr.version),
@@ -453,7 +453,7 @@ def test_garbage_collection_keeps_exactly_what_is_needed(tmp_path):
     finally:
         sigkill(holder)
     # the holder is gone: its never-named version is garbage now; unpinned, so is the overlap
-    report = store.collect_garbage()
+    report = store.collector.collect_garbage()
     assert {v.version for v in report.deleted} == {held_version, pinned_ov.version}
 
 
@@ -473,15 +473,15 @@ def test_a_partition_in_use_by_another_process_is_left_alone(tmp_path):
     proc = start_script(HOLD_PARTITION, str(tmp_path))
     try:
         assert proc.stdout.readline().strip() == "held", proc.stderr.read()
-        report = store.collect_garbage()
+        report = store.collector.collect_garbage()
         assert report.busy_partitions == [P] and report.deleted == []
         with pytest.raises(PartitionBusyError):
-            store.remove_partition(P)
-        with store.exclusive_partition(P) as free:
+            store.collector.remove_partition(P)
+        with store.collector.exclusive_partition(P) as free:
             assert not free
     finally:
         sigkill(proc)
-    assert [v.version for v in store.collect_garbage().deleted] == [old.version]
+    assert [v.version for v in store.collector.collect_garbage().deleted] == [old.version]
 
 
 def test_remove_partition_records_what_it_removed(tmp_path):
@@ -489,13 +489,13 @@ def test_remove_partition_records_what_it_removed(tmp_path):
     corr = store.save("c", P, "corr", np.zeros((3, 3)))
     store.save_bundle("n", P, MatrixBundle({"index": np.zeros(3, np.int32)}))
     store.save("c", "2024-03-29", "corr", np.zeros((3, 3)))
-    dry = store.remove_partition(P, reason="test", dry_run=True)
+    dry = store.collector.remove_partition(P, reason="test", dry_run=True)
     assert dry.assets == ["c", "n"] and dry.bytes > 0 and store.exists("c", P, "corr")
     assert store.pruned(P) is None
-    report = store.remove_partition(P, reason="test")
+    report = store.collector.remove_partition(P, reason="test")
     assert report.assets == ["c", "n"] and len(report.versions) == 2
     assert not (tmp_path / "c" / P).exists() and not (tmp_path / "n" / P).exists()
-    assert store.partition_keys() == ["2024-03-29"]
+    assert store.files.partition_keys() == ["2024-03-29"]
     record = store.pruned(P)
     assert record["reason"] == "test"
     assert record["versions"]["c"] == {"corr": [corr.version]}
@@ -515,9 +515,9 @@ store = MatrixStore(sys.argv[1])
 store.save("a", "2024-03-28", "x", np.arange(3.0))
 store.save("a", "2024-03-28", "x", np.arange(4.0))
 store.save_bundle("b", "2024-03-28", MatrixBundle({"y": np.ones(2)}))
-store.collect_garbage()
+store.collector.collect_garbage()
 store.save("a", "2024-03-29", "x", np.arange(3.0))
-store.remove_partition("2024-03-29", reason="test")
+store.collector.remove_partition("2024-03-29", reason="test")
 """
 
 
@@ -632,7 +632,7 @@ def test_bundle_zero_copy_link_and_copy(tmp_path):
     report2 = store.save_bundle("corr", P, MatrixBundle({"corr": np.zeros((2, 2))}))
     assert report2.removed == ["returns_copy", "small"]
     assert report2.superseded == {"corr": committed.version}
-    assert store.names("corr", P) == ["corr"]
+    assert store.manifests.names("corr", P) == ["corr"]
     assert store.load_bundle("corr", P).names == ["corr"]
 
 
@@ -681,7 +681,7 @@ def test_a_partition_of_the_older_format_is_refused_clearly_then_replaced(tmp_pa
         store.load("a", P, "x")
     report = store.save_bundle("a", P, MatrixBundle({"x": np.ones(3)}))
     np.testing.assert_array_equal(store.load("a", P, "x").array, 1.0)
-    garbage = store.collect_garbage()
+    garbage = store.collector.collect_garbage()
     assert sorted(p.name for p in garbage.legacy_removed) == [".x.lock", "x.json", "x.npy"]
     assert final_files(directory) == sorted(
         ["bundle.manifest.json"]
@@ -704,10 +704,12 @@ def test_scratch_is_a_file_in_the_partition_removed_after_the_block(tmp_path):
         (temp,) = temp_files(directory)
         assert temp.startswith(".work.") and Path(work.filename).name == temp
         work[:] = np.arange(1000.0)
-        assert store.cleanup_stale_temps() == []  # locked: a live writer's file stays
+        assert store.files.cleanup_stale_temps() == []  # locked: a live writer's file stays
         del work
     assert list(directory.iterdir()) == [directory / ".partition.lock"]
-    assert store.versions("clusters", P) == [] and store.manifest("clusters", P) is None
+    assert (
+        store.files.versions("clusters", P) == [] and store.manifests.current("clusters", P) is None
+    )
 
 
 def test_scratch_removed_when_the_block_raises(tmp_path):
@@ -744,5 +746,5 @@ def test_scratch_of_a_killed_process_is_removed_by_the_next_allocate_or_gc(tmp_p
         with store.scratch("clusters", P, "work", (10,), np.float64):
             assert not temp.exists()
     else:
-        assert store.collect_garbage().temps_removed == [temp]
+        assert store.collector.collect_garbage().temps_removed == [temp]
     assert temp_files(tmp_path / "clusters" / P) == []

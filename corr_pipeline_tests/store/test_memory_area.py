@@ -51,17 +51,17 @@ def test_a_memory_version_is_read_like_any_other_and_never_written_to_disk(tmp_p
     stored = _commit(store, "2024-03-28", 0.5, in_memory=True)
     written = _written_bytes() - before
     assert written < 1_000_000, f"{written} bytes went to disk for a 4 MB in-memory version"
-    area = store.memory_partition_dir("correlation_matrix", "2024-03-28")
+    area = store.files.memory_partition_dir("correlation_matrix", "2024-03-28")
     assert area is not None and str(area).startswith(str(SHM))
     assert stored.path.parent == area
-    assert not list(store.partition_dir("correlation_matrix", "2024-03-28").glob("corr.*"))
+    assert not list(store.files.partition_dir("correlation_matrix", "2024-03-28").glob("corr.*"))
     loaded = store.load_bundle("correlation_matrix", "2024-03-28")
     assert loaded.versions == {"corr": stored.version}
     assert float(loaded["corr"][3, 7]) == 0.5
-    (info,) = store.versions("correlation_matrix", "2024-03-28")
+    (info,) = store.files.versions("correlation_matrix", "2024-03-28")
     assert info.directory == area and info.complete
     on_disk = _commit(store, "2024-03-29", 0.25, in_memory=False)
-    assert on_disk.path.parent == store.partition_dir("correlation_matrix", "2024-03-29")
+    assert on_disk.path.parent == store.files.partition_dir("correlation_matrix", "2024-03-29")
 
 
 @needs_shm
@@ -69,10 +69,10 @@ def test_garbage_collection_and_removal_reach_the_memory_area(tmp_path):
     store = MatrixStore(tmp_path / "store")
     old = _commit(store, "2024-03-28", 0.5, in_memory=True)
     new = _commit(store, "2024-03-28", 0.75, in_memory=True)
-    report = store.collect_garbage()
+    report = store.collector.collect_garbage()
     assert [v.version for v in report.deleted] == [old.version]
     assert not old.path.exists() and new.path.exists()
-    removal = store.remove_partition("2024-03-28", reason="retention")
+    removal = store.collector.remove_partition("2024-03-28", reason="retention")
     assert [v.version for v in removal.versions] == [new.version]
     assert not new.path.exists() and not new.path.parent.exists()
     record = store.pruned("2024-03-28")
@@ -176,7 +176,7 @@ def test_a_memory_dir_others_control_is_refused_with_the_cause(
     monkeypatch.setenv(settings.ENV_MEMORY_DIR, str(base))
     store = MatrixStore(tmp_path / "store")
     stored = _commit(store, "2024-03-28", 0.5, in_memory=True)
-    assert stored.path.parent == store.partition_dir("correlation_matrix", "2024-03-28")
+    assert stored.path.parent == store.files.partition_dir("correlation_matrix", "2024-03-28")
     assert os.listdir(base) == []
     assert f"no memory area: {base} {cause}: every matrix goes to disk" in caplog.text
 
@@ -185,7 +185,7 @@ def test_off_disables_the_memory_area(tmp_path, monkeypatch):
     monkeypatch.setenv(settings.ENV_MEMORY_DIR, "off")
     store = MatrixStore(tmp_path / "store")
     stored = _commit(store, "2024-03-28", 0.5, in_memory=True)
-    assert stored.path.parent == store.partition_dir("correlation_matrix", "2024-03-28")
+    assert stored.path.parent == store.files.partition_dir("correlation_matrix", "2024-03-28")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
@@ -199,7 +199,7 @@ def test_a_full_memory_area_sends_the_version_to_disk(tmp_path, monkeypatch):
         monkeypatch.setenv(settings.ENV_MEMORY_DIR, str(small))
         store = MatrixStore(tmp_path / "store")
         stored = _commit(store, "2024-03-28", 0.5, in_memory=True)  # 4 MB > 2 MB
-        assert stored.path.parent == store.partition_dir("correlation_matrix", "2024-03-28")
+        assert stored.path.parent == store.files.partition_dir("correlation_matrix", "2024-03-28")
         assert float(store.load("correlation_matrix", "2024-03-28", "corr").array[1, 1]) == 0.5
     finally:
         subprocess.run(["umount", str(small)], check=True)
@@ -210,7 +210,7 @@ def test_the_memory_area_leaves_a_quarter_of_the_memory_available(tmp_path):
     """Its pages cannot be evicted: a version that would leave the machine less than a quarter
     of its memory available goes to disk."""
     store = MatrixStore(tmp_path / "store")
-    area = store.memory_partition_dir("correlation_matrix", "2024-03-28", create=True)
+    area = store.files.memory_partition_dir("correlation_matrix", "2024-03-28", create=True)
     assert area is not None
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     assert memory.AVAILABLE_SHARE == 4
@@ -220,7 +220,7 @@ def test_the_memory_area_leaves_a_quarter_of_the_memory_available(tmp_path):
 @needs_shm
 def test_the_memory_area_holds_at_most_half_of_the_memory(tmp_path):
     store = MatrixStore(tmp_path / "store")
-    area = store.memory_partition_dir("correlation_matrix", "2024-03-28", create=True)
+    area = store.files.memory_partition_dir("correlation_matrix", "2024-03-28", create=True)
     assert area is not None
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     assert memory.AREA_SHARE == 2

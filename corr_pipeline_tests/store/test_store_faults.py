@@ -61,9 +61,9 @@ def test_sigkill_mid_write_leaves_previous_version(tmp_path):
     assert again.labels == {"version": "old"} and again.version == previous.version
     # the dead writer's temp file is cleaned up, the committed files are not
     assert temp_files(directory) == [temp.name]
-    assert store.cleanup_stale_temps(asset="corr", partition="other") == []
-    assert store.cleanup_stale_temps(asset="other_asset") == []
-    removed = store.cleanup_stale_temps(asset="corr")
+    assert store.files.cleanup_stale_temps(asset="corr", partition="other") == []
+    assert store.files.cleanup_stale_temps(asset="other_asset") == []
+    removed = store.files.cleanup_stale_temps(asset="corr")
     assert removed == [temp]
     assert temp_files(directory) == []
     assert store.load("corr", P, "corr").version == previous.version
@@ -119,14 +119,14 @@ def test_sigkill_before_the_manifest_commit_keeps_the_previous_version(tmp_path)
     store, old = _killed_after_renaming(tmp_path, ".npy")
     directory = tmp_path / "a" / P
     assert temp_files(directory) == []
-    (new,) = [v for v in store.versions("a", P) if v.version != old.version]
+    (new,) = [v for v in store.files.versions("a", P) if v.version != old.version]
     assert new.complete
     loaded = store.load("a", P, "x")
     assert loaded.version == old.version and loaded.labels == {"version": "old"}
     np.testing.assert_array_equal(loaded.array, np.full(4, 1.0))
-    report = store.collect_garbage()
+    report = store.collector.collect_garbage()
     assert [v.version for v in report.deleted] == [new.version]
-    assert [v.version for v in store.versions("a", P)] == [old.version]
+    assert [v.version for v in store.files.versions("a", P)] == [old.version]
 
 
 def test_sigkill_right_after_the_manifest_commit_shows_the_new_version(tmp_path):
@@ -136,8 +136,8 @@ def test_sigkill_right_after_the_manifest_commit_shows_the_new_version(tmp_path)
     np.testing.assert_array_equal(loaded.array, np.full(10, 9.0))
     assert temp_files(tmp_path / "a" / P) == []
     # the superseded version goes at the next garbage collection, unless pinned
-    assert store.collect_garbage({P: {"a": {"x": old.version}}}).deleted == []
-    assert [v.version for v in store.collect_garbage().deleted] == [old.version]
+    assert store.collector.collect_garbage({P: {"a": {"x": old.version}}}).deleted == []
+    assert [v.version for v in store.collector.collect_garbage().deleted] == [old.version]
 
 
 # ---- stale temp files: a writer is alive while it holds its lock --------------------------
@@ -163,10 +163,10 @@ def test_cleanup_keeps_live_writers_temps(tmp_path):
     process), and deleted once the lock is gone."""
     store = MatrixStore(tmp_path)
     pending = store.allocate("a", P, "x", (10,), np.float32)
-    assert store.cleanup_stale_temps() == []
+    assert store.files.cleanup_stale_temps() == []
     assert pending.temp_path.exists()
     os.utime(pending.temp_path, (0, 0))  # ancient: still alive, still kept
-    assert store.cleanup_stale_temps() == []
+    assert store.files.cleanup_stale_temps() == []
     assert pending.temp_path.exists()
     pending.abort()
     assert not pending.temp_path.exists()
@@ -194,10 +194,10 @@ def test_stale_temp_cleanup_follows_the_lock_not_the_pid(tmp_path, how):
             assert len(holders) == 1 and holders[0] != proc.pid  # ...its lock is not
             holder = holders[0]
         os.utime(temp, (0, 0))
-        assert store.cleanup_stale_temps() == []
-        assert store.collect_garbage().temps_removed == []
+        assert store.files.cleanup_stale_temps() == []
+        assert store.collector.collect_garbage().temps_removed == []
         with pytest.raises(PartitionBusyError):
-            store.remove_partition(P)
+            store.collector.remove_partition(P)
         assert temp.exists()
     finally:
         sigkill(proc)
@@ -208,7 +208,7 @@ def test_stale_temp_cleanup_follows_the_lock_not_the_pid(tmp_path, how):
                 if not _holds_file(holder, temp):
                     break
                 time.sleep(0.05)
-    assert store.cleanup_stale_temps() == [temp]
+    assert store.files.cleanup_stale_temps() == [temp]
     assert not temp.exists()
 
 
@@ -320,7 +320,7 @@ def test_disk_full_gives_clean_error_and_consistent_store(small_fs):
         store.save("a", P, "x", np.ones(10), labels={"big": "s" * (1 << 20)})
     assert info.value.errno == errno.ENOSPC
     assert_consistent()
-    assert [v.version for v in store.versions("a", P)] == [previous.version]
+    assert [v.version for v in store.files.versions("a", P)] == [previous.version]
     # 4) the version is complete but the manifest naming it cannot be written
     os.unlink(filler)
     pending = store.allocate("a", P, "x", (16,), np.float64)
@@ -328,13 +328,13 @@ def test_disk_full_gives_clean_error_and_consistent_store(small_fs):
     committed = pending.commit()
     _fill(filler, leave=0)
     with pytest.raises(MatrixStoreSpaceError) as info:
-        store.set_current(committed)
+        store.manifests.set_current(committed)
     assert info.value.errno == errno.ENOSPC and "manifest" in str(info.value)
     assert_consistent()
     # space freed: the same write succeeds; nothing of the failed attempts is left over
     os.unlink(filler)
     committed.release_writer_lock()
-    store.collect_garbage()
-    assert [v.version for v in store.versions("a", P)] == [previous.version]
+    store.collector.collect_garbage()
+    assert [v.version for v in store.files.versions("a", P)] == [previous.version]
     new = store.save("a", P, "x", np.ones(10))
     assert store.load("a", P, "x").version == new.version

@@ -51,7 +51,7 @@ def test_every_way_of_writing_records_the_whole_file_sha256(store):
     with store.allocate("snapshot_corr", P, "overlap", (512, 512), np.uint16) as pending:
         pending.array[:] = 3
         committed = pending.commit()
-    linked = store.link(saved, "snapshot_clusters", P, "corr")
+    linked = store.writer.link(saved, "snapshot_clusters", P, "corr")
     for stored in (saved, committed, linked):
         assert stored.meta["array_file"]["checksum"] == _sha256_tree(stored.path.read_bytes())
     assert [c.status for c in verify_store(store)] == ["ok"] * 3
