@@ -1,7 +1,13 @@
-"""The ``Definitions`` of the code location, built from the assets, jobs and resources.
+"""What the code location holds beyond the modules that declare it: the resources and executor
+of every run, and :func:`build_definitions`, which collects this folder the way ``dg`` collects a
+project's ``defs`` folder.
 
-Assets (group ``correlation_snapshot``, weekday partitions), their checks, ``snapshot_job``,
-the nightly schedule, and the resources:
+Every module of ``corr_pipeline/defs/`` is loaded and its Dagster objects gathered: the assets
+(group ``correlation_snapshot``, weekday partitions, :mod:`~corr_pipeline.defs.assets`), their
+checks, ``snapshot_job`` and the nightly schedule (:mod:`~corr_pipeline.defs.jobs`), the sensors
+(:mod:`~corr_pipeline.defs.sensors`, :mod:`~corr_pipeline.defs.monitoring`); a definition added
+to a module of the folder is in the location, nothing to register. This module's :data:`defs`
+adds the executor (:mod:`corr_pipeline.defs.executor`) and the resources:
 
 - ``snapshot_params`` (:class:`SnapshotParams`): one validated parameter set for the whole graph;
 - ``postgres`` (:class:`PostgresResource`): ``$CORR_PIPELINE_DATABASE_URL`` or the embedded server;
@@ -22,28 +28,31 @@ resource has a config field for it, so run config cannot choose it
 (:mod:`corr_pipeline.defs.resources`). The fields run config may set take literal values only,
 never ``{env: VAR}`` (:mod:`corr_pipeline.defs.literal_config`).
 
-The code location itself is :mod:`corr_pipeline.definitions` (``defs = build_definitions()``).
+The code location itself is :mod:`corr_pipeline.definitions` (``defs = build_definitions()``),
+the module ``dg`` loads by default for the project's root module.
 """
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 import dagster as dg
 
-from corr_pipeline.defs.assets import snapshot_assets
+import corr_pipeline.defs
 from corr_pipeline.defs.executor import snapshot_executor
 from corr_pipeline.defs.io_manager import MatrixStoreIOManager, MatrixStoreResource
-from corr_pipeline.defs.jobs import nightly_snapshot_schedule, snapshot_job
 from corr_pipeline.defs.literal_config import literal_resource
-from corr_pipeline.defs.monitoring import (
-    publication_freshness_check,
-    publication_freshness_sensor,
-    snapshot_failure_sensor,
-)
 from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, SnapshotParams
-from corr_pipeline.defs.sensors import PricesSensorSettings, prices_ready_sensor
+from corr_pipeline.defs.sensors import PricesSensorSettings
 from corr_pipeline.defs.step_options import MATRIX_IO_MANAGER
 
-__all__ = ["build_definitions", "build_resources"]
+__all__ = ["build_definitions", "build_resources", "defs"]
+
+#: The directory that holds the package: the repository root in a checkout, ``site-packages``
+#: when installed. ``dg.load_from_defs_folder`` would look for ``pyproject.toml`` above the
+#: package, which an installed package (the user code image) has not.
+PROJECT_ROOT = Path(corr_pipeline.defs.__file__).resolve().parents[2]
 
 
 def build_resources() -> dict[str, object]:
@@ -60,16 +69,19 @@ def build_resources() -> dict[str, object]:
     }
 
 
+#: The part of the location no other module declares: :func:`build_resources` and the executor
+#: of every run. (A module of the folder with a ``Definitions`` object contributes that object
+#: alone, so this module holds nothing else that is a definition.)
+defs = dg.Definitions(resources=build_resources(), executor=snapshot_executor)
+
+
 def build_definitions() -> dg.Definitions:
-    """The assets, ``snapshot_job``, the nightly schedule, :func:`build_resources` and the
-    executor of every run
-    (:mod:`corr_pipeline.defs.executor`)."""
-    return dg.Definitions(
-        assets=snapshot_assets,
-        asset_checks=[publication_freshness_check],
-        jobs=[snapshot_job],
-        schedules=[nightly_snapshot_schedule],
-        sensors=[prices_ready_sensor, publication_freshness_sensor, snapshot_failure_sensor],
-        resources=build_resources(),
-        executor=snapshot_executor,
-    )
+    """Every definition of ``corr_pipeline/defs/`` merged into one ``Definitions``: the
+    component tree ``dg.load_from_defs_folder`` builds for the project's defs module, rooted
+    at :data:`PROJECT_ROOT`, so an installed package loads as a checkout does. Dagster's
+    "preview" warning about the module scan it uses is silenced, as ``load_from_defs_folder``
+    silences it."""
+    tree = dg.ComponentTree.from_module(defs_module=corr_pipeline.defs, project_root=PROJECT_ROOT)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Function `load_definitions_from_module")
+        return tree.build_defs()
