@@ -6,8 +6,9 @@ Every module of ``corr_pipeline/defs/`` is loaded and its Dagster objects gather
 (group ``correlation_snapshot``, weekday partitions, :mod:`~corr_pipeline.defs.assets`), their
 checks, ``snapshot_job`` and the nightly schedule (:mod:`~corr_pipeline.defs.jobs`), the sensors
 (:mod:`~corr_pipeline.defs.sensors`, :mod:`~corr_pipeline.defs.monitoring`); a definition added
-to a module of the folder is in the location, nothing to register. This module's :data:`defs`
-adds the executor (:mod:`corr_pipeline.defs.executor`) and the resources:
+to a module of the folder is in the location, nothing to register. This module's
+:func:`resources_and_executor` adds the executor (:mod:`corr_pipeline.defs.executor`) and the
+resources:
 
 - ``snapshot_params`` (:class:`SnapshotParams`): one validated parameter set for the whole graph;
 - ``postgres`` (:class:`PostgresResource`): ``$CORR_PIPELINE_DATABASE_URL`` or the embedded server;
@@ -47,7 +48,7 @@ from corr_pipeline.defs.resources import PostgresResource, PriceSourceResource, 
 from corr_pipeline.defs.sensors import PricesSensorSettings
 from corr_pipeline.defs.step_options import MATRIX_IO_MANAGER
 
-__all__ = ["build_definitions", "build_resources", "defs"]
+__all__ = ["build_definitions", "build_resources", "resources_and_executor"]
 
 #: The directory that holds the package: the repository root in a checkout, ``site-packages``
 #: when installed. ``dg.load_from_defs_folder`` would look for ``pyproject.toml`` above the
@@ -69,10 +70,13 @@ def build_resources() -> dict[str, object]:
     }
 
 
-#: The part of the location no other module declares: :func:`build_resources` and the executor
-#: of every run. (A module of the folder with a ``Definitions`` object contributes that object
-#: alone, so this module holds nothing else that is a definition.)
-defs = dg.Definitions(resources=build_resources(), executor=snapshot_executor)
+@dg.definitions
+def resources_and_executor() -> dg.Definitions:
+    """The part of the location no other module declares: :func:`build_resources` (fresh at
+    each load) and the executor of every run. (A module of the folder with a ``Definitions``
+    object or ``@definitions`` function contributes that alone, so this module holds nothing
+    else that is a definition.)"""
+    return dg.Definitions(resources=build_resources(), executor=snapshot_executor)
 
 
 def build_definitions() -> dg.Definitions:
