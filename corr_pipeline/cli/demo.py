@@ -332,7 +332,7 @@ def demo_step_pipeline(ctx: DemoContext) -> None:
     console), evaluate ``publication_freshness`` (so the UI shows its verdict and why, not
     "not evaluated") and print the summaries, how to open the UI and the queries to try
     (:func:`suggested_queries`). Raises :class:`SnapshotRunError` when a run fails."""
-    from corr_pipeline.defs.definitions import build_resources  # heavy: Dagster
+    from corr_pipeline.defs.location import build_resources  # heavy: Dagster
     from corr_pipeline.defs.monitoring import evaluate_publication_freshness
     from corr_pipeline.defs.run import launch_snapshot, open_instance
 

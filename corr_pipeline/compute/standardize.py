@@ -171,24 +171,21 @@ def standardize(
         column_chunk = column_chunk_size(n_cols, available_cores() if pool is not None else 1)
     chunk = column_chunk
 
+    # the records :func:`_standardize_columns` takes
+    time_major = (
+        window.z,
+        window.z_t,
+        window.present,
+        window.prefix,
+        window.prefix_sq,
+        window.prefix_count,
+    )
+    column_major = (copies.present_t, copies.prefix_t, copies.prefix_sq_t, copies.prefix_count_t)
+    keep = (transposed, time_major_counts)
+
     def fill(start: int) -> None:
-        _standardize_columns(
-            returns,
-            start,
-            min(start + chunk, n_cols),
-            window.z,
-            window.z_t,
-            window.present,
-            window.prefix,
-            window.prefix_sq,
-            window.prefix_count,
-            transposed,
-            time_major_counts,
-            copies.present_t,
-            copies.prefix_t,
-            copies.prefix_sq_t,
-            copies.prefix_count_t,
-        )
+        span = (start, min(start + chunk, n_cols))
+        _standardize_columns(returns, span, time_major, column_major, keep)
 
     starts = range(0, n_cols, chunk)
     list(pool.map(fill, starts) if pool is not None else map(fill, starts))
@@ -197,30 +194,24 @@ def standardize(
 
 @njit(cache=True, nogil=True)
 def _standardize_columns(
-    returns,
-    first,
-    last,
-    z,
-    z_t,
-    present,
-    prefix,
-    prefix_sq,
-    prefix_count,
-    transposed,
-    time_major_counts,
-    present_t,
-    prefix_t,
-    prefix_sq_t,
-    prefix_count_t,
+    returns, span, time_major, column_major, keep
 ):  # pragma: no cover - compiled
-    """Standardize columns ``[first, last)`` of ``returns`` into ``z``, ``z_t`` and the prefix
-    sums (and, if ``transposed``, the column-major copies; without ``time_major_counts``, the
-    chunk's running counts go to a scratch of its own, transposed into ``prefix_count_t``).
+    """Standardize the columns ``span = (first, last)`` of ``returns`` into the window's arrays.
 
-    Per column, float64 two-pass moments over the finite values (sequential sums, row 0 first),
-    then ``Z = float32((R − mean) · (1 / std))`` (0 where R is not finite) and the running sums
-    of ``float64(Z)``, its square and the presence. A column varies iff its largest finite value
-    exceeds its smallest and ``std`` is finite and > 0; otherwise its ``Z`` is 0.
+    The records (the arrays of :class:`Standardized` and :class:`Transposed`):
+
+    * ``time_major`` = (``z``, ``z_t``, ``present``, ``prefix``, ``prefix_sq``,
+      ``prefix_count``);
+    * ``column_major`` = (``present_t``, ``prefix_t``, ``prefix_sq_t``, ``prefix_count_t``),
+      written when ``transposed``;
+    * ``keep`` = (``transposed``, ``time_major_counts``): without ``time_major_counts`` the
+      chunk's running counts go to a scratch of its own, transposed into ``prefix_count_t``.
+
+    Per column, float64 two-pass moments over the finite values (sequential sums, row 0 first:
+    :func:`_moments`, then :func:`_scales`), then ``Z = float32((R − mean) · (1 / std))`` (0
+    where R is not finite) and the running sums of ``float64(Z)``, its square and the presence
+    (:func:`_standardized_sums`). A column varies iff its largest finite value exceeds its
+    smallest and ``std`` is finite and > 0; otherwise its ``Z`` is 0.
 
     The three passes sweep the chunk's rows in order, each row's columns side by side (the
     loops vectorise over columns, and every access is a unit-stride run of a row); each
@@ -228,13 +219,40 @@ def _standardize_columns(
     a column-at-a-time loop, bit for bit. ``z_t`` and the column-major copies are the chunk's
     block transposed afterwards by 8 × 8 register transposes (``kernels.transpose_columns``).
     """
+    first, last = span
+    z, z_t, present, prefix, prefix_sq, prefix_count = time_major
+    transposed, time_major_counts = keep
     n_rows = returns.shape[0]
+    moments = _moments(returns, first, last, present)
+    mean, scale = _scales(returns, first, last, present, moments)
+    if time_major_counts:
+        counts = prefix_count
+        counts_first = first
+    else:
+        counts = np.empty((n_rows + 1, last - first), dtype=np.int32)
+        counts_first = 0
+    _standardized_sums(
+        returns, first, last, (z, present, prefix, prefix_sq), counts, counts_first, mean, scale
+    )
+    transpose_columns(z, first, z_t[first:last])
+    if transposed:
+        present_t, prefix_t, prefix_sq_t, prefix_count_t = column_major
+        transpose_columns(present, first, present_t[first:last])
+        transpose_columns(prefix, first, prefix_t[first:last])
+        transpose_columns(prefix_sq, first, prefix_sq_t[first:last])
+        transpose_columns(counts, counts_first, prefix_count_t[first:last])
+
+
+@njit(inline="always")
+def _moments(returns, first, last, present):  # pragma: no cover - compiled
+    """First pass: each column's presence into ``present`` and its ``(count, total, highest,
+    lowest)`` over the finite values, row 0 first."""
     m = last - first
     count = np.zeros(m, dtype=np.int64)
     total = np.zeros(m)
     highest = np.full(m, -np.inf)
     lowest = np.full(m, np.inf)
-    for t in range(n_rows):
+    for t in range(returns.shape[0]):
         row = returns[t, first:last]
         here = present[t, first:last]
         for c in range(m):
@@ -245,11 +263,20 @@ def _standardize_columns(
             total[c] += value if ok else 0.0  # + 0.0 leaves a sum that is never -0.0 alone
             highest[c] = max(highest[c], value) if ok else highest[c]
             lowest[c] = min(lowest[c], value) if ok else lowest[c]
+    return count, total, highest, lowest
+
+
+@njit(inline="always")
+def _scales(returns, first, last, present, moments):  # pragma: no cover - compiled
+    """Second pass: each column's ``(mean, scale)``, ``scale`` = 1 / std (two-pass) when the
+    column varies, else 0."""
+    count, total, highest, lowest = moments
+    m = last - first
     mean = np.empty(m)
     for c in range(m):
         mean[c] = total[c] / max(count[c], 1)
     squares = np.zeros(m)
-    for t in range(n_rows):
+    for t in range(returns.shape[0]):
         row = returns[t, first:last]
         here = present[t, first:last]
         for c in range(m):
@@ -260,19 +287,24 @@ def _standardize_columns(
         std = math.sqrt(squares[c] / max(count[c], 1))
         varies = highest[c] > lowest[c] and std > 0.0 and math.isfinite(std)
         scale[c] = 1.0 / std if varies else 0.0
+    return mean, scale
+
+
+@njit(inline="always")
+def _standardized_sums(
+    returns, first, last, outputs, counts, counts_first, mean, scale
+):  # pragma: no cover - compiled
+    """Third pass: ``Z`` and its running sums, ``outputs`` = (``z``, ``present``, ``prefix``,
+    ``prefix_sq``); the running counts into ``counts`` from column ``counts_first``."""
+    z, present, prefix, prefix_sq = outputs
+    m = last - first
     running = np.zeros(m)
     running_sq = np.zeros(m)
     running_count = np.zeros(m, dtype=np.int32)
-    if time_major_counts:
-        counts = prefix_count
-        counts_first = first
-    else:
-        counts = np.empty((n_rows + 1, m), dtype=np.int32)
-        counts_first = 0
     prefix[0, first:last] = 0.0
     prefix_sq[0, first:last] = 0.0
     counts[0, counts_first : counts_first + m] = 0
-    for t in range(n_rows):
+    for t in range(returns.shape[0]):
         row = returns[t, first:last]
         here = present[t, first:last]
         z_row = z[t, first:last]
@@ -293,12 +325,6 @@ def _standardize_columns(
             prefix_row[c] = running[c]
             prefix_sq_row[c] = running_sq[c]
             prefix_count_row[c] = running_count[c]
-    transpose_columns(z, first, z_t[first:last])
-    if transposed:
-        transpose_columns(present, first, present_t[first:last])
-        transpose_columns(prefix, first, prefix_t[first:last])
-        transpose_columns(prefix_sq, first, prefix_sq_t[first:last])
-        transpose_columns(counts, counts_first, prefix_count_t[first:last])
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from corr_pipeline import settings
 from corr_pipeline.db.price_reads import latest_trade_date
 from corr_pipeline.db.price_source import NATIVE_PRICES, PriceSource
 from corr_pipeline.defs.concurrency import ensure_snapshot_pool, instance_limits
-from corr_pipeline.defs.definitions import build_definitions
+from corr_pipeline.defs.location import build_definitions
 from corr_pipeline.defs.partitions import (
     partition_key_for,
     snapshot_calendar,

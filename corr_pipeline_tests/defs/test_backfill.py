@@ -44,9 +44,9 @@ from corr_pipeline import settings
 from corr_pipeline.db.published_reads import PublishedSession, change_staleness
 from corr_pipeline.db.schema import PUBLISHED_TABLES, truncate_all
 from corr_pipeline.db.synth import write_synthetic_universe
-from corr_pipeline.definitions import build_resources
 from corr_pipeline.defs.assets import snapshot_assets
 from corr_pipeline.defs.backfill import BackfillPlan
+from corr_pipeline.defs.location import build_resources
 from corr_pipeline.defs.resources import SnapshotParams
 from corr_pipeline.defs.run import REPO_DAGSTER_YAML
 from corr_pipeline.snapshot.current import session_is_current
