@@ -205,7 +205,8 @@ class SnapshotParameters:
     )
 
     def __post_init__(self) -> None:
-        problems = parameter_problems({p.name: getattr(self, p.name) for p in PARAMETERS})
+        unrecorded = {p.name: getattr(self, p.name) for p in PARAMETERS if not p.recorded}
+        problems = parameter_problems({**self.as_dict(), **unrecorded})
         if problems:
             raise ValueError("invalid snapshot parameters: " + "; ".join(problems))
 
