@@ -21,9 +21,16 @@ import types
 import typing
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast, overload
 
-__all__ = ["Parameter", "markdown_table", "parameter", "parameters_of"]
+__all__ = [
+    "Parameter",
+    "StepRecord",
+    "markdown_table",
+    "parameter",
+    "parameters_of",
+    "step_fields",
+]
 
 T = TypeVar("T")
 
@@ -184,6 +191,40 @@ def parameters_of(record: type) -> tuple[Parameter, ...]:
 
 def _is_union(hint: Any) -> bool:
     return isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+
+
+def step_fields(parameters: Iterable[Parameter], step: str) -> dict[str, Parameter]:
+    """``{field of step's record: parameter}`` of the ``parameters`` declared for ``step``."""
+    return {p.field_in(step): p for p in parameters if step in p.steps}
+
+
+class _OfStep(Protocol):
+    STEP: ClassVar[str]
+
+
+Record = TypeVar("Record", bound=_OfStep)
+
+
+class StepRecord(Generic[Record]):
+    """An attribute of a parameters record (``params.lead_lag``) that is one step's own record
+    of it: a ``record`` (a dataclass whose ``STEP`` names the step) of the parameters declared
+    for that step, each field named as :meth:`Parameter.field_in` says."""
+
+    def __init__(self, record: type[Record]) -> None:
+        self.record = record
+        self._fields: dict[str, Parameter] | None = None  # read on first use
+
+    @overload
+    def __get__(self, params: None, owner: type) -> StepRecord[Record]: ...
+    @overload
+    def __get__(self, params: object, owner: type) -> Record: ...
+    def __get__(self, params: object, owner: type) -> StepRecord[Record] | Record:
+        if params is None:
+            return self
+        if self._fields is None:
+            self._fields = step_fields(parameters_of(owner), self.record.STEP)
+        fields = self._fields.items()
+        return self.record(**{field: getattr(params, p.name) for field, p in fields})
 
 
 def markdown_table(parameters: Iterable[Parameter]) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from corr_pipeline.compute.suspect import (
     DEFAULT_MAX_ABS_RETURN,
@@ -29,9 +29,11 @@ from corr_pipeline.compute.suspect import (
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB
 from corr_pipeline.snapshot.parameter import (
     Parameter,
+    StepRecord,
     markdown_table,
     parameter,
     parameters_of,
+    step_fields,
 )
 
 LINKAGE_METHODS = ("average", "single", "complete", "weighted")
@@ -42,6 +44,61 @@ kept symbols)."""
 
 #: The steps that take a record of their own, with the budget of their temporaries.
 BUDGETED = ("correlation", "neighbors", "clusters", "lead_lag")
+
+
+@dataclass(frozen=True)
+class CorrelationParameters:
+    """What the correlation reads (SPEC §3)."""
+
+    STEP: ClassVar[str] = "correlation"
+    min_overlap: int
+    working_memory_mb: float
+
+
+@dataclass(frozen=True)
+class NeighborsParameters:
+    """What the neighbors read (SPEC §4)."""
+
+    STEP: ClassVar[str] = "neighbors"
+    k_neighbors: int
+    working_memory_mb: float
+
+
+@dataclass(frozen=True)
+class ClustersParameters:
+    """What the clusters read (SPEC §5): the linkage, its cut, the modes removed, and where
+    the distances live (``memory_mb``: ``clusters_memory_mb``)."""
+
+    STEP: ClassVar[str] = "clusters"
+    linkage_method: str
+    distance_threshold: float | None
+    n_clusters: int | None
+    market_modes_removed: int
+    working_memory_mb: float
+    memory_mb: int
+
+    @property
+    def cut(self) -> str:
+        """The dendrogram cut in words, e.g. ``distance_threshold=1.2``."""
+        if self.distance_threshold is not None:
+            return f"distance_threshold={self.distance_threshold}"
+        return f"n_clusters={self.n_clusters}"
+
+
+@dataclass(frozen=True)
+class LeadLagParameters:
+    """What the lead-lag scan and its selection read (SPEC §6); ``market_modes``:
+    ``lead_lag_market_modes``."""
+
+    STEP: ClassVar[str] = "lead_lag"
+    max_lag: int
+    k_leaders: int
+    k_laggers: int
+    min_overlap: int
+    min_improvement: float
+    max_q_value: float
+    market_modes: int
+    working_memory_mb: float
 
 
 @dataclass(frozen=True)
@@ -224,21 +281,10 @@ class SnapshotParameters:
             drop=bool(self.drop_suspect),
         )
 
-    @property
-    def correlation(self) -> CorrelationParameters:
-        return _step_record(self, CorrelationParameters)
-
-    @property
-    def neighbors(self) -> NeighborsParameters:
-        return _step_record(self, NeighborsParameters)
-
-    @property
-    def clusters(self) -> ClustersParameters:
-        return _step_record(self, ClustersParameters)
-
-    @property
-    def lead_lag(self) -> LeadLagParameters:
-        return _step_record(self, LeadLagParameters)
+    correlation = StepRecord(CorrelationParameters)
+    neighbors = StepRecord(NeighborsParameters)
+    clusters = StepRecord(ClustersParameters)
+    lead_lag = StepRecord(LeadLagParameters)
 
 
 #: Every parameter, in declaration order.
@@ -313,83 +359,18 @@ def parameter_table() -> str:
     return markdown_table(PARAMETERS)
 
 
-# --------------------------------------------------------------------------------------------
-# Each step's own record
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CorrelationParameters:
-    """What the correlation reads (SPEC §3)."""
-
-    STEP: ClassVar[str] = "correlation"
-    min_overlap: int
-    working_memory_mb: float
-
-
-@dataclass(frozen=True)
-class NeighborsParameters:
-    """What the neighbors read (SPEC §4)."""
-
-    STEP: ClassVar[str] = "neighbors"
-    k_neighbors: int
-    working_memory_mb: float
-
-
-@dataclass(frozen=True)
-class ClustersParameters:
-    """What the clusters read (SPEC §5): the linkage, its cut, the modes removed, and where
-    the distances live (``memory_mb``: ``clusters_memory_mb``)."""
-
-    STEP: ClassVar[str] = "clusters"
-    linkage_method: str
-    distance_threshold: float | None
-    n_clusters: int | None
-    market_modes_removed: int
-    working_memory_mb: float
-    memory_mb: int
-
-    @property
-    def cut(self) -> str:
-        """The dendrogram cut in words, e.g. ``distance_threshold=1.2``."""
-        if self.distance_threshold is not None:
-            return f"distance_threshold={self.distance_threshold}"
-        return f"n_clusters={self.n_clusters}"
-
-
-@dataclass(frozen=True)
-class LeadLagParameters:
-    """What the lead-lag scan and its selection read (SPEC §6); ``market_modes``:
-    ``lead_lag_market_modes``."""
-
-    STEP: ClassVar[str] = "lead_lag"
-    max_lag: int
-    k_leaders: int
-    k_laggers: int
-    min_overlap: int
-    min_improvement: float
-    max_q_value: float
-    market_modes: int
-    working_memory_mb: float
-
-
-StepRecord = CorrelationParameters | NeighborsParameters | ClustersParameters | LeadLagParameters
-Record = TypeVar(
-    "Record", CorrelationParameters, NeighborsParameters, ClustersParameters, LeadLagParameters
+#: A step's own record.
+StepParameters = (
+    CorrelationParameters | NeighborsParameters | ClustersParameters | LeadLagParameters
 )
 
 
 def step_parameters(step: str) -> dict[str, Parameter]:
     """``{field of step's record: parameter}``: the parameters declared for ``step``."""
-    return {p.field_in(step): p for p in PARAMETERS if step in p.steps}
+    return step_fields(PARAMETERS, step)
 
 
-def _step_record(params: SnapshotParameters, record: type[Record]) -> Record:
-    fields = step_parameters(record.STEP)
-    return record(**{field: getattr(params, p.name) for field, p in fields.items()})
-
-
-def bundle_params(record: StepRecord) -> dict[str, Any]:
+def bundle_params(record: StepParameters) -> dict[str, Any]:
     """``{parameter: value}`` of what ``record``'s results depend on, in the record's order:
     the parameters its step's bundle records (none of the :attr:`~.parameter.Parameter.neutral`
     ones)."""

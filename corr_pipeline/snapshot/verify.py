@@ -451,16 +451,14 @@ def verify_lead_lag_pairs(
     return verdict
 
 
+#: The bounds of the lead-lag step's parameters that :func:`verify_lead_lag_pairs` checks.
+LEAD_LAG_BOUNDS = ("max_lag", "min_overlap", "min_improvement", "max_q_value")
+
+
 def verify_lead_lag_step(pairs: np.ndarray, n_symbols: int, params: LeadLagParameters) -> Verdict:
     """:func:`verify_lead_lag_pairs` with the bounds of the lead-lag step's ``params``."""
-    return verify_lead_lag_pairs(
-        pairs,
-        n_symbols,
-        max_lag=params.max_lag,
-        min_overlap=params.min_overlap,
-        min_improvement=params.min_improvement,
-        max_q_value=params.max_q_value,
-    )
+    bounds = {name: getattr(params, name) for name in LEAD_LAG_BOUNDS}
+    return verify_lead_lag_pairs(pairs, n_symbols, **bounds)
 
 
 def verify_injected_pairs(

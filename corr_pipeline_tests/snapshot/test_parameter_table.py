@@ -72,41 +72,21 @@ def test_each_step_record_holds_the_parameters_declared_for_its_step() -> None:
 
 def test_the_lead_lag_record() -> None:
     params = SnapshotParameters(lead_lag_market_modes=2, max_q_value=0.5, k_leaders=3)
-    assert params.lead_lag == LeadLagParameters(
-        max_lag=5,
-        k_leaders=3,
-        k_laggers=10,
-        min_overlap=60,
-        min_improvement=0.0,
-        max_q_value=0.5,
-        market_modes=2,
-        working_memory_mb=DEFAULTS.working_memory_mb,
-    )
+    # max_lag, k_leaders, k_laggers, min_overlap, min_improvement, max_q_value, market_modes,
+    # working_memory_mb
+    assert dataclasses.astuple(params.lead_lag) == (5, 3, 10, 60, 0.0, 0.5, 2, 512)
+    assert isinstance(params.lead_lag, LeadLagParameters)
     assert params.clusters.memory_mb == params.clusters_memory_mb
 
 
 def test_snapshots_params_records_the_same_keys_and_values() -> None:
     """The published ``snapshots.params`` of the defaults, key by key in order."""
-    expected = {
-        "lookback_days": 252,
-        "min_history_days": 126,
-        "min_overlap": 60,
-        "k_neighbors": 10,
-        "max_lag": 5,
-        "k_leaders": 10,
-        "k_laggers": 10,
-        "min_improvement": 0.0,
-        "max_q_value": 0.05,
-        "lead_lag_market_modes": 1,
-        "linkage_method": "average",
-        "distance_threshold": 1.2,
-        "n_clusters": None,
-        "market_modes_removed": 0,
-        "max_zero_return_share": 0.25,
-        "max_abs_return": 0.5,
-        "drop_suspect": False,
-        "working_memory_mb": 512.0,
-    }
+    names = """lookback_days min_history_days min_overlap k_neighbors max_lag k_leaders k_laggers
+        min_improvement max_q_value lead_lag_market_modes linkage_method distance_threshold
+        n_clusters market_modes_removed max_zero_return_share max_abs_return drop_suspect
+        working_memory_mb""".split()
+    values = (252, 126, 60, 10, 5, 10, 10, 0.0, 0.05, 1, "average", 1.2, None, 0, 0.25, 0.5)
+    expected = dict(zip(names, (*values, False, 512.0), strict=True))
     recorded = DEFAULTS.as_dict()
     assert list(recorded.items()) == list(expected.items())
     assert [type(v) for v in recorded.values()] == [type(v) for v in expected.values()]
@@ -123,15 +103,10 @@ def test_the_bundles_record_their_steps_result_parameters() -> None:
         "n_clusters",
         "market_modes_removed",
     ]
-    assert bundle_params(DEFAULTS.lead_lag) == {
-        "max_lag": 5,
-        "k_leaders": 10,
-        "k_laggers": 10,
-        "min_overlap": 60,
-        "min_improvement": 0.0,
-        "max_q_value": 0.05,
-        "lead_lag_market_modes": 1,
-    }
+    lead_lag = bundle_params(DEFAULTS.lead_lag)
+    selection = "max_lag k_leaders k_laggers min_overlap min_improvement max_q_value".split()
+    assert list(lead_lag) == [*selection, "lead_lag_market_modes"]
+    assert list(lead_lag.values()) == [5, 10, 10, 60, 0.0, 0.05, 1]
 
 
 def _outside(p: Parameter) -> list[float]:
