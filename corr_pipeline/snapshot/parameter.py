@@ -3,9 +3,10 @@
 default, :func:`parameter` adds its help, its range and the steps that read it. Everything else
 is read from these declarations (:func:`parameters_of`): the record's JSON values in
 ``snapshots.params`` (:meth:`Parameter.plain`), the check of each field at run start
-(:meth:`Parameter.problem`), the launchpad's fields
-(:class:`corr_pipeline.defs.resources.SnapshotParams`, pinned to the declarations by a test) and
-the docs' parameter table (:func:`markdown_table`, in docs/user_guide.md §6, checked by a test).
+(:meth:`Parameter.problem`), each step's own record of them (:class:`StepRecord`), the
+launchpad's fields (:class:`corr_pipeline.defs.resources.SnapshotParams`, pinned to the
+declarations by a test) and the docs' parameter table (:func:`markdown_table`, in
+docs/user_guide.md §6, checked by a test).
 
 The record's own fields are the declaration, rather than a separate table the record would be
 built from, because mypy needs the field names written out: this way each parameter is still one
