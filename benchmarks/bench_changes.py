@@ -64,17 +64,17 @@ def snapshot(engine: sa.Engine, store: MatrixStore, day: dt.date, params: Snapsh
                 "overlap_matrix", key, "overlap", (n, n), overlap_dtype(R.shape[0]), labels=labels
             ) as po,
         ):
-            steps.correlation(R, params, out_corr=pc.array, out_overlap=po.array)
+            steps.correlation(R, params.correlation, out_corr=pc.array, out_overlap=po.array)
             corr, overlap = pc.commit(), po.commit()
     seconds["correlation"] = stats.seconds
     with measure_stage() as stats:
-        found = steps.neighbors(corr.array, overlap.array, params)
+        found = steps.neighbors(corr.array, overlap.array, params.neighbors)
     seconds["neighbors"] = stats.seconds
     with measure_stage() as stats:
-        cluster_labels = steps.clusters(corr.array, params)
+        cluster_labels = steps.clusters(corr.array, params.clusters)
     seconds["clusters"] = stats.seconds
     with measure_stage() as stats:
-        pairs = steps.lead_lag(R, corr.array, params)
+        pairs = steps.lead_lag(R, corr.array, params.lead_lag)
     seconds["lead-lag"] = stats.seconds
     with measure_stage() as stats:
         publish_snapshot(

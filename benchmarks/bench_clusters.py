@@ -6,11 +6,11 @@ standardised, ``corr = Z.T @ Z / T`` computed block by block into a float32 ``np
 child's ``/proc/<pid>/status`` every 2 ms. Variants, interleaved ``--repeat`` times per N so that
 the machine's noise falls on all of them alike:
 
-* ``heap``        before: ``snapshot.steps.clusters(corr, params)``, the distances (float64,
+* ``heap``        before: ``snapshot.steps.clusters(corr, params.clusters)``, the distances (float64,
                   tiled, 8·N²/2 bytes) in anonymous memory — the step as it ran up to b577483
                   (``compute/clusters/linkage.py`` is unchanged; this path is still the default without
                   a scratch)
-* ``store``       after: ``steps.clusters(corr, params, scratch=partial(store.scratch,
+* ``store``       after: ``steps.clusters(corr, params.clusters, scratch=partial(store.scratch,
                   "clusters", partition))`` — the same buffer in a temp file of a matrix store
                   under the work directory (page cache), deleted after the step; the child
                   also reports whether any temp file was left
@@ -184,7 +184,7 @@ def child(args: argparse.Namespace) -> None:
 
     params = SnapshotParameters(linkage_method=args.method, distance_threshold=args.threshold)
     t0 = time.perf_counter()
-    steps.clusters(np.eye(3, dtype=np.float32), params)  # numba warm-up (cached kernels)
+    steps.clusters(np.eye(3, dtype=np.float32), params.clusters)  # numba warm-up (cached kernels)
     warmup = time.perf_counter() - t0
     corr = np.load(args.corr, mmap_mode="r")
     n = corr.shape[0]
@@ -197,9 +197,11 @@ def child(args: argparse.Namespace) -> None:
     c0 = time.process_time()
     result: dict = {}
     if args.variant == "heap":
-        labels = steps.clusters(corr, params)
+        labels = steps.clusters(corr, params.clusters)
     elif args.variant == "store":
-        labels = steps.clusters(corr, params, scratch=partial(store.scratch, "clusters", PARTITION))
+        labels = steps.clusters(
+            corr, params.clusters, scratch=partial(store.scratch, "clusters", PARTITION)
+        )
     else:
         cond = condensed_distances(corr)
         result["condensed_s"] = time.perf_counter() - t0

@@ -173,7 +173,7 @@ def _correlation(returns: np.ndarray, params: SnapshotParameters) -> np.ndarray:
     n = returns.shape[1]
     corr = np.empty((n, n), np.float32)
     overlap = np.empty((n, n), overlap_dtype(returns.shape[0]))
-    steps.correlation(returns, params, out_corr=corr, out_overlap=overlap)
+    steps.correlation(returns, params.correlation, out_corr=corr, out_overlap=overlap)
     return corr
 
 
@@ -210,7 +210,7 @@ def run_cluster_cuts(
             across[m].append(between)
             for name, cut in cuts:
                 params = SnapshotParameters(**{**base.as_dict(), **cut, "market_modes_removed": m})
-                found = steps.clusters(corr, params, modes=modes)
+                found = steps.clusters(corr, params.clusters, modes=modes)
                 labels[(seed, m, name)] = found
                 score = scores[(m, name)]
                 score.n_clusters.append(int(found.max()) + 1 if found.size else 0)

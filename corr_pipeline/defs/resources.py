@@ -12,10 +12,10 @@ is refused too (:mod:`corr_pipeline.defs.literal_config`).
 
 ``SnapshotParams`` is a resource rather than per-asset ``Config`` so that one set of numbers
 drives the whole graph; it is the launchpad face of
-:class:`corr_pipeline.snapshot.params.SnapshotParameters` (same fields, same defaults, same
-rules). Its cross-field rules are checked by pydantic when the resource is built: in Python at construction, and for launchpad /
-run-config overrides at resource initialisation, before any asset body runs. Every message
-names the offending field.
+:class:`corr_pipeline.snapshot.params.SnapshotParameters`: the parameters declared there that a
+run sets, with their defaults, help and rules. The rules are checked by pydantic when the
+resource is built: in Python at construction, and for launchpad / run-config overrides at
+resource initialisation, before any asset body runs. Every message names the offending field.
 
 Override in run config, e.g.::
 
@@ -42,8 +42,8 @@ from corr_pipeline.db.price_source import (
     resolve_price_source,
 )
 from corr_pipeline.snapshot.params import (
-    DEFAULTS,
-    FIELD_NAMES,
+    BY_NAME,
+    PARAMETERS,
     SnapshotParameters,
     parameter_problems,
 )
@@ -74,116 +74,46 @@ def refuse_locations(params: Mapping[str, Any]) -> None:
         )
 
 
+def launchpad_field(name: str) -> Any:
+    """The launchpad field of the snapshot parameter ``name``: its declared default and help
+    (:mod:`corr_pipeline.snapshot.params`)."""
+    declared = BY_NAME[name]
+    return Field(default=declared.default, description=declared.help)
+
+
 class SnapshotParams(dg.ConfigurableResource):
     """Parameters of one correlation snapshot (SPEC §2-§6), validated as a whole. A refused
     value is never repeated in the error (``hide_input_in_errors``; the messages of
     :func:`~corr_pipeline.snapshot.params.parameter_problems` say what a text field allows,
-    not what it was given): the error lands in the run's event log."""
+    not what it was given): the error lands in the run's event log.
+
+    One field per launchpad parameter of :data:`corr_pipeline.snapshot.params.PARAMETERS`, its
+    default and help read from there (:func:`launchpad_field`). The names and types are
+    written out because mypy and Dagster's resource machinery need a class with static fields;
+    ``corr_pipeline_tests/snapshot/test_parameter_table.py`` pins them to the declarations."""
 
     # a field it does not have is an error; pydantic's errors leave the input out
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
-    lookback_days: int = Field(
-        default=DEFAULTS.lookback_days,
-        description="Returns in the window: the last lookback_days + 1 trade dates <= the "
-        "snapshot date (SPEC §2). 252 = one trading year.",
-    )
-    min_history_days: int = Field(
-        default=DEFAULTS.min_history_days,
-        description="A symbol is kept iff it has at least this many finite returns (and "
-        "non-zero variance) in the window; the snapshot fails if the window itself has fewer "
-        "returns (SPEC §2).",
-    )
-    min_overlap: int = Field(
-        default=DEFAULTS.min_overlap,
-        description="Minimum common finite returns for a correlation (synchronous and lagged) "
-        "to be defined; below it the value is NaN (SPEC §3, §6).",
-    )
-    k_neighbors: int = Field(
-        default=DEFAULTS.k_neighbors,
-        description="Neighbors published per symbol, by |corr| (SPEC §4).",
-    )
-    max_lag: int = Field(
-        default=DEFAULTS.max_lag, description="Largest lead-lag lag scanned, in days (SPEC §6)."
-    )
-    k_leaders: int = Field(
-        default=DEFAULTS.k_leaders,
-        description="Per symbol, its best leaders kept (SPEC §6 selection).",
-    )
-    k_laggers: int = Field(
-        default=DEFAULTS.k_laggers,
-        description="Per symbol, its best laggers kept (SPEC §6 selection).",
-    )
-    min_improvement: float = Field(
-        default=DEFAULTS.min_improvement,
-        description="A lead-lag candidate needs |lagged corr| - |sync corr| > min_improvement "
-        "(SPEC §6).",
-    )
-    max_q_value: float = Field(
-        default=DEFAULTS.max_q_value,
-        description="A lead-lag candidate needs a Benjamini-Hochberg q-value <= max_q_value "
-        "(SPEC §6 Significance, a test robust to common volatility): 0.05 publishes the "
-        "significant pairs only, 1 every symbol's best pairs whatever their q-value.",
-    )
-    lead_lag_market_modes: int = Field(
-        default=DEFAULTS.lead_lag_market_modes,
-        description="The lead-lag scans each symbol's returns less its m strongest "
-        "eigenportfolios (SPEC §6 Market residuals): 1 takes the market out, so that its own "
-        "reversal is not read as one stock leading another; 0 scans the returns themselves "
-        "(0 .. 10, and below the symbols kept).",
-    )
-    linkage_method: str = Field(
-        default=DEFAULTS.linkage_method,
-        description="Agglomerative linkage: average, single, complete or weighted (SPEC §5).",
-    )
-    distance_threshold: float | None = Field(
-        default=DEFAULTS.distance_threshold,
-        description="Cut the dendrogram at this Mantegna distance sqrt(2(1 - corr)); 1.2 "
-        "corresponds to corr 0.28. Set to null when using n_clusters (exactly one cut).",
-    )
-    n_clusters: int | None = Field(
-        default=DEFAULTS.n_clusters,
-        description="Cut the dendrogram into this many clusters instead of at a distance "
-        "(then set distance_threshold to null).",
-    )
-    market_modes_removed: int = Field(
-        default=DEFAULTS.market_modes_removed,
-        description="Cluster the correlation without its m strongest eigenmodes (SPEC §5): 0 "
-        "clusters corr itself; 1 removes the market mode, so that in a sell-off the sectors "
-        "stay apart instead of one cluster. The correlations left are small: with m >= 1 cut "
-        "into n_clusters, since the cut at 1.2 leaves many singletons (docs/user_guide.md).",
-    )
-    max_zero_return_share: float = Field(
-        default=DEFAULTS.max_zero_return_share,
-        description="A symbol whose share of zero returns (among its finite returns in the "
-        "window) exceeds this is reported as suspect: stale or forward-filled closes (SPEC §2; "
-        "0 < share <= 1).",
-    )
-    max_abs_return: float = Field(
-        default=DEFAULTS.max_abs_return,
-        description="A symbol whose largest |log return| in the window exceeds this is "
-        "reported as suspect: a price error or an unadjusted split (SPEC §2; > 0; 0.5 is a "
-        "move of +65 % / -39 % in a day).",
-    )
-    drop_suspect: bool = Field(
-        default=DEFAULTS.drop_suspect,
-        description="Drop the suspect symbols from the universe before the correlation, "
-        "with that reason among the dropped symbols; false: report them and keep them "
-        "(SPEC §2).",
-    )
-    working_memory_mb: float = Field(
-        default=DEFAULTS.working_memory_mb,
-        description="Budget in MiB for the temporaries of one tile (correlation, neighbors, "
-        "lead-lag); results are memory-mapped and not counted.",
-    )
-
-    clusters_memory_mb: int = Field(
-        default=DEFAULTS.clusters_memory_mb,
-        description="MiB of anonymous memory the clusters step may hold for its float64 "
-        "distances (8 N(N-1)/2 bytes); larger ones go to a scratch file of the matrix store "
-        "(page cache). Same clusters either way; raise it where memory allows at N >= ~40,000 "
-        "(docs/user_guide.md).",
-    )
+    lookback_days: int = launchpad_field("lookback_days")
+    min_history_days: int = launchpad_field("min_history_days")
+    min_overlap: int = launchpad_field("min_overlap")
+    k_neighbors: int = launchpad_field("k_neighbors")
+    max_lag: int = launchpad_field("max_lag")
+    k_leaders: int = launchpad_field("k_leaders")
+    k_laggers: int = launchpad_field("k_laggers")
+    min_improvement: float = launchpad_field("min_improvement")
+    max_q_value: float = launchpad_field("max_q_value")
+    lead_lag_market_modes: int = launchpad_field("lead_lag_market_modes")
+    linkage_method: str = launchpad_field("linkage_method")
+    distance_threshold: float | None = launchpad_field("distance_threshold")
+    n_clusters: int | None = launchpad_field("n_clusters")
+    market_modes_removed: int = launchpad_field("market_modes_removed")
+    max_zero_return_share: float = launchpad_field("max_zero_return_share")
+    max_abs_return: float = launchpad_field("max_abs_return")
+    drop_suspect: bool = launchpad_field("drop_suspect")
+    working_memory_mb: float = launchpad_field("working_memory_mb")
+    clusters_memory_mb: int = launchpad_field("clusters_memory_mb")
 
     @model_validator(mode="after")
     def _check_consistency(self) -> SnapshotParams:
@@ -193,7 +123,7 @@ class SnapshotParams(dg.ConfigurableResource):
         return self
 
     def _values(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in FIELD_NAMES if name != "dask_scheduler"}
+        return {p.name: getattr(self, p.name) for p in PARAMETERS if p.launchpad}
 
     def to_parameters(self) -> SnapshotParameters:
         """The Dagster-free value every step takes, with the deployment's Dask scheduler

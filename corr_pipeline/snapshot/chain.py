@@ -44,14 +44,12 @@ from corr_pipeline.db.publish import publish_snapshot, read_snapshot_counts
 from corr_pipeline.db.window import ReturnsWindow
 from corr_pipeline.snapshot import session_outputs as outputs
 from corr_pipeline.snapshot import steps, verify
-from corr_pipeline.snapshot.params import SnapshotParameters
+from corr_pipeline.snapshot.params import SnapshotParameters, bundle_params
 from corr_pipeline.snapshot.session_store import SessionStore
 from corr_pipeline.store import writeback
 from corr_pipeline.store.matrix_store import MatrixBundle, StoredArray, sources
 
 __all__ = [
-    "CLUSTERS_PARAMETERS",
-    "LEAD_LAG_PARAMETERS",
     "PUBLISHED_FROM",
     "STEPS",
     "SessionChain",
@@ -70,26 +68,6 @@ STEPS = (
 
 #: The bundles a publication is made of, the window's first.
 PUBLISHED_FROM = ("returns_matrix", "top_k_neighbors", "clusters", "lead_lag_pairs")
-
-
-#: The parameters the clusters' bundle records (the cut and the modes removed).
-CLUSTERS_PARAMETERS = ("linkage_method", "distance_threshold", "n_clusters", "market_modes_removed")
-
-#: The parameters the lead-lag pairs' bundle records (the scan and the selection).
-LEAD_LAG_PARAMETERS = (
-    "max_lag",
-    "k_leaders",
-    "k_laggers",
-    "min_overlap",
-    "min_improvement",
-    "max_q_value",
-    "lead_lag_market_modes",
-)
-
-
-def _chosen(params: SnapshotParameters, names: Sequence[str]) -> dict[str, Any]:
-    """``{name: value}`` of the parameters ``names``, as a bundle records them."""
-    return {name: getattr(params, name) for name in names}
 
 
 def _no_progress(_what: str) -> Progress | None:
@@ -208,12 +186,12 @@ class SessionChain:
         yield outputs.ReturnsOutput(self._save("returns_matrix", bundle), verdict, window=window)
 
     def _correlation(self) -> Iterator[outputs.CorrelationOutput | outputs.CorrelationChecked]:
-        params = self.params
+        params = self.params.correlation
         returns = self.input("returns_matrix")
         R = returns["returns"]
         labels = {"symbols": _symbols(returns)}
         n = len(labels["symbols"])
-        store_params = {"min_overlap": params.min_overlap, "n_returns": int(R.shape[0])}
+        store_params = {**bundle_params(params), "n_returns": int(R.shape[0])}
 
         def allocate(asset: str, name: str, dtype: np.dtype):
             return self.store.allocate(
@@ -281,7 +259,7 @@ class SessionChain:
         return stored[0], stored[1]
 
     def _neighbors(self) -> Iterator[outputs.NeighborsOutput]:
-        params = self.params
+        params = self.params.neighbors
         corr_bundle = self.input("correlation_matrix")
         overlap_bundle = self.input("overlap_matrix")
         corr, overlap = corr_bundle["corr"], overlap_bundle["overlap"]
@@ -332,7 +310,7 @@ class SessionChain:
             yield work
 
     def _clusters(self) -> Iterator[outputs.ClustersOutput]:
-        params = self.params
+        params = self.params.clusters
         corr_bundle = self.input("correlation_matrix")
         corr = corr_bundle["corr"]
         symbols = _symbols(corr_bundle)
@@ -346,7 +324,7 @@ class SessionChain:
         bundle = MatrixBundle(
             {"labels": labels},
             labels={"symbols": symbols},
-            params=_chosen(params, CLUSTERS_PARAMETERS),
+            params=bundle_params(params),
             inputs=sources(corr_bundle),
         )
         yield outputs.ClustersOutput(
@@ -354,7 +332,7 @@ class SessionChain:
         )
 
     def _lead_lag(self) -> Iterator[outputs.LeadLagOutput]:
-        params = self.params
+        params = self.params.lead_lag
         returns = self.input("returns_matrix")
         corr_bundle = self.input("correlation_matrix")
         R, corr = returns["returns"], corr_bundle["corr"]
@@ -363,24 +341,17 @@ class SessionChain:
             R,
             corr,
             params,
-            modes=self.market_modes(corr) if params.lead_lag_market_modes else None,
+            modes=self.market_modes(corr) if params.market_modes else None,
             progress=self.progress("lead-lag scan"),
             runner=self.runner,
         )
         verdict = None
         if self.verify:
-            verdict = verify.verify_lead_lag_pairs(
-                pairs,
-                len(symbols),
-                max_lag=params.max_lag,
-                min_overlap=params.min_overlap,
-                min_improvement=params.min_improvement,
-                max_q_value=params.max_q_value,
-            )
+            verdict = verify.verify_lead_lag_step(pairs, len(symbols), params)
         bundle = MatrixBundle(
             {"pairs": pairs},
             labels={"symbols": symbols},
-            params=_chosen(params, LEAD_LAG_PARAMETERS),
+            params=bundle_params(params),
             inputs=sources(returns, corr_bundle),
         )
         yield outputs.LeadLagOutput(self._save("lead_lag_pairs", bundle), verdict, pairs=pairs)

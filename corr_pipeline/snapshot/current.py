@@ -17,12 +17,13 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from corr_pipeline.db.published_reads import PublishedSession, first_published, published_sessions
-from corr_pipeline.snapshot.params import DEFAULTS, SnapshotParameters
+from corr_pipeline.snapshot.params import DEFAULTS, PARAMETERS, SnapshotParameters
 
 __all__ = ["RESULT_NEUTRAL", "WHEN_NOT_RECORDED", "current_sessions", "session_is_current"]
 
-#: Parameters that do not change a result (SPEC §9): not compared when deciding "current".
-RESULT_NEUTRAL = frozenset({"working_memory_mb"})
+#: Recorded parameters that do not change a result (SPEC §9, declared ``neutral``): not
+#: compared when deciding "current".
+RESULT_NEUTRAL = frozenset(p.name for p in PARAMETERS if p.recorded and p.neutral)
 
 #: Parameters added after sessions were first published, with the value a published session
 #: that does not record them was computed with.

@@ -8,10 +8,11 @@ they are verified and published is the chain's).
                             │                                 ├─► clusters ──┼─► results_for_publication
                             └────────(with the sync corr)─────┴─► lead_lag ──┘
 
-Each step maps the :class:`~corr_pipeline.snapshot.params.SnapshotParameters` onto one function
-of :mod:`corr_pipeline.compute` (or the window query of :mod:`corr_pipeline.db.window`) and
-returns its arrays; where the result goes (matrix store, memory, database) is the caller's
-choice. Outside :mod:`corr_pipeline.snapshot` the package never calls the compute entry points
+Each step maps its own record of the parameters (``params.lead_lag`` of a
+:class:`~corr_pipeline.snapshot.params.SnapshotParameters` and so on; the window's, the whole
+value) onto one function of :mod:`corr_pipeline.compute` (or the window query of
+:mod:`corr_pipeline.db.window`) and returns its arrays; where the result goes (matrix store,
+memory, database) is the caller's choice. Outside :mod:`corr_pipeline.snapshot` the package never calls the compute entry points
 itself (``corr_pipeline_tests/test_layers.py``). :func:`matrix_versions` gathers the
 matrix-store versions a publication pins (SPEC §8). Memory at N = 24,000 (T = 252, int16
 overlap) per step:
@@ -69,7 +70,13 @@ from corr_pipeline.db.window import (
     load_returns_window,
     read_windows,
 )
-from corr_pipeline.snapshot.params import SnapshotParameters
+from corr_pipeline.snapshot.params import (
+    ClustersParameters,
+    CorrelationParameters,
+    LeadLagParameters,
+    NeighborsParameters,
+    SnapshotParameters,
+)
 from corr_pipeline.snapshot.results import SnapshotResults
 from corr_pipeline.snapshot.scheduler import scheduler_security
 from corr_pipeline.store.matrix_store import MatrixBundle, MatrixStore
@@ -156,7 +163,7 @@ def stripe_runner(params: SnapshotParameters) -> Iterator[DaskRunner | None]:
 
 def correlation(
     R: np.ndarray,
-    params: SnapshotParameters,
+    params: CorrelationParameters,
     *,
     out_corr: np.ndarray,
     out_overlap: np.ndarray,
@@ -181,7 +188,7 @@ def correlation(
 def neighbors(
     corr: np.ndarray,
     overlap: np.ndarray | None,
-    params: SnapshotParameters,
+    params: NeighborsParameters,
     *,
     progress: Progress | None = None,
     runner: StripeRunner | None = None,
@@ -203,10 +210,10 @@ def distance_bytes(n: int) -> int:
     return 8 * distance_buffer_length(n) if n >= 2 else 0
 
 
-def distances_in_scratch(n: int, params: SnapshotParameters) -> bool:
+def distances_in_scratch(n: int, params: ClustersParameters) -> bool:
     """Whether :func:`clusters` puts the distances in its ``scratch`` (when given) rather than
-    on the heap: when they exceed ``params.clusters_memory_mb`` MiB."""
-    return distance_bytes(n) > params.clusters_memory_mb * 2**20
+    on the heap: when they exceed ``params.memory_mb`` (``clusters_memory_mb``) MiB."""
+    return distance_bytes(n) > params.memory_mb * 2**20
 
 
 #: Relative residual to which the market mode is found when it is only reported (``m = 0``):
@@ -226,22 +233,33 @@ def market_modes(corr: np.ndarray, params: SnapshotParameters) -> MarketModes:
     clusters and the lead-lag of a session (no modes for fewer than 2 symbols). A step that
     removes ``m`` of them needs more than ``m`` symbols: ``ValueError`` naming the parameter
     otherwise."""
+    return modes_removing(
+        corr,
+        {
+            "market_modes_removed": params.market_modes_removed,
+            "lead_lag_market_modes": params.lead_lag_market_modes,
+        },
+    )
+
+
+def modes_removing(corr: np.ndarray, removed: Mapping[str, int]) -> MarketModes:
+    """The strongest eigenmodes of ``corr`` the parameters ``removed`` (``{name: modes it
+    removes}``) need, and at least the market mode (:func:`market_modes`)."""
     n = corr.shape[0]
     if n < 2:
         return MarketModes(np.empty(0), np.empty((n, 0)))
-    for name in ("market_modes_removed", "lead_lag_market_modes"):
-        m = getattr(params, name)
+    for name, m in removed.items():
         if m >= n:
             raise ValueError(f"{name} = {m} needs more than {m} symbols; this session keeps {n}")
-    wanted = modes_needed(params)
-    if params.market_modes_removed == 0 and params.lead_lag_market_modes == 0:
+    wanted = max(1, *removed.values())
+    if not any(removed.values()):
         return strongest_modes(corr, wanted, tol=REPORTED_MODE_TOLERANCE)
     return strongest_modes(corr, min(wanted, n - 1))
 
 
 def clusters(
     corr: np.ndarray,
-    params: SnapshotParameters,
+    params: ClustersParameters,
     *,
     modes: MarketModes | None = None,
     scratch: Scratch | None = None,
@@ -249,7 +267,7 @@ def clusters(
     """Cluster labels, int32 ``0..K-1`` by first appearance (SPEC §5).
 
     The float64 distances (``distance_buffer_length(N)`` elements, 8 N²/2 bytes) are on the
-    heap (anonymous memory) when they fit in ``params.clusters_memory_mb`` MiB or ``scratch``
+    heap (anonymous memory) when they fit in ``params.memory_mb`` MiB or ``scratch``
     is None; otherwise in ``scratch(name, shape, dtype)``, a context manager yielding a writable
     array for the computation, such as ``functools.partial(store.scratch, "clusters",
     partition)`` (a file in the matrix store, out of anonymous memory, deleted afterwards, see
@@ -280,23 +298,23 @@ def clusters(
 def lead_lag(
     R: np.ndarray,
     corr: np.ndarray,
-    params: SnapshotParameters,
+    params: LeadLagParameters,
     *,
     modes: MarketModes | None = None,
     progress: Progress | None = None,
     runner: StripeRunner | None = None,
 ) -> np.ndarray:
     """The lead-lag pairs of SPEC §6 (structured array, leader/lagger as column indices) of the
-    market residuals of ``R`` after ``params.lead_lag_market_modes`` modes (``modes``:
-    :func:`market_modes` of ``corr``, found here when not given; with no mode removed, of ``R``
-    itself, ``corr`` its synchronous correlation); on ``runner``'s stripes of leaders or, when
-    None, on threads. The residuals are T × N like ``R``: their synchronous correlation is the
+    market residuals of ``R`` after ``params.market_modes`` modes (``modes``:
+    :func:`market_modes` of ``corr``; when not given, that many are found here; with no mode
+    removed, of ``R`` itself, ``corr`` its synchronous correlation); on ``runner``'s stripes of
+    leaders or, when None, on threads. The residuals are T × N like ``R``: their synchronous correlation is the
     scan's lag 0, never a second N × N matrix."""
-    m = params.lead_lag_market_modes
+    m = params.market_modes
     series: np.ndarray = R
     sync: np.ndarray | None = corr
     if m > 0:
-        found = modes if modes is not None else market_modes(corr, params)
+        found = modes if modes is not None else modes_removing(corr, {"lead_lag_market_modes": m})
         series, sync = market_residuals(R, found.vectors[:, :m]), None
     return find_lead_lag_pairs(
         series,

@@ -18,6 +18,7 @@ import numpy as np
 from corr_pipeline.compute.matrix_facts import row_counts_above, upper_triangle_facts
 from corr_pipeline.compute.tiling import DEFAULT_WORKING_MEMORY_MB, row_blocks
 from corr_pipeline.snapshot import display
+from corr_pipeline.snapshot.params import LeadLagParameters
 from corr_pipeline.snapshot.results import SnapshotResults
 
 
@@ -448,6 +449,16 @@ def verify_lead_lag_pairs(
     )
     verdict.metadata["max_improvement"] = display.corr(improvement.max())
     return verdict
+
+
+#: The bounds of the lead-lag step's parameters that :func:`verify_lead_lag_pairs` checks.
+LEAD_LAG_BOUNDS = ("max_lag", "min_overlap", "min_improvement", "max_q_value")
+
+
+def verify_lead_lag_step(pairs: np.ndarray, n_symbols: int, params: LeadLagParameters) -> Verdict:
+    """:func:`verify_lead_lag_pairs` with the bounds of the lead-lag step's ``params``."""
+    bounds = {name: getattr(params, name) for name in LEAD_LAG_BOUNDS}
+    return verify_lead_lag_pairs(pairs, n_symbols, **bounds)
 
 
 def verify_injected_pairs(

@@ -61,10 +61,10 @@ def snapshot_through_steps(engine: sa.Engine, source: PriceSource) -> dict:
     n = R.shape[1]
     corr = np.empty((n, n), np.float32)
     overlap = np.empty((n, n), overlap_dtype(R.shape[0]))
-    steps.correlation(R, params, out_corr=corr, out_overlap=overlap)
-    found = steps.neighbors(corr, overlap, params)
-    labels = steps.clusters(corr, params)
-    pairs = steps.lead_lag(R, corr, params)
+    steps.correlation(R, params.correlation, out_corr=corr, out_overlap=overlap)
+    found = steps.neighbors(corr, overlap, params.neighbors)
+    labels = steps.clusters(corr, params.clusters)
+    pairs = steps.lead_lag(R, corr, params.lead_lag)
     publish_snapshot(
         engine,
         steps.results_for_publication(

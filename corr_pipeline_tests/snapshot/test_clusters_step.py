@@ -93,14 +93,14 @@ def test_step_with_scratch_equals_reference_and_removes_the_file(tmp_path, kind,
     cuts += [{"n_clusters": k, "distance_threshold": None} for k in (1, 5, 97)]
     for cut in cuts:
         params = SnapshotParameters(linkage_method=method, clusters_memory_mb=0, **cut)
-        labels = steps.clusters(corr, params, scratch=scratch)
+        labels = steps.clusters(corr, params.clusters, scratch=scratch)
         if params.n_clusters is None:
             expected = hierarchy.fcluster(Z, params.distance_threshold, criterion="distance")
         else:
             expected = hierarchy.fcluster(Z, params.n_clusters, criterion="maxclust")
         assert labels.dtype == np.int32
         np.testing.assert_array_equal(labels, ref.canonical_labels(expected), err_msg=str(cut))
-        np.testing.assert_array_equal(labels, steps.clusters(corr, params))  # heap: same
+        np.testing.assert_array_equal(labels, steps.clusters(corr, params.clusters))  # heap: same
     assert len(scratch.files) == len(cuts)
     assert all(f.parent == tmp_path / "clusters" / P for f in scratch.files)
     assert not any(f.exists() for f in scratch.files)
@@ -112,13 +112,15 @@ def test_step_small_n_needs_no_scratch(tmp_path):
     scratch = _Recording(store)
     params = SnapshotParameters(distance_threshold=1.0, clusters_memory_mb=0)
     for n in (0, 1):
-        labels = steps.clusters(np.ones((n, n), np.float32), params, scratch=scratch)
+        labels = steps.clusters(np.ones((n, n), np.float32), params.clusters, scratch=scratch)
         assert labels.tolist() == [0] * n
     assert scratch.files == []
     two = np.array([[1.0, 0.5], [0.5, 1.0]], dtype=np.float32)  # d = 1 exactly
-    assert steps.clusters(two, params, scratch=scratch).tolist() == [0, 0]
+    assert steps.clusters(two, params.clusters, scratch=scratch).tolist() == [0, 0]
     assert steps.clusters(
-        two, SnapshotParameters(distance_threshold=0.99, clusters_memory_mb=0), scratch=scratch
+        two,
+        SnapshotParameters(distance_threshold=0.99, clusters_memory_mb=0).clusters,
+        scratch=scratch,
     ).tolist() == [0, 1]
     assert len(scratch.files) == 2 and _temps(store) == []
 
@@ -132,7 +134,9 @@ def test_scratch_file_removed_when_the_step_raises(tmp_path):
     corr[3, 60] = corr[60, 3] = np.inf
     with pytest.raises(ValueError, match="infinite"):
         steps.clusters(
-            corr, SnapshotParameters(distance_threshold=1.0, clusters_memory_mb=0), scratch=scratch
+            corr,
+            SnapshotParameters(distance_threshold=1.0, clusters_memory_mb=0).clusters,
+            scratch=scratch,
         )
     assert len(scratch.files) == 1 and not scratch.files[0].exists()
     assert _temps(store) == []
@@ -144,7 +148,7 @@ def test_step_uses_partial_store_scratch_like_the_snapshot(tmp_path):
     store = MatrixStore(tmp_path)
     corr = _corr("nan", 50, 3)
     params = SnapshotParameters(n_clusters=4, distance_threshold=None, clusters_memory_mb=0)
-    labels = steps.clusters(corr, params, scratch=partial(store.scratch, "clusters", P))
+    labels = steps.clusters(corr, params.clusters, scratch=partial(store.scratch, "clusters", P))
     expected = hierarchy.fcluster(ref.reference_linkage(corr, "average"), 4, criterion="maxclust")
     np.testing.assert_array_equal(labels, ref.canonical_labels(expected))
     assert _temps(store) == []
@@ -161,9 +165,9 @@ def test_distances_in_memory_up_to_clusters_memory_mb(tmp_path, budget_mb):
     scratch = _Recording(store)
     corr = _corr("continuous", n, 4)
     params = SnapshotParameters(distance_threshold=1.0, clusters_memory_mb=budget_mb)
-    labels = steps.clusters(corr, params, scratch=scratch)
+    labels = steps.clusters(corr, params.clusters, scratch=scratch)
     assert len(scratch.files) == (1 if budget_mb == 0 else 0)
-    assert steps.distances_in_scratch(n, params) == (budget_mb == 0)
+    assert steps.distances_in_scratch(n, params.clusters) == (budget_mb == 0)
     assert steps.distance_bytes(n) == 8 * C.distance_buffer_length(n)
     expected = hierarchy.fcluster(ref.reference_linkage(corr, "average"), 1.0, "distance")
     np.testing.assert_array_equal(labels, ref.canonical_labels(expected))
