@@ -338,21 +338,12 @@ def _statistic(g_i, root_y, gamma_q, eta, best_lag, p_best, q_best):  # pragma: 
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def _write_bounds(
-    out_row,
-    col0,
-    first_lag,
-    given_sync,
-    sync_block,
-    state,
-    min_improvement,
-    bin_limit,
-    upper,
-    lower,
-):  # pragma: no cover - compiled
+def _write_bounds(out_row, col0, first_lag, state, outputs):  # pragma: no cover - compiled
     """The improvement bounds of one leader's pairs with the laggers ``col0 ..`` (module
-    docstring) into row ``out_row`` of ``upper`` and ``lower``, in loops of few arrays each."""
+    docstring) into row ``out_row`` of ``upper`` and ``lower``, in loops of few arrays each;
+    ``outputs`` as :func:`sweep_tile`'s."""
     t_hat, spread, top_hi, top_lo, finite, sync_lo, sync_hi = state[:7]
+    upper, lower, sync_block, given_sync, min_improvement, bin_limit = outputs
     width = sync_lo.shape[0]
     out_upper = upper[out_row, col0 : col0 + width]
     out_lower = lower[out_row, col0 : col0 + width]
@@ -482,7 +473,7 @@ def sweep_tile(
     gap_ptr, gap_rows, lo, hi = data[6], data[7], data[8], data[9]
     big_g, gamma_q, eta, log_eps = params
     count, histogram, spills, deferred, activity, low_bins, record = counting
-    upper, lower, sync_block, given_sync, min_improvement, bin_limit = outputs
+    upper, lower = outputs[0], outputs[1]
     recording = record.shape[0] > 0
     bounding = upper.shape[0] > 0
     counted = (0, 0)
@@ -528,18 +519,7 @@ def sweep_tile(
                 if activity:
                     low_bins[r] = min(low_bins[r], low.min())
             if bounding:
-                _write_bounds(
-                    out_row,
-                    col0,
-                    first_lag,
-                    given_sync,
-                    sync_block,
-                    state,
-                    min_improvement,
-                    bin_limit,
-                    upper,
-                    lower,
-                )
+                _write_bounds(out_row, col0, first_lag, state, outputs)
                 if self_c >= 0:
                     upper[out_row, i] = -np.inf
                     lower[out_row, i] = -np.inf
