@@ -13,6 +13,7 @@ MODULES = [
     "corr_pipeline.compute.neighbors.top_k",
     "corr_pipeline.compute.clusters.linkage",
     "corr_pipeline.compute.lead_lag.pairs",
+    "corr_pipeline.compute.lead_lag.residuals",
     "corr_pipeline.compute.market_modes",
     "corr_pipeline.compute.lead_lag.significance",
     "corr_pipeline.compute.changes.drift",

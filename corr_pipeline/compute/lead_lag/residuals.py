@@ -55,6 +55,19 @@ def market_residuals(
     :func:`~corr_pipeline.compute.market_modes.market_modes`'s ``.vectors``), or ``corr`` (N × N
     float32, SPEC §3, possibly a read-only memory map) and ``m``: the ``m`` strongest modes are
     then found from it. ``m = 0`` (no vectors) gives the returns themselves, as a copy.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from corr_pipeline.synth import example_returns
+    >>> R = example_returns()  # 1 moves with 0, 3 follows 2 a day later, 2 listed late
+    >>> from corr_pipeline.compute import pairwise_correlation
+    >>> corr = pairwise_correlation(R, min_overlap=60).corr
+    >>> E = market_residuals(R, corr=corr, m=1)  # less the strongest mode (0 and 1 together)
+    >>> E.dtype, E.shape, bool(np.array_equal(np.isnan(E), np.isnan(R)))
+    (dtype('float32'), (250, 4), True)
+    >>> round(float(np.corrcoef(E[20:-1, 2], E[21:, 3])[0, 1]), 2)  # 2 still leads 3
+    0.71
     """
     check_returns(R)
     n_cols = R.shape[1]
