@@ -9,22 +9,17 @@ of the near-tied lags, with that lag's correlation and overlap).
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scipy.special import erfc
 
 from corr_pipeline.compute import find_lead_lag_pairs, pairwise_correlation
 from corr_pipeline_tests.compute import reference as ref
+from corr_pipeline_tests.compute.lead_lag_universes import SPECIAL_UNIVERSES, injected_pairs
 from corr_pipeline_tests.compute.universes import (
     Universe,
-    add_halts,
-    add_stale_quotes,
     adversarial_universe,
-    factor_returns,
     random_small_universe,
     realistic_universe,
 )
@@ -186,15 +181,6 @@ def _run(universe: Universe, corr_mode: str, **params):
     return pairs, reference
 
 
-def _injected(seed: int, N: int, n_pairs: int, max_lag: int) -> list[tuple[int, int, int]]:
-    rng = np.random.default_rng(1000 + seed)
-    symbols = rng.choice(N, size=2 * n_pairs, replace=False)
-    return [
-        (int(symbols[2 * p]), int(symbols[2 * p + 1]), int(rng.integers(1, max_lag + 1)))
-        for p in range(n_pairs)
-    ]
-
-
 # (seed, N, T, min_overlap, corr_mode, max_lag, k_leaders, k_laggers, min_improvement)
 CASES = [
     (0, 150, 252, 60, "computed", 1, 1, 1, 0.0),
@@ -217,7 +203,7 @@ CASES = [
 )
 def test_matches_brute_force(case) -> None:
     seed, N, T, m, corr_mode, max_lag, k_leaders, k_laggers, min_improvement = case
-    universe = realistic_universe(seed, T, N, m, injected=_injected(seed, N, 4, max_lag))
+    universe = realistic_universe(seed, T, N, m, injected=injected_pairs(seed, N, 4, max_lag))
     params = dict(
         max_lag=max_lag,
         k_leaders=k_leaders,
@@ -247,7 +233,7 @@ def test_max_q_value_matches_brute_force(case) -> None:
     """Candidates need q <= max_q_value (SPEC §6): the screened scan keeps exactly the brute
     force's pairs, and the bounded screen never drops one."""
     seed, N, T, m, corr_mode, max_lag, k_leaders, k_laggers, max_q_value = case
-    universe = realistic_universe(seed, T, N, m, injected=_injected(seed, N, 4, max_lag))
+    universe = realistic_universe(seed, T, N, m, injected=injected_pairs(seed, N, 4, max_lag))
     params = dict(
         max_lag=max_lag, k_leaders=k_leaders, k_laggers=k_laggers, max_q_value=max_q_value
     )
@@ -284,7 +270,9 @@ def test_market_residuals_scan_matches_brute_force(case) -> None:
     from corr_pipeline.compute import market_modes, market_residuals
 
     seed, N, T, m_overlap, m, max_lag, k, max_q_value, block_rows = case
-    universe = realistic_universe(seed, T, N, m_overlap, injected=_injected(seed, N, 4, max_lag))
+    universe = realistic_universe(
+        seed, T, N, m_overlap, injected=injected_pairs(seed, N, 4, max_lag)
+    )
     R = universe.R
     corr = pairwise_correlation(R, min_overlap=m_overlap).corr
     E = market_residuals(R, market_modes(corr, m).vectors)
@@ -360,7 +348,7 @@ def test_injected_pairs_recovered(seed: int) -> None:
     """Pure lead-lag pairs (independent leader, lagger(t+ℓ) = leader(t) + noise): each found with
     its lag even with k = 1, though their synchronous correlation is ~0."""
     N, max_lag = 180, 6
-    injected = _injected(seed, N, 8, max_lag)
+    injected = injected_pairs(seed, N, 8, max_lag)
     universe = realistic_universe(seed, 252, N, 60, injected=injected)
     pairs = _columns(
         find_lead_lag_pairs(universe.R, max_lag=max_lag, k_leaders=1, k_laggers=1, min_overlap=60)
@@ -400,7 +388,7 @@ def _assert_same_pairs(a, b, what: str) -> None:
     ],
 )
 def test_block_size_invariance(seed, T, N, budgets, block_rows) -> None:
-    universe = realistic_universe(seed, T, N, 30, injected=_injected(seed, N, 3, 4))
+    universe = realistic_universe(seed, T, N, 30, injected=injected_pairs(seed, N, 3, 4))
     params = dict(max_lag=4, k_leaders=2, k_laggers=3, min_overlap=30)
     baseline = find_lead_lag_pairs(universe.R, **params)
     assert len(baseline) > 0
@@ -464,7 +452,7 @@ def test_zero_k_selects_nothing() -> None:
 
 
 def test_read_only_memory_mapped_corr(tmp_path) -> None:
-    universe = realistic_universe(65, 100, 90, 25, injected=_injected(65, 90, 3, 3))
+    universe = realistic_universe(65, 100, 90, 25, injected=injected_pairs(65, 90, 3, 3))
     corr = pairwise_correlation(universe.R, min_overlap=25).corr
     path = tmp_path / "corr.npy"
     np.save(path, corr)
@@ -568,213 +556,10 @@ def test_product_column_chunks(monkeypatch: pytest.MonkeyPatch, chunk: int) -> N
     monkeypatch.setattr(sweep, "PRODUCT_COLUMNS", chunk)
     monkeypatch.setattr(sweep, "SWEEP_COLUMNS", max(1, chunk // 2))
     monkeypatch.setattr(sweep, "K_CHUNK", chunk)
-    universe = realistic_universe(3, 120, 150, 30, injected=_injected(3, 150, 4, 3))
+    universe = realistic_universe(3, 120, 150, 30, injected=injected_pairs(3, 150, 4, 3))
     params = dict(max_lag=3, k_leaders=2, k_laggers=3, min_improvement=0.0)
     pairs, reference = _run(universe, "computed", **params)
     assert_lead_lag_matches(pairs, reference, 3, f"{universe} chunk {chunk}")
-
-
-# --------------------------------------------------------------------------------------------
-# The screen (compute/lead_lag/kernels.py): its bounds enclose every exact value, and the
-# screened scan equals the brute force on full-history, all-ragged and mixed universes.
-# --------------------------------------------------------------------------------------------
-
-
-def _all_ragged_universe(seed: int, T: int, N: int, min_overlap: int) -> Universe:
-    """Every column listed late or delisted early (10-60 % of the window missing), plus halts."""
-    rng = np.random.default_rng(seed)
-    R = factor_returns(rng, T, N)
-    for j in range(N):
-        k = int(rng.uniform(0.1, 0.6) * T)
-        if rng.random() < 0.5:
-            R[:k, j] = np.nan
-        else:
-            R[T - k :, j] = np.nan
-    add_halts(R, rng, n_halts=N // 3, max_len=6)
-    return Universe(
-        f"all_ragged_s{seed}", R.astype(np.float32), min_overlap, [f"s{j}" for j in range(N)]
-    )
-
-
-def _constant_segments_universe(seed: int, T: int, N: int, min_overlap: int) -> Universe:
-    """Mixed universe with many runs of exactly zero returns, a constant column and a column
-    constant except for its first rows (near-constant overlaps: the float64 fallback)."""
-    universe = realistic_universe(seed, T, N, min_overlap, injected=_injected(seed, N, 3, 3))
-    rng = np.random.default_rng(seed)
-    R = universe.R.copy()
-    add_stale_quotes(R, rng, n_runs=N, max_len=T // 3)
-    R[:, 1] = 0.003
-    R[:, 2] = 0.001
-    R[:8, 2] = rng.normal(0.0, 0.02, 8)
-    R[:, 3] = R[:, 4] * 1e6 + 7.0  # huge offset and scale
-    return Universe(
-        f"constant_segments_s{seed}", R.astype(np.float32), min_overlap, universe.column_names
-    )
-
-
-def _tied_universe(seed: int, T: int, N: int, min_overlap: int) -> Universe:
-    """Exact duplicate columns (leaders and laggers): exact ties everywhere among them."""
-    universe = realistic_universe(seed, T, N, min_overlap, injected=_injected(seed, N, 3, 2))
-    R = universe.R.copy()
-    for a, b in ((0, 5), (0, 9), (3, 11), (20, 21)):
-        R[:, b] = R[:, a]
-    for leader, lagger, _ in universe.injected:
-        R[:, (lagger + 1) % N] = R[:, lagger]
-        R[:, (leader + 2) % N] = R[:, leader]
-    return Universe(f"tied_s{seed}", R, min_overlap, universe.column_names)
-
-
-SPECIAL_UNIVERSES = {
-    "full_history": lambda: realistic_universe(
-        70,
-        252,
-        120,
-        60,
-        ragged=False,
-        halts=False,
-        nan_fraction=0.0,
-        injected=_injected(70, 120, 4, 5),
-    ),
-    "full_history_scattered_gaps": lambda: realistic_universe(
-        71, 252, 120, 60, ragged=False, halts=False, nan_fraction=0.01
-    ),
-    "all_ragged": lambda: _all_ragged_universe(72, 200, 110, 40),
-    "mixed": lambda: realistic_universe(73, 252, 130, 60, injected=_injected(73, 130, 4, 5)),
-    "constant_segments": lambda: _constant_segments_universe(74, 120, 90, 30),
-    "ties": lambda: _tied_universe(75, 150, 80, 40),
-}
-
-
-@pytest.mark.parametrize("name", sorted(SPECIAL_UNIVERSES))
-def test_sweep_bounds_enclose_exact_values(name: str) -> None:
-    """For every pair: lower bound <= exact improvement <= upper bound (SPEC §6 exactness of the
-    selection), with the synchronous correlation computed (lag 0 among the products) and given,
-    with and without a q-value condition, in blocks that cut the product tiles; never wrong on
-    whether a pair is a candidate, and with the condition, never a lower bound for a pair that
-    fails it. The counts taken on the way equal the count alone's."""
-    from corr_pipeline.compute.lead_lag import kernels as lead_lag_kernels
-    from corr_pipeline.compute.lead_lag.p_values import N_BINS
-    from corr_pipeline.compute.lead_lag.scan import make_evaluation
-    from corr_pipeline.compute.lead_lag.significance import count_p_values
-    from corr_pipeline.compute.lead_lag.sweep import Sweep, block_bounds, sweep_inputs
-    from corr_pipeline.compute.standardize import standardize
-    from corr_pipeline.compute.workers import worker_pool
-
-    universe = SPECIAL_UNIVERSES[name]()
-    R, m, N = universe.R, universe.min_overlap, universe.N
-    corr = pairwise_correlation(R, min_overlap=m).corr
-    for given_corr, min_improvement, bin_limit in (
-        (None, 0.0, N_BINS),
-        (corr, 0.05, N_BINS),
-        (None, 0.0, N_BINS - 300_000),  # p-values below about 0.2
-        (corr, 0.0, N_BINS - 800_000),  # below about 1e-3
-    ):
-        with worker_pool() as pool:
-            window = standardize(R, pool, layout="lead-lag")
-            inputs = sweep_inputs(window, 5, m)
-            sweep = Sweep(inputs)
-            evaluation = make_evaluation(
-                window, 5, given_corr is None, m, min_improvement, bin_limit, inputs.data
-            )
-            blocks = [
-                block_bounds(
-                    sweep,
-                    np.arange(a, min(a + 50, N)),
-                    given_corr,
-                    min_improvement,
-                    bin_limit,
-                    pool,
-                    count=True,
-                )
-                for a in range(0, N, 50)
-            ]
-            counts = sweep.counts(pool)
-            alone = count_p_values(window, 5, m, pool)
-        np.testing.assert_array_equal(counts.bins, alone.bins)
-        np.testing.assert_array_equal(counts.counts, alone.counts)
-        upper = np.concatenate([b[0] for b in blocks])
-        lower = np.concatenate([b[1] for b in blocks])
-        candidates = 0
-        for i in range(N):
-            for j in range(N):
-                sync = np.float32(np.nan) if given_corr is None else corr[i, j]
-                exact = lead_lag_kernels.pair_values(
-                    i, j, sync, evaluation.params, evaluation.data
-                )[0]
-                if i == j:
-                    assert upper[i, j] == -np.inf and lower[i, j] == -np.inf
-                    continue
-                assert lower[i, j] <= exact <= upper[i, j], (name, i, j, exact, upper[i, j])
-                candidates += exact > -np.inf
-        assert candidates > (N if bin_limit == N_BINS else 0), "too few candidates to test"
-
-
-def _pairs_exact_p(R: np.ndarray, max_lag: int, min_overlap: int) -> np.ndarray:
-    """Every ordered pair's lag p-value at its best lag (NaN without one), from the float64
-    brute force of the reference (the robust statistic of SPEC §6)."""
-    reference = ref.reference_lead_lag(
-        R, max_lag=max_lag, k_leaders=0, k_laggers=0, min_overlap=min_overlap
-    )
-    robust = ref.reference_robust_t(R, max_lag)
-    best = np.take_along_axis(robust, np.maximum(reference.best_lag - 1, 0)[None], 0)[0]
-    p = erfc(np.abs(best) / np.sqrt(2.0))
-    p[reference.best_lag == 0] = np.nan
-    np.fill_diagonal(p, np.nan)
-    return p
-
-
-@pytest.mark.parametrize("name", ["mixed", "constant_segments", "heavy_tails_long"])
-@pytest.mark.parametrize("chunk_rows", [128, 16])
-def test_every_counted_p_value_is_within_the_proved_factor(
-    monkeypatch: pytest.MonkeyPatch, name: str, chunk_rows: int
-) -> None:
-    """The sweep's bound (``sweep`` module docstring): each pair it counts (its best lag sure
-    and its statistic's error bounded) is counted at a p-value within a factor
-    ``1 + EPSILON`` of the float64 brute force's, plus the width of a bin; the others are
-    deferred and counted exactly. Products off by more than the bound covers are caught."""
-    from corr_pipeline.compute.lead_lag import sweep as sweep_module
-    from corr_pipeline.compute.lead_lag.p_values import bin_upper_p
-    from corr_pipeline.compute.standardize import standardize
-    from corr_pipeline.compute.workers import worker_pool
-
-    monkeypatch.setattr(sweep_module, "K_CHUNK", chunk_rows)
-    if name == "heavy_tails_long":  # long window, heavy tails, strong lags: large products
-        rng = np.random.default_rng(79)
-        T, N = 1500, 60
-        R = rng.standard_t(3, (T, N))
-        for j in range(0, N, 2):
-            R[1:, j + 1] += 0.8 * R[:-1, j]
-        universe = Universe(name, R.astype(np.float32), 100, [f"c{j}" for j in range(N)])
-    else:
-        universe = SPECIAL_UNIVERSES[name]()
-    R, m, N = universe.R, universe.min_overlap, universe.N
-    expected = _pairs_exact_p(R, 5, m)
-
-    def recorded(inputs) -> np.ndarray:
-        record = np.full((N, N), -2, dtype=np.int64)
-        with worker_pool() as pool:
-            sweep = sweep_module.Sweep(inputs)
-            sweep.run(np.arange(N), pool, record=record)
-        return record
-
-    with worker_pool() as pool:
-        inputs = sweep_module.sweep_inputs(standardize(R, pool, layout="lead-lag"), 5, m)
-    record = recorded(inputs)
-    counted = record >= 0
-    assert counted.sum() > N * (N - 1) // 2, "most pairs are counted from the products"
-    assert np.all(np.isnan(expected[record == -2])), "every pair with a best lag is swept"
-    factor = (1.0 + sweep_module.EPSILON) * (1.0 + 2.0**-16)
-    got = np.array([bin_upper_p(b) for b in record[counted]])
-    want = expected[counted]
-    ratio = np.maximum(got / want, want / got)
-    assert np.all(ratio <= factor), (name, float(ratio.max()))
-
-    # Products off by more than the bound covers (the squares' sums 0.4 % high) are caught.
-    off = recorded(dataclasses.replace(inputs, squares_t=inputs.squares_t * np.float32(1.002)))
-    if chunk_rows == 128:
-        got = np.array([bin_upper_p(b) for b in off[off >= 0]])
-        want = expected[off >= 0]
-        assert np.max(np.maximum(got / want, want / got)) > factor, "the check must be able to fail"
 
 
 @pytest.mark.parametrize("name", sorted(SPECIAL_UNIVERSES))
@@ -806,7 +591,7 @@ def test_worker_count_invariance(monkeypatch: pytest.MonkeyPatch, threads: int) 
     """Bit-identical results with 1 and 3 worker threads (the default uses every core)."""
     from corr_pipeline.compute import workers
 
-    universe = realistic_universe(76, 200, 140, 50, injected=_injected(76, 140, 4, 4))
+    universe = realistic_universe(76, 200, 140, 50, injected=injected_pairs(76, 140, 4, 4))
     params = dict(max_lag=4, k_leaders=3, k_laggers=2, min_overlap=50)
     baseline = find_lead_lag_pairs(universe.R, **params)
     monkeypatch.setattr(workers, "available_cores", lambda: threads)
