@@ -353,19 +353,10 @@ def _row_pass(
                     sum_y[c] -= v
                     sq_y[c] -= v * v
         bound_x = _guard(tau, whole_sq[r])
+        row_sums = (sxy_i, count, sum_x, sum_y, sq_x, sq_y, flagged)
         n_flagged = 0
         for c in range(m):
-            value, bad = _pearson(
-                sxy_i[c],
-                count[c],
-                sum_x[c],
-                sum_y[c],
-                sq_x[c],
-                sq_y[c],
-                bound_x,
-                _guard(tau, total_sq_y[c]),
-                min_overlap,
-            )
+            value, bad = _pearson_at(row_sums, c, bound_x, _guard(tau, total_sq_y[c]), min_overlap)
             flagged[c] = bad
             n_flagged += bad
             corr_i[c] = value
@@ -373,7 +364,7 @@ def _row_pass(
         if n_flagged:
             _recheck_flagged(
                 (i, j0, whole_sq[r]),
-                (sxy_i, count, sum_x, sum_y, sq_x, sq_y, flagged),
+                row_sums,
                 product,
                 window,
                 a_side,
@@ -393,7 +384,7 @@ def _recheck_flagged(row, row_sums, product, window, a_side, b_side, corr_i):  #
     (:func:`exact_pair_correlation`) into ``corr_i``. ``row_sums`` = the row's
     (``Sxy``, ``n``, ``Sx``, ``Sy``, ``Sxx``, ``Syy``, flagged) over its columns."""
     i, j0, whole_sq_i = row
-    sxy_i, count, sum_x, sum_y, sq_x, sq_y, flagged = row_sums
+    sum_y, flagged = row_sums[3], row_sums[6]
     min_overlap, tau = product[6], product[7]
     raw_t, _, prefix_sq, _, n_rows = window[2:]
     a0, a_lo, a_hi = a_side[:3]
@@ -403,13 +394,9 @@ def _recheck_flagged(row, row_sums, product, window, a_side, b_side, corr_i):  #
         if not flagged[c]:
             continue
         j = j0 + c
-        _, bad = _pearson(
-            sxy_i[c],
-            count[c],
-            sum_x[c],
-            sum_y[c],
-            sq_x[c],
-            sq_y[c],
+        _, bad = _pearson_at(
+            row_sums,
+            c,
             _guard(tau, _guard_source(prefix_sq, a0, b_lo[j], b_hi[j], n_rows, i, whole_sq_i)),
             _guard(tau, _guard_source(prefix_sq, b0, a_lo[i], a_hi[i], n_rows, j, b_total_sq[j])),
             min_overlap,
@@ -418,6 +405,16 @@ def _recheck_flagged(row, row_sums, product, window, a_side, b_side, corr_i):  #
             corr_i[c] = exact_pair_correlation(
                 raw_t[i, a0 : a0 + n_rows], raw_t[j, b0 : b0 + n_rows], min_overlap
             )
+
+
+@njit(inline="always")
+def _pearson_at(row_sums, c, guard_x, guard_y, min_overlap):  # pragma: no cover - compiled
+    """:func:`_pearson` of column ``c`` of a row's sums ``row_sums`` = (``Sxy``, ``n``, ``Sx``,
+    ``Sy``, ``Sxx``, ``Syy``, flagged)."""
+    sxy, count, sum_x, sum_y, sq_x, sq_y = row_sums[:6]
+    return _pearson(
+        sxy[c], count[c], sum_x[c], sum_y[c], sq_x[c], sq_y[c], guard_x, guard_y, min_overlap
+    )
 
 
 @njit(inline="always")
