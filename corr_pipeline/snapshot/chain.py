@@ -133,7 +133,7 @@ class SessionChain:
         self.computing = ""
 
     def input(self, asset: str) -> MatrixBundle:
-        """``asset``'s bundle of this session: computed by an earlier step, else the store's."""
+        """``asset``'s bundle for the chain's date: computed by an earlier step, else the store's."""
         if asset not in self.bundles:
             self.bundles[asset] = self.store.load(asset)
         return self.bundles[asset]
